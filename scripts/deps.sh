@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs everything the build, the tests and the benchmarks need on a fresh
+# Debian machine (apt-get for system packages, pip for Python ones).
+# Idempotent: skips what is already present.
+set -euo pipefail
+
+APT_PKGS=(cmake ninja-build pkg-config g++ clang libzstd-dev liblz4-dev libgtest-dev libgmock-dev
+          libbenchmark-dev nlohmann-json3-dev liburing-dev zstd lz4)
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# Python packages used by tests and benchmarks (kept in one list).
+if [ "${TZ_SKIP_PIP:-0}" != "1" ]; then
+  python3 -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/../requirements-dev.txt"
+fi

@@ -1,0 +1,76 @@
+// Field split: each element is cut into byte streams so that the skewed
+// fields (exponents) are entropy coded apart from the near-random ones
+// (low mantissa bits). The mapping is part of the format (doc/format.md 4).
+//
+//   BF16  s eeeeeeee mmmmmmm     -> S0 = e (8 bits), S1 = s<<7 | m
+//   F16   s eeeee mmmmmmmmmm     -> S0 = high byte (s, e, m9..m8), S1 = low byte
+//   F32   s e(8) m(23)           -> S0 = e, S1 = s<<7 | m22..m16, S2 = m15..m8, S3 = m7..m0
+//   F8*, bytes                   -> S0 = the byte
+#pragma once
+#include "codec/format.h"
+
+namespace tz {
+
+TZ_HD void split_elem_bf16(uint16_t v, uint8_t& s0, uint8_t& s1) {
+  s0 = (uint8_t)(v >> 7);
+  s1 = (uint8_t)(((v >> 8) & 0x80u) | (v & 0x7Fu));
+}
+TZ_HD uint16_t merge_elem_bf16(uint8_t s0, uint8_t s1) {
+  return (uint16_t)(((uint32_t)(s1 & 0x80u) << 8) | ((uint32_t)s0 << 7) | (s1 & 0x7Fu));
+}
+TZ_HD void split_elem_f32(uint32_t v, uint8_t& s0, uint8_t& s1, uint8_t& s2, uint8_t& s3) {
+  s0 = (uint8_t)(v >> 23);
+  s1 = (uint8_t)(((v >> 24) & 0x80u) | ((v >> 16) & 0x7Fu));
+  s2 = (uint8_t)(v >> 8);
+  s3 = (uint8_t)v;
+}
+TZ_HD uint32_t merge_elem_f32(uint8_t s0, uint8_t s1, uint8_t s2, uint8_t s3) {
+  return ((uint32_t)(s1 & 0x80u) << 24) | ((uint32_t)s0 << 23) | ((uint32_t)(s1 & 0x7Fu) << 16) |
+         ((uint32_t)s2 << 8) | s3;
+}
+
+// Splits n elements of src into streams[k] (each n bytes).
+TZ_HD_NOINLINE void split_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
+  switch (dtype) {
+    case kBF16:
+      for (uint32_t i = 0; i < n; ++i) split_elem_bf16(load_le16(src + 2 * i), streams[0][i], streams[1][i]);
+      break;
+    case kF16:
+      for (uint32_t i = 0; i < n; ++i) {
+        streams[0][i] = src[2 * i + 1];
+        streams[1][i] = src[2 * i];
+      }
+      break;
+    case kF32:
+      for (uint32_t i = 0; i < n; ++i)
+        split_elem_f32(load_le32(src + 4 * i), streams[0][i], streams[1][i], streams[2][i], streams[3][i]);
+      break;
+    default:
+      memcpy(streams[0], src, n);
+      break;
+  }
+}
+
+// Inverse of split_fields.
+TZ_HD_NOINLINE void merge_fields(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst) {
+  switch (dtype) {
+    case kBF16:
+      for (uint32_t i = 0; i < n; ++i) store_le16(dst + 2 * i, merge_elem_bf16(streams[0][i], streams[1][i]));
+      break;
+    case kF16:
+      for (uint32_t i = 0; i < n; ++i) {
+        dst[2 * i + 1] = streams[0][i];
+        dst[2 * i] = streams[1][i];
+      }
+      break;
+    case kF32:
+      for (uint32_t i = 0; i < n; ++i)
+        store_le32(dst + 4 * i, merge_elem_f32(streams[0][i], streams[1][i], streams[2][i], streams[3][i]));
+      break;
+    default:
+      memcpy(dst, streams[0], n);
+      break;
+  }
+}
+
+}  // namespace tz

@@ -1,0 +1,156 @@
+// Frame and block layout constants of the tensorzip block bitstream, format
+// version 1. doc/format.md is the normative description; this header mirrors
+// it. Every multi-byte field is little-endian.
+#pragma once
+#include "common/tz_hd.h"
+
+namespace tz {
+
+constexpr uint8_t kFrameMagic[4] = {'T', 'Z', 'F', 'R'};
+constexpr uint8_t kFormatVersion = 1;
+constexpr size_t kFrameHeaderSize = 32;
+
+// Entropy coder parameters (fixed by the format, not per frame).
+constexpr int kLanes = 32;                 // interleaved rANS states per stream
+constexpr uint32_t kProbBits = 12;         // frequencies sum to 1 << kProbBits
+constexpr uint32_t kProbScale = 1u << kProbBits;
+constexpr uint32_t kRansL = 1u << 16;      // state lower bound; states live in [L, 2^32)
+constexpr size_t kRansStateBytes = kLanes * 4;
+constexpr size_t kChecksumSegment = 4096;  // block checksum segment, see checksum.h
+
+constexpr int kMaxStreams = 4;
+constexpr uint32_t kMinBlockElems = 1u << 12;  // keeps tz_compress_bound within ~1% of the input
+constexpr uint32_t kMaxBlockElems = 1u << 20;
+constexpr uint32_t kDefaultBlockElems = 1u << 16;
+constexpr uint32_t kDefaultBytesBlockElems = 1u << 18;  // generic byte frames
+constexpr size_t kFreqTableMaxBytes = 32 + 256 * 2;
+
+// Element types of a frame. Values are part of the format.
+enum DType : uint8_t {
+  kBytes = 0,   // generic path: any bytes, one stream, zstd or raw
+  kBF16 = 1,
+  kF16 = 2,
+  kF32 = 3,
+  kF8E4M3 = 4,
+  kF8E5M2 = 5,
+  kDTypeCount = 6,
+};
+
+// Tensor-level kind of a stream (in the table section).
+enum StreamKind : uint8_t { kKindRaw = 0, kKindRans = 1, kKindZstd = 2 };
+// Per-block mode of a stream (top two bits of the block's stream word).
+enum BlockMode : uint8_t { kModeRaw = 0, kModeRans = 1, kModeZstd = 2 };
+
+TZ_HD uint32_t dtype_elem_size(uint8_t dt) {
+  switch (dt) {
+    case kBF16: case kF16: return 2;
+    case kF32: return 4;
+    default: return 1;
+  }
+}
+
+TZ_HD int dtype_stream_count(uint8_t dt) {
+  switch (dt) {
+    case kBF16: case kF16: return 2;
+    case kF32: return 4;
+    default: return 1;
+  }
+}
+
+// Parsed fixed-size frame header.
+struct FrameHeader {
+  uint8_t version;
+  uint8_t dtype;
+  uint8_t n_streams;
+  uint8_t flags;
+  uint64_t raw_size;
+  uint32_t block_elems;
+  uint32_t n_blocks;
+  uint32_t tables_size;
+  uint32_t header_crc;
+};
+
+// Status codes shared by the per-block code (mirrored in the public enum).
+enum Status : int {
+  kOk = 0,
+  kErrGeneric = 1,
+  kErrDstTooSmall = 2,
+  kErrSrcTruncated = 3,
+  kErrBadMagic = 4,
+  kErrBadVersion = 5,
+  kErrCorruptHeader = 6,
+  kErrCorruptBlock = 7,
+  kErrChecksum = 8,
+  kErrBadParam = 9,
+  kErrUnsupported = 10,
+  kErrAlloc = 11,
+};
+
+TZ_HD uint64_t frame_n_blocks(uint64_t n_elems, uint32_t block_elems) {
+  return (n_elems + block_elems - 1) / block_elems;
+}
+
+TZ_HD void write_frame_header(uint8_t* p, const FrameHeader& h) {
+  for (int i = 0; i < 4; ++i) p[i] = kFrameMagic[i];
+  p[4] = h.version;
+  p[5] = h.dtype;
+  p[6] = h.n_streams;
+  p[7] = h.flags;
+  store_le64(p + 8, h.raw_size);
+  store_le32(p + 16, h.block_elems);
+  store_le32(p + 20, h.n_blocks);
+  store_le32(p + 24, h.tables_size);
+  store_le32(p + 28, h.header_crc);
+}
+
+// Validates everything that can be checked from the 32 fixed bytes alone.
+TZ_HD int parse_frame_header(const uint8_t* p, size_t n, FrameHeader* h) {
+  if (n < kFrameHeaderSize) return kErrSrcTruncated;
+  for (int i = 0; i < 4; ++i)
+    if (p[i] != kFrameMagic[i]) return kErrBadMagic;
+  h->version = p[4];
+  if (h->version != kFormatVersion) return kErrBadVersion;
+  h->dtype = p[5];
+  h->n_streams = p[6];
+  h->flags = p[7];
+  h->raw_size = load_le64(p + 8);
+  h->block_elems = load_le32(p + 16);
+  h->n_blocks = load_le32(p + 20);
+  h->tables_size = load_le32(p + 24);
+  h->header_crc = load_le32(p + 28);
+  if (h->dtype >= kDTypeCount) return kErrCorruptHeader;
+  if (h->n_streams != dtype_stream_count(h->dtype)) return kErrCorruptHeader;
+  if (h->flags != 0) return kErrCorruptHeader;
+  if (h->block_elems < kMinBlockElems || h->block_elems > kMaxBlockElems ||
+      (h->block_elems & (h->block_elems - 1)) != 0)
+    return kErrCorruptHeader;
+  const uint32_t es = dtype_elem_size(h->dtype);
+  if (h->raw_size % es != 0) return kErrCorruptHeader;
+  if (h->raw_size > (UINT64_C(1) << 56)) return kErrCorruptHeader;
+  if (frame_n_blocks(h->raw_size / es, h->block_elems) != h->n_blocks) return kErrCorruptHeader;
+  if (h->tables_size % 4 != 0 || h->tables_size > (uint32_t)(kMaxStreams * (1 + kFreqTableMaxBytes) + 4))
+    return kErrCorruptHeader;
+  return kOk;
+}
+
+// Size of header + tables + block index: the "prefix" a reader needs before
+// it can locate any block.
+TZ_HD uint64_t frame_prefix_size(const FrameHeader& h) {
+  return kFrameHeaderSize + (uint64_t)h.tables_size + 4ull * h.n_blocks;
+}
+
+// Number of elements in block b.
+TZ_HD uint32_t block_elem_count(const FrameHeader& h, uint32_t b) {
+  const uint64_t n = h.raw_size / dtype_elem_size(h.dtype);
+  const uint64_t start = (uint64_t)b * h.block_elems;
+  const uint64_t rem = n - start;
+  return rem < h.block_elems ? (uint32_t)rem : h.block_elems;
+}
+
+// Block header: u32 checksum, then one u32 word per stream.
+TZ_HD size_t block_header_size(int n_streams) { return 4 + 4 * (size_t)n_streams; }
+TZ_HD uint32_t stream_word(uint32_t size, uint8_t mode) { return size | ((uint32_t)mode << 30); }
+TZ_HD uint32_t stream_word_size(uint32_t w) { return w & 0x3FFFFFFFu; }
+TZ_HD uint8_t stream_word_mode(uint32_t w) { return (uint8_t)(w >> 30); }
+
+}  // namespace tz

@@ -1,0 +1,256 @@
+// Static rANS with 32 interleaved states and 16-bit renormalisation.
+//
+// Layout (doc/format.md section 5): symbol i of a stream belongs to lane
+// i % 32. The decoder walks steps of 32 symbols forward; within a step the
+// lanes that need a word take them from the word stream in ascending lane
+// order. The encoder therefore runs steps backwards and, within a step, lanes
+// backwards, pushing words onto the front of the stream. This is the order a
+// GPU warp decodes in (ballot + popc to place each lane's read), and the CPU
+// decoder reproduces it lane by lane.
+#pragma once
+#include "codec/format.h"
+
+namespace tz {
+
+// ---------------------------------------------------------------- tables --
+
+struct RansEncSym {
+  uint64_t rcp;    // ceil(2^44 / freq): exact floor(x / freq) for x < 2^32
+  uint32_t freq;   // 1..kProbScale, 0 = symbol absent
+  uint32_t start;  // cumulative frequency
+};
+
+// Decode table entry (one per slot of kProbScale):
+//   bits 0..7 symbol, bits 8..19 freq-1, bits 20..31 slot-start.
+TZ_HD uint32_t rans_dec_entry(uint32_t sym, uint32_t freq, uint32_t off) {
+  return sym | ((freq - 1u) << 8) | (off << 20);
+}
+
+// Normalises a histogram to frequencies summing to kProbScale, every present
+// symbol >= 1. Integer-only and deterministic: CPU and GPU encoders must
+// produce identical tables. Returns the number of present symbols (0 if the
+// histogram is empty).
+TZ_HD_NOINLINE int rans_normalize(const uint64_t* counts_in, uint32_t* freq) {
+  uint64_t total = 0;
+  int present = 0;
+  for (int s = 0; s < 256; ++s) {
+    total += counts_in[s];
+    present += counts_in[s] != 0;
+  }
+  for (int s = 0; s < 256; ++s) freq[s] = 0;
+  if (present == 0) return 0;
+  if (present == 1) {
+    for (int s = 0; s < 256; ++s)
+      if (counts_in[s]) freq[s] = kProbScale;
+    return 1;
+  }
+  // Scale counts below 2^50 so that count * kProbScale and the cross
+  // products below (count * freq, freq <= 2^12) fit in 64 bits.
+  int shift = 0;
+  while ((total >> shift) >= (UINT64_C(1) << 50)) ++shift;
+  uint64_t c[256];
+  uint64_t t = 0;
+  for (int s = 0; s < 256; ++s) {
+    uint64_t v = counts_in[s] >> shift;
+    if (counts_in[s] && v == 0) v = 1;
+    c[s] = v;
+    t += v;
+  }
+  int64_t sum = 0;
+  for (int s = 0; s < 256; ++s) {
+    if (!c[s]) continue;
+    uint64_t f = (c[s] * kProbScale) / t;
+    if (f == 0) f = 1;
+    freq[s] = (uint32_t)f;
+    sum += (int64_t)f;
+  }
+  // Greedy fix-up. Adding one to symbol s gains about c[s]/freq[s] bits of
+  // total cost; removing one loses about c[s]/(freq[s]-1). Pick the best each
+  // time; ties go to the lowest symbol.
+  while (sum < (int64_t)kProbScale) {
+    int best = -1;
+    for (int s = 0; s < 256; ++s) {
+      if (!c[s]) continue;
+      if (best < 0 || c[s] * freq[best] > c[best] * freq[s]) best = s;
+    }
+    ++freq[best];
+    ++sum;
+  }
+  while (sum > (int64_t)kProbScale) {
+    int best = -1;
+    for (int s = 0; s < 256; ++s) {
+      if (freq[s] <= 1) continue;
+      if (best < 0 || c[s] * (freq[best] - 1) < c[best] * (freq[s] - 1)) best = s;
+    }
+    --freq[best];
+    --sum;
+  }
+  return present;
+}
+
+// Serialised frequency table: a 32-byte presence bitmap (bit s%8 of byte s/8)
+// then, for each present symbol in increasing order, its frequency as a
+// 1- or 2-byte LEB128. Returns bytes written (<= kFreqTableMaxBytes).
+TZ_HD size_t rans_write_table(const uint32_t* freq, uint8_t* out) {
+  for (int i = 0; i < 32; ++i) out[i] = 0;
+  size_t pos = 32;
+  for (int s = 0; s < 256; ++s) {
+    if (!freq[s]) continue;
+    out[s >> 3] |= (uint8_t)(1u << (s & 7));
+    const uint32_t f = freq[s];
+    if (f < 128) {
+      out[pos++] = (uint8_t)f;
+    } else {
+      out[pos++] = (uint8_t)(0x80u | (f & 0x7Fu));
+      out[pos++] = (uint8_t)(f >> 7);
+    }
+  }
+  return pos;
+}
+
+// Parses and validates a table. Returns bytes consumed, or 0 if malformed
+// (truncated, non-canonical LEB128, zero frequency, sum != kProbScale).
+TZ_HD size_t rans_read_table(const uint8_t* in, size_t n, uint32_t* freq) {
+  if (n < 32) return 0;
+  size_t pos = 32;
+  uint32_t sum = 0;
+  for (int s = 0; s < 256; ++s) {
+    freq[s] = 0;
+    if (!((in[s >> 3] >> (s & 7)) & 1u)) continue;
+    if (pos >= n) return 0;
+    uint32_t f = in[pos++];
+    if (f & 0x80u) {
+      if (pos >= n) return 0;
+      const uint32_t hi = in[pos++];
+      if (hi == 0 || hi > 0x7Fu) return 0;
+      f = (f & 0x7Fu) | (hi << 7);
+    }
+    if (f == 0 || f > kProbScale) return 0;
+    freq[s] = f;
+    sum += f;
+  }
+  if (sum != kProbScale) return 0;
+  return pos;
+}
+
+TZ_HD void rans_build_enc(const uint32_t* freq, RansEncSym* enc) {
+  uint32_t start = 0;
+  for (int s = 0; s < 256; ++s) {
+    const uint32_t f = freq[s];
+    enc[s].freq = f;
+    enc[s].start = start;
+    enc[s].rcp = f ? ((UINT64_C(1) << 44) + f - 1) / f : 0;
+    start += f;
+  }
+}
+
+// dec must hold kProbScale entries.
+TZ_HD void rans_build_dec(const uint32_t* freq, uint32_t* dec) {
+  uint32_t start = 0;
+  for (int s = 0; s < 256; ++s) {
+    const uint32_t f = freq[s];
+    for (uint32_t j = 0; j < f; ++j) dec[start + j] = rans_dec_entry((uint32_t)s, f, j);
+    start += f;
+  }
+}
+
+// Exact cost in bits of coding `counts` with `freq` (fixed point, 1/256 bit),
+// used to decide whether a stream's table pays for itself. Host only.
+// (Defined in src/cpu; declared here for discoverability.)
+
+// ---------------------------------------------------------------- coding --
+
+// One rANS encode step for state x and symbol e.
+// Returns true and sets *word if a 16-bit word must be emitted first.
+TZ_HD uint32_t rans_enc_put(uint32_t x, const RansEncSym& e, uint16_t** wp) {
+  if ((uint64_t)x >= ((uint64_t)e.freq << 20)) {
+    *--(*wp) = (uint16_t)(x & 0xFFFFu);
+    x >>= 16;
+  }
+  const uint64_t q = mulhi64((uint64_t)x << 20, e.rcp);
+  return (uint32_t)(q << kProbBits) + (x - (uint32_t)q * e.freq) + e.start;
+}
+
+// Encodes n symbols into out: 32 u32 final states, then u16 words.
+// `words` is scratch of at least n u16. Returns the payload size, or 0 if
+// it would not be smaller than `limit` bytes (the caller then stores raw).
+// Every symbol must have freq != 0 in enc.
+TZ_HD_NOINLINE size_t rans_encode(const uint8_t* sym, uint32_t n, const RansEncSym* enc,
+                                  uint16_t* words, uint8_t* out, size_t limit) {
+  uint32_t x[kLanes];
+  for (int l = 0; l < kLanes; ++l) x[l] = kRansL;
+  uint16_t* const wend = words + n;
+  uint16_t* wp = wend;
+  const uint32_t n_steps = (n + kLanes - 1) / kLanes;
+  for (uint32_t s = n_steps; s-- > 0;) {
+    const uint32_t base = s * kLanes;
+    const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
+    const uint8_t* sp = sym + base;
+    for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put(x[l], enc[sp[l]], &wp);
+  }
+  const size_t n_words = (size_t)(wend - wp);
+  const size_t size = kRansStateBytes + 2 * n_words;
+  if (size >= limit) return 0;
+  for (int l = 0; l < kLanes; ++l) store_le32(out + 4 * l, x[l]);
+  memcpy(out + kRansStateBytes, wp, 2 * n_words);
+  return size;
+}
+
+// One decode step for lane state x: returns the symbol, updates x, and pulls
+// a word from *p when the state drops below L. The caller guarantees a word
+// is available (fast path) or checks `ok`.
+TZ_HD uint32_t rans_dec_sym(uint32_t& x, const uint32_t* dec) {
+  const uint32_t e = dec[x & (kProbScale - 1)];
+  x = (((e >> 8) & 0xFFFu) + 1u) * (x >> kProbBits) + (e >> 20);
+  return e & 0xFFu;
+}
+
+// Decodes n symbols from a payload of `size` bytes. Never reads outside
+// [in, in+size) nor writes outside [out, out+n). Returns kOk only if the
+// words are consumed exactly and every lane ends in the encoder's initial
+// state L, which catches most corruption before the checksum does.
+TZ_HD_NOINLINE int rans_decode(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                               uint8_t* out) {
+  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  uint32_t x[kLanes];
+  for (int l = 0; l < kLanes; ++l) x[l] = load_le32(in + 4 * l);
+  const uint8_t* p = in + kRansStateBytes;
+  const uint8_t* const end = in + size;
+  const uint32_t full_steps = n / kLanes;
+  uint32_t s = 0;
+  // Fast path: while at least one word per lane remains, a step cannot
+  // overrun, so the per-word check is skipped.
+  for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s) {
+    uint8_t* op = out + (size_t)s * kLanes;
+    for (int l = 0; l < kLanes; ++l) {
+      uint32_t xl = x[l];
+      op[l] = (uint8_t)rans_dec_sym(xl, dec);
+      if (xl < kRansL) {
+        xl = (xl << 16) | load_le16(p);
+        p += 2;
+      }
+      x[l] = xl;
+    }
+  }
+  const uint32_t n_steps = (n + kLanes - 1) / kLanes;
+  for (; s < n_steps; ++s) {
+    const uint32_t base = s * kLanes;
+    const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
+    for (uint32_t l = 0; l < here; ++l) {
+      uint32_t xl = x[l];
+      out[base + l] = (uint8_t)rans_dec_sym(xl, dec);
+      if (xl < kRansL) {
+        if (end - p < 2) return kErrCorruptBlock;
+        xl = (xl << 16) | load_le16(p);
+        p += 2;
+      }
+      x[l] = xl;
+    }
+  }
+  if (p != end) return kErrCorruptBlock;
+  for (int l = 0; l < kLanes; ++l)
+    if (x[l] != kRansL) return kErrCorruptBlock;
+  return kOk;
+}
+
+}  // namespace tz

@@ -1,0 +1,441 @@
+#include "cpu/frame.h"
+
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdio>
+
+#include "codec/checksum.h"
+#include "codec/cost.h"
+#include "cpu/checksum_cpu.h"
+
+static_assert(std::endian::native == std::endian::little, "tensorzip assumes a little-endian host");
+
+namespace tz::cpu {
+
+namespace {
+thread_local std::string g_detail;
+
+const char* status_text(int st) {
+  switch (st) {
+    case kErrCorruptBlock: return "corrupt block data";
+    case kErrChecksum: return "checksum mismatch";
+    case kErrUnsupported: return "unsupported stream mode";
+    default: return "error";
+  }
+}
+}  // namespace
+
+size_t make_error(int code, std::string detail) {
+  g_detail = std::move(detail);
+  return (size_t)-(ptrdiff_t)code;
+}
+const std::string& last_error_detail() { return g_detail; }
+
+struct Context {
+  explicit Context(unsigned threads) : pool(threads), scratch(pool.size()), cctx(pool.size()), dctx(pool.size()) {}
+  ~Context() {
+    for (auto* c : cctx) ZSTD_freeCCtx(c);
+    for (auto* d : dctx) ZSTD_freeDCtx(d);
+  }
+  uint8_t* worker_scratch(unsigned w, size_t bytes) {
+    if (scratch[w].size() < bytes) scratch[w].resize(bytes);
+    return scratch[w].data();
+  }
+  ThreadPool pool;
+  std::vector<std::vector<uint8_t>> scratch;
+  std::vector<ZSTD_CCtx*> cctx;
+  std::vector<ZSTD_DCtx*> dctx;
+};
+
+ContextPtr make_context(unsigned threads) { return ContextPtr(new Context(threads)); }
+void ContextDeleter::operator()(Context* c) const { delete c; }
+unsigned context_threads(const Context& c) { return c.pool.size(); }
+
+size_t compress_bound(size_t n) {
+  // Every block raw: header (<= 20 B), <= 3 B padding per stream, a 4 B index
+  // entry; blocks hold >= kMinBlockElems bytes.
+  const size_t max_blocks = n / kMinBlockElems + 1;
+  const size_t tables = kMaxStreams * (1 + kFreqTableMaxBytes) + 4;
+  return kFrameHeaderSize + tables + max_blocks * (4 + block_header_size(kMaxStreams) + 3 * kMaxStreams) + n;
+}
+
+namespace {
+
+int zstd_level_for(int level) {
+  if (level >= 3) return 19;
+  if (level == 2) return 9;
+  return 3;
+}
+
+// Histogram of each field stream over blocks [b0, b1).
+void histogram_blocks(uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems, uint64_t b0,
+                      uint64_t b1, uint64_t (*hist)[256]) {
+  const uint64_t e0 = b0 * block_elems;
+  const uint64_t e1 = std::min<uint64_t>(n_elems, b1 * block_elems);
+  // Four sub-histograms per stream: consecutive equal symbols (common in
+  // exponents) would otherwise serialise on one counter.
+  uint32_t h[kMaxStreams][4][256] = {};
+  switch (dtype) {
+    case kBF16:
+      for (uint64_t i = e0; i < e1; ++i) {
+        uint8_t s0, s1;
+        split_elem_bf16(load_le16(src + 2 * i), s0, s1);
+        ++h[0][i & 3][s0];
+        ++h[1][i & 3][s1];
+      }
+      break;
+    case kF16:
+      for (uint64_t i = e0; i < e1; ++i) {
+        ++h[0][i & 3][src[2 * i + 1]];
+        ++h[1][i & 3][src[2 * i]];
+      }
+      break;
+    case kF32:
+      for (uint64_t i = e0; i < e1; ++i) {
+        uint8_t s[4];
+        split_elem_f32(load_le32(src + 4 * i), s[0], s[1], s[2], s[3]);
+        for (int k = 0; k < 4; ++k) ++h[k][i & 3][s[k]];
+      }
+      break;
+    default:
+      for (uint64_t i = e0; i < e1; ++i) ++h[0][i & 3][src[i]];
+      break;
+  }
+  const int K = dtype_stream_count(dtype);
+  for (int k = 0; k < K; ++k)
+    for (int s = 0; s < 256; ++s) hist[k][s] += (uint64_t)h[k][0][s] + h[k][1][s] + h[k][2][s] + h[k][3][s];
+}
+
+// Generic (TZ_DTYPE_BYTES) block: one stream, zstd or raw.
+size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8_t* src, uint32_t n,
+                          uint32_t checksum, uint8_t* out) {
+  store_le32(out, checksum);
+  const size_t hdr = block_header_size(1);
+  size_t size = 0;
+  uint8_t mode = kModeRaw;
+  if (kind == kKindZstd && n > 0) {
+    const size_t z = ZSTD_compressCCtx(cctx, out + hdr, n - 1, src, n, zlevel);
+    if (!ZSTD_isError(z)) {
+      size = z;
+      mode = kModeZstd;
+    }
+  }
+  if (mode == kModeRaw) {
+    memcpy(out + hdr, src, n);
+    size = n;
+  }
+  store_le32(out + 4, stream_word((uint32_t)size, mode));
+  const size_t padded = align4(size);
+  memset(out + hdr + size, 0, padded - size);
+  return hdr + padded;
+}
+
+}  // namespace
+
+size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, const tz_params& p) {
+  if (!src && n) return make_error(kErrBadParam, "source is null");
+  if ((unsigned)p.dtype >= kDTypeCount) return make_error(kErrBadParam, "unknown dtype " + std::to_string(p.dtype));
+  if (p.level < -1 || p.level > 3) return make_error(kErrBadParam, "level must be in [-1, 3]");
+  const int level = p.level == 0 ? 1 : p.level;
+  uint8_t dtype = (uint8_t)p.dtype;
+  if (n % dtype_elem_size(dtype) != 0) dtype = kBytes;  // odd-sized data: generic path
+  const uint32_t es = dtype_elem_size(dtype);
+  const uint32_t block_elems =
+      p.block_elems ? p.block_elems : (dtype == kBytes ? kDefaultBytesBlockElems : kDefaultBlockElems);
+  if (block_elems < kMinBlockElems || block_elems > kMaxBlockElems || (block_elems & (block_elems - 1)))
+    return make_error(kErrBadParam, "block_elems must be a power of two in [4096, 1048576]");
+  if (n > (UINT64_C(1) << 56)) return make_error(kErrBadParam, "input larger than 2^56 bytes");
+  const uint64_t n_elems = n / es;
+  const uint64_t n_blocks64 = frame_n_blocks(n_elems, block_elems);
+  if (n_blocks64 > UINT32_MAX) return make_error(kErrBadParam, "too many blocks: raise block_elems");
+  const uint32_t n_blocks = (uint32_t)n_blocks64;
+  const int K = dtype_stream_count(dtype);
+  const unsigned W = ctx.pool.size();
+
+  // Tensor-level stream kinds and tables.
+  uint8_t kind[kMaxStreams] = {};
+  uint32_t freq[kMaxStreams][256] = {};
+  std::vector<uint8_t> tables;
+  if (level >= 1 && dtype == kBytes) {
+    kind[0] = kKindZstd;
+  } else if (level >= 1 && n_elems > 0) {
+    // Histogram: tasks of whole blocks, merged per worker, then summed.
+    std::vector<uint64_t> hist((size_t)W * kMaxStreams * 256, 0);
+    const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
+    const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+    ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+      const uint64_t b0 = t * per_task, b1 = std::min<uint64_t>(n_blocks, b0 + per_task);
+      histogram_blocks(dtype, src, n_elems, block_elems, b0, b1,
+                       reinterpret_cast<uint64_t(*)[256]>(hist.data() + (size_t)w * kMaxStreams * 256));
+    });
+    for (int k = 0; k < K; ++k) {
+      uint64_t counts[256] = {};
+      for (unsigned w = 0; w < W; ++w)
+        for (int s = 0; s < 256; ++s) counts[s] += hist[((size_t)w * kMaxStreams + k) * 256 + s];
+      if (rans_normalize(counts, freq[k]) == 0) continue;
+      uint8_t tbuf[kFreqTableMaxBytes];
+      const size_t tbytes = rans_write_table(freq[k], tbuf);
+      const uint64_t coded = coded_stream_bytes(counts, freq[k], n_blocks, tbytes);
+      if (stream_pays(level, coded, n_elems)) kind[k] = kKindRans;
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    tables.push_back(kind[k]);
+    if (kind[k] == kKindRans) {
+      uint8_t tbuf[kFreqTableMaxBytes];
+      const size_t tbytes = rans_write_table(freq[k], tbuf);
+      tables.insert(tables.end(), tbuf, tbuf + tbytes);
+    }
+  }
+  tables.resize(align4(tables.size()), 0);
+
+  const uint64_t prefix = kFrameHeaderSize + tables.size() + 4ull * n_blocks;
+  if (!dst && cap) return make_error(kErrBadParam, "destination is null");
+  if (cap < prefix) return make_error(kErrDstTooSmall, "destination too small for the frame header");
+
+  BlockEncTables et{};
+  std::vector<RansEncSym> enc((size_t)K * 256);
+  for (int k = 0; k < K; ++k) {
+    et.kind[k] = kind[k];
+    if (kind[k] == kKindRans) {
+      rans_build_enc(freq[k], enc.data() + (size_t)k * 256);
+      et.enc[k] = enc.data() + (size_t)k * 256;
+    }
+  }
+
+  // Blocks: each task encodes a run of blocks into its own buffer; buffers
+  // are then copied to their final offsets. Output never depends on W.
+  const uint32_t per_task = std::max<uint32_t>(1, n_blocks / (W * 8));
+  const size_t n_tasks = (n_blocks + per_task - 1) / per_task;
+  std::vector<std::vector<uint8_t>> out(n_tasks);
+  std::vector<uint32_t> sizes(n_blocks);
+  const size_t bbound = block_bound(block_elems, K);
+  const size_t scratch_bytes = block_scratch_size(block_elems, K);
+  const int zlevel = zstd_level_for(level);
+  ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+    const uint32_t b0 = (uint32_t)(t * per_task), b1 = std::min<uint32_t>(n_blocks, b0 + per_task);
+    std::vector<uint8_t>& o = out[t];
+    o.resize((size_t)(b1 - b0) * bbound);
+    uint8_t* scratch = ctx.worker_scratch(w, scratch_bytes);
+    if (dtype == kBytes && kind[0] == kKindZstd && !ctx.cctx[w]) ctx.cctx[w] = ZSTD_createCCtx();
+    size_t pos = 0;
+    for (uint32_t b = b0; b < b1; ++b) {
+      const uint32_t nb = (uint32_t)std::min<uint64_t>(block_elems, n_elems - (uint64_t)b * block_elems);
+      const uint8_t* sb = src + (uint64_t)b * block_elems * es;
+      const uint32_t crc = block_checksum(sb, (size_t)nb * es);
+      const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, kind[0], sb, nb, crc, o.data() + pos)
+                                        : encode_block(dtype, et, sb, nb, crc, scratch, o.data() + pos);
+      sizes[b] = (uint32_t)sz;
+      pos += sz;
+    }
+    o.resize(pos);
+  });
+
+  std::vector<uint64_t> task_off(n_tasks + 1);
+  task_off[0] = prefix;
+  for (size_t t = 0; t < n_tasks; ++t) task_off[t + 1] = task_off[t] + out[t].size();
+  const uint64_t total = task_off[n_tasks];
+  if (total > cap) return make_error(kErrDstTooSmall, "destination too small (" + std::to_string(cap) + " < " +
+                                                          std::to_string(total) + " bytes)");
+  ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
+    if (!out[t].empty()) memcpy(dst + task_off[t], out[t].data(), out[t].size());
+  });
+
+  FrameHeader h{};
+  h.version = kFormatVersion;
+  h.dtype = dtype;
+  h.n_streams = (uint8_t)K;
+  h.raw_size = n;
+  h.block_elems = block_elems;
+  h.n_blocks = n_blocks;
+  h.tables_size = (uint32_t)tables.size();
+  if (!tables.empty()) memcpy(dst + kFrameHeaderSize, tables.data(), tables.size());
+  uint8_t* index = dst + kFrameHeaderSize + tables.size();
+  for (uint32_t b = 0; b < n_blocks; ++b) store_le32(index + 4 * b, sizes[b]);
+  write_frame_header(dst, h);
+  uint32_t st = crc32c_update(~0u, dst, 28);
+  st = crc32c_update(st, dst + kFrameHeaderSize, prefix - kFrameHeaderSize);
+  h.header_crc = ~st;
+  write_frame_header(dst, h);
+  return (size_t)total;
+}
+
+size_t parse_prefix(const uint8_t* src, size_t n, FramePrefix* fp) {
+  if (!src) return make_error(kErrBadParam, "source is null");
+  FrameHeader& h = fp->h;
+  const int st = parse_frame_header(src, n, &h);
+  if (st == kErrSrcTruncated) return make_error(st, "frame shorter than its 32-byte header");
+  if (st == kErrBadMagic) return make_error(st, "not a tensorzip frame (bad magic)");
+  if (st == kErrBadVersion)
+    return make_error(st, "frame format version " + std::to_string(src[4]) + " is not supported (this build reads " +
+                              std::to_string(kFormatVersion) + ")");
+  if (st != kOk) return make_error(st, "corrupt frame header");
+  const uint64_t prefix = frame_prefix_size(h);
+  if (n < prefix) return make_error(kErrSrcTruncated, "frame truncated inside its header/index");
+  const uint8_t* p = src + kFrameHeaderSize;
+  const uint8_t* end = p + h.tables_size;
+  for (int k = 0; k < h.n_streams; ++k) {
+    if (p >= end) return make_error(kErrCorruptHeader, "stream table missing");
+    const uint8_t kind = *p++;
+    const bool ok = kind == kKindRaw || (h.dtype == kBytes ? kind == kKindZstd : kind == kKindRans);
+    if (!ok) return make_error(kErrCorruptHeader, "invalid stream kind");
+    fp->kind[k] = kind;
+    if (kind == kKindRans) {
+      const size_t r = rans_read_table(p, (size_t)(end - p), fp->freq[k]);
+      if (!r) return make_error(kErrCorruptHeader, "corrupt frequency table");
+      p += r;
+    }
+  }
+  if (end - p >= 4) return make_error(kErrCorruptHeader, "trailing bytes in table section");
+  for (; p < end; ++p)
+    if (*p) return make_error(kErrCorruptHeader, "non-zero padding in table section");
+  fp->index = end;
+  uint32_t crc = crc32c_update(~0u, src, 28);
+  crc = ~crc32c_update(crc, src + kFrameHeaderSize, prefix - kFrameHeaderSize);
+  if (crc != h.header_crc) return make_error(kErrChecksum, "frame header checksum mismatch");
+  const int K = h.n_streams;
+  for (uint32_t b = 0; b < h.n_blocks; ++b) {
+    const uint32_t sz = load_le32(fp->index + 4 * b);
+    if (sz % 4 || sz < block_header_size(K) || sz > block_bound(block_elem_count(h, b), K))
+      return make_error(kErrCorruptHeader, "block " + std::to_string(b) + ": invalid size in block index");
+  }
+  return (size_t)prefix;
+}
+
+namespace {
+
+struct DecTables {
+  BlockDecTables t{};
+  std::vector<uint32_t> dec;
+  explicit DecTables(const FramePrefix& fp) : dec((size_t)fp.h.n_streams * kProbScale) {
+    for (int k = 0; k < fp.h.n_streams; ++k) {
+      t.kind[k] = fp.kind[k];
+      if (fp.kind[k] == kKindRans) {
+        rans_build_dec(fp.freq[k], dec.data() + (size_t)k * kProbScale);
+        t.dec[k] = dec.data() + (size_t)k * kProbScale;
+      }
+    }
+  }
+};
+
+int decode_bytes_block(ZSTD_DCtx* dctx, uint8_t kind, const uint8_t* blk, size_t sz, uint32_t n, uint8_t* out,
+                       uint32_t* stored) {
+  const size_t hdr = block_header_size(1);
+  *stored = load_le32(blk);
+  const uint32_t w = load_le32(blk + 4);
+  const uint32_t size = stream_word_size(w);
+  const uint8_t mode = stream_word_mode(w);
+  if (align4(size) != sz - hdr) return kErrCorruptBlock;
+  const uint8_t* payload = blk + hdr;
+  for (size_t i = size; i < sz - hdr; ++i)
+    if (payload[i]) return kErrCorruptBlock;
+  if (mode == kModeRaw) {
+    if (size != n) return kErrCorruptBlock;
+    memcpy(out, payload, n);
+    return kOk;
+  }
+  if (mode != kModeZstd || kind != kKindZstd) return kErrCorruptBlock;
+  const size_t r = ZSTD_decompressDCtx(dctx, out, n, payload, size);
+  if (ZSTD_isError(r) || r != n) return kErrCorruptBlock;
+  return kOk;
+}
+
+// Decodes blocks [first, first+count) whose bytes start at `blocks`, into
+// dst (or only verifies them when dst is null).
+size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, uint32_t first, uint32_t count,
+                    uint8_t* dst, unsigned* bad_block) {
+  const FrameHeader& h = fp.h;
+  const uint32_t es = dtype_elem_size(h.dtype);
+  const int K = h.n_streams;
+  std::vector<uint64_t> off(count + 1);
+  off[0] = 0;
+  for (uint32_t i = 0; i < count; ++i) off[i + 1] = off[i] + load_le32(fp.index + 4ull * (first + i));
+  DecTables dt(fp);
+  const size_t scratch_bytes = block_scratch_size(h.block_elems, K) + (dst ? 0 : (size_t)h.block_elems * es);
+  std::atomic<uint32_t> bad{UINT32_MAX};
+  std::atomic<int> bad_status{kOk};
+  const uint32_t per_task = std::max<uint32_t>(1, count / (ctx.pool.size() * 8));
+  const size_t n_tasks = (count + per_task - 1) / per_task;
+  ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+    uint8_t* scratch = ctx.worker_scratch(w, scratch_bytes);
+    if (h.dtype == kBytes && !ctx.dctx[w]) ctx.dctx[w] = ZSTD_createDCtx();
+    const uint32_t i0 = (uint32_t)(t * per_task), i1 = std::min<uint32_t>(count, i0 + per_task);
+    for (uint32_t i = i0; i < i1; ++i) {
+      const uint32_t b = first + i;
+      const uint32_t nb = block_elem_count(h, b);
+      uint8_t* out = dst ? dst + (uint64_t)i * h.block_elems * es : scratch + block_scratch_size(h.block_elems, K);
+      uint32_t stored = 0;
+      const uint8_t* blk = blocks + off[i];
+      const size_t sz = (size_t)(off[i + 1] - off[i]);
+      int st = h.dtype == kBytes ? decode_bytes_block(ctx.dctx[w], fp.kind[0], blk, sz, nb, out, &stored)
+                                 : decode_block(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored);
+      if (st == kOk && block_checksum(out, (size_t)nb * es) != stored) st = kErrChecksum;
+      if (st != kOk) {
+        uint32_t cur = bad.load();
+        while (b < cur && !bad.compare_exchange_weak(cur, b)) {
+        }
+        if (bad.load() == b) bad_status.store(st);
+        return;
+      }
+    }
+  });
+  if (bad.load() != UINT32_MAX) {
+    const uint32_t b = bad.load();
+    if (bad_block) *bad_block = b;
+    const int st = bad_status.load() == kOk ? kErrCorruptBlock : bad_status.load();
+    return make_error(st, "block " + std::to_string(b) + ": " + status_text(st));
+  }
+  return (size_t)(off[count]);
+}
+
+}  // namespace
+
+size_t decompress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, bool write,
+                        unsigned* bad_block) {
+  FramePrefix fp;
+  const size_t prefix = parse_prefix(src, n, &fp);
+  if (is_error(prefix)) return prefix;
+  uint64_t frame = prefix;
+  for (uint32_t b = 0; b < fp.h.n_blocks; ++b) frame += load_le32(fp.index + 4ull * b);
+  if (n < frame)
+    return make_error(kErrSrcTruncated, "frame truncated: " + std::to_string(n) + " of " + std::to_string(frame) +
+                                            " bytes present");
+  if (n > frame)
+    return make_error(kErrCorruptHeader, "input has " + std::to_string(n - frame) + " bytes after the frame");
+  if (write) {
+    if (fp.h.raw_size > cap)
+      return make_error(kErrDstTooSmall, "destination holds " + std::to_string(cap) + " bytes, frame decodes to " +
+                                             std::to_string(fp.h.raw_size));
+    if (!dst && fp.h.raw_size) return make_error(kErrBadParam, "destination is null");
+  }
+  const size_t r = decode_range(ctx, fp, src + prefix, 0, fp.h.n_blocks, write ? dst : nullptr, bad_block);
+  if (is_error(r)) return r;
+  return (size_t)fp.h.raw_size;
+}
+
+size_t decompress_blocks(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* prefix, size_t prefix_size,
+                         const uint8_t* blocks, size_t blocks_size, uint32_t first, uint32_t count,
+                         unsigned* bad_block) {
+  FramePrefix fp;
+  const size_t pr = parse_prefix(prefix, prefix_size, &fp);
+  if (is_error(pr)) return pr;
+  if ((uint64_t)first + count > fp.h.n_blocks) return make_error(kErrBadParam, "block range outside the frame");
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < count; ++i) bytes += load_le32(fp.index + 4ull * (first + i));
+  if (blocks_size != bytes)
+    return make_error(kErrSrcTruncated, "block data is " + std::to_string(blocks_size) + " bytes, expected " +
+                                            std::to_string(bytes));
+  const uint32_t es = dtype_elem_size(fp.h.dtype);
+  uint64_t raw = 0;
+  for (uint32_t i = 0; i < count; ++i) raw += (uint64_t)block_elem_count(fp.h, first + i) * es;
+  if (raw > cap) return make_error(kErrDstTooSmall, "destination too small for the block range");
+  if (!dst && raw) return make_error(kErrBadParam, "destination is null");
+  const size_t r = decode_range(ctx, fp, blocks, first, count, dst, bad_block);
+  if (is_error(r)) return r;
+  return (size_t)raw;
+}
+
+}  // namespace tz::cpu
