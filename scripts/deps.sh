@@ -5,7 +5,7 @@
 set -euo pipefail
 
 APT_PKGS=(cmake ninja-build pkg-config g++ clang libzstd-dev liblz4-dev libgtest-dev libgmock-dev
-          libbenchmark-dev nlohmann-json3-dev liburing-dev zstd lz4)
+          libbenchmark-dev nlohmann-json3-dev libxxhash-dev liburing-dev zstd lz4)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

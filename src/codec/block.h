@@ -27,16 +27,32 @@ TZ_HD size_t block_scratch_size(uint32_t n, int n_streams) {
   return (size_t)n_streams * align4(n) + 2 * (size_t)align4(n);
 }
 
+// Default stream coder: the portable scalar rANS encoder of rans.h.
+struct ScalarStreamEncoder {
+  const BlockEncTables* t;
+  TZ_HD void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
+    split_fields(dtype, src, n, streams);
+  }
+  TZ_HD size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
+    return rans_encode(sym, n, t->enc[k], words, out, limit);
+  }
+};
+
 // Encodes one block whose decoded bytes have checksum `checksum` (see
 // checksum.h; computed by the caller with its fastest CRC). `out` must hold
 // block_bound(n, K) bytes. Returns the encoded size (a multiple of 4).
-TZ_HD_NOINLINE size_t encode_block(uint8_t dtype, const BlockEncTables& t, const uint8_t* src, uint32_t n,
-                                   uint32_t checksum, uint8_t* scratch, uint8_t* out) {
+// `coder(k, symbols, n, word_scratch, out, limit)` entropy-codes stream k and
+// returns its payload size, or 0 when the payload would not be < limit;
+// `coder.split` cuts elements into streams. The CPU backend passes a SIMD
+// coder that produces the same bytes.
+template <class Coder>
+TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uint8_t* src, uint32_t n,
+                               uint32_t checksum, uint8_t* scratch, uint8_t* out, const Coder& coder) {
   const int K = dtype_stream_count(dtype);
   uint8_t* streams[kMaxStreams];
   for (int k = 0; k < K; ++k) streams[k] = scratch + (size_t)k * align4(n);
   uint16_t* words = (uint16_t*)(scratch + (size_t)K * align4(n));
-  split_fields(dtype, src, n, streams);
+  coder.split(dtype, src, n, streams);
 
   store_le32(out, checksum);
   size_t pos = block_header_size(K);
@@ -44,7 +60,7 @@ TZ_HD_NOINLINE size_t encode_block(uint8_t dtype, const BlockEncTables& t, const
     size_t size = 0;
     uint8_t mode = kModeRaw;
     if (t.kind[k] == kKindRans) {
-      size = rans_encode(streams[k], n, t.enc[k], words, out + pos, n);
+      size = coder(k, streams[k], n, words, out + pos, n);
       if (size) mode = kModeRans;
     }
     if (mode == kModeRaw) {
@@ -59,17 +75,27 @@ TZ_HD_NOINLINE size_t encode_block(uint8_t dtype, const BlockEncTables& t, const
   return pos;
 }
 
-// Decodes one block of n elements into dst (n * elem_size bytes). On kOk,
-// *stored_checksum holds the checksum the encoder recorded; the caller
-// compares it with the checksum of dst. Streams in zstd mode are rejected
-// here with kErrUnsupported; the CPU backend decodes those itself.
-TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk, size_t blk_size,
-                                uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored_checksum) {
-  const int K = dtype_stream_count(dtype);
+TZ_HD size_t encode_block(uint8_t dtype, const BlockEncTables& t, const uint8_t* src, uint32_t n,
+                          uint32_t checksum, uint8_t* scratch, uint8_t* out) {
+  return encode_block_with(dtype, t, src, n, checksum, scratch, out, ScalarStreamEncoder{&t});
+}
+
+// A block's header, validated: where each stream's payload is and how it is
+// coded. Everything a decoder needs before touching payload bytes.
+struct BlockView {
+  uint32_t checksum;
+  uint8_t mode[kMaxStreams];
+  uint32_t size[kMaxStreams];
+  const uint8_t* payload[kMaxStreams];
+};
+
+// Validates the block header against the frame's stream kinds: sizes inside
+// the block, zero padding, raw payloads of exactly n bytes, rANS only where
+// the frame has a table, zstd only where the frame says so.
+TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n, BlockView* v) {
   const size_t hdr = block_header_size(K);
   if (blk_size < hdr || (blk_size & 3u)) return kErrCorruptBlock;
-  *stored_checksum = load_le32(blk);
-  const uint8_t* streams[kMaxStreams];
+  v->checksum = load_le32(blk);
   size_t pos = hdr;
   for (int k = 0; k < K; ++k) {
     const uint32_t w = load_le32(blk + 4 + 4 * k);
@@ -82,21 +108,46 @@ TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const ui
       if (payload[i] != 0) return kErrCorruptBlock;
     if (mode == kModeRaw) {
       if (size != n) return kErrCorruptBlock;
-      streams[k] = payload;
     } else if (mode == kModeRans) {
-      if (t.kind[k] != kKindRans) return kErrCorruptBlock;
-      uint8_t* s = scratch + (size_t)k * align4(n);
-      const int st = rans_decode(payload, size, n, t.dec[k], s);
-      if (st != kOk) return st;
-      streams[k] = s;
+      if (kind[k] != kKindRans) return kErrCorruptBlock;
     } else if (mode == kModeZstd) {
-      return kErrUnsupported;
+      if (kind[k] != kKindZstd) return kErrCorruptBlock;
     } else {
       return kErrCorruptBlock;
     }
+    v->mode[k] = mode;
+    v->size[k] = size;
+    v->payload[k] = payload;
     pos += padded;
   }
   if (pos != blk_size) return kErrCorruptBlock;
+  return kOk;
+}
+
+// Decodes one block of n elements into dst (n * elem_size bytes). On kOk,
+// *stored_checksum holds the checksum the encoder recorded; the caller
+// compares it with the checksum of dst. Streams in zstd mode are rejected
+// here with kErrUnsupported; the CPU backend decodes those itself.
+TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk, size_t blk_size,
+                                uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored_checksum) {
+  const int K = dtype_stream_count(dtype);
+  BlockView v;
+  const int pst = parse_block(K, t.kind, blk, blk_size, n, &v);
+  if (pst != kOk) return pst;
+  *stored_checksum = v.checksum;
+  const uint8_t* streams[kMaxStreams];
+  for (int k = 0; k < K; ++k) {
+    if (v.mode[k] == kModeRaw) {
+      streams[k] = v.payload[k];
+    } else if (v.mode[k] == kModeRans) {
+      uint8_t* s = scratch + (size_t)k * align4(n);
+      const int st = rans_decode(v.payload[k], v.size[k], n, t.dec[k], s);
+      if (st != kOk) return st;
+      streams[k] = s;
+    } else {
+      return kErrUnsupported;
+    }
+  }
   merge_fields(dtype, streams, n, dst);
   return kOk;
 }

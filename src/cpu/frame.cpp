@@ -6,10 +6,12 @@
 #include <atomic>
 #include <bit>
 #include <cstdio>
+#include <thread>
 
 #include "codec/checksum.h"
 #include "codec/cost.h"
 #include "cpu/checksum_cpu.h"
+#include "cpu/simd_x86.h"
 
 static_assert(std::endian::native == std::endian::little, "tensorzip assumes a little-endian host");
 
@@ -35,7 +37,8 @@ size_t make_error(int code, std::string detail) {
 const std::string& last_error_detail() { return g_detail; }
 
 struct Context {
-  explicit Context(unsigned threads) : pool(threads), scratch(pool.size()), cctx(pool.size()), dctx(pool.size()) {}
+  explicit Context(unsigned threads)
+      : pool(threads), scratch(pool.size()), out(pool.size()), cctx(pool.size()), dctx(pool.size()) {}
   ~Context() {
     for (auto* c : cctx) ZSTD_freeCCtx(c);
     for (auto* d : dctx) ZSTD_freeDCtx(d);
@@ -44,8 +47,13 @@ struct Context {
     if (scratch[w].size() < bytes) scratch[w].resize(bytes);
     return scratch[w].data();
   }
+  uint8_t* worker_out(unsigned w, size_t bytes) {
+    if (out[w].size() < bytes) out[w].resize(bytes);
+    return out[w].data();
+  }
   ThreadPool pool;
   std::vector<std::vector<uint8_t>> scratch;
+  std::vector<std::vector<uint8_t>> out;
   std::vector<ZSTD_CCtx*> cctx;
   std::vector<ZSTD_DCtx*> dctx;
 };
@@ -70,43 +78,53 @@ int zstd_level_for(int level) {
   return 3;
 }
 
-// Histogram of each field stream over blocks [b0, b1).
-void histogram_blocks(uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems, uint64_t b0,
-                      uint64_t b1, uint64_t (*hist)[256]) {
-  const uint64_t e0 = b0 * block_elems;
-  const uint64_t e1 = std::min<uint64_t>(n_elems, b1 * block_elems);
-  // Four sub-histograms per stream: consecutive equal symbols (common in
-  // exponents) would otherwise serialise on one counter.
-  uint32_t h[kMaxStreams][4][256] = {};
+// Byte of field stream k of element i.
+inline uint8_t stream_byte(uint8_t dtype, const uint8_t* src, uint64_t i, int k) {
   switch (dtype) {
-    case kBF16:
-      for (uint64_t i = e0; i < e1; ++i) {
-        uint8_t s0, s1;
-        split_elem_bf16(load_le16(src + 2 * i), s0, s1);
-        ++h[0][i & 3][s0];
-        ++h[1][i & 3][s1];
-      }
-      break;
-    case kF16:
-      for (uint64_t i = e0; i < e1; ++i) {
-        ++h[0][i & 3][src[2 * i + 1]];
-        ++h[1][i & 3][src[2 * i]];
-      }
-      break;
-    case kF32:
-      for (uint64_t i = e0; i < e1; ++i) {
-        uint8_t s[4];
-        split_elem_f32(load_le32(src + 4 * i), s[0], s[1], s[2], s[3]);
-        for (int k = 0; k < 4; ++k) ++h[k][i & 3][s[k]];
-      }
-      break;
-    default:
-      for (uint64_t i = e0; i < e1; ++i) ++h[0][i & 3][src[i]];
-      break;
+    case kBF16: {
+      uint8_t s0, s1;
+      split_elem_bf16(load_le16(src + 2 * i), s0, s1);
+      return k == 0 ? s0 : s1;
+    }
+    case kF16: return src[2 * i + 1 - k];
+    case kF32: {
+      uint8_t s[4];
+      split_elem_f32(load_le32(src + 4 * i), s[0], s[1], s[2], s[3]);
+      return s[k];
+    }
+    default: return src[i];
   }
-  const int K = dtype_stream_count(dtype);
-  for (int k = 0; k < K; ++k)
-    for (int s = 0; s < 256; ++s) hist[k][s] += (uint64_t)h[k][0][s] + h[k][1][s] + h[k][2][s] + h[k][3][s];
+}
+
+// Histogram of stream k over elements [e0, e1), added to hist. Four
+// sub-histograms: runs of equal symbols (common in exponents) would
+// otherwise serialise on one counter.
+template <uint8_t DT, int K>
+void histogram_stream_t(const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
+  uint32_t h[4][256] = {};
+  uint64_t i = e0;
+  for (; i + 4 <= e1; i += 4) {
+    ++h[0][stream_byte(DT, src, i, K)];
+    ++h[1][stream_byte(DT, src, i + 1, K)];
+    ++h[2][stream_byte(DT, src, i + 2, K)];
+    ++h[3][stream_byte(DT, src, i + 3, K)];
+  }
+  for (; i < e1; ++i) ++h[0][stream_byte(DT, src, i, K)];
+  for (int s = 0; s < 256; ++s) hist[s] += (uint64_t)h[0][s] + h[1][s] + h[2][s] + h[3][s];
+}
+
+void histogram_stream(uint8_t dtype, int k, const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
+  switch (dtype * 4 + k) {
+    case kBF16 * 4 + 0: return histogram_stream_t<kBF16, 0>(src, e0, e1, hist);
+    case kBF16 * 4 + 1: return histogram_stream_t<kBF16, 1>(src, e0, e1, hist);
+    case kF16 * 4 + 0: return histogram_stream_t<kF16, 0>(src, e0, e1, hist);
+    case kF16 * 4 + 1: return histogram_stream_t<kF16, 1>(src, e0, e1, hist);
+    case kF32 * 4 + 0: return histogram_stream_t<kF32, 0>(src, e0, e1, hist);
+    case kF32 * 4 + 1: return histogram_stream_t<kF32, 1>(src, e0, e1, hist);
+    case kF32 * 4 + 2: return histogram_stream_t<kF32, 2>(src, e0, e1, hist);
+    case kF32 * 4 + 3: return histogram_stream_t<kF32, 3>(src, e0, e1, hist);
+    default: return histogram_stream_t<kF8E4M3, 0>(src, e0, e1, hist);
+  }
 }
 
 // Generic (TZ_DTYPE_BYTES) block: one stream, zstd or raw.
@@ -133,6 +151,16 @@ size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8
   return hdr + padded;
 }
 
+struct SimdCoder {
+  const SimdEncTable* t;
+  void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
+    split_fields_simd(dtype, src, n, streams);
+  }
+  size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
+    return rans_encode_simd(sym, n, t[k], words, out, limit);
+  }
+};
+
 }  // namespace
 
 size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, const tz_params& p) {
@@ -153,7 +181,6 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   if (n_blocks64 > UINT32_MAX) return make_error(kErrBadParam, "too many blocks: raise block_elems");
   const uint32_t n_blocks = (uint32_t)n_blocks64;
   const int K = dtype_stream_count(dtype);
-  const unsigned W = ctx.pool.size();
 
   // Tensor-level stream kinds and tables.
   uint8_t kind[kMaxStreams] = {};
@@ -162,24 +189,66 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   if (level >= 1 && dtype == kBytes) {
     kind[0] = kKindZstd;
   } else if (level >= 1 && n_elems > 0) {
-    // Histogram: tasks of whole blocks, merged per worker, then summed.
-    std::vector<uint64_t> hist((size_t)W * kMaxStreams * 256, 0);
-    const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
-    const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
-    ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
-      const uint64_t b0 = t * per_task, b1 = std::min<uint64_t>(n_blocks, b0 + per_task);
-      histogram_blocks(dtype, src, n_elems, block_elems, b0, b1,
-                       reinterpret_cast<uint64_t(*)[256]>(hist.data() + (size_t)w * kMaxStreams * 256));
-    });
-    for (int k = 0; k < K; ++k) {
-      uint64_t counts[256] = {};
-      for (unsigned w = 0; w < W; ++w)
-        for (int s = 0; s < 256; ++s) counts[s] += hist[((size_t)w * kMaxStreams + k) * 256 + s];
-      if (rans_normalize(counts, freq[k]) == 0) continue;
-      uint8_t tbuf[kFreqTableMaxBytes];
-      const size_t tbytes = rans_write_table(freq[k], tbuf);
-      const uint64_t coded = coded_stream_bytes(counts, freq[k], n_blocks, tbytes);
-      if (stream_pays(level, coded, n_elems)) kind[k] = kKindRans;
+    // 1. A deterministic sample (the first kSampleElems elements of every
+    //    block) screens out streams that cannot pay, e.g. low mantissa
+    //    bytes, so their full histogram is never taken.
+    // 2. Full histograms of the remaining streams decide for real.
+    constexpr uint32_t kSampleElems = 4096;
+    const unsigned W = ctx.pool.size();
+    std::vector<uint64_t> hist((size_t)W * kMaxStreams * 256);
+    auto histogram_pass = [&](const bool* want, uint32_t limit) {
+      std::fill(hist.begin(), hist.end(), 0);
+      const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
+      const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+      ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+        const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
+        for (uint64_t b = t * per_task; b < b1; ++b) {
+          const uint64_t e0 = b * block_elems;
+          const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
+          for (int k = 0; k < K; ++k)
+            if (want[k]) histogram_stream(dtype, k, src, e0, e1, hist.data() + ((size_t)w * kMaxStreams + k) * 256);
+        }
+      });
+    };
+    auto merged = [&](int k, uint64_t* counts, uint64_t* total) {
+      *total = 0;
+      for (int s = 0; s < 256; ++s) {
+        counts[s] = 0;
+        for (unsigned w = 0; w < W; ++w) counts[s] += hist[((size_t)w * kMaxStreams + k) * 256 + s];
+        *total += counts[s];
+      }
+    };
+    bool want[kMaxStreams] = {};
+    bool any = false;
+    const bool sampled = block_elems > kSampleElems;
+    for (int k = 0; k < K; ++k) want[k] = true;
+    if (sampled) {
+      histogram_pass(want, kSampleElems);
+      for (int k = 0; k < K; ++k) {
+        uint64_t counts[256], total;
+        merged(k, counts, &total);
+        uint32_t f[256];
+        rans_normalize(counts, f);
+        // Table and state overheads are left out here: a stream only has to
+        // look promising on its symbols alone to get a full histogram.
+        want[k] = stream_pays(level, coded_stream_bytes(counts, f, 0, 0), total);
+        any |= want[k];
+      }
+    } else {
+      any = true;
+    }
+    if (any) {
+      histogram_pass(want, block_elems);
+      for (int k = 0; k < K; ++k) {
+        if (!want[k]) continue;
+        uint64_t counts[256], total;
+        merged(k, counts, &total);
+        if (rans_normalize(counts, freq[k]) == 0) continue;
+        uint8_t tbuf[kFreqTableMaxBytes];
+        const size_t tbytes = rans_write_table(freq[k], tbuf);
+        const uint64_t coded = coded_stream_bytes(counts, freq[k], n_blocks, tbytes);
+        if (stream_pays(level, coded, n_elems)) kind[k] = kKindRans;
+      }
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -198,51 +267,57 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
 
   BlockEncTables et{};
   std::vector<RansEncSym> enc((size_t)K * 256);
+  std::vector<SimdEncTable> senc(K);
+  const bool simd = simd_available();
   for (int k = 0; k < K; ++k) {
     et.kind[k] = kind[k];
     if (kind[k] == kKindRans) {
       rans_build_enc(freq[k], enc.data() + (size_t)k * 256);
       et.enc[k] = enc.data() + (size_t)k * 256;
+      build_simd_enc(freq[k], &senc[k]);
     }
   }
 
-  // Blocks: each task encodes a run of blocks into its own buffer; buffers
-  // are then copied to their final offsets. Output never depends on W.
-  const uint32_t per_task = std::max<uint32_t>(1, n_blocks / (W * 8));
+  // Blocks: tasks are runs of blocks handed out in order. A worker encodes
+  // its run into its own reusable buffer, waits for its turn (the previous
+  // run committed), then copies the run to its final offset. Memory stays
+  // bounded, and the output never depends on the number of workers.
+  const uint32_t per_task = std::max<uint32_t>(1, std::min<uint32_t>(16, n_blocks / (ctx.pool.size() * 8)));
   const size_t n_tasks = (n_blocks + per_task - 1) / per_task;
-  std::vector<std::vector<uint8_t>> out(n_tasks);
   std::vector<uint32_t> sizes(n_blocks);
   const size_t bbound = block_bound(block_elems, K);
   const size_t scratch_bytes = block_scratch_size(block_elems, K);
   const int zlevel = zstd_level_for(level);
+  std::atomic<size_t> turn{0};
+  uint64_t next_off = prefix;  // owned by the worker whose turn it is
+  bool overflow = false;       // likewise
   ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
     const uint32_t b0 = (uint32_t)(t * per_task), b1 = std::min<uint32_t>(n_blocks, b0 + per_task);
-    std::vector<uint8_t>& o = out[t];
-    o.resize((size_t)(b1 - b0) * bbound);
     uint8_t* scratch = ctx.worker_scratch(w, scratch_bytes);
+    uint8_t* o = ctx.worker_out(w, (size_t)per_task * bbound);
     if (dtype == kBytes && kind[0] == kKindZstd && !ctx.cctx[w]) ctx.cctx[w] = ZSTD_createCCtx();
     size_t pos = 0;
     for (uint32_t b = b0; b < b1; ++b) {
       const uint32_t nb = (uint32_t)std::min<uint64_t>(block_elems, n_elems - (uint64_t)b * block_elems);
       const uint8_t* sb = src + (uint64_t)b * block_elems * es;
       const uint32_t crc = block_checksum(sb, (size_t)nb * es);
-      const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, kind[0], sb, nb, crc, o.data() + pos)
-                                        : encode_block(dtype, et, sb, nb, crc, scratch, o.data() + pos);
+      const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, kind[0], sb, nb, crc, o + pos)
+                        : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{senc.data()})
+                               : encode_block(dtype, et, sb, nb, crc, scratch, o + pos);
       sizes[b] = (uint32_t)sz;
       pos += sz;
     }
-    o.resize(pos);
+    while (turn.load(std::memory_order_acquire) != t) std::this_thread::yield();
+    if (!overflow && next_off + pos <= cap)
+      memcpy(dst + next_off, o, pos);
+    else
+      overflow = true;
+    next_off += pos;
+    turn.store(t + 1, std::memory_order_release);
   });
-
-  std::vector<uint64_t> task_off(n_tasks + 1);
-  task_off[0] = prefix;
-  for (size_t t = 0; t < n_tasks; ++t) task_off[t + 1] = task_off[t] + out[t].size();
-  const uint64_t total = task_off[n_tasks];
-  if (total > cap) return make_error(kErrDstTooSmall, "destination too small (" + std::to_string(cap) + " < " +
-                                                          std::to_string(total) + " bytes)");
-  ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
-    if (!out[t].empty()) memcpy(dst + task_off[t], out[t].data(), out[t].size());
-  });
+  const uint64_t total = next_off;
+  if (overflow) return make_error(kErrDstTooSmall, "destination too small (" + std::to_string(cap) + " < " +
+                                                       std::to_string(total) + " bytes)");
 
   FrameHeader h{};
   h.version = kFormatVersion;
@@ -343,6 +418,35 @@ int decode_bytes_block(ZSTD_DCtx* dctx, uint8_t kind, const uint8_t* blk, size_t
   return kOk;
 }
 
+// decode_block with the SIMD kernels: same validation (parse_block), same
+// output, and the common BF16 layout (exponents coded, sign|mantissa raw)
+// decoded and merged in one pass.
+int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk, size_t sz, uint32_t n,
+                      uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
+  const int K = dtype_stream_count(dtype);
+  BlockView v;
+  const int pst = parse_block(K, t.kind, blk, sz, n, &v);
+  if (pst != kOk) return pst;
+  *stored = v.checksum;
+  if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw)
+    return rans_decode_bf16_simd(v.payload[0], v.size[0], n, t.dec[0], v.payload[1], dst);
+  const uint8_t* streams[kMaxStreams];
+  for (int k = 0; k < K; ++k) {
+    if (v.mode[k] == kModeRaw) {
+      streams[k] = v.payload[k];
+    } else if (v.mode[k] == kModeRans) {
+      uint8_t* s = scratch + (size_t)k * align4(n);
+      const int st = rans_decode_simd(v.payload[k], v.size[k], n, t.dec[k], s);
+      if (st != kOk) return st;
+      streams[k] = s;
+    } else {
+      return kErrUnsupported;
+    }
+  }
+  merge_fields_simd(dtype, streams, n, dst);
+  return kOk;
+}
+
 // Decodes blocks [first, first+count) whose bytes start at `blocks`, into
 // dst (or only verifies them when dst is null).
 size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, uint32_t first, uint32_t count,
@@ -355,6 +459,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
   for (uint32_t i = 0; i < count; ++i) off[i + 1] = off[i] + load_le32(fp.index + 4ull * (first + i));
   DecTables dt(fp);
   const size_t scratch_bytes = block_scratch_size(h.block_elems, K) + (dst ? 0 : (size_t)h.block_elems * es);
+  const bool simd = simd_available();
   std::atomic<uint32_t> bad{UINT32_MAX};
   std::atomic<int> bad_status{kOk};
   const uint32_t per_task = std::max<uint32_t>(1, count / (ctx.pool.size() * 8));
@@ -371,7 +476,8 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       const uint8_t* blk = blocks + off[i];
       const size_t sz = (size_t)(off[i + 1] - off[i]);
       int st = h.dtype == kBytes ? decode_bytes_block(ctx.dctx[w], fp.kind[0], blk, sz, nb, out, &stored)
-                                 : decode_block(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored);
+                 : simd ? decode_block_simd(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored)
+                        : decode_block(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored);
       if (st == kOk && block_checksum(out, (size_t)nb * es) != stored) st = kErrChecksum;
       if (st != kOk) {
         uint32_t cur = bad.load();

@@ -1,0 +1,299 @@
+#include "cpu/simd_x86.h"
+
+#include <cstdlib>
+
+#include "codec/fields.h"
+#include "codec/rans.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define TZ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,bmi,bmi2,popcnt")))
+#endif
+
+namespace tz::cpu {
+
+#if defined(__x86_64__)
+
+bool simd_available() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2") &&
+                         std::getenv("TZ_NO_SIMD") == nullptr;
+  return ok;
+}
+
+namespace {
+
+// One decode step for 16 lanes: returns the 16 symbols (one per 32-bit
+// lane) and advances *p past the words the lanes consumed, in lane order.
+TZ_AVX512 inline __m512i dec16(__m512i& x, const uint32_t* dec, const uint8_t*& p) {
+  const __m512i e = _mm512_i32gather_epi32(_mm512_and_si512(x, _mm512_set1_epi32(kProbScale - 1)), dec, 4);
+  const __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), _mm512_set1_epi32(0xFFF)),
+                                     _mm512_set1_epi32(1));
+  x = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x, kProbBits)), _mm512_srli_epi32(e, 20));
+  const __mmask16 m = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32((int)kRansL));
+  const __m512i w = _mm512_maskz_expand_epi32(m, _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)));
+  x = _mm512_mask_or_epi32(x, m, _mm512_slli_epi32(x, 16), w);
+  p += 2 * (size_t)_mm_popcnt_u32(m);
+  return _mm512_and_si512(e, _mm512_set1_epi32(0xFF));
+}
+
+// Shared driver: SIMD while a whole step is guaranteed in bounds, then the
+// scalar tail with the same lane order and checks as tz::rans_decode.
+// emit(step_base, half, syms32) stores 16 symbols; emit(i, sym) one.
+template <class Emit>
+TZ_AVX512 int decode_driver(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const Emit& emit) {
+  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  __m512i x0 = _mm512_loadu_si512(in);
+  __m512i x1 = _mm512_loadu_si512(in + 64);
+  const uint8_t* p = in + kRansStateBytes;
+  const uint8_t* const end = in + size;
+  const uint32_t full_steps = n / kLanes;
+  uint32_t s = 0;
+  // Each half reads 32 bytes at most; 64 left covers both halves.
+  for (; s < full_steps && end - p >= 64; ++s) {
+    const uint32_t base = s * kLanes;
+    emit(base, 0, dec16(x0, dec, p));
+    emit(base, 1, dec16(x1, dec, p));
+  }
+  alignas(64) uint32_t x[kLanes];
+  _mm512_store_si512(x, x0);
+  _mm512_store_si512(x + 16, x1);
+  const uint32_t n_steps = (n + kLanes - 1) / kLanes;
+  for (; s < n_steps; ++s) {
+    const uint32_t base = s * kLanes;
+    const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
+    for (uint32_t l = 0; l < here; ++l) {
+      uint32_t xl = x[l];
+      emit(base + l, rans_dec_sym(xl, dec));
+      if (xl < kRansL) {
+        if (end - p < 2) return kErrCorruptBlock;
+        xl = (xl << 16) | load_le16(p);
+        p += 2;
+      }
+      x[l] = xl;
+    }
+  }
+  if (p != end) return kErrCorruptBlock;
+  for (int l = 0; l < kLanes; ++l)
+    if (x[l] != kRansL) return kErrCorruptBlock;
+  return kOk;
+}
+
+}  // namespace
+
+// Emitters for decode_driver (structs, not lambdas: GCC does not give a
+// lambda its enclosing function's target attribute).
+struct EmitBytes {
+  uint8_t* out;
+  TZ_AVX512 void operator()(uint32_t base, int half, __m512i sym) const {
+    _mm_storeu_si128((__m128i*)(out + base + 16 * half), _mm512_cvtepi32_epi8(sym));
+  }
+  TZ_AVX512 void operator()(uint32_t i, uint32_t sym) const { out[i] = (uint8_t)sym; }
+};
+
+struct EmitBF16 {
+  uint8_t* out;
+  const uint8_t* mant;
+  TZ_AVX512 void operator()(uint32_t base, int half, __m512i sym) const {
+    const uint32_t i = base + 16 * half;
+    const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(mant + i)));
+    const __m512i v = _mm512_or_si512(
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(m, _mm512_set1_epi32(0x80)), 8), _mm512_slli_epi32(sym, 7)),
+        _mm512_and_si512(m, _mm512_set1_epi32(0x7F)));
+    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)i), _mm512_cvtepi32_epi16(v));
+  }
+  TZ_AVX512 void operator()(uint32_t i, uint32_t sym) const {
+    store_le16(out + 2 * (size_t)i, merge_elem_bf16((uint8_t)sym, mant[i]));
+  }
+};
+
+TZ_AVX512 int rans_decode_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out) {
+  return decode_driver(in, size, n, dec, EmitBytes{out});
+}
+
+TZ_AVX512 int rans_decode_bf16_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                                    const uint8_t* mant, uint8_t* out) {
+  return decode_driver(in, size, n, dec, EmitBF16{out, mant});
+}
+
+void build_simd_enc(const uint32_t* freq, SimdEncTable* t) {
+  uint32_t start = 0;
+  for (int s = 0; s < 256; ++s) {
+    t->freq_start[s] = freq[s] | ((freq[s] ? start : 0u) << 13);
+    t->inv[s] = freq[s] ? 1.0 / (double)freq[s] : 0.0;
+    start += freq[s];
+  }
+}
+
+namespace {
+
+// One encode step for 16 lanes (symbols sp[0..15]); words go below *wp in
+// ascending lane order, as the scalar encoder's descending pushes leave them.
+//
+// q = floor(x / f) is computed as trunc((x + 0.5) * (1/f)) in double: after
+// renormalisation x < f * 2^20, so the quotient is below 2^20 + 1 and the
+// relative error of two roundings (<= 2^-52) is below 2^-31 in absolute
+// terms, while (x + 0.5) / f is at least 0.5/f >= 2^-13 away from an
+// integer. The result is exact, hence identical to the scalar encoder.
+TZ_AVX512 inline void enc16(__m512i& x, const uint8_t* sp, const SimdEncTable& t, uint16_t*& wp) {
+  const __m512i sy = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)sp));
+  const __m512i fs = _mm512_i32gather_epi32(sy, t.freq_start, 4);
+  const __m512i f = _mm512_and_si512(fs, _mm512_set1_epi32(0x1FFF));
+  const __m512i st = _mm512_srli_epi32(fs, 13);
+  const __mmask16 m = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(x, 20), f);
+  const unsigned cnt = (unsigned)_mm_popcnt_u32(m);
+  const __m256i w = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(m, x));
+  wp -= cnt;
+  _mm256_mask_storeu_epi16(wp, (__mmask16)((1u << cnt) - 1u), w);
+  x = _mm512_mask_srli_epi32(x, m, x, 16);
+  const __m256i sy_lo = _mm512_castsi512_si256(sy);
+  const __m256i sy_hi = _mm512_extracti64x4_epi64(sy, 1);
+  const __m512d inv_lo = _mm512_i32gather_pd(sy_lo, t.inv, 8);
+  const __m512d inv_hi = _mm512_i32gather_pd(sy_hi, t.inv, 8);
+  const __m512d half = _mm512_set1_pd(0.5);
+  const __m512d x_lo = _mm512_add_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), half);
+  const __m512d x_hi = _mm512_add_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), half);
+  const __m256i q_lo = _mm512_cvttpd_epu32(_mm512_mul_pd(x_lo, inv_lo));
+  const __m256i q_hi = _mm512_cvttpd_epu32(_mm512_mul_pd(x_hi, inv_hi));
+  const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q_lo), q_hi, 1);
+  x = _mm512_add_epi32(_mm512_add_epi32(x, st),
+                       _mm512_mullo_epi32(q, _mm512_sub_epi32(_mm512_set1_epi32((int)kProbScale), f)));
+}
+
+}  // namespace
+
+TZ_AVX512 size_t rans_encode_simd(const uint8_t* sym, uint32_t n, const SimdEncTable& t, uint16_t* words,
+                                  uint8_t* out, size_t limit) {
+  uint16_t* const wend = words + n;
+  uint16_t* wp = wend;
+  alignas(64) uint32_t x[kLanes];
+  for (int l = 0; l < kLanes; ++l) x[l] = kRansL;
+  const uint32_t full_steps = n / kLanes;
+  // The partial last step is encoded first (steps run backwards), scalar.
+  if (n % kLanes) {
+    const uint32_t base = full_steps * kLanes;
+    for (uint32_t l = n - base; l-- > 0;) {
+      const uint8_t s = sym[base + l];
+      RansEncSym e;
+      e.freq = t.freq_start[s] & 0x1FFFu;
+      e.start = t.freq_start[s] >> 13;
+      e.rcp = ((UINT64_C(1) << 44) + e.freq - 1) / e.freq;
+      x[l] = rans_enc_put(x[l], e, &wp);
+    }
+  }
+  __m512i x0 = _mm512_load_si512(x);
+  __m512i x1 = _mm512_load_si512(x + 16);
+  for (uint32_t s = full_steps; s-- > 0;) {
+    const uint8_t* sp = sym + (size_t)s * kLanes;
+    enc16(x1, sp + 16, t, wp);
+    enc16(x0, sp, t, wp);
+  }
+  const size_t n_words = (size_t)(wend - wp);
+  const size_t size = kRansStateBytes + 2 * n_words;
+  if (size >= limit) return 0;
+  _mm512_storeu_si512(out, x0);
+  _mm512_storeu_si512(out + 64, x1);
+  memcpy(out + kRansStateBytes, wp, 2 * n_words);
+  return size;
+}
+
+// The portable loops, inlined here so the compiler vectorises them with
+// AVX-512 (the out-of-line copies elsewhere stay baseline x86-64).
+TZ_AVX512 void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
+  switch (dtype) {
+    case kBF16: {
+      uint8_t* __restrict s0 = streams[0];
+      uint8_t* __restrict s1 = streams[1];
+      const uint16_t* v = (const uint16_t*)src;
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint16_t x = v[i];
+        s0[i] = (uint8_t)(x >> 7);
+        s1[i] = (uint8_t)(((x >> 8) & 0x80u) | (x & 0x7Fu));
+      }
+      break;
+    }
+    case kF16: {
+      uint8_t* __restrict s0 = streams[0];
+      uint8_t* __restrict s1 = streams[1];
+      const uint16_t* v = (const uint16_t*)src;
+      for (uint32_t i = 0; i < n; ++i) {
+        s0[i] = (uint8_t)(v[i] >> 8);
+        s1[i] = (uint8_t)v[i];
+      }
+      break;
+    }
+    case kF32: {
+      uint8_t* __restrict s0 = streams[0];
+      uint8_t* __restrict s1 = streams[1];
+      uint8_t* __restrict s2 = streams[2];
+      uint8_t* __restrict s3 = streams[3];
+      const uint32_t* v = (const uint32_t*)src;
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t x = v[i];
+        s0[i] = (uint8_t)(x >> 23);
+        s1[i] = (uint8_t)(((x >> 24) & 0x80u) | ((x >> 16) & 0x7Fu));
+        s2[i] = (uint8_t)(x >> 8);
+        s3[i] = (uint8_t)x;
+      }
+      break;
+    }
+    default:
+      memcpy(streams[0], src, n);
+  }
+}
+
+TZ_AVX512 void merge_fields_simd(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst) {
+  switch (dtype) {
+    case kBF16: {
+      const uint8_t* __restrict s0 = streams[0];
+      const uint8_t* __restrict s1 = streams[1];
+      uint16_t* __restrict v = (uint16_t*)dst;
+      for (uint32_t i = 0; i < n; ++i)
+        v[i] = (uint16_t)(((uint32_t)(s1[i] & 0x80u) << 8) | ((uint32_t)s0[i] << 7) | (s1[i] & 0x7Fu));
+      break;
+    }
+    case kF16: {
+      const uint8_t* __restrict s0 = streams[0];
+      const uint8_t* __restrict s1 = streams[1];
+      uint16_t* __restrict v = (uint16_t*)dst;
+      for (uint32_t i = 0; i < n; ++i) v[i] = (uint16_t)(((uint32_t)s0[i] << 8) | s1[i]);
+      break;
+    }
+    case kF32: {
+      const uint8_t* __restrict s0 = streams[0];
+      const uint8_t* __restrict s1 = streams[1];
+      const uint8_t* __restrict s2 = streams[2];
+      const uint8_t* __restrict s3 = streams[3];
+      uint32_t* __restrict v = (uint32_t*)dst;
+      for (uint32_t i = 0; i < n; ++i)
+        v[i] = ((uint32_t)(s1[i] & 0x80u) << 24) | ((uint32_t)s0[i] << 23) | ((uint32_t)(s1[i] & 0x7Fu) << 16) |
+               ((uint32_t)s2[i] << 8) | s3[i];
+      break;
+    }
+    default:
+      memcpy(dst, streams[0], n);
+  }
+}
+
+#else  // not x86-64: no SIMD kernels; callers use the portable code.
+
+bool simd_available() { return false; }
+int rans_decode_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out) {
+  return rans_decode(in, size, n, dec, out);
+}
+int rans_decode_bf16_simd(const uint8_t*, size_t, uint32_t, const uint32_t*, const uint8_t*, uint8_t*) {
+  return kErrUnsupported;
+}
+void build_simd_enc(const uint32_t*, SimdEncTable*) {}
+size_t rans_encode_simd(const uint8_t*, uint32_t, const SimdEncTable&, uint16_t*, uint8_t*, size_t) { return 0; }
+void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
+  split_fields(dtype, src, n, streams);
+}
+void merge_fields_simd(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst) {
+  merge_fields(dtype, streams, n, dst);
+}
+
+#endif
+
+}  // namespace tz::cpu
