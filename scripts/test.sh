@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds everything (CUDA code too when nvcc is installed) and runs every test.
+# This is the command .ci/run calls. GPU tests skip themselves without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/deps.sh
+JOBS="${TZ_JOBS:-$(nproc)}"
+cmake --preset default
+cmake --build --preset default -j "$JOBS"
+ctest --preset default -j "$JOBS"
+if [ -d python/tests ]; then
+  ./scripts/python-test.sh
+fi
