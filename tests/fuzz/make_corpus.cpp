@@ -1,0 +1,154 @@
+// Writes the seed corpus of the fuzz targets from the real tensors in
+// tests/data (deterministic; the output is committed in tests/fuzz/corpus):
+//   decompress/  small valid frames of every dtype and level, and damaged
+//                copies of some of them (bit flips, truncation, trailing
+//                bytes, edited header fields, swapped index entries)
+//   roundtrip/   one control byte + real bytes (and special values) that
+//                fuzz_roundtrip compresses as every dtype
+// Usage: tz_make_corpus OUT_DIR   (e.g. tests/fuzz/corpus)
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tensorzip/tensorzip.h"
+#include "tz_test_data.h"
+
+using tzt::Bytes;
+
+namespace {
+
+std::filesystem::path g_out;
+
+void write(const std::string& sub, const std::string& name, const Bytes& b) {
+  const auto dir = g_out / sub;
+  std::filesystem::create_directories(dir);
+  std::ofstream f(dir / name, std::ios::binary | std::ios::trunc);
+  f.write((const char*)b.data(), (std::streamsize)b.size());
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", (dir / name).c_str());
+    std::exit(1);
+  }
+}
+
+Bytes compress(const Bytes& src, tz_dtype dt, int level, unsigned block_elems) {
+  Bytes out(tz_compress_bound(src.size()));
+  tz_params p{};
+  p.dtype = dt;
+  p.level = level;
+  p.block_elems = block_elems;
+  p.threads = 1;
+  const size_t r = tz_compress(out.data(), out.size(), src.data(), src.size(), &p);
+  if (tz_is_error(r)) {
+    std::fprintf(stderr, "compress failed: %s\n", tz_last_error_detail());
+    std::exit(1);
+  }
+  out.resize(r);
+  return out;
+}
+
+size_t elem_size(tz_dtype dt) { return dt == TZ_DTYPE_F32 ? 4 : (dt == TZ_DTYPE_BF16 || dt == TZ_DTYPE_F16) ? 2 : 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  g_out = argv[1];
+  const Bytes bf16 = tzt::concat(tzt::bf16_slice());
+  const Bytes f32 = tzt::concat(tzt::fp32_slice());
+  const std::vector<float> w = tzt::as_floats_bf16(bf16);
+  // Real data of each dtype: the stored BF16 / FP32 tensors and casts of them.
+  std::vector<std::pair<tz_dtype, Bytes>> data = {
+      {TZ_DTYPE_BYTES, f32},
+      {TZ_DTYPE_BF16, bf16},
+      {TZ_DTYPE_F16, tzt::to_f16(w)},
+      {TZ_DTYPE_F32, f32},
+      {TZ_DTYPE_F8_E4M3, tzt::to_f8_e4m3(std::vector<float>(w.begin(), w.end()))},
+      {TZ_DTYPE_F8_E5M2, tzt::to_f8_e5m2(w)},
+  };
+  // FP8 of raw weights (|w| < 1) uses only the low codes; scale like FP8
+  // quantisation does so all exponents appear.
+  for (auto& [dt, b] : data) {
+    if (dt != TZ_DTYPE_F8_E4M3 && dt != TZ_DTYPE_F8_E5M2) continue;
+    std::vector<float> s(w.size());
+    for (size_t i = 0; i < w.size(); ++i) s[i] = w[i] * (dt == TZ_DTYPE_F8_E4M3 ? 1500.0f : 150000.0f);
+    b = dt == TZ_DTYPE_F8_E4M3 ? tzt::to_f8_e4m3(s) : tzt::to_f8_e5m2(s);
+  }
+
+  int n_files = 0;
+  for (const auto& [dt, src] : data) {
+    const std::string name = tz_dtype_name(dt);
+    const size_t es = elem_size(dt);
+    struct V {
+      size_t elems;
+      int level;
+    };
+    for (const V& v : {V{0, 1}, V{1, 1}, V{100, 2}, V{100, -1}, V{4096 + 50, 1}, V{4096 + 50, 3}}) {
+      const Bytes in(src.begin() + 4096, src.begin() + 4096 + (ptrdiff_t)(v.elems * es));
+      const Bytes frame = compress(in, dt, v.level, 4096);
+      write("decompress", "valid-" + name + "-" + std::to_string(v.elems) + "-l" + std::to_string(v.level), frame);
+      ++n_files;
+      if (v.elems != 4096 + 50 || v.level != 1) continue;
+      // Damaged copies of the two-block frame.
+      const size_t pr = tz_frame_prefix_size(frame.data(), frame.size());
+      auto mut = [&](const std::string& what, Bytes f) {
+        write("decompress", "mut-" + name + "-" + what, f);
+        ++n_files;
+      };
+      Bytes f = frame;
+      f[frame.size() / 2] ^= 0x08;
+      mut("payload-bit", f);
+      f = frame;
+      f[pr - 4] ^= 0x04;  // last index entry
+      mut("index", f);
+      f = frame;
+      f[40] ^= 0x01;  // tables
+      mut("table", f);
+      f = frame;
+      f[28] ^= 0x80;  // header CRC
+      mut("header-crc", f);
+      mut("truncated", Bytes(frame.begin(), frame.end() - 3));
+      mut("prefix-only", Bytes(frame.begin(), frame.begin() + (ptrdiff_t)pr));
+      f = frame;
+      f.push_back(0);
+      mut("trailing", f);
+      f = frame;
+      f[16] = 0;
+      f[17] = 0x20;  // block_elems 8192
+      mut("block-elems", f);
+      f = frame;
+      for (int k = 0; k < 4; ++k) std::swap(f[pr - 8 + k], f[pr - 4 + k]);  // index entries swapped
+      mut("index-swap", f);
+    }
+  }
+  // Round-trip inputs: control byte (level = c % 5 - 1, block 4096 << ((c >> 3) & 3)).
+  for (const auto& [dt, src] : data) {
+    if (dt == TZ_DTYPE_BYTES) continue;
+    const std::string name = tz_dtype_name(dt);
+    for (const auto& [ctl, n] : std::vector<std::pair<uint8_t, size_t>>{{1, 257}, {2, 1000}, {3, 9001}, {4, 64}}) {
+      Bytes in(1, ctl);
+      in.insert(in.end(), src.begin() + 100, src.begin() + 100 + (ptrdiff_t)n);
+      write("roundtrip", name + "-" + std::to_string(n) + "-c" + std::to_string(ctl), in);
+      ++n_files;
+    }
+  }
+  {
+    // Special FP32 values (NaN payloads, infinities, signed zeros, subnormals).
+    const uint32_t sp[] = {0, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7FA5A5A5u, 1,
+                           0x007FFFFFu, 0x00800000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0xFFFFFFFFu};
+    Bytes in(1, 2);
+    for (int rep = 0; rep < 20; ++rep)
+      for (uint32_t v : sp)
+        for (int k = 0; k < 4; ++k) in.push_back((uint8_t)(v >> (8 * k)));
+    write("roundtrip", "specials-f32", in);
+    write("roundtrip", "empty", Bytes(1, 0));
+    write("roundtrip", "zeros", Bytes(5000, 0));
+    n_files += 3;
+  }
+  std::printf("wrote %d files under %s\n", n_files, argv[1]);
+  return 0;
+}

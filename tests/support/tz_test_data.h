@@ -1,0 +1,62 @@
+// Test data for the codec suite: a minimal safetensors reader for the real
+// checkpoint slices in tests/data, float casts with round-to-nearest-even
+// (to derive FP16 and FP8 tensors from real FP32/BF16 values), and a
+// counter-mode hash stream for incompressible bytes. No GoogleTest here, so
+// the fuzz corpus generator can use it too.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tzt {
+
+using Bytes = std::vector<uint8_t>;
+
+struct Tensor {
+  std::string name;
+  std::string dtype;  // safetensors spelling: "BF16", "F32", ...
+  std::vector<uint64_t> shape;
+  Bytes data;
+};
+
+// Reads every tensor of a safetensors file, in data-offset order. Throws
+// std::runtime_error on a malformed file.
+std::vector<Tensor> read_safetensors(const std::string& path);
+
+// tests/data/<file>, cached after the first call.
+const std::vector<Tensor>& bf16_slice();  // fixture-slice-bf16.safetensors
+const std::vector<Tensor>& fp32_slice();  // fixture-slice-fp32.safetensors
+const Tensor& find_tensor(const std::vector<Tensor>& ts, const std::string& name);
+
+// All tensors of a slice back to back.
+Bytes concat(const std::vector<Tensor>& ts);
+// The first n bytes of `src` repeated as often as needed.
+Bytes tile(const Bytes& src, size_t n);
+
+// Real values as other dtypes (little-endian element bytes).
+std::vector<float> as_floats_f32(const Bytes& f32_bytes);
+std::vector<float> as_floats_bf16(const Bytes& bf16_bytes);
+Bytes to_f16(const std::vector<float>& v);
+Bytes to_bf16(const std::vector<float>& v);
+Bytes to_f8_e4m3(const std::vector<float>& v);
+Bytes to_f8_e5m2(const std::vector<float>& v);
+
+// Round-to-nearest-even casts of one value. NaN stays NaN (sign kept,
+// quiet); overflow gives inf, except E4M3 (the "fn" variant: no inf, one
+// NaN code per sign, max 448) where it gives NaN, as torch's cast does.
+uint16_t f32_to_bf16(float f);
+uint16_t f32_to_f16(float f);
+uint8_t f32_to_e4m3(float f);
+uint8_t f32_to_e5m2(float f);
+// Exact value of a code (NaN for NaN codes).
+double f16_to_double(uint16_t h);
+double e4m3_to_double(uint8_t b);
+double e5m2_to_double(uint8_t b);
+float bf16_to_f32(uint16_t h);
+
+// Counter-mode hash (splitmix64 of seed + i): statistically random bytes.
+Bytes hash_stream(size_t n, uint64_t seed);
+uint64_t splitmix64(uint64_t x);
+
+}  // namespace tzt

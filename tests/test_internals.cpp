@@ -1,0 +1,308 @@
+// Unit tests of the smaller codec pieces: CRC32C and the block checksum,
+// the fixed-point log2 of the cost model, the field split, and the error
+// names of the C ABI.
+#include <cmath>
+#include <set>
+#include <thread>
+
+#include "codec/checksum.h"
+#include "codec/cost.h"
+#include "codec/fields.h"
+#include "codec/rans.h"
+#include "cpu/checksum_cpu.h"
+#include "tz_test_util.h"
+
+using namespace tzt;
+
+namespace {
+
+// ------------------------------------------------------------- checksums --
+
+struct CrcTable {
+  uint32_t t[256];
+  CrcTable() { tz::crc32c_make_table(t); }
+};
+const CrcTable kTable;
+
+// Bit-at-a-time CRC32C, straight from the definition (reflected 0x82F63B78).
+uint32_t crc32c_bitwise(const uint8_t* p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+TEST(Crc32c, StandardCheckValues) {
+  const uint8_t* check = (const uint8_t*)"123456789";
+  EXPECT_EQ(tz::crc32c(check, 9, kTable.t), 0xE3069283u);
+  EXPECT_EQ(tz::cpu::crc32c(check, 9), 0xE3069283u);
+  EXPECT_EQ(crc32c_bitwise(check, 9), 0xE3069283u);
+  // RFC 3720 (iSCSI) B.4 test vectors.
+  uint8_t buf[32];
+  memset(buf, 0, 32);
+  EXPECT_EQ(tz::cpu::crc32c(buf, 32), 0x8A9136AAu);
+  memset(buf, 0xFF, 32);
+  EXPECT_EQ(tz::cpu::crc32c(buf, 32), 0x62A8AB43u);
+  for (int i = 0; i < 32; ++i) buf[i] = (uint8_t)i;
+  EXPECT_EQ(tz::cpu::crc32c(buf, 32), 0x46DD794Eu);
+  for (int i = 0; i < 32; ++i) buf[i] = (uint8_t)(31 - i);
+  EXPECT_EQ(tz::cpu::crc32c(buf, 32), 0x113FDB5Cu);
+  EXPECT_EQ(tz::cpu::crc32c(nullptr, 0), 0u);
+  std::printf("  hardware CRC32C: %s\n", tz::cpu::crc32c_hw_available() ? "yes" : "no");
+}
+
+TEST(Crc32c, ImplementationsAgree) {
+  const Bytes data = hash_stream(100000, 7);
+  for (size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4096, 99999}) {
+    for (size_t misalign : {0, 1, 3, 5}) {
+      if (n + misalign > data.size()) continue;
+      const uint8_t* p = data.data() + misalign;
+      const uint32_t ref = crc32c_bitwise(p, n);
+      ASSERT_EQ(tz::crc32c(p, n, kTable.t), ref) << n;
+      ASSERT_EQ(tz::cpu::crc32c(p, n), ref) << n << " misaligned by " << misalign;
+      // Incremental updates over any split equal the one-shot CRC.
+      const size_t cut = n / 3;
+      uint32_t st = tz::cpu::crc32c_update(~0u, p, cut);
+      st = tz::cpu::crc32c_update(st, p + cut, n - cut);
+      ASSERT_EQ(~st, ref);
+      uint32_t st2 = tz::crc32c_update(~0u, p, cut, kTable.t);
+      st2 = tz::crc32c_update(st2, p + cut, n - cut, kTable.t);
+      ASSERT_EQ(~st2, ref);
+    }
+  }
+}
+
+// Block checksum = CRC32C of the LE32 CRC32Cs of 4096-byte segments
+// (src/codec/checksum.h). Fast CPU version vs the portable reference vs a
+// third version written here from that definition.
+TEST(BlockChecksum, CpuMatchesReference) {
+  const Bytes data = hash_stream(5 * 4096 * 4 + 100, 11);
+  std::vector<size_t> lengths = {0, 1, 3, 4095, 4096, 4097, 8192, 3 * 4096 - 1, 3 * 4096, 3 * 4096 + 1,
+                                 6 * 4096, 7 * 4096 + 5, 5 * 4096 * 4};
+  for (uint64_t i = 0; i < 60; ++i) lengths.push_back(splitmix64(i) % (data.size() - 8));
+  for (size_t n : lengths) {
+    for (size_t misalign : {0, 1, 6}) {
+      const uint8_t* p = data.data() + misalign;
+      const uint32_t ref = tz::block_checksum_ref(p, n, kTable.t);
+      ASSERT_EQ(tz::cpu::block_checksum(p, n), ref) << "length " << n << " misaligned by " << misalign;
+      Bytes list;
+      for (size_t off = 0; off < n; off += 4096) {
+        const uint32_t c = crc32c_bitwise(p + off, std::min<size_t>(4096, n - off));
+        for (int k = 0; k < 4; ++k) list.push_back((uint8_t)(c >> (8 * k)));
+      }
+      ASSERT_EQ(crc32c_bitwise(list.data(), list.size()), ref) << "length " << n;
+    }
+  }
+  // Any single-bit change anywhere in a block changes its checksum.
+  Bytes blk(3 * 4096 + 77);
+  memcpy(blk.data(), data.data(), blk.size());
+  const uint32_t base = tz::cpu::block_checksum(blk.data(), blk.size());
+  for (size_t bit = 0; bit < 8 * blk.size(); bit += 13) {
+    blk[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    ASSERT_NE(tz::cpu::block_checksum(blk.data(), blk.size()), base) << "bit " << bit;
+    blk[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+  }
+}
+
+// ------------------------------------------------------------- log2_fix16 --
+
+TEST(CostModel, Log2Fix16WithinTwoToMinus15) {
+  const double tol = std::ldexp(1.0, -15);
+  auto check = [&](uint32_t v) {
+    const double got = tz::log2_fix16(v) / 65536.0;
+    const double want = std::log2((double)v);
+    ASSERT_NEAR(got, want, tol) << "v = " << v;
+    ASSERT_LE(got, want + 1e-12) << "v = " << v << ": not truncated";
+  };
+  for (uint32_t v = 1; v <= 70000; ++v) check(v);
+  for (int k = 0; k < 32; ++k) {
+    check(1u << k);
+    EXPECT_EQ(tz::log2_fix16(1u << k), (uint32_t)k << 16);
+    if (k > 1) {
+      check((1u << k) - 1);
+      check((1u << k) + 1);
+    }
+  }
+  check(0xFFFFFFFFu);
+  for (uint64_t i = 0; i < 100000; ++i) check((uint32_t)(splitmix64(i) | 1));
+}
+
+TEST(CostModel, EstimateTracksActualCodedSize) {
+  // The cost model decides whether a stream is coded: its estimate must be
+  // close to what rans_encode actually produces.
+  const Bytes& src = real_data(TZ_DTYPE_BF16);
+  const size_t n = src.size() / 2;
+  Bytes expo(n);
+  for (size_t i = 0; i < n; ++i) expo[i] = (uint8_t)(((src[2 * i + 1] << 8 | src[2 * i]) >> 7) & 0xFF);
+  std::array<uint64_t, 256> counts{};
+  for (uint8_t s : expo) ++counts[s];
+  std::array<uint32_t, 256> freq{};
+  tz::rans_normalize(counts.data(), freq.data());
+  std::vector<tz::RansEncSym> enc(256);
+  tz::rans_build_enc(freq.data(), enc.data());
+  const uint32_t B = 65536;
+  const uint64_t n_blocks = (n + B - 1) / B;
+  uint64_t actual = 0;
+  std::vector<uint16_t> words(B);
+  Bytes out(tz::kRansStateBytes + 2 * B);
+  for (size_t b0 = 0; b0 < n; b0 += B) {
+    const uint32_t nb = (uint32_t)std::min<size_t>(B, n - b0);
+    const size_t sz = tz::rans_encode(expo.data() + b0, nb, enc.data(), words.data(), out.data(), SIZE_MAX);
+    ASSERT_GT(sz, 0u);
+    actual += sz;
+  }
+  uint8_t tbuf[tz::kFreqTableMaxBytes];
+  const size_t tbytes = tz::rans_write_table(freq.data(), tbuf);
+  const uint64_t est = tz::coded_stream_bytes(counts.data(), freq.data(), n_blocks, tbytes);
+  EXPECT_GE(est + 64 * n_blocks, actual + tbytes) << "estimate " << est << ", actual " << actual;
+  EXPECT_LE(est, (actual + tbytes) * 1.01 + 200) << "estimate " << est << ", actual " << actual;
+}
+
+TEST(CostModel, StreamPaysPolicy) {
+  // Level 1: at least 1% saved. Level 2 and 3: any saving.
+  EXPECT_FALSE(tz::stream_pays(1, 99, 100));
+  EXPECT_TRUE(tz::stream_pays(1, 98, 100));
+  EXPECT_FALSE(tz::stream_pays(1, 100, 100));
+  EXPECT_TRUE(tz::stream_pays(2, 99, 100));
+  EXPECT_FALSE(tz::stream_pays(2, 100, 100));
+  EXPECT_TRUE(tz::stream_pays(3, 0, 1));
+  EXPECT_FALSE(tz::stream_pays(1, UINT64_C(1) << 50, UINT64_C(1) << 50));
+}
+
+// ------------------------------------------------------------ field split --
+
+TEST(Fields, SplitMergeInverseForAll16BitValues) {
+  Bytes all(65536 * 2);
+  for (uint32_t v = 0; v < 65536; ++v) {
+    all[2 * v] = (uint8_t)v;
+    all[2 * v + 1] = (uint8_t)(v >> 8);
+    uint8_t s0, s1;
+    tz::split_elem_bf16((uint16_t)v, s0, s1);
+    // doc/format.md 4: S0 = exponent, S1 = sign << 7 | mantissa.
+    ASSERT_EQ(s0, (v >> 7) & 0xFF);
+    ASSERT_EQ(s1, ((v >> 15) << 7) | (v & 0x7F));
+    ASSERT_EQ(tz::merge_elem_bf16(s0, s1), v);
+  }
+  for (uint8_t dt : {tz::kBF16, tz::kF16}) {
+    Bytes s0(65536), s1(65536), back(all.size());
+    uint8_t* streams[4] = {s0.data(), s1.data(), nullptr, nullptr};
+    tz::split_fields(dt, all.data(), 65536, streams);
+    for (uint32_t v = 0; v < 65536; ++v) {
+      if (dt == tz::kF16) {
+        ASSERT_EQ(s0[v], v >> 8);  // sign, exponent, top two mantissa bits
+        ASSERT_EQ(s1[v], v & 0xFF);
+      } else {
+        ASSERT_EQ(s0[v], (v >> 7) & 0xFF);
+      }
+    }
+    const uint8_t* cstreams[4] = {s0.data(), s1.data(), nullptr, nullptr};
+    tz::merge_fields(dt, cstreams, 65536, back.data());
+    ASSERT_EQ(back, all) << "dtype " << (int)dt;
+  }
+}
+
+TEST(Fields, SplitMergeInverseForFloat32AndBytes) {
+  const size_t n = 300000;
+  Bytes src = hash_stream(4 * n, 5);
+  const uint32_t specials[] = {0, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00001u, 1, 0x7F7FFFFFu, 0xFFFFFFFFu};
+  memcpy(src.data(), specials, sizeof specials);
+  Bytes s[4] = {Bytes(n), Bytes(n), Bytes(n), Bytes(n)};
+  uint8_t* streams[4] = {s[0].data(), s[1].data(), s[2].data(), s[3].data()};
+  tz::split_fields(tz::kF32, src.data(), (uint32_t)n, streams);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t v;
+    memcpy(&v, src.data() + 4 * i, 4);
+    ASSERT_EQ(s[0][i], (v >> 23) & 0xFF);
+    ASSERT_EQ(s[1][i], ((v >> 31) << 7) | ((v >> 16) & 0x7F));
+    ASSERT_EQ(s[2][i], (v >> 8) & 0xFF);
+    ASSERT_EQ(s[3][i], v & 0xFF);
+  }
+  Bytes back(src.size());
+  const uint8_t* cs[4] = {s[0].data(), s[1].data(), s[2].data(), s[3].data()};
+  tz::merge_fields(tz::kF32, cs, (uint32_t)n, back.data());
+  ASSERT_EQ(back, src);
+  for (uint8_t dt : {tz::kBytes, tz::kF8E4M3, tz::kF8E5M2}) {
+    Bytes one(n), b2(n);
+    uint8_t* st[4] = {one.data(), nullptr, nullptr, nullptr};
+    tz::split_fields(dt, src.data(), (uint32_t)n, st);
+    ASSERT_TRUE(std::equal(one.begin(), one.end(), src.begin()));
+    const uint8_t* cst[4] = {one.data(), nullptr, nullptr, nullptr};
+    tz::merge_fields(dt, cst, (uint32_t)n, b2.data());
+    ASSERT_TRUE(std::equal(b2.begin(), b2.end(), src.begin()));
+  }
+}
+
+TEST(Fields, DtypeTablesMatchPublicEnum) {
+  static_assert((int)tz::kBytes == TZ_DTYPE_BYTES && (int)tz::kBF16 == TZ_DTYPE_BF16 &&
+                (int)tz::kF16 == TZ_DTYPE_F16 && (int)tz::kF32 == TZ_DTYPE_F32 &&
+                (int)tz::kF8E4M3 == TZ_DTYPE_F8_E4M3 && (int)tz::kF8E5M2 == TZ_DTYPE_F8_E5M2);
+  for (tz_dtype dt : kAllDtypes) {
+    EXPECT_EQ(tz::dtype_elem_size((uint8_t)dt), elem_size(dt));
+    EXPECT_GE(tz::dtype_stream_count((uint8_t)dt), 1);
+    EXPECT_LE(tz::dtype_stream_count((uint8_t)dt), tz::kMaxStreams);
+  }
+}
+
+// ---------------------------------------------------------------- errors --
+
+TEST(Errors, EveryCodeHasADistinctName) {
+  std::set<std::string> names;
+  for (int c = 0; c < TZ_ERROR_MAX_CODE; ++c) {
+    const char* name = tz_error_code_name((tz_error_code)c);
+    ASSERT_NE(name, nullptr);
+    EXPECT_STRNE(name, "") << c;
+    EXPECT_TRUE(names.insert(name).second) << "duplicate name '" << name << "' for code " << c;
+  }
+  // Codes outside the enum still get a (non-colliding) name.
+  const char* unknown = tz_error_code_name(TZ_ERROR_MAX_CODE);
+  ASSERT_NE(unknown, nullptr);
+  EXPECT_EQ(names.count(unknown), 0u);
+  EXPECT_NE(tz_error_code_name((tz_error_code)-5), nullptr);
+}
+
+TEST(Errors, FoldedCodes) {
+  for (int c = 1; c < TZ_ERROR_MAX_CODE; ++c) {
+    const size_t r = (size_t)0 - (size_t)c;
+    EXPECT_TRUE(tz_is_error(r)) << c;
+    EXPECT_EQ(tz_get_error_code(r), (tz_error_code)c);
+    EXPECT_STREQ(tz_get_error_name(r), tz_error_code_name((tz_error_code)c));
+  }
+  for (size_t ok : {size_t(0), size_t(1), size_t(1) << 40, SIZE_MAX / 2, (size_t)0 - 64}) {
+    EXPECT_FALSE(tz_is_error(ok)) << ok;
+    EXPECT_EQ(tz_get_error_code(ok), TZ_OK);
+  }
+  // The internal status codes are the public ones.
+  static_assert((int)tz::kErrChecksum == TZ_ERROR_CHECKSUM && (int)tz::kErrCorruptBlock == TZ_ERROR_CORRUPT_BLOCK &&
+                (int)tz::kErrBadMagic == TZ_ERROR_BAD_MAGIC && (int)tz::kErrBadVersion == TZ_ERROR_BAD_VERSION &&
+                (int)tz::kErrAlloc == TZ_ERROR_ALLOCATION && (int)tz::kErrSrcTruncated == TZ_ERROR_SRC_TRUNCATED &&
+                (int)tz::kErrCorruptHeader == TZ_ERROR_CORRUPT_HEADER && (int)tz::kErrBadParam == TZ_ERROR_BAD_PARAMETER &&
+                (int)tz::kErrDstTooSmall == TZ_ERROR_DST_TOO_SMALL && (int)tz::kErrUnsupported == TZ_ERROR_UNSUPPORTED);
+}
+
+TEST(Errors, DtypeNamesAndVersion) {
+  std::set<std::string> names;
+  for (tz_dtype dt : kAllDtypes) {
+    const std::string n = tz_dtype_name(dt);
+    EXPECT_FALSE(n.empty());
+    EXPECT_TRUE(names.insert(n).second) << n;
+  }
+  EXPECT_EQ(names.count(tz_dtype_name((tz_dtype)99)), 0u);
+  EXPECT_EQ(tz_version_number(), (unsigned)(TZ_VERSION_MAJOR * 10000 + TZ_VERSION_MINOR * 100 + TZ_VERSION_PATCH));
+}
+
+TEST(Errors, DetailIsPerThreadAndDescribesTheError) {
+  uint8_t junk[64] = {'T', 'Z', 'F', 'R', 9};
+  uint8_t out[16];
+  const size_t r = tz_decompress(out, sizeof out, junk, sizeof junk, 1);
+  ASSERT_EQ(tz_get_error_code(r), TZ_ERROR_BAD_VERSION);
+  const std::string detail = tz_last_error_detail();
+  EXPECT_NE(detail.find("9"), std::string::npos) << detail;
+  std::string other = "unset";
+  std::thread([&] { other = tz_last_error_detail(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_EQ(std::string(tz_last_error_detail()), detail);
+}
+
+}  // namespace
