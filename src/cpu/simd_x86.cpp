@@ -38,46 +38,92 @@ TZ_AVX512 inline __m512i dec16(__m512i& x, const uint32_t* dec, const uint8_t*& 
   return _mm512_and_si512(e, _mm512_set1_epi32(0xFF));
 }
 
-// Shared driver: SIMD while a whole step is guaranteed in bounds, then the
-// scalar tail with the same lane order and checks as tz::rans_decode.
+// Decoder of one stream as a resumable state, so that two independent
+// streams can be stepped in lockstep: each step is a chain of dependent
+// instructions (gather -> multiply -> compare -> expand), and two streams
+// give the out-of-order core twice as many independent chains.
 // emit(step_base, half, syms32) stores 16 symbols; emit(i, sym) one.
 template <class Emit>
-TZ_AVX512 int decode_driver(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const Emit& emit) {
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
-  __m512i x0 = _mm512_loadu_si512(in);
-  __m512i x1 = _mm512_loadu_si512(in + 64);
-  const uint8_t* p = in + kRansStateBytes;
-  const uint8_t* const end = in + size;
-  const uint32_t full_steps = n / kLanes;
-  uint32_t s = 0;
+struct StreamDec {
+  __m512i x0, x1;
+  const uint8_t* p;
+  const uint8_t* end;
+  const uint32_t* dec;
+  uint32_t n, s, full_steps;
+  Emit emit;
+
+  TZ_AVX512 int init(const uint8_t* in, size_t size, uint32_t n_, const uint32_t* dec_) {
+    if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+    x0 = _mm512_loadu_si512(in);
+    x1 = _mm512_loadu_si512(in + 64);
+    p = in + kRansStateBytes;
+    end = in + size;
+    dec = dec_;
+    n = n_;
+    s = 0;
+    full_steps = n / kLanes;
+    return kOk;
+  }
   // Each half reads 32 bytes at most; 64 left covers both halves.
-  for (; s < full_steps && end - p >= 64; ++s) {
+  TZ_AVX512 bool fast() const { return s < full_steps && end - p >= 64; }
+  TZ_AVX512 void step() {
     const uint32_t base = s * kLanes;
     emit(base, 0, dec16(x0, dec, p));
     emit(base, 1, dec16(x1, dec, p));
+    ++s;
   }
-  alignas(64) uint32_t x[kLanes];
-  _mm512_store_si512(x, x0);
-  _mm512_store_si512(x + 16, x1);
-  const uint32_t n_steps = (n + kLanes - 1) / kLanes;
-  for (; s < n_steps; ++s) {
-    const uint32_t base = s * kLanes;
-    const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
-    for (uint32_t l = 0; l < here; ++l) {
-      uint32_t xl = x[l];
-      emit(base + l, rans_dec_sym(xl, dec));
-      if (xl < kRansL) {
-        if (end - p < 2) return kErrCorruptBlock;
-        xl = (xl << 16) | load_le16(p);
-        p += 2;
+  // Scalar tail with the same lane order and checks as tz::rans_decode.
+  TZ_AVX512 int finish() {
+    while (fast()) step();
+    alignas(64) uint32_t x[kLanes];
+    _mm512_store_si512(x, x0);
+    _mm512_store_si512(x + 16, x1);
+    const uint32_t n_steps = (n + kLanes - 1) / kLanes;
+    for (; s < n_steps; ++s) {
+      const uint32_t base = s * kLanes;
+      const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
+      for (uint32_t l = 0; l < here; ++l) {
+        uint32_t xl = x[l];
+        emit(base + l, rans_dec_sym(xl, dec));
+        if (xl < kRansL) {
+          if (end - p < 2) return kErrCorruptBlock;
+          xl = (xl << 16) | load_le16(p);
+          p += 2;
+        }
+        x[l] = xl;
       }
-      x[l] = xl;
     }
+    if (p != end) return kErrCorruptBlock;
+    for (int l = 0; l < kLanes; ++l)
+      if (x[l] != kRansL) return kErrCorruptBlock;
+    return kOk;
   }
-  if (p != end) return kErrCorruptBlock;
-  for (int l = 0; l < kLanes; ++l)
-    if (x[l] != kRansL) return kErrCorruptBlock;
-  return kOk;
+};
+
+template <class Emit>
+TZ_AVX512 int decode_one(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const Emit& emit) {
+  StreamDec<Emit> d{};
+  d.emit = emit;
+  const int st = d.init(in, size, n, dec);
+  return st != kOk ? st : d.finish();
+}
+
+template <class Emit>
+TZ_AVX512 void decode_two(const uint8_t* in_a, size_t size_a, uint32_t n_a, const uint32_t* dec_a, const Emit& emit_a,
+                          int* st_a, const uint8_t* in_b, size_t size_b, uint32_t n_b, const uint32_t* dec_b,
+                          const Emit& emit_b, int* st_b) {
+  StreamDec<Emit> a{}, b{};
+  a.emit = emit_a;
+  b.emit = emit_b;
+  *st_a = a.init(in_a, size_a, n_a, dec_a);
+  *st_b = b.init(in_b, size_b, n_b, dec_b);
+  if (*st_a == kOk && *st_b == kOk)
+    while (a.fast() && b.fast()) {
+      a.step();
+      b.step();
+    }
+  if (*st_a == kOk) *st_a = a.finish();
+  if (*st_b == kOk) *st_b = b.finish();
 }
 
 }  // namespace
@@ -109,19 +155,28 @@ struct EmitBF16 {
 };
 
 TZ_AVX512 int rans_decode_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out) {
-  return decode_driver(in, size, n, dec, EmitBytes{out});
+  return decode_one(in, size, n, dec, EmitBytes{out});
 }
 
 TZ_AVX512 int rans_decode_bf16_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
                                     const uint8_t* mant, uint8_t* out) {
-  return decode_driver(in, size, n, dec, EmitBF16{out, mant});
+  return decode_one(in, size, n, dec, EmitBF16{out, mant});
+}
+
+TZ_AVX512 void rans_decode2_simd(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
+  decode_two(a.in, a.size, a.n, a.dec, EmitBytes{a.out}, st_a, b.in, b.size, b.n, b.dec, EmitBytes{b.out}, st_b);
+}
+
+TZ_AVX512 void rans_decode2_bf16_simd(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
+                                      const uint8_t* mant_b, int* st_b) {
+  decode_two(a.in, a.size, a.n, a.dec, EmitBF16{a.out, mant_a}, st_a, b.in, b.size, b.n, b.dec,
+             EmitBF16{b.out, mant_b}, st_b);
 }
 
 void build_simd_enc(const uint32_t* freq, SimdEncTable* t) {
   uint32_t start = 0;
   for (int s = 0; s < 256; ++s) {
     t->freq_start[s] = freq[s] | ((freq[s] ? start : 0u) << 13);
-    t->inv[s] = freq[s] ? 1.0 / (double)freq[s] : 0.0;
     start += freq[s];
   }
 }
@@ -131,11 +186,12 @@ namespace {
 // One encode step for 16 lanes (symbols sp[0..15]); words go below *wp in
 // ascending lane order, as the scalar encoder's descending pushes leave them.
 //
-// q = floor(x / f) is computed as trunc((x + 0.5) * (1/f)) in double: after
-// renormalisation x < f * 2^20, so the quotient is below 2^20 + 1 and the
-// relative error of two roundings (<= 2^-52) is below 2^-31 in absolute
-// terms, while (x + 0.5) / f is at least 0.5/f >= 2^-13 away from an
-// integer. The result is exact, hence identical to the scalar encoder.
+// q = floor(x / f) without a division or a table of reciprocals: after
+// renormalisation x < f * 2^20, so x / f < 2^20. In single precision,
+// float(x) * (1/f refined by one Newton step from rcp14) has a relative
+// error below 2^-22, i.e. an absolute error below 0.25, so its truncation is
+// q - 1, q or q + 1; one signed correction of the remainder makes it exact.
+// The result is therefore identical to the scalar encoder's.
 TZ_AVX512 inline void enc16(__m512i& x, const uint8_t* sp, const SimdEncTable& t, uint16_t*& wp) {
   const __m512i sy = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)sp));
   const __m512i fs = _mm512_i32gather_epi32(sy, t.freq_start, 4);
@@ -147,18 +203,18 @@ TZ_AVX512 inline void enc16(__m512i& x, const uint8_t* sp, const SimdEncTable& t
   wp -= cnt;
   _mm256_mask_storeu_epi16(wp, (__mmask16)((1u << cnt) - 1u), w);
   x = _mm512_mask_srli_epi32(x, m, x, 16);
-  const __m256i sy_lo = _mm512_castsi512_si256(sy);
-  const __m256i sy_hi = _mm512_extracti64x4_epi64(sy, 1);
-  const __m512d inv_lo = _mm512_i32gather_pd(sy_lo, t.inv, 8);
-  const __m512d inv_hi = _mm512_i32gather_pd(sy_hi, t.inv, 8);
-  const __m512d half = _mm512_set1_pd(0.5);
-  const __m512d x_lo = _mm512_add_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), half);
-  const __m512d x_hi = _mm512_add_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), half);
-  const __m256i q_lo = _mm512_cvttpd_epu32(_mm512_mul_pd(x_lo, inv_lo));
-  const __m256i q_hi = _mm512_cvttpd_epu32(_mm512_mul_pd(x_hi, inv_hi));
-  const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q_lo), q_hi, 1);
-  x = _mm512_add_epi32(_mm512_add_epi32(x, st),
-                       _mm512_mullo_epi32(q, _mm512_sub_epi32(_mm512_set1_epi32((int)kProbScale), f)));
+  const __m512 ff = _mm512_cvtepi32_ps(f);
+  __m512 r = _mm512_rcp14_ps(ff);
+  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(ff, r, _mm512_set1_ps(2.0f)));
+  __m512i q = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_cvtepu32_ps(x), r));
+  __m512i rem = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f));
+  const __mmask16 lo = _mm512_cmplt_epi32_mask(rem, _mm512_setzero_si512());
+  q = _mm512_mask_sub_epi32(q, lo, q, _mm512_set1_epi32(1));
+  rem = _mm512_mask_add_epi32(rem, lo, rem, f);
+  const __mmask16 hi = _mm512_cmpge_epi32_mask(rem, f);
+  q = _mm512_mask_add_epi32(q, hi, q, _mm512_set1_epi32(1));
+  rem = _mm512_mask_sub_epi32(rem, hi, rem, f);
+  x = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, kProbBits), rem), st);
 }
 
 }  // namespace
@@ -196,6 +252,65 @@ TZ_AVX512 size_t rans_encode_simd(const uint8_t* sym, uint32_t n, const SimdEncT
   _mm512_storeu_si512(out + 64, x1);
   memcpy(out + kRansStateBytes, wp, 2 * n_words);
   return size;
+}
+
+namespace {
+template <class Get>
+TZ_AVX512 inline void minmax_loop(uint32_t n, const Get& get, uint8_t* lo, uint8_t* hi) {
+  uint8_t a = 255, b = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint8_t v = get(i);
+    a = v < a ? v : a;
+    b = v > b ? v : b;
+  }
+  *lo = a;
+  *hi = b;
+}
+struct GetBF16 {
+  const uint16_t* v; int k;
+  TZ_AVX512 uint8_t operator()(uint32_t i) const {
+    return k == 0 ? (uint8_t)(v[i] >> 7) : (uint8_t)(((v[i] >> 8) & 0x80u) | (v[i] & 0x7Fu));
+  }
+};
+struct GetF32 {
+  const uint32_t* v; int k;
+  TZ_AVX512 uint8_t operator()(uint32_t i) const {
+    const uint32_t x = v[i];
+    switch (k) {
+      case 0: return (uint8_t)(x >> 23);
+      case 1: return (uint8_t)(((x >> 24) & 0x80u) | ((x >> 16) & 0x7Fu));
+      case 2: return (uint8_t)(x >> 8);
+      default: return (uint8_t)x;
+    }
+  }
+};
+struct GetBytes {
+  const uint8_t* v; int stride, off;
+  TZ_AVX512 uint8_t operator()(uint32_t i) const { return v[(size_t)i * stride + off]; }
+};
+}  // namespace
+
+TZ_AVX512 void stream_minmax_simd(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi) {
+  switch (dtype) {
+    case kBF16: {
+      const uint16_t* v = (const uint16_t*)src;
+      if (k == 0)
+        minmax_loop(n, GetBF16{v, 0}, lo, hi);
+      else
+        minmax_loop(n, GetBF16{v, 1}, lo, hi);
+      break;
+    }
+    case kF32: {
+      const uint32_t* v = (const uint32_t*)src;
+      if (k == 0) minmax_loop(n, GetF32{v, 0}, lo, hi);
+      else if (k == 1) minmax_loop(n, GetF32{v, 1}, lo, hi);
+      else if (k == 2) minmax_loop(n, GetF32{v, 2}, lo, hi);
+      else minmax_loop(n, GetF32{v, 3}, lo, hi);
+      break;
+    }
+    case kF16: minmax_loop(n, GetBytes{src, 2, 1 - k}, lo, hi); break;
+    default: minmax_loop(n, GetBytes{src, 1, 0}, lo, hi); break;
+  }
 }
 
 // The portable loops, inlined here so the compiler vectorises them with
@@ -285,6 +400,14 @@ int rans_decode_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t*
 int rans_decode_bf16_simd(const uint8_t*, size_t, uint32_t, const uint32_t*, const uint8_t*, uint8_t*) {
   return kErrUnsupported;
 }
+void rans_decode2_simd(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
+  *st_a = rans_decode(a.in, a.size, a.n, a.dec, a.out);
+  *st_b = rans_decode(b.in, b.size, b.n, b.dec, b.out);
+}
+void rans_decode2_bf16_simd(const RansStream&, const uint8_t*, int* st_a, const RansStream&, const uint8_t*,
+                            int* st_b) {
+  *st_a = *st_b = kErrUnsupported;
+}
 void build_simd_enc(const uint32_t*, SimdEncTable*) {}
 size_t rans_encode_simd(const uint8_t*, uint32_t, const SimdEncTable&, uint16_t*, uint8_t*, size_t) { return 0; }
 void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
@@ -292,6 +415,10 @@ void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* c
 }
 void merge_fields_simd(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst) {
   merge_fields(dtype, streams, n, dst);
+}
+void stream_minmax_simd(uint8_t, int, const uint8_t*, uint32_t, uint8_t* lo, uint8_t* hi) {
+  *lo = 0;
+  *hi = 255;
 }
 
 #endif
