@@ -1,0 +1,423 @@
+// tensorzip._tensorzip: the nanobind layer under the `tensorzip` Python
+// package. It only moves bytes: the package (python/tensorzip) decides dtypes,
+// shapes and file layouts. Every function takes or fills objects that export
+// the buffer protocol (bytes, bytearray, memoryview, NumPy arrays, torch CPU
+// tensors seen through .numpy()), so no tensor data is copied on the way in
+// or out, and the GIL is released while coding or doing file I/O.
+//
+// Errors: codec calls raise tensorzip.TensorZipError (or CorruptDataError)
+// carrying tz_get_error_name() and tz_last_error_detail(); container calls
+// map tz::container::Error kinds onto exception classes created here.
+#include <Python.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tensorzip/tensorzip.h"
+#ifdef TZ_PY_HAVE_CONTAINER
+#include "tensorzip/container.hpp"
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// Exception classes (created in module init, owned by the module).
+PyObject* g_error = nullptr;          // TensorZipError(Exception)
+PyObject* g_corrupt = nullptr;        // CorruptDataError(TensorZipError, ValueError)
+PyObject* g_usage = nullptr;          // UsageError(TensorZipError, ValueError)
+PyObject* g_io = nullptr;             // TensorZipIOError(TensorZipError, OSError)
+PyObject* g_exists = nullptr;         // TensorZipExistsError(TensorZipError, FileExistsError)
+
+// A C++ exception that becomes a given Python exception class.
+struct PyErrorOf : std::runtime_error {
+  PyObject* type;
+  PyErrorOf(PyObject* t, const std::string& msg) : std::runtime_error(msg), type(t) {}
+};
+
+// Throws for a codec error code; call with the GIL held or not (no Python API).
+[[noreturn]] void throw_codec(size_t code, const char* what) {
+  const tz_error_code ec = tz_get_error_code(code);
+  std::string msg = std::string(what) + ": " + tz_get_error_name(code);
+  const char* detail = tz_last_error_detail();
+  if (detail && *detail) msg += std::string(" (") + detail + ")";
+  PyObject* type = g_error;
+  switch (ec) {
+    case TZ_ERROR_SRC_TRUNCATED:
+    case TZ_ERROR_BAD_MAGIC:
+    case TZ_ERROR_BAD_VERSION:
+    case TZ_ERROR_CORRUPT_HEADER:
+    case TZ_ERROR_CORRUPT_BLOCK:
+    case TZ_ERROR_CHECKSUM:
+      type = g_corrupt;
+      break;
+    case TZ_ERROR_BAD_PARAMETER:
+      type = g_usage;
+      break;
+    default:
+      break;
+  }
+  throw PyErrorOf(type, msg);
+}
+
+// RAII view of an object's buffer (C-contiguous; writable when asked).
+class BufferView {
+ public:
+  BufferView(nb::handle obj, bool writable, const char* name) {
+    const int flags = writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) : PyBUF_C_CONTIGUOUS;
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
+      PyErr_Clear();
+      throw PyErrorOf(PyExc_TypeError, std::string(name) + " must be a C-contiguous " +
+                                           (writable ? "writable " : "") +
+                                           "object with the buffer protocol (bytes, bytearray, memoryview, "
+                                           "numpy array)");
+    }
+    held_ = true;
+  }
+  ~BufferView() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  const uint8_t* data() const { return static_cast<const uint8_t*>(view_.buf); }
+  uint8_t* wdata() { return static_cast<uint8_t*>(view_.buf); }
+  size_t size() const { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+};
+
+// Contexts (thread pool + scratch) reused across calls, per thread count:
+// many small tensors must not pay thread start-up each time. A context is
+// taken out of the pool for the duration of one call, so concurrent Python
+// threads never share one.
+class CtxPool {
+ public:
+  struct Lease {
+    CtxPool* pool;
+    unsigned threads;
+    tz_ctx* ctx;
+    ~Lease() { pool->give_back(threads, ctx); }
+  };
+  Lease take(unsigned threads) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& v = free_[threads];
+      if (!v.empty()) {
+        tz_ctx* c = v.back();
+        v.pop_back();
+        return Lease{this, threads, c};
+      }
+    }
+    tz_ctx* c = tz_ctx_create(threads);
+    if (!c) throw PyErrorOf(PyExc_MemoryError, "tensorzip: cannot create a coding context");
+    return Lease{this, threads, c};
+  }
+  void give_back(unsigned threads, tz_ctx* c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& v = free_[threads];
+    if (v.size() < 4)
+      v.push_back(c);
+    else
+      tz_ctx_free(c);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<unsigned, std::vector<tz_ctx*>> free_;
+};
+
+CtxPool& ctx_pool() {
+  static CtxPool* pool = new CtxPool();  // never destroyed: contexts may outlive interpreter teardown order
+  return *pool;
+}
+
+tz_params make_params(int dtype, int level, unsigned block_elems) {
+  if (dtype < TZ_DTYPE_BYTES || dtype > TZ_DTYPE_F8_E5M2)
+    throw PyErrorOf(g_usage, "unknown codec dtype " + std::to_string(dtype));
+  if (level < -1 || level > 3) throw PyErrorOf(g_usage, "level must be -1 (store), 0 (default), 1, 2 or 3");
+  tz_params p{};
+  p.dtype = static_cast<tz_dtype>(dtype);
+  p.level = level;
+  p.block_elems = block_elems;
+  return p;
+}
+
+// prefix + one codec frame of `data`, as a new bytes object.
+nb::bytes compress(nb::handle prefix_obj, nb::handle data_obj, int dtype, int level, unsigned block_elems,
+                   unsigned threads) {
+  const tz_params params = make_params(dtype, level, block_elems);
+  BufferView prefix(prefix_obj, false, "prefix");
+  BufferView data(data_obj, false, "data");
+  const size_t bound = tz_compress_bound(data.size());
+  if (bound > static_cast<size_t>(PY_SSIZE_T_MAX) - prefix.size())
+    throw PyErrorOf(g_usage, "tensor too large");
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(prefix.size() + bound));
+  if (!out) throw nb::python_error();
+  nb::object owner = nb::steal(out);
+  char* dst = PyBytes_AS_STRING(out);
+  std::memcpy(dst, prefix.data(), prefix.size());
+  size_t r;
+  {
+    nb::gil_scoped_release nogil;
+    auto lease = ctx_pool().take(threads);
+    r = tz_ctx_compress(lease.ctx, dst + prefix.size(), bound, data.data(), data.size(), &params);
+  }
+  if (tz_is_error(r)) throw_codec(r, "compression failed");
+  PyObject* tmp = owner.release().ptr();
+  if (_PyBytes_Resize(&tmp, static_cast<Py_ssize_t>(prefix.size() + r)) != 0) throw nb::python_error();
+  return nb::steal<nb::bytes>(tmp);
+}
+
+// Decodes the frame src[offset:] (it must end the buffer) into dst, which must
+// have exactly the frame's raw size. Returns the number of bytes written.
+size_t decompress_into(nb::handle src_obj, size_t offset, nb::handle dst_obj, unsigned threads) {
+  BufferView src(src_obj, false, "data");
+  BufferView dst(dst_obj, true, "out");
+  if (offset > src.size()) throw PyErrorOf(g_corrupt, "truncated input: frame offset past the end");
+  size_t r;
+  {
+    nb::gil_scoped_release nogil;
+    auto lease = ctx_pool().take(threads);
+    r = tz_ctx_decompress(lease.ctx, dst.wdata(), dst.size(), src.data() + offset, src.size() - offset);
+  }
+  if (tz_is_error(r)) throw_codec(r, "decompression failed");
+  if (r != dst.size())
+    throw PyErrorOf(g_corrupt, "decompression failed: frame holds " + std::to_string(r) +
+                                   " bytes but the tensor needs " + std::to_string(dst.size()));
+  return r;
+}
+
+nb::dict frame_info(nb::handle src_obj, size_t offset) {
+  BufferView src(src_obj, false, "data");
+  if (offset > src.size()) throw PyErrorOf(g_corrupt, "truncated input: frame offset past the end");
+  tz_frame_info info{};
+  const size_t r = tz_frame_inspect(src.data() + offset, src.size() - offset, &info);
+  if (tz_is_error(r)) throw_codec(r, "invalid frame");
+  nb::dict d;
+  d["format_version"] = info.format_version;
+  d["dtype"] = static_cast<int>(info.dtype);
+  d["dtype_name"] = tz_dtype_name(info.dtype);
+  d["n_streams"] = info.n_streams;
+  d["block_elems"] = info.block_elems;
+  d["n_blocks"] = info.n_blocks;
+  d["raw_size"] = info.raw_size;
+  d["prefix_size"] = info.prefix_size;
+  d["frame_size"] = info.frame_size;
+  return d;
+}
+
+#ifdef TZ_PY_HAVE_CONTAINER
+namespace tc = tz::container;
+
+[[noreturn]] void rethrow_container(const tc::Error& e) {
+  PyObject* type = g_error;
+  switch (e.kind()) {
+    case tc::ErrorKind::kUsage: type = g_usage; break;
+    case tc::ErrorKind::kBadInput: type = g_corrupt; break;
+    case tc::ErrorKind::kIO: type = g_io; break;
+    case tc::ErrorKind::kExists: type = g_exists; break;
+    case tc::ErrorKind::kInternal: type = g_error; break;
+  }
+  throw PyErrorOf(type, e.what());
+}
+
+template <class F>
+auto guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const tc::Error& e) {
+    rethrow_container(e);
+  }
+}
+
+nb::tuple container_compress_file(const std::string& in, const std::string& out, int level, unsigned block_elems,
+                                  unsigned threads, uint64_t chunk_bytes, bool force) {
+  tc::WriteOptions opt;
+  opt.level = level;
+  opt.block_elems = block_elems;
+  opt.threads = threads;
+  if (chunk_bytes) opt.chunk_bytes = chunk_bytes;
+  opt.force = force;
+  tc::PassStats st;
+  {
+    nb::gil_scoped_release nogil;
+    st = guarded([&] { return tc::compress_file(in, out, opt); });
+  }
+  return nb::make_tuple(st.raw_bytes, st.file_bytes);
+}
+
+// Python-side handle of an open .tzip file. Calls on one Reader are
+// serialised by a mutex (the C++ Reader is not meant for concurrent use).
+class PyReader {
+ public:
+  PyReader(const std::string& path, unsigned threads) {
+    nb::gil_scoped_release nogil;
+    r_ = guarded([&] { return std::make_unique<tc::Reader>(path, threads); });
+  }
+  void close() {
+    nb::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    r_.reset();
+  }
+  bool closed() const { return !r_; }
+  tc::Reader& get() {
+    if (!r_) throw PyErrorOf(PyExc_ValueError, "I/O operation on a closed tensorzip file");
+    return *r_;
+  }
+
+  // [(name, dtype, shape, raw_size, compressed_size)] in data order.
+  nb::list tensors() {
+    nb::list out;
+    for (const auto& t : get().tensors()) {
+      nb::list shape;
+      for (uint64_t s : t.shape) shape.append(s);
+      out.append(nb::make_tuple(t.name, t.dtype, nb::tuple(shape), t.raw_size(), t.compressed_size()));
+    }
+    return out;
+  }
+  std::map<std::string, std::string> metadata() { return get().metadata(); }
+  std::string path() { return get().path(); }
+  uint64_t file_size() { return get().file_size(); }
+  uint64_t original_size() { return get().original_size(); }
+  std::string created_by() { return get().created_by(); }
+  long find(const std::string& name) { return get().find(name); }
+
+  void read_tensor(size_t index, nb::handle dst_obj) {
+    tc::Reader& r = get();
+    if (index >= r.tensors().size()) throw PyErrorOf(PyExc_IndexError, "tensor index out of range");
+    BufferView dst(dst_obj, true, "out");
+    if (dst.size() != r.tensors()[index].raw_size())
+      throw PyErrorOf(g_usage, "output buffer has " + std::to_string(dst.size()) + " bytes, tensor '" +
+                                   r.tensors()[index].name + "' has " +
+                                   std::to_string(r.tensors()[index].raw_size()));
+    nb::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    guarded([&] { r.read_tensor(index, dst.wdata(), dst.size()); });
+  }
+
+  void read_range(size_t index, uint64_t offset, nb::handle dst_obj) {
+    tc::Reader& r = get();
+    if (index >= r.tensors().size()) throw PyErrorOf(PyExc_IndexError, "tensor index out of range");
+    BufferView dst(dst_obj, true, "out");
+    const uint64_t raw = r.tensors()[index].raw_size();
+    if (offset > raw || dst.size() > raw - offset)
+      throw PyErrorOf(g_usage, "byte range past the end of tensor '" + r.tensors()[index].name + "'");
+    nb::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    guarded([&] { r.read_range(index, offset, dst.size(), dst.wdata()); });
+  }
+
+  nb::tuple export_safetensors(const std::string& out, unsigned threads, bool force) {
+    tc::Reader& r = get();
+    tc::ReadOptions opt;
+    opt.threads = threads;
+    opt.force = force;
+    tc::PassStats st;
+    {
+      nb::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      st = guarded([&] { return r.export_safetensors(out, opt); });
+    }
+    return nb::make_tuple(st.raw_bytes, st.file_bytes);
+  }
+
+  void verify(const std::string& original, unsigned threads) {
+    tc::Reader& r = get();
+    tc::ReadOptions opt;
+    opt.threads = threads;
+    nb::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    guarded([&] { r.verify(original, opt); });
+  }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<tc::Reader> r_;
+};
+#endif
+
+PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
+  const std::string full = std::string("tensorzip.") + name;
+  PyObject* e = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases, nullptr);
+  if (!e) throw nb::python_error();
+  m.attr(name) = nb::handle(e);
+  return e;
+}
+
+}  // namespace
+
+NB_MODULE(_tensorzip, m) {
+  m.doc() = "Low-level bindings of the tensorzip codec and .tzip container (use the tensorzip package).";
+
+  g_error = new_exception(m, "TensorZipError", PyExc_Exception, "Base class of every tensorzip error.");
+  g_corrupt = new_exception(m, "CorruptDataError",
+                            nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_ValueError)).release().ptr(),
+                            "Input is not valid tensorzip data: bad magic, truncated, corrupt or checksum mismatch.");
+  g_usage = new_exception(m, "UsageError",
+                          nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_ValueError)).release().ptr(),
+                          "Invalid argument or option.");
+  g_io = new_exception(m, "TensorZipIOError",
+                       nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_OSError)).release().ptr(),
+                       "A file could not be opened, read, written or renamed.");
+  g_exists = new_exception(m, "TensorZipExistsError",
+                           nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_FileExistsError)).release().ptr(),
+                           "The output file exists and overwriting was not allowed.");
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const PyErrorOf& e) {
+      PyErr_SetString(e.type, e.what());
+    }
+  });
+
+  m.attr("VERSION") = nb::make_tuple(TZ_VERSION_MAJOR, TZ_VERSION_MINOR, TZ_VERSION_PATCH);
+  m.attr("FORMAT_VERSION") = TZ_FORMAT_VERSION;
+#ifdef TZ_PY_HAVE_CONTAINER
+  m.attr("HAVE_CONTAINER") = true;
+  m.attr("CONTAINER_VERSION") = nb::make_tuple(tz::container::kTzipVersionMajor, tz::container::kTzipVersionMinor);
+#else
+  m.attr("HAVE_CONTAINER") = false;
+#endif
+  m.def("library_version", [] { return tz_version_number(); });
+  m.def("compress_bound", &tz_compress_bound, "size"_a);
+  m.def("compress", &compress, "prefix"_a, "data"_a, "dtype"_a, "level"_a = 0, "block_elems"_a = 0u,
+        "threads"_a = 0u, "Returns prefix + one codec frame of data (GIL released while coding).");
+  m.def("decompress_into", &decompress_into, "data"_a, "offset"_a, "out"_a, "threads"_a = 0u,
+        "Decodes the frame data[offset:] into the writable buffer out (GIL released).");
+  m.def("frame_info", &frame_info, "data"_a, "offset"_a = 0, "Header fields of the frame at data[offset:].");
+
+#ifdef TZ_PY_HAVE_CONTAINER
+  m.def("compress_file", &container_compress_file, "src"_a, "dst"_a, "level"_a = 0, "block_elems"_a = 0u,
+        "threads"_a = 0u, "chunk_bytes"_a = 0, "force"_a = false,
+        "Compresses a safetensors file into a .tzip file; returns (raw_bytes, file_bytes).");
+  nb::class_<PyReader>(m, "Reader")
+      .def(nb::init<const std::string&, unsigned>(), "path"_a, "threads"_a = 0u)
+      .def("close", &PyReader::close)
+      .def_prop_ro("closed", &PyReader::closed)
+      .def("tensors", &PyReader::tensors)
+      .def("metadata", &PyReader::metadata)
+      .def_prop_ro("path", &PyReader::path)
+      .def_prop_ro("file_size", &PyReader::file_size)
+      .def_prop_ro("original_size", &PyReader::original_size)
+      .def_prop_ro("created_by", &PyReader::created_by)
+      .def("find", &PyReader::find, "name"_a)
+      .def("read_tensor", &PyReader::read_tensor, "index"_a, "out"_a)
+      .def("read_range", &PyReader::read_range, "index"_a, "offset"_a, "out"_a)
+      .def("export_safetensors", &PyReader::export_safetensors, "out"_a, "threads"_a = 0u, "force"_a = false)
+      .def("verify", &PyReader::verify, "original"_a = "", "threads"_a = 0u);
+#endif
+}

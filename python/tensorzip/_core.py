@@ -1,0 +1,196 @@
+"""Framework-neutral core: tensors as (dtype string, shape, uint8 view of their bytes).
+
+NumPy arrays and torch tensors are turned into flat uint8 NumPy views of
+their own memory (no copy when they are already C-contiguous and on the CPU),
+which the C++ module reads through the buffer protocol with the GIL released.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import sys
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _dtypes
+from ._tensorzip import (  # noqa: F401  (re-exported)
+    CorruptDataError,
+    TensorZipError,
+    TensorZipExistsError,
+    TensorZipIOError,
+    UsageError,
+)
+from . import _tensorzip as _C
+
+Shape = Tuple[int, ...]
+
+
+# ---- framework adapters ----------------------------------------------------
+
+def is_torch_tensor(x: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def numpy_source(x: Any) -> Tuple[str, Shape, np.ndarray]:
+    """(dtype string, shape, flat uint8 view) of a NumPy array (copied only if not C-contiguous)."""
+    if not isinstance(x, np.ndarray):
+        if isinstance(x, np.generic):
+            x = np.asarray(x)
+        else:
+            raise TypeError(f"expected a numpy.ndarray, got {type(x).__name__}")
+    if x.dtype.byteorder == ">" or (x.dtype.byteorder == "=" and sys.byteorder == "big"):
+        x = x.astype(x.dtype.newbyteorder("<"))  # files and frames hold little-endian data
+    name = _dtypes.name_of_numpy(x.dtype.newbyteorder("="))
+    shape = tuple(int(s) for s in x.shape)
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    return name, shape, x.reshape(-1).view(np.uint8)
+
+
+def torch_source(x: Any) -> Tuple[str, Shape, np.ndarray]:
+    """(dtype string, shape, flat uint8 view) of a torch tensor (copied only if not contiguous or not on the CPU)."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(x).__name__}")
+    name = _dtypes.name_of_torch(x.dtype)
+    shape = tuple(int(s) for s in x.shape)
+    t = x.detach()
+    if t.layout != torch.strided:
+        raise ValueError(f"only dense (strided) tensors can be saved, got layout {t.layout}")
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if t.numel() == 0:  # empty tensors may carry any strides; nothing to view
+        return name, shape, np.empty(0, dtype=np.uint8)
+    t = t.contiguous()
+    flat = t.reshape(-1)
+    if flat.dtype != torch.uint8:
+        flat = flat.view(torch.uint8)
+    return name, shape, flat.numpy()
+
+
+def source_of(x: Any) -> Tuple[str, Shape, np.ndarray, str]:
+    if is_torch_tensor(x):
+        return (*torch_source(x), "pt")
+    if isinstance(x, (np.ndarray, np.generic)):
+        return (*numpy_source(x), "np")
+    raise TypeError(f"expected a numpy.ndarray or a torch.Tensor, got {type(x).__name__}")
+
+
+def normalize_framework(framework: Optional[str]) -> Optional[str]:
+    if framework is None:
+        return None
+    f = framework.lower()
+    if f in ("pt", "torch", "pytorch"):
+        return "pt"
+    if f in ("np", "numpy"):
+        return "np"
+    raise ValueError(f"unsupported framework {framework!r}: use 'pt' (torch) or 'np' (numpy)")
+
+
+def empty_output(dtype: str, shape: Shape, framework: str) -> Tuple[Any, np.ndarray]:
+    """A new array/tensor of dtype and shape, and a flat writable uint8 view of its memory."""
+    if framework == "pt":
+        import torch
+
+        t = torch.empty(shape, dtype=_dtypes.torch_dtype(dtype))
+        if t.numel() == 0:
+            return t, np.empty(0, dtype=np.uint8)
+        flat = t.reshape(-1)
+        if flat.dtype != torch.uint8:
+            flat = flat.view(torch.uint8)
+        return t, flat.numpy()
+    a = np.empty(shape, dtype=_dtypes.numpy_dtype(dtype))
+    return a, a.reshape(-1).view(np.uint8)
+
+
+def to_device(t: Any, device: Any) -> Any:
+    if device is None:
+        return t
+    if isinstance(device, int):
+        device = f"cuda:{device}"
+    if str(device) == "cpu":
+        return t
+    return t.to(device)
+
+
+def check_int(value: Any, what: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    v = int(value)
+    if not lo <= v <= hi:
+        raise UsageError(f"{what} must be between {lo} and {hi}, got {v}")
+    return v
+
+
+# ---- tensorzip.compress / tensorzip.decompress wrapper (doc/python.md) -----
+
+MAGIC = b"TZPY"
+WRAPPER_VERSION = 1
+_FIXED = struct.Struct("<4sHHI")  # magic, version, flags, JSON length
+MAX_JSON = 1 << 16
+
+
+def compress(x: Any, level: int = 0, threads: int = 0, block_elems: int = 0) -> bytes:
+    level = check_int(level, "level", -1, 3)
+    threads = check_int(threads, "threads", 0, 1 << 16)
+    block_elems = check_int(block_elems, "block_elems", 0, 1 << 20)
+    dtype, shape, flat, framework = source_of(x)
+    desc = json.dumps({"dtype": dtype, "shape": list(shape), "framework": framework},
+                      separators=(",", ":")).encode()
+    prefix = _FIXED.pack(MAGIC, WRAPPER_VERSION, 0, len(desc)) + desc
+    return _C.compress(prefix, flat, _dtypes.lookup(dtype).codec, level, block_elems, threads)
+
+
+def parse_wrapper(data: Any) -> Tuple[str, Shape, str, int]:
+    mv = memoryview(data)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    if len(mv) < _FIXED.size:
+        raise CorruptDataError(f"not tensorzip data: {len(mv)} bytes is shorter than the {_FIXED.size}-byte header")
+    magic, version, flags, n = _FIXED.unpack_from(mv, 0)
+    if magic != MAGIC:
+        raise CorruptDataError(f"not tensorzip data: bad magic {bytes(magic)!r} (expected {MAGIC!r})")
+    if version != WRAPPER_VERSION:
+        raise CorruptDataError(f"unsupported tensorzip wrapper version {version} (this build reads {WRAPPER_VERSION})")
+    if flags != 0:
+        raise CorruptDataError(f"unsupported tensorzip wrapper flags 0x{flags:04x}")
+    if n > MAX_JSON or _FIXED.size + n > len(mv):
+        raise CorruptDataError(f"corrupt tensorzip header: description length {n} exceeds the data")
+    try:
+        desc = json.loads(bytes(mv[_FIXED.size:_FIXED.size + n]).decode("utf-8"))
+        dtype = desc["dtype"]
+        shape = desc["shape"]
+        framework = desc.get("framework", "np")
+        if not isinstance(dtype, str) or not isinstance(shape, list) or framework not in ("np", "pt"):
+            raise ValueError("bad field types")
+        if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < (1 << 63) for s in shape):
+            raise ValueError("bad shape")
+        _dtypes.lookup(dtype)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise CorruptDataError(f"corrupt tensorzip header: {e}") from None
+    return dtype, tuple(shape), framework, _FIXED.size + n
+
+
+def decompress(data: Any, framework: Optional[str] = None, device: Any = "cpu", threads: int = 0) -> Any:
+    threads = check_int(threads, "threads", 0, 1 << 16)
+    dtype, shape, stored_fw, offset = parse_wrapper(data)
+    fw = normalize_framework(framework) or stored_fw
+    nbytes = math.prod(shape) * _dtypes.lookup(dtype).itemsize
+    info = _C.frame_info(data, offset)
+    if info["raw_size"] != nbytes:
+        raise CorruptDataError(
+            f"corrupt tensorzip data: frame holds {info['raw_size']} bytes, {dtype}{list(shape)} needs {nbytes}")
+    out, flat = empty_output(dtype, shape, fw)
+    _C.decompress_into(data, offset, flat, threads)
+    if fw == "pt":
+        return to_device(out, device)
+    return out

@@ -1,0 +1,62 @@
+"""NumPy API, mirroring ``safetensors.numpy``: ``.tzip`` files of NumPy arrays.
+
+bfloat16 and float8 arrays use the ``ml_dtypes`` types
+(``ml_dtypes.bfloat16``, ``ml_dtypes.float8_e4m3fn``, ``ml_dtypes.float8_e5m2``).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Dict, Optional
+
+import numpy as np
+
+from . import _core, _file
+from ._file import PathLike
+
+__all__ = ["save_file", "load_file", "save", "load"]
+
+
+def save_file(tensor_dict: Dict[str, np.ndarray], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
+              *, level: int = 0, threads: int = 0, block_elems: int = 0, chunk_bytes: int = 0) -> None:
+    """Saves a dict of NumPy arrays to a ``.tzip`` file (replacing any existing file).
+
+    Args:
+        tensor_dict: name -> array. Non-contiguous arrays are copied first.
+        filename: output path (conventionally ``*.tzip``).
+        metadata: optional ``__metadata__`` (str -> str), as in safetensors.
+        level: 0 default, 1 fast, 2 code every field that shrinks, 3 strongest, -1 store.
+        threads: coding threads, 0 = all hardware threads.
+        block_elems: elements per codec block (power of two in [4096, 2**20]); 0 = default.
+        chunk_bytes: raw bytes per container frame (power of two >= 1 MiB); 0 = default.
+
+    The file is written under a temporary name and renamed, so a failure never
+    leaves a partial file at ``filename``. ``tzip decompress`` turns it into the
+    very bytes ``safetensors.numpy.save_file`` would have written.
+    """
+    _file.save_sources(tensor_dict, filename, metadata, _core.numpy_source, level, threads, block_elems,
+                       chunk_bytes)
+
+
+def load_file(filename: PathLike, *, threads: int = 0) -> Dict[str, np.ndarray]:
+    """Loads every array of a ``.tzip`` file (as NumPy arrays)."""
+    return _file.load_all(filename, "np", "cpu", threads)
+
+
+def save(tensor_dict: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None, *, level: int = 0,
+         threads: int = 0) -> bytes:
+    """Like :func:`save_file`, but returns the ``.tzip`` file's bytes."""
+    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
+        path = os.path.join(d, "t.tzip")
+        save_file(tensor_dict, path, metadata, level=level, threads=threads)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def load(data: bytes, *, threads: int = 0) -> Dict[str, np.ndarray]:
+    """Loads the arrays of a ``.tzip`` file held in memory."""
+    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
+        path = os.path.join(d, "t.tzip")
+        with open(path, "wb") as f:
+            f.write(data)
+        return load_file(path, threads=threads)

@@ -1,0 +1,61 @@
+"""PyTorch API, mirroring ``safetensors.torch``: ``.tzip`` files of torch tensors."""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Dict, Optional, Union
+
+import torch
+
+from . import _core, _file
+from ._file import PathLike
+
+__all__ = ["save_file", "load_file", "save", "load"]
+
+
+def save_file(tensors: Dict[str, torch.Tensor], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
+              *, level: int = 0, threads: int = 0, block_elems: int = 0, chunk_bytes: int = 0) -> None:
+    """Saves a dict of tensors to a ``.tzip`` file (replacing any existing file).
+
+    Tensors on another device are copied to the CPU first; non-contiguous
+    tensors are made contiguous (safetensors refuses them instead). Tensors
+    that share memory are each saved in full.
+
+    Args:
+        tensors: name -> tensor.
+        filename: output path (conventionally ``*.tzip``).
+        metadata: optional ``__metadata__`` (str -> str), as in safetensors.
+        level: 0 default, 1 fast, 2 code every field that shrinks, 3 strongest, -1 store.
+        threads: coding threads, 0 = all hardware threads.
+        block_elems: elements per codec block (power of two in [4096, 2**20]); 0 = default.
+        chunk_bytes: raw bytes per container frame (power of two >= 1 MiB); 0 = default.
+
+    ``tzip decompress`` of the result is byte-identical to what
+    ``safetensors.torch.save_file(tensors, ..., metadata)`` writes.
+    """
+    _file.save_sources(tensors, filename, metadata, _core.torch_source, level, threads, block_elems, chunk_bytes)
+
+
+def load_file(filename: PathLike, device: Union[str, int, torch.device] = "cpu", *,
+              threads: int = 0) -> Dict[str, torch.Tensor]:
+    """Loads every tensor of a ``.tzip`` file onto ``device`` (decoded on the CPU, then moved)."""
+    return _file.load_all(filename, "pt", device, threads)
+
+
+def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *, level: int = 0,
+         threads: int = 0) -> bytes:
+    """Like :func:`save_file`, but returns the ``.tzip`` file's bytes."""
+    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
+        path = os.path.join(d, "t.tzip")
+        save_file(tensors, path, metadata, level=level, threads=threads)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def load(data: bytes, device: Union[str, int, torch.device] = "cpu", *, threads: int = 0) -> Dict[str, torch.Tensor]:
+    """Loads the tensors of a ``.tzip`` file held in memory."""
+    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
+        path = os.path.join(d, "t.tzip")
+        with open(path, "wb") as f:
+            f.write(data)
+        return load_file(path, device, threads=threads)

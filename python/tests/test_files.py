@@ -1,0 +1,246 @@
+"""save_file / load_file / safe_open on .tzip files (NumPy and torch)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import tensorzip
+import tensorzip.numpy as tzn
+import tensorzip.torch as tzt
+from _data import ALL_DTYPES, np_array, same_bits, torch_same_bits, torch_tensor
+
+pytestmark = pytest.mark.skipif(not tensorzip.HAVE_CONTAINER, reason="built without the container")
+
+
+def every_dtype_np(rng):
+    d = {}
+    for i, dt in enumerate(ALL_DTYPES):
+        d[f"layer.{i}.{dt.lower()}"] = np_array(dt, [(33, 17), (1000,), (), (2, 0, 3), (70_000,)][i % 5], rng)
+    return d
+
+
+def every_dtype_pt(rng):
+    d = {}
+    for i, dt in enumerate(ALL_DTYPES):
+        d[f"model.{dt.lower()}.w"] = torch_tensor(dt, [(33, 17), (1000,), (), (2, 0, 3), (70_000,)][i % 5], rng)
+    return d
+
+
+def test_numpy_save_load_every_dtype(tmp_path, rng):
+    d = every_dtype_np(rng)
+    p = tmp_path / "np.tzip"
+    tzn.save_file(d, p, metadata={"k": "v"})
+    out = tzn.load_file(p)
+    assert set(out) == set(d)
+    for k in d:
+        assert same_bits(out[k], d[k]), k
+    assert tensorzip.read_metadata(p) == {"k": "v"}
+
+
+def test_torch_save_load_every_dtype(tmp_path, rng):
+    d = every_dtype_pt(rng)
+    p = tmp_path / "pt.tzip"
+    tzt.save_file(d, str(p))
+    out = tzt.load_file(str(p))
+    assert set(out) == set(d)
+    for k in d:
+        assert isinstance(out[k], torch.Tensor)
+        assert torch_same_bits(out[k], d[k]), k
+
+
+def test_torch_load_to_device(tmp_path, rng):
+    d = {"w": torch_tensor("BF16", (8, 8), rng)}
+    p = tmp_path / "m.tzip"
+    tzt.save_file(d, p)
+    meta = tzt.load_file(p, device="meta")  # exercises the device move without a GPU
+    assert meta["w"].device.type == "meta" and meta["w"].shape == (8, 8) and meta["w"].dtype == torch.bfloat16
+    with tensorzip.safe_open(p, framework="pt", device="meta") as f:
+        assert f.get_tensor("w").device.type == "meta"
+    with pytest.raises(ValueError, match="device"):
+        tensorzip.safe_open(p, framework="np", device="cuda:0")
+
+
+@pytest.mark.parametrize("level", [-1, 0, 1, 2, 3])
+def test_levels_threads_options(tmp_path, rng, level):
+    d = {"a": np_array("BF16", (300_000,), rng), "b": np_array("F32", (100_000,), rng)}
+    p = tmp_path / "l.tzip"
+    tzn.save_file(d, p, level=level, threads=1, block_elems=16384, chunk_bytes=1 << 20)
+    out = tzn.load_file(p, threads=2)
+    assert all(same_bits(out[k], d[k]) for k in d)
+    size = os.path.getsize(p)
+    raw = sum(a.nbytes for a in d.values())
+    assert (size > raw) if level == -1 else (size < raw)
+
+
+def test_cross_framework(tmp_path, rng):
+    d = every_dtype_pt(rng)
+    p = tmp_path / "x.tzip"
+    tzt.save_file(d, p)
+    arrays = tzn.load_file(p)
+    for k, t in d.items():
+        back = torch.from_numpy(np.ascontiguousarray(arrays[k]).reshape(-1).view(np.uint8).copy()) \
+            if t.numel() else None
+        if back is not None:
+            assert torch.equal(back, t.reshape(-1).view(torch.uint8)), k
+
+
+def test_safe_open_api(tmp_path, rng):
+    d = {"zeta": np_array("F32", (4, 5), rng), "alpha": np_array("BF16", (6,), rng),
+         "mid": np_array("I64", (3,), rng)}
+    p = tmp_path / "s.tzip"
+    tzn.save_file(d, p)
+    with tensorzip.safe_open(p, framework="numpy") as f:
+        assert f.keys() == ["alpha", "mid", "zeta"]
+        # data order = safetensors order: larger dtypes first, then by name
+        assert f.offset_keys() == ["mid", "zeta", "alpha"]
+        assert f.metadata() is None
+        for k in d:
+            assert same_bits(f.get_tensor(k), d[k])
+        s = f.get_slice("zeta")
+        assert s.get_shape() == [4, 5] and s.get_dtype() == "F32" and len(s) == 4
+        with pytest.raises(KeyError, match="nope"):
+            f.get_tensor("nope")
+    with pytest.raises(ValueError, match="closed"):
+        f.get_tensor("zeta")
+
+
+SLICE_KEYS = [
+    np.s_[:], np.s_[1:3], np.s_[-2:], np.s_[::2], np.s_[1], np.s_[-1], np.s_[..., 3], np.s_[2, ...],
+    np.s_[1:4, 2:9:3], np.s_[::-1, 5], np.s_[3:1:-1, ::-4], np.s_[0:0], np.s_[5:2], np.s_[1, 2, 3],
+    np.s_[..., ::7], np.s_[:, :, 1:2],
+]
+
+
+@pytest.mark.parametrize("key", SLICE_KEYS, ids=repr)
+def test_get_slice_matches_numpy_indexing(tmp_path, rng, key):
+    a = np_array("BF16", (6, 10, 9), rng)
+    p = tmp_path / "sl.tzip"
+    tzn.save_file({"t": a}, p)
+    with tensorzip.safe_open(p, framework="np") as f:
+        got = f.get_slice("t")[key]
+    assert same_bits(got, np.array(a[key]))
+
+
+def test_get_slice_torch_and_big_tensor(tmp_path, rng):
+    t = torch_tensor("F32", (4096, 300), rng)  # several frames and blocks
+    p = tmp_path / "big.tzip"
+    tzt.save_file({"w": t}, p, chunk_bytes=1 << 20)
+    with tensorzip.safe_open(p, framework="pt") as f:
+        sl = f.get_slice("w")
+        for key in (np.s_[1000:1010], np.s_[4000:], np.s_[17, 5:200:3], np.s_[:, 299]):
+            got = sl[key]
+            assert isinstance(got, torch.Tensor)
+            assert torch.equal(got, t[key].contiguous()), key
+
+
+def test_get_slice_bad_keys(tmp_path, rng):
+    p = tmp_path / "b.tzip"
+    tzn.save_file({"t": np_array("F32", (3, 4), rng)}, p)
+    with tensorzip.safe_open(p, framework="np") as f:
+        s = f.get_slice("t")
+        with pytest.raises(IndexError):
+            s[3]
+        with pytest.raises(IndexError):
+            s[0, 0, 0]
+        with pytest.raises(IndexError):
+            s[..., ...]
+        with pytest.raises(TypeError):
+            s["x"]
+
+
+def test_reading_one_tensor_reads_only_its_frames(tmp_path, rng):
+    # Corrupt a byte in the middle of tensor "b"'s compressed bytes: "a" must
+    # still load (its frames alone are read), while "b" must fail its checksum.
+    a = np_array("F32", (1024,), rng)
+    b = np_array("F32", (1 << 20,), rng)
+    p = tmp_path / "c.tzip"
+    tzn.save_file({"a": a, "b": b}, p)
+    data = bytearray(p.read_bytes())
+    pos = len(data) // 2  # frames of "a" are a few KiB at the start; the header is at the end
+    data[pos] ^= 0x10
+    p.write_bytes(bytes(data))
+    with tensorzip.safe_open(p, framework="np") as f:
+        assert same_bits(f.get_tensor("a"), a)
+        assert same_bits(f.get_slice("b")[:10], b[:10])  # first block of "b" is intact
+        with pytest.raises(tensorzip.CorruptDataError):
+            f.get_tensor("b")
+
+
+def test_metadata_and_names(tmp_path, rng):
+    meta = {"format": "pt", "note": "ünïcode ✓", "empty": ""}
+    d = {"naïve.名前": np_array("F16", (3,), rng), "with space/and:colon": np_array("U8", (2,), rng)}
+    p = tmp_path / "m.tzip"
+    tzn.save_file(d, p, metadata=meta)
+    with tensorzip.safe_open(p, framework="np") as f:
+        assert f.metadata() == meta
+        assert set(f.keys()) == set(d)
+        for k in d:
+            assert same_bits(f.get_tensor(k), d[k])
+
+
+def test_empty_dict(tmp_path):
+    p = tmp_path / "e.tzip"
+    tzn.save_file({}, p)
+    assert tzn.load_file(p) == {}
+
+
+def test_save_load_bytes(rng):
+    d = {"x": torch_tensor("BF16", (100, 3), rng)}
+    blob = tzt.save(d, metadata={"a": "b"})
+    assert blob[:4] == b"TZIP"
+    out = tzt.load(blob)
+    assert torch_same_bits(out["x"], d["x"])
+    assert same_bits(tzn.load(tzn.save({"y": d["x"].float().numpy()}))["y"], d["x"].float().numpy())
+
+
+def test_overwrite_and_no_temporaries_left(tmp_path, rng):
+    p = tmp_path / "o.tzip"
+    tzn.save_file({"a": np_array("F32", (10,), rng)}, p)
+    second = np_array("I32", (7,), rng)
+    tzn.save_file({"b": second}, p)
+    assert list(tzn.load_file(p)) == ["b"]
+    with pytest.raises(TypeError):
+        tzn.save_file({"c": "not an array"}, p)
+    assert sorted(os.listdir(tmp_path)) == ["o.tzip"]
+    assert same_bits(tzn.load_file(p)["b"], second)  # failed save left the old file intact
+
+
+def test_save_errors(tmp_path, rng):
+    a = np_array("F32", (4,), rng)
+    with pytest.raises(TypeError, match="metadata"):
+        tzn.save_file({"a": a}, tmp_path / "x.tzip", metadata={"k": 1})
+    with pytest.raises(tensorzip.UsageError, match="reserved"):
+        tzn.save_file({"__metadata__": a}, tmp_path / "x.tzip")
+    with pytest.raises(TypeError):
+        tzn.save_file([a], tmp_path / "x.tzip")
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        tzn.save_file({"a": torch.zeros(3)}, tmp_path / "x.tzip")
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        tzt.save_file({"a": a}, tmp_path / "x.tzip")
+    with pytest.raises(OSError):
+        tzn.save_file({"a": a}, tmp_path / "no" / "such" / "dir" / "x.tzip")
+    with pytest.raises(tensorzip.UsageError):
+        tzn.save_file({"a": a}, tmp_path / "x.tzip", chunk_bytes=12345)
+
+
+def test_load_errors(tmp_path, rng):
+    with pytest.raises(OSError, match="No such file"):
+        tzn.load_file(tmp_path / "missing.tzip")
+    junk = tmp_path / "junk.tzip"
+    junk.write_bytes(b"hello world, this is not a tzip file" * 10)
+    with pytest.raises(tensorzip.CorruptDataError):
+        tzn.load_file(junk)
+    good = tmp_path / "good.tzip"
+    tzn.save_file({"a": np_array("F32", (10_000,), rng)}, good)
+    data = good.read_bytes()
+    for cut in (0, 10, 100, len(data) // 2, len(data) - 1):
+        t = tmp_path / f"cut{cut}.tzip"
+        t.write_bytes(data[:cut])
+        with pytest.raises(tensorzip.CorruptDataError):
+            tzn.load_file(t)
+    with pytest.raises(ValueError, match="framework"):
+        tensorzip.safe_open(good, framework="tf")

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Python package tests: installs the test dependencies (python/requirements-test.txt),
+# builds and installs the package with `pip install .` (scikit-build-core,
+# build dir build-py/), then runs pytest on python/tests.
+# Called by scripts/test.sh; runnable alone. Extra arguments go to pytest.
+#   TZIP=/path/to/tzip   CLI used by the interoperability tests (default: build/programs/tzip,
+#                        built here if missing)
+#   TZ_JOBS=N            parallel compile jobs (default 2)
+#   TZ_PY_SKIP_LARGE=1   skip the > 2 GiB tests (they skip themselves when memory is short)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+JOBS="${TZ_JOBS:-2}"
+PIP=("$PY" -m pip --disable-pip-version-check)
+
+"${PIP[@]}" install -q -r python/requirements-test.txt
+CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP[@]}" install -q --no-build-isolation --force-reinstall --no-deps .
+
+# The package must have been built with the .tzip container: without it the
+# file tests would only skip.
+"$PY" - <<'PYEOF'
+import sys, tensorzip
+if not tensorzip.HAVE_CONTAINER:
+    sys.exit("python-test.sh: tensorzip was built without the .tzip container (src/container)")
+print(f"python-test.sh: tensorzip {tensorzip.__version__} from {tensorzip.__file__}")
+PYEOF
+
+if [ -z "${TZIP:-}" ]; then
+  TZIP="$PWD/build/programs/tzip"
+  if [ ! -x "$TZIP" ]; then
+    cmake --preset default
+    cmake --build --preset default -j "$JOBS" --target tzip
+  fi
+fi
+export TZIP
+
+set +e
+"$PY" -m pytest python/tests -ra -p no:cacheprovider "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "python-test.sh: pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit "$rc"
