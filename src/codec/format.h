@@ -7,6 +7,9 @@
 namespace tz {
 
 constexpr uint8_t kFrameMagic[4] = {'T', 'Z', 'F', 'R'};
+// Byte i of kFrameMagic. Device code cannot index a host constexpr array at
+// run time; a string literal works on both sides.
+TZ_HD uint8_t frame_magic(int i) { return (uint8_t)"TZFR"[i]; }
 constexpr uint8_t kFormatVersion = 1;
 constexpr size_t kFrameHeaderSize = 32;
 
@@ -91,7 +94,7 @@ TZ_HD uint64_t frame_n_blocks(uint64_t n_elems, uint32_t block_elems) {
 }
 
 TZ_HD void write_frame_header(uint8_t* p, const FrameHeader& h) {
-  for (int i = 0; i < 4; ++i) p[i] = kFrameMagic[i];
+  for (int i = 0; i < 4; ++i) p[i] = frame_magic(i);
   p[4] = h.version;
   p[5] = h.dtype;
   p[6] = h.n_streams;
@@ -107,7 +110,7 @@ TZ_HD void write_frame_header(uint8_t* p, const FrameHeader& h) {
 TZ_HD int parse_frame_header(const uint8_t* p, size_t n, FrameHeader* h) {
   if (n < kFrameHeaderSize) return kErrSrcTruncated;
   for (int i = 0; i < 4; ++i)
-    if (p[i] != kFrameMagic[i]) return kErrBadMagic;
+    if (p[i] != frame_magic(i)) return kErrBadMagic;
   h->version = p[4];
   if (h->version != kFormatVersion) return kErrBadVersion;
   h->dtype = p[5];

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One prepared GPU session for the CUDA backend (about 6-9 minutes on an
+# H200): build for sm_90 only, run the GPU tests (plus compute-sanitizer
+# memcheck on the corruption tests when available), then benchmark
+# tensorzip encode/decode against nvCOMP ANS and zstd on >= 4 GB per data
+# kind, with device-to-device memcpy bandwidth and a 1 MiB latency row.
+#
+# Before calling it (on the build machine, once; both folders are git-ignored):
+#   python3 bench/gpu/make_device_data.py      # real fixture slices -> .device-data/ (~28 MB)
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform manylinux2014_x86_64 -d .whl nvidia-libnvcomp-cu13   # optional (~30 MB)
+# Together they stay under the device tool's 64 MiB carry limit.
+#
+# Device tool call:
+#   run(command="bash bench/gpu/run.sh", carry=[".device-data", ".whl"], timeout_s=600)
+#
+# Results: printed, and copied to $OUT (tests.txt, sanitizer.txt, bench.txt)
+# when the device tool sets it. Environment knobs: TZ_BENCH_BYTES (default
+# 4000000000 per data kind), TZ_BENCH_RUNS (default 7), TZ_SKIP_TESTS=1.
+set -u
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/tz-gpu-out}"
+mkdir -p "$OUT"
+BUILD=build-gpu
+JOBS=$(nproc 2>/dev/null || echo 8)
+T0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
+
+stamp "device"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 | head -3
+nvcc --version | tail -1
+
+NVCOMP_ARGS=()
+WHEEL=$(ls .whl/nvidia_libnvcomp_cu13-*.whl 2>/dev/null | head -1)
+if [ -n "$WHEEL" ]; then
+  mkdir -p "$BUILD/nvcomp"
+  python3 -m zipfile -e "$WHEEL" "$BUILD/nvcomp" && NVCOMP_ARGS=(-DTZ_NVCOMP_ROOT="$PWD/$BUILD/nvcomp/nvidia/libnvcomp")
+else
+  echo "no nvCOMP wheel in .whl/: the benchmark will print 'nvCOMP not available'"
+fi
+
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+stamp "configure"
+cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DTZ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DTZ_BUILD_TESTS=ON -DTZ_BUILD_BENCH=ON -DTZ_BUILD_PROGRAMS=OFF "${NVCOMP_ARGS[@]}" >"$OUT/configure.txt" 2>&1 ||
+  { tail -30 "$OUT/configure.txt"; exit 1; }
+grep -i nvcomp "$OUT/configure.txt"
+stamp "build (sm_90, -j$JOBS)"
+cmake --build "$BUILD" -j"$JOBS" --target tz_cuda_tests tz_gpu_bench >"$OUT/build.txt" 2>&1 ||
+  { grep -E "error|FAILED" "$OUT/build.txt" | head -40; exit 1; }
+
+if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then
+  stamp "GPU tests"
+  timeout 180 "$BUILD/tests/cuda/tz_cuda_tests" >"$OUT/tests.txt" 2>&1
+  echo "tz_cuda_tests exit code $?"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|Which is|Value of" "$OUT/tests.txt" | head -60
+  if command -v compute-sanitizer >/dev/null; then
+    stamp "compute-sanitizer memcheck (corruption + batch tests)"
+    timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
+      "$BUILD/tests/cuda/tz_cuda_tests" --gtest_filter='CudaGpu.Corrupt*:CudaGpu.Unsupported*:CudaGpu.Convenience*' \
+      >"$OUT/sanitizer.txt" 2>&1
+    echo "compute-sanitizer exit code $? (0 clean, 99 errors found, 124 timeout)"
+    grep -E "ERROR SUMMARY|Invalid|out of bounds|^\[  (FAILED|PASSED) " "$OUT/sanitizer.txt" | head -20
+  else
+    echo "compute-sanitizer not found: skipped"
+  fi
+fi
+
+stamp "benchmark"
+DATA=(--data .device-data --data tests/data)  # first folder with .safetensors wins
+timeout 330 "$BUILD/bench/gpu/tz_gpu_bench" "${DATA[@]}" --bytes "${TZ_BENCH_BYTES:-4000000000}" \
+  --runs "${TZ_BENCH_RUNS:-7}" 2>&1 | tee "$OUT/bench.txt"
+echo "tz_gpu_bench exit code ${PIPESTATUS[0]}"
+stamp "done"

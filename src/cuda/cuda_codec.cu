@@ -1,0 +1,1110 @@
+// CUDA backend: batched frame compression and decompression (doc/cuda.md).
+//
+// Everything per block reuses the header-only codec (src/codec) and the
+// warp helpers of warp_codec.h, so a GPU frame equals the CPU frame byte for
+// byte. All device code lives in this one translation unit: the codec headers
+// define non-inline __host__ __device__ functions (TZ_HD_NOINLINE), which
+// must not be compiled into two objects of the same library.
+// TZ_CUDA_EMULATION: tests/cuda/emu compiles this file with the host
+// compiler on top of a thread-per-lane emulation of the CUDA primitives used
+// here, so the kernels run (slowly) on machines without a GPU.
+#ifndef TZ_CUDA_EMULATION
+#include <cub/block/block_scan.cuh>
+#include <cuda_runtime.h>
+#define TZ_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define TZ_DYNAMIC_SMEM(type, name) extern __shared__ type name[]
+#endif
+
+#include <algorithm>
+#include <vector>
+
+#include "codec/block.h"
+#include "codec/checksum.h"
+#include "codec/cost.h"
+#include "cuda/warp_codec.h"
+#include "tensorzip/tensorzip_cuda.h"
+
+namespace tz::cuda {
+namespace {
+
+constexpr int kWarpsPerCta = 8;  // one codec block per warp, 8 blocks per CTA ("chunk")
+constexpr int kCtaThreads = kWarpsPerCta * 32;
+constexpr uint32_t kFull = 0xFFFFFFFFu;
+constexpr size_t kTablesMax = kMaxStreams * (1 + kFreqTableMaxBytes) + 4;
+constexpr size_t kDecSmem = (size_t)kMaxStreams * kProbScale * 4 + 8 * 256 * 4;  // dec tables + CRC tables
+
+size_t err(int code) { return (size_t) - (ptrdiff_t)code; }
+size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+// ----------------------------------------------------------- descriptors --
+// Per-item descriptors, computed on the host (all sizes are known there) and
+// shipped as kernel parameters, so that no host-to-device copy of pageable
+// memory (which would synchronise) is needed.
+struct CItem {
+  const uint8_t* src;
+  uint8_t* dst;
+  uint64_t n_bytes;
+  uint64_t dst_cap;
+  uint64_t staging_off;   // first block's bytes in the staging area
+  uint32_t block_stride;  // staging bytes per block (block_bound, 16-aligned)
+  uint32_t first_block;   // index of block 0 in the batch-wide block arrays
+  uint32_t n_blocks;      // 0 if the item is rejected up front
+  uint32_t first_chunk;   // index of its first CTA in chunked kernels
+  uint32_t block_elems;
+  uint8_t dtype;
+  uint8_t n_streams;
+  uint8_t status0;  // up-front verdict (tz_error_code); non-zero items do no work
+  uint8_t pad;
+};
+
+struct DItem {
+  const uint8_t* src;
+  uint8_t* dst;
+  uint64_t src_size;
+  uint64_t dst_cap;
+  uint64_t slot_base;   // first of max_blocks slots in the offsets array
+  uint32_t max_blocks;  // bound on n_blocks from src_size and dst_cap
+  uint32_t first_chunk;
+  uint8_t status0;
+  uint8_t pad[7];
+};
+
+template <class Item, int N>
+struct DescBatch {
+  Item items[N];
+  uint32_t base;
+  uint32_t count;
+};
+constexpr int kCBatch = 60;  // keeps kernel parameters under 4 KiB
+constexpr int kDBatch = 64;
+static_assert(sizeof(DescBatch<CItem, kCBatch>) <= 4000, "kernel parameter size");
+static_assert(sizeof(DescBatch<DItem, kDBatch>) <= 4000, "kernel parameter size");
+
+template <class Item, int N>
+__global__ void upload_kernel(const DescBatch<Item, N> b, Item* out) {
+  if (threadIdx.x < b.count) out[b.base + threadIdx.x] = b.items[threadIdx.x];
+}
+
+template <class Item, int N>
+cudaError_t upload(const std::vector<Item>& v, Item* out, cudaStream_t stream) {
+  for (size_t base = 0; base < v.size(); base += N) {
+    DescBatch<Item, N> b{};
+    b.base = (uint32_t)base;
+    b.count = (uint32_t)std::min<size_t>(N, v.size() - base);
+    for (uint32_t i = 0; i < b.count; ++i) b.items[i] = v[base + i];
+    TZ_LAUNCH(1, N, 0, stream, upload_kernel<Item, N>)(b, out);
+  }
+  return cudaGetLastError();
+}
+
+// Largest i with items[i].first_chunk <= chunk (items[0].first_chunk == 0).
+// Items without chunks share the next item's value and are skipped.
+template <class Item>
+__device__ uint32_t find_item(const Item* items, uint32_t n_items, uint32_t chunk) {
+  uint32_t lo = 0, hi = n_items;
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (items[mid].first_chunk <= chunk) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+// Tensor-level tables of one item (compression).
+struct CTab {
+  RansEncSym enc[kMaxStreams][256];
+  uint32_t tables_size;
+  uint8_t kind[kMaxStreams];
+  uint8_t want;     // streams screened in by the sample (bit k)
+  uint8_t pending;  // needs the exact second histogram pass
+  uint8_t tables[kTablesMax];
+};
+
+// Parsed frame of one item (decompression).
+struct DState {
+  unsigned long long bad;  // min over failing blocks of (block << 8 | status)
+  uint64_t raw_size;
+  uint64_t prefix;
+  uint32_t n_blocks;
+  uint32_t block_elems;
+  uint32_t tables_size;
+  int status;
+  uint8_t dtype;
+  uint8_t n_streams;
+  uint8_t kind[kMaxStreams];
+  uint32_t freq[kMaxStreams][256];
+};
+
+// ------------------------------------------------------------- helpers --
+template <int DT>
+__device__ __forceinline__ uint32_t load_elem(const uint8_t* p, uint64_t i) {
+  if constexpr (DT == kBF16 || DT == kF16) return ((const uint16_t*)p)[i];
+  else if constexpr (DT == kF32) return ((const uint32_t*)p)[i];
+  else return p[i];
+}
+template <int DT>
+__device__ __forceinline__ void store_elem(uint8_t* p, uint32_t i, uint32_t v) {
+  if constexpr (DT == kBF16 || DT == kF16) ((uint16_t*)p)[i] = (uint16_t)v;
+  else if constexpr (DT == kF32) ((uint32_t*)p)[i] = v;
+  else p[i] = (uint8_t)v;
+}
+
+// Slicing-by-8 CRC tables in shared memory, built by the whole CTA.
+__device__ void build_crc_tables(uint32_t* t) {
+  for (uint32_t i = threadIdx.x; i < 256; i += blockDim.x) warp::crc32c_make_table8_entry(t, i);
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < 256; i += blockDim.x) warp::crc32c_extend_table8(t, i);
+  __syncthreads();
+}
+
+// Block checksum (codec/checksum.h) by one warp: lane j hashes segments
+// j, j+32, ...; every lane then folds the 32 segment CRCs of a round in order
+// (shuffles), so all lanes return the same value.
+__device__ uint32_t warp_block_checksum(const uint8_t* p, uint64_t bytes, const uint32_t* t, uint32_t lane) {
+  const uint64_t n_seg = (bytes + kChecksumSegment - 1) / kChecksumSegment;
+  uint32_t acc = ~0u;
+  for (uint64_t base = 0; base < n_seg; base += 32) {
+    const uint64_t seg = base + lane;
+    uint32_t c = 0;
+    if (seg < n_seg) {
+      const uint64_t off = seg * kChecksumSegment;
+      const uint64_t len = bytes - off < kChecksumSegment ? bytes - off : kChecksumSegment;
+      c = ~warp::crc32c_update8(~0u, p + off, (size_t)len, t);
+    }
+    const uint32_t m = (uint32_t)(n_seg - base < 32 ? n_seg - base : 32);
+    for (uint32_t j = 0; j < m; ++j) acc = warp::crc32c_fold_segment(acc, __shfl_sync(kFull, c, (int)j), t);
+  }
+  return ~acc;
+}
+
+// ============================================================ compress ==
+
+__global__ void c_init_kernel(const CItem* items, uint32_t n_items, size_t* out_sizes, int* status) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n_items) return;
+  status[i] = items[i].status0;
+  out_sizes[i] = 0;
+}
+
+// ------------------------------------------------ tensor-level tables --
+// The stream kinds and frequency tables follow the CPU encoder's policy
+// (src/cpu/frame.cpp, compress_frame) decision for decision, so that frames
+// are byte-identical:
+//   level < 1 or no elements: every stream raw.
+//   block_elems <= 4096 ("not sampled"): exact histograms of every stream;
+//     rANS where coded_stream_bytes(counts, freq, n_blocks, table) pays.
+//   otherwise a sample (the first 4096 elements of every block) screens the
+//     streams: want[k] = stream_pays(level, coded_stream_bytes(sample, f, 0, 0),
+//     sample total); no wanted stream -> all raw. Then
+//     level 1 with >= 8 blocks ("fast tables"): freq from sample * 64 + 1 for
+//       every byte between the stream's min and max over the whole tensor;
+//       payload estimated from the sample, scaled by n_elems / total;
+//     else exact histograms of the wanted streams (a second pass), decided as
+//       in the unsampled case.
+// Any change there must be mirrored here; tz_cuda_emu_tests and the GPU tests
+// compare frames with tz_compress byte for byte and catch a drift.
+constexpr uint32_t kSampleElems = 4096;
+
+TZ_HD bool policy_sampled(uint32_t block_elems) { return block_elems > kSampleElems; }
+TZ_HD bool policy_fast(uint32_t block_elems, int level, uint32_t n_blocks) {
+  return policy_sampled(block_elems) && level == 1 && n_blocks >= 8;
+}
+
+// Histogram pass: one CTA per chunk of 8 blocks, one shared sub-histogram per
+// warp (exponents repeat a lot, and atomics on one shared counter
+// serialise), flushed into the item's 64-bit histogram. Counts the first
+// `limit` elements of each block of the streams in `want`; with `minmax` also
+// tracks each stream's smallest and largest byte over all elements.
+template <int DT>
+__device__ void hist_chunk(const CItem& it, uint32_t b0, uint32_t limit, uint32_t want, bool minmax,
+                           uint32_t (*h)[kMaxStreams][256], uint32_t* s_lo, uint32_t* s_hi, unsigned long long* gh,
+                           uint32_t* g_lo, uint32_t* g_hi) {
+  constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
+  const uint32_t w = threadIdx.x / 32;
+  for (uint32_t j = threadIdx.x; j < kWarpsPerCta * kMaxStreams * 256; j += blockDim.x) (&h[0][0][0])[j] = 0;
+  if (threadIdx.x < kMaxStreams) {
+    s_lo[threadIdx.x] = 255;
+    s_hi[threadIdx.x] = 0;
+  }
+  __syncthreads();
+  const uint64_t n_elems = it.n_bytes / dtype_elem_size(DT);
+  uint32_t lo[K], hi[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) lo[k] = 255, hi[k] = 0;
+  for (uint32_t b = b0; b < b0 + kWarpsPerCta && b < it.n_blocks; ++b) {
+    const uint64_t e0 = (uint64_t)b * it.block_elems;
+    const uint64_t e1 = min(n_elems, e0 + it.block_elems);
+    const uint64_t hend = min(e1, e0 + limit);
+    const uint64_t end = minmax ? e1 : hend;
+    for (uint64_t i = e0 + threadIdx.x; i < end; i += blockDim.x) {
+      const uint32_t v = load_elem<DT>(it.src, i);
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const uint32_t f = warp::elem_field<DT>(v, k);
+        if (i < hend && ((want >> k) & 1u)) atomicAdd(&h[w][k][f], 1u);
+        lo[k] = f < lo[k] ? f : lo[k];
+        hi[k] = f > hi[k] ? f : hi[k];
+      }
+    }
+  }
+  if (minmax) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      atomicMin(&s_lo[k], lo[k]);
+      atomicMax(&s_hi[k], hi[k]);
+    }
+  }
+  __syncthreads();
+  for (uint32_t j = threadIdx.x; j < K * 256; j += blockDim.x) {
+    const uint32_t k = j / 256, s = j % 256;
+    uint64_t sum = 0;
+    for (int ww = 0; ww < kWarpsPerCta; ++ww) sum += h[ww][k][s];
+    if (sum) atomicAdd(&gh[k * 256 + s], (unsigned long long)sum);
+  }
+  if (minmax && threadIdx.x < (uint32_t)K) {
+    atomicMin(&g_lo[threadIdx.x], s_lo[threadIdx.x]);
+    atomicMax(&g_hi[threadIdx.x], s_hi[threadIdx.x]);
+  }
+}
+
+// phase 1: every item, every stream, `limit` = sample size (or the block
+// when unsampled), min/max where the fast-table path applies.
+// phase 2: items left pending by phase 1, wanted streams, whole blocks.
+__global__ void __launch_bounds__(kCtaThreads) c_hist_kernel(const CItem* items, uint32_t n_items, int level,
+                                                             int phase, const CTab* tabs, unsigned long long* hist,
+                                                             uint32_t* mm_lo, uint32_t* mm_hi) {
+  __shared__ uint32_t h[kWarpsPerCta][kMaxStreams][256];
+  __shared__ uint32_t s_lo[kMaxStreams], s_hi[kMaxStreams];
+  const uint32_t chunk = blockIdx.x;
+  const uint32_t ii = find_item(items, n_items, chunk);
+  const CItem it = items[ii];
+  if (it.status0 != kOk) return;
+  const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
+  if (b0 >= it.n_blocks) return;
+  uint32_t limit = it.block_elems, want = 0xFu;
+  bool minmax = false;
+  if (phase == 1) {
+    if (policy_sampled(it.block_elems)) limit = kSampleElems;
+    minmax = policy_fast(it.block_elems, level, it.n_blocks);
+  } else {
+    if (!tabs[ii].pending) return;
+    want = tabs[ii].want;
+  }
+  unsigned long long* gh = hist + (size_t)ii * kMaxStreams * 256;
+  uint32_t* lo = mm_lo + (size_t)ii * kMaxStreams;
+  uint32_t* hi = mm_hi + (size_t)ii * kMaxStreams;
+  switch (it.dtype) {
+    case kBF16: hist_chunk<kBF16>(it, b0, limit, want, minmax, h, s_lo, s_hi, gh, lo, hi); break;
+    case kF16: hist_chunk<kF16>(it, b0, limit, want, minmax, h, s_lo, s_hi, gh, lo, hi); break;
+    case kF32: hist_chunk<kF32>(it, b0, limit, want, minmax, h, s_lo, s_hi, gh, lo, hi); break;
+    default: hist_chunk<kF8E4M3>(it, b0, limit, want, minmax, h, s_lo, s_hi, gh, lo, hi); break;
+  }
+}
+
+// Stream kinds and tables: one warp per item, lane k decides stream k (see
+// the policy above); phase 1 settles every item but the pending ones
+// (sampled, not fast, some stream wanted), phase 2 settles those from their
+// exact histograms. The lanes then assemble the table section in stream order.
+__global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, int phase, unsigned long long* hist,
+                               const uint32_t* mm_lo, const uint32_t* mm_hi, CTab* tabs) {
+  const uint32_t ii = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const uint32_t lane = threadIdx.x % 32;
+  if (ii >= n_items) return;
+  const CItem it = items[ii];
+  if (it.status0 != kOk) return;
+  CTab& tab = tabs[ii];
+  if (phase == 2 && !tab.pending) return;
+  const int K = it.n_streams;
+  const bool is_lane = (int)lane < K;
+  const uint64_t n_elems = it.n_bytes / dtype_elem_size(it.dtype);
+  uint64_t* counts = (uint64_t*)(hist + ((size_t)ii * kMaxStreams + (is_lane ? lane : 0)) * 256);
+  uint8_t kind = kKindRaw;
+  bool want = false;
+  uint32_t freq[256];
+  for (int s = 0; s < 256; ++s) freq[s] = 0;
+  // Full decision from exact counts (CPU: the "else if (any)" branch).
+  auto decide_full = [&]() {
+    if (rans_normalize(counts, freq) == 0) return;
+    uint8_t tbuf[kFreqTableMaxBytes];
+    const size_t tbytes = rans_write_table(freq, tbuf);
+    if (stream_pays(level, coded_stream_bytes(counts, freq, it.n_blocks, tbytes), n_elems)) kind = kKindRans;
+  };
+  bool pending = false;
+  if (phase == 1) {
+    if (is_lane && level >= 1 && n_elems > 0) {
+      if (!policy_sampled(it.block_elems)) {
+        decide_full();
+      } else {
+        uint64_t total = 0;
+        for (int s = 0; s < 256; ++s) total += counts[s];
+        uint32_t f[256];
+        rans_normalize(counts, f);
+        want = stream_pays(level, coded_stream_bytes(counts, f, 0, 0), total);
+        if (want && policy_fast(it.block_elems, level, it.n_blocks)) {
+          const uint32_t lo = mm_lo[(size_t)ii * kMaxStreams + lane], hi = mm_hi[(size_t)ii * kMaxStreams + lane];
+          uint64_t c2[256];
+          for (uint32_t x = 0; x < 256; ++x) c2[x] = counts[x] * 64 + (x >= lo && x <= hi ? 1 : 0);
+          if (rans_normalize(c2, freq) != 0) {
+            uint8_t tbuf[kFreqTableMaxBytes];
+            const size_t tbytes = rans_write_table(freq, tbuf);
+            const uint64_t sample_bytes = coded_stream_bytes(counts, freq, 0, 0);
+            const uint64_t coded = (uint64_t)((unsigned __int128)sample_bytes * n_elems / total) +
+                                   it.n_blocks * (kRansStateBytes + 2) + tbytes;
+            if (stream_pays(level, coded, n_elems)) kind = kKindRans;
+          }
+        }
+      }
+    }
+    // Pending: sampled, not fast, and at least one stream wanted.
+    const bool any = __any_sync(kFull, want);
+    pending = any && level >= 1 && n_elems > 0 && policy_sampled(it.block_elems) &&
+              !policy_fast(it.block_elems, level, it.n_blocks);
+    if (pending) {
+      const uint32_t wmask = __ballot_sync(kFull, want) & ((1u << K) - 1u);
+      __syncwarp();
+      // Phase 2 accumulates exact counts into the same histogram.
+      uint64_t* all = (uint64_t*)(hist + (size_t)ii * kMaxStreams * 256);
+      for (uint32_t j = lane; j < kMaxStreams * 256; j += 32) all[j] = 0;
+      if (lane == 0) {
+        tab.want = (uint8_t)wmask;
+        tab.pending = 1;
+      }
+      return;
+    }
+    if (lane == 0) tab.pending = 0;
+  } else {
+    if (is_lane && ((tab.want >> lane) & 1u)) decide_full();
+  }
+  if (kind == kKindRans) rans_build_enc(freq, tab.enc[lane]);
+  uint8_t tbuf[kFreqTableMaxBytes];
+  const uint32_t tbytes = kind == kKindRans ? (uint32_t)rans_write_table(freq, tbuf) : 0;
+  // Exclusive prefix of (1 + table bytes) over the streams.
+  const uint32_t mine = is_lane ? 1 + tbytes : 0;
+  uint32_t incl = mine;
+  for (int d = 1; d < 32; d <<= 1) {
+    const uint32_t v = __shfl_up_sync(kFull, incl, d);
+    if ((int)lane >= d) incl += v;
+  }
+  const uint32_t total = __shfl_sync(kFull, incl, 31);
+  if (is_lane) {
+    const uint32_t off = incl - mine;
+    tab.tables[off] = kind;
+    for (uint32_t j = 0; j < tbytes; ++j) tab.tables[off + 1 + j] = tbuf[j];
+    tab.kind[lane] = kind;
+  }
+  if (lane == 0) {
+    const uint32_t padded = (uint32_t)align4(total);
+    for (uint32_t j = total; j < padded; ++j) tab.tables[j] = 0;
+    tab.tables_size = padded;
+    tab.pending = 0;
+  }
+}
+
+// rANS-codes field k of one block with a warp (see warp_codec.h for the word
+// order). Words are written backwards from the end of the largest payload
+// that still beats raw, in place in the block's stream area, then moved down
+// behind the 128 state bytes. Returns the payload size, or 0 for raw, with
+// exactly the decision of rans_encode(..., limit = n).
+template <int DT>
+__device__ uint32_t warp_rans_encode(const uint8_t* src, uint32_t n, int k, const RansEncSym* enc, uint8_t* out,
+                                     uint32_t lane) {
+  const int64_t cap = warp::enc_word_cap(n);
+  if (cap < 0) return 0;
+  uint16_t* const W = (uint16_t*)(out + kRansStateBytes);
+  uint32_t wp = (uint32_t)cap;
+  uint32_t x = kRansL;
+  const uint32_t n_steps = (n + 31) / 32;
+  for (uint32_t s = n_steps; s-- > 0;) {
+    const uint32_t i = s * 32 + lane;
+    bool emit = false;
+    uint16_t word = 0;
+    if (i < n) x = warp::enc_step(x, enc[warp::elem_field<DT>(load_elem<DT>(src, i), k)], &emit, &word);
+    const uint32_t b = __ballot_sync(kFull, emit);
+    const uint32_t cnt = (uint32_t)__popc(b);
+    if (cnt > wp) return 0;  // warp-uniform: not smaller than raw
+    if (emit) W[warp::enc_word_slot(wp, b, lane)] = word;
+    wp -= cnt;
+  }
+  const uint32_t nw = (uint32_t)cap - wp;
+  __syncwarp();
+  if (wp > 0) {
+    for (uint32_t base = 0; base < nw; base += 32) {
+      const uint32_t j = base + lane;
+      const uint16_t v = j < nw ? W[wp + j] : 0;
+      __syncwarp();
+      if (j < nw) W[j] = v;
+      __syncwarp();
+    }
+  }
+  ((uint32_t*)out)[lane] = x;
+  const uint32_t size = kRansStateBytes + 2 * nw;
+  if ((size & 2u) && lane == 0) *(uint16_t*)(out + size) = 0;  // pad to 4
+  __syncwarp();
+  return size;
+}
+
+// Field k stored raw, zero-padded to 4 bytes; 4 elements per lane per word.
+template <int DT>
+__device__ void warp_raw_stream(const uint8_t* src, uint32_t n, int k, uint8_t* out, uint32_t lane) {
+  const uint32_t nq = (n + 3) / 4;
+  for (uint32_t q = lane; q < nq; q += 32) {
+    uint32_t w = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) {
+      const uint32_t i = 4 * q + j;
+      if (i < n) w |= warp::elem_field<DT>(load_elem<DT>(src, i), k) << (8 * j);
+    }
+    ((uint32_t*)out)[q] = w;
+  }
+  __syncwarp();
+}
+
+// Same bytes as encode_block (codec/block.h) for one block, by one warp.
+template <int DT>
+__device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint8_t* kind,
+                                      const RansEncSym (*enc)[256], const uint32_t* crc_t, uint8_t* out,
+                                      uint32_t lane) {
+  constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
+  constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
+  const uint32_t crc = warp_block_checksum(src, (uint64_t)n * es, crc_t, lane);
+  uint32_t pos = (uint32_t)block_header_size(K);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    uint32_t size = 0;
+    uint8_t mode = kModeRaw;
+    if (kind[k] == kKindRans) {
+      size = warp_rans_encode<DT>(src, n, k, enc[k], out + pos, lane);
+      if (size) mode = kModeRans;
+    }
+    if (mode == kModeRaw) {
+      __syncwarp();  // a failed rANS attempt wrote words here from other lanes
+      warp_raw_stream<DT>(src, n, k, out + pos, lane);
+      size = n;
+    }
+    if (lane == 0) ((uint32_t*)out)[1 + k] = stream_word(size, mode);
+    pos += (uint32_t)align4(size);
+  }
+  if (lane == 0) ((uint32_t*)out)[0] = crc;
+  return pos;
+}
+
+__global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* items, uint32_t n_items, const CTab* tabs,
+                                                               uint8_t* staging, uint32_t* sizes) {
+  __shared__ RansEncSym enc[kMaxStreams][256];
+  __shared__ uint32_t crc_t[8 * 256];
+  __shared__ uint8_t kind[kMaxStreams];
+  const uint32_t chunk = blockIdx.x;
+  const uint32_t ii = find_item(items, n_items, chunk);
+  const CItem it = items[ii];
+  if (it.status0 != kOk) return;
+  const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
+  if (b0 >= it.n_blocks) return;
+  const CTab& tab = tabs[ii];
+  if (threadIdx.x < kMaxStreams) kind[threadIdx.x] = tab.kind[threadIdx.x];
+  for (uint32_t j = threadIdx.x; j < (uint32_t)it.n_streams * 256; j += blockDim.x)
+    if (tab.kind[j / 256] == kKindRans) enc[j / 256][j % 256] = tab.enc[j / 256][j % 256];
+  build_crc_tables(crc_t);  // syncs
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t b = b0 + threadIdx.x / 32;
+  if (b >= it.n_blocks) return;
+  const uint32_t es = dtype_elem_size(it.dtype);
+  const uint64_t n_elems = it.n_bytes / es;
+  const uint64_t e0 = (uint64_t)b * it.block_elems;
+  const uint32_t n = (uint32_t)min((uint64_t)it.block_elems, n_elems - e0);
+  const uint8_t* src = it.src + e0 * es;
+  uint8_t* out = staging + it.staging_off + (uint64_t)b * it.block_stride;
+  uint32_t size;
+  switch (it.dtype) {
+    case kBF16: size = warp_encode_block<kBF16>(src, n, kind, enc, crc_t, out, lane); break;
+    case kF16: size = warp_encode_block<kF16>(src, n, kind, enc, crc_t, out, lane); break;
+    case kF32: size = warp_encode_block<kF32>(src, n, kind, enc, crc_t, out, lane); break;
+    default: size = warp_encode_block<kF8E4M3>(src, n, kind, enc, crc_t, out, lane); break;
+  }
+  if (lane == 0) sizes[it.first_block + b] = size;
+}
+
+// Per item, one CTA: exclusive scan of the block sizes (block offsets), the
+// capacity check, then tables, block index and header with its CRC written
+// to dst. Gather runs afterwards and skips items that failed here.
+__global__ void __launch_bounds__(256) c_finalize_kernel(const CItem* items, const CTab* tabs, const uint32_t* sizes,
+                                                         uint64_t* offs, size_t* out_sizes, int* status) {
+  using Scan = cub::BlockScan<unsigned long long, 256>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ uint32_t crc_t[8 * 256];
+  const uint32_t ii = blockIdx.x;
+  const CItem it = items[ii];
+  if (it.status0 != kOk) return;
+  build_crc_tables(crc_t);
+  const CTab& tab = tabs[ii];
+  const uint32_t nb = it.n_blocks;
+  unsigned long long carry = 0;
+  for (uint32_t base = 0; base < nb; base += 256) {
+    const uint32_t j = base + threadIdx.x;
+    const unsigned long long v = j < nb ? sizes[it.first_block + j] : 0;
+    unsigned long long ex, agg;
+    Scan(scan_tmp).ExclusiveSum(v, ex, agg);
+    if (j < nb) offs[it.first_block + j] = carry + ex;
+    carry += agg;
+    __syncthreads();
+  }
+  const uint32_t ts = tab.tables_size;
+  const uint64_t prefix = kFrameHeaderSize + ts + 4ull * nb;
+  const uint64_t frame = prefix + carry;
+  if (frame > it.dst_cap) {
+    if (threadIdx.x == 0) status[ii] = kErrDstTooSmall;
+    return;
+  }
+  uint8_t* dst = it.dst;
+  for (uint32_t j = threadIdx.x; j < ts; j += blockDim.x) dst[kFrameHeaderSize + j] = tab.tables[j];
+  for (uint32_t j = threadIdx.x; j < nb; j += blockDim.x)
+    ((uint32_t*)(dst + kFrameHeaderSize + ts))[j] = sizes[it.first_block + j];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    FrameHeader h{};
+    h.version = kFormatVersion;
+    h.dtype = it.dtype;
+    h.n_streams = it.n_streams;
+    h.raw_size = it.n_bytes;
+    h.block_elems = it.block_elems;
+    h.n_blocks = nb;
+    h.tables_size = ts;
+    write_frame_header(dst, h);
+    uint32_t st = warp::crc32c_update8(~0u, dst, 28, crc_t);
+    st = warp::crc32c_update8(st, dst + kFrameHeaderSize, (size_t)(prefix - kFrameHeaderSize), crc_t);
+    h.header_crc = ~st;
+    write_frame_header(dst, h);
+    out_sizes[ii] = (size_t)frame;
+  }
+}
+
+// Packs the staged blocks behind the prefix: one warp per block.
+__global__ void __launch_bounds__(kCtaThreads) c_gather_kernel(const CItem* items, uint32_t n_items, const CTab* tabs,
+                                                               const uint8_t* staging, const uint32_t* sizes,
+                                                               const uint64_t* offs, const int* status) {
+  const uint32_t chunk = blockIdx.x;
+  const uint32_t ii = find_item(items, n_items, chunk);
+  const CItem it = items[ii];
+  if (it.status0 != kOk || status[ii] != kOk) return;
+  const uint32_t b = (chunk - it.first_chunk) * kWarpsPerCta + threadIdx.x / 32;
+  if (b >= it.n_blocks) return;
+  const uint64_t prefix = kFrameHeaderSize + tabs[ii].tables_size + 4ull * it.n_blocks;
+  const uint32_t* from = (const uint32_t*)(staging + it.staging_off + (uint64_t)b * it.block_stride);
+  uint32_t* to = (uint32_t*)(it.dst + prefix + offs[it.first_block + b]);
+  const uint32_t words = sizes[it.first_block + b] / 4;
+  for (uint32_t j = threadIdx.x % 32; j < words; j += 32) to[j] = from[j];
+}
+
+// ========================================================== decompress ==
+
+// Parses and validates header, tables, header CRC and block index of one
+// frame per warp, in the CPU's order of checks (parse_prefix, then
+// decompress_frame), and writes the block offsets. Never reads outside
+// [src, src + src_size).
+__global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32_t n_items, DState* states,
+                                                      uint64_t* offs) {
+  __shared__ uint32_t crc_t[8 * 256];
+  build_crc_tables(crc_t);
+  const uint32_t ii = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const uint32_t lane = threadIdx.x % 32;
+  if (ii >= n_items) return;
+  const DItem it = items[ii];
+  DState& S = states[ii];
+  int st = it.status0;
+  if (lane == 0) {
+    FrameHeader h{};
+    S.bad = ~0ull;
+    S.n_blocks = 0;
+    S.raw_size = 0;
+    if (st == kOk) st = parse_frame_header(it.src, (size_t)it.src_size, &h);
+    uint64_t prefix = 0;
+    if (st == kOk) {
+      prefix = frame_prefix_size(h);
+      if (it.src_size < prefix) st = kErrSrcTruncated;
+    }
+    if (st == kOk) {
+      const uint8_t* p = it.src + kFrameHeaderSize;
+      const uint8_t* const end = p + h.tables_size;
+      for (int k = 0; k < h.n_streams && st == kOk; ++k) {
+        if (p >= end) { st = kErrCorruptHeader; break; }
+        const uint8_t kind = *p++;
+        const bool ok = kind == kKindRaw || (h.dtype == kBytes ? kind == kKindZstd : kind == kKindRans);
+        if (!ok) { st = kErrCorruptHeader; break; }
+        S.kind[k] = kind;
+        if (kind == kKindRans) {
+          const size_t r = rans_read_table(p, (size_t)(end - p), S.freq[k]);
+          if (!r) { st = kErrCorruptHeader; break; }
+          p += r;
+        }
+      }
+      if (st == kOk && end - p >= 4) st = kErrCorruptHeader;
+      for (; st == kOk && p < end; ++p)
+        if (*p) st = kErrCorruptHeader;
+    }
+    if (st == kOk) {
+      uint32_t c = warp::crc32c_update8(~0u, it.src, 28, crc_t);
+      c = ~warp::crc32c_update8(c, it.src + kFrameHeaderSize, (size_t)(prefix - kFrameHeaderSize), crc_t);
+      if (c != h.header_crc) st = kErrChecksum;
+    }
+    if (st == kOk) {
+      S.raw_size = h.raw_size;
+      S.prefix = prefix;
+      S.n_blocks = h.n_blocks;
+      S.block_elems = h.block_elems;
+      S.tables_size = h.tables_size;
+      S.dtype = h.dtype;
+      S.n_streams = h.n_streams;
+    }
+    S.status = st;
+  }
+  __syncwarp();
+  st = __shfl_sync(kFull, st, 0);
+  if (st != kOk) return;
+  FrameHeader h{};
+  h.dtype = S.dtype;
+  h.n_streams = S.n_streams;
+  h.raw_size = S.raw_size;
+  h.block_elems = S.block_elems;
+  h.n_blocks = S.n_blocks;
+  const int K = h.n_streams;
+  const uint8_t* index = it.src + kFrameHeaderSize + S.tables_size;
+  const uint32_t nb = h.n_blocks;
+  bool bad = false;
+  uint64_t carry = 0;
+  for (uint32_t base = 0; base < nb; base += 32) {
+    const uint32_t j = base + lane;
+    uint64_t v = 0;
+    if (j < nb) {
+      const uint32_t sz = load_le32(index + 4ull * j);
+      if (sz % 4 || sz < block_header_size(K) || sz > block_bound(block_elem_count(h, j), K)) bad = true;
+      v = sz;
+    }
+    uint64_t incl = v;
+    for (int d = 1; d < 32; d <<= 1) {
+      const uint64_t u = __shfl_up_sync(kFull, incl, d);
+      if ((int)lane >= d) incl += u;
+    }
+    if (j < nb && j < it.max_blocks) offs[it.slot_base + j] = carry + incl - v;
+    carry += __shfl_sync(kFull, incl, 31);
+  }
+  if (__any_sync(kFull, bad)) st = kErrCorruptHeader;
+  if (st == kOk) {
+    const uint64_t frame = S.prefix + carry;
+    if (it.src_size < frame) st = kErrSrcTruncated;
+    else if (it.src_size > frame) st = kErrCorruptHeader;
+  }
+  if (st == kOk && h.raw_size > it.dst_cap) st = kErrDstTooSmall;
+  if (st == kOk && nb > it.max_blocks) st = kErrCorruptHeader;  // unreachable for a consistent frame
+  if (st == kOk && ((uintptr_t)it.dst % dtype_elem_size(h.dtype)) != 0) st = kErrBadParam;
+  if (st == kOk && h.raw_size > 0 && it.dst == nullptr) st = kErrBadParam;
+  for (int k = 0; k < K && st == kOk; ++k)
+    if (S.kind[k] == kKindZstd) st = kErrUnsupported;  // zstd is CPU-only
+  if (lane == 0) S.status = st;
+}
+
+// Decodes one block with a warp: header checks as decode_block, then all
+// streams in lock step (one symbol of every field per lane and step) so the
+// fields merge straight into dst, then the segmented checksum of dst.
+template <int DT>
+__device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t n, const uint8_t* kind,
+                                 const uint32_t* dec, const uint32_t* crc_t, uint8_t* dst, uint32_t lane) {
+  constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
+  constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
+  const uint32_t hdr = (uint32_t)block_header_size(K);
+  if (blk_size < hdr || (blk_size & 3u)) return kErrCorruptBlock;
+  const uint32_t stored = load_le32(blk);
+  const uint8_t* pay[K];
+  uint32_t psz[K];
+  bool coded[K];
+  uint32_t pos = hdr;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const uint32_t w = load_le32(blk + 4 + 4 * k);
+    const uint32_t size = stream_word_size(w);
+    const uint8_t mode = stream_word_mode(w);
+    const uint32_t padded = (uint32_t)align4(size);
+    if (padded > blk_size - pos) return kErrCorruptBlock;
+    pay[k] = blk + pos;
+    psz[k] = size;
+    for (uint32_t i = size; i < padded; ++i)
+      if (pay[k][i] != 0) return kErrCorruptBlock;
+    if (mode == kModeRaw) {
+      if (size != n) return kErrCorruptBlock;
+      coded[k] = false;
+    } else if (mode == kModeRans) {
+      if (kind[k] != kKindRans) return kErrCorruptBlock;
+      if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+      coded[k] = true;
+    } else if (mode == kModeZstd) {
+      return DT == kBytes ? kErrCorruptBlock : kErrUnsupported;
+    } else {
+      return kErrCorruptBlock;
+    }
+    pos += padded;
+  }
+  if (pos != blk_size) return kErrCorruptBlock;
+
+  uint32_t x[K], p[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    x[k] = coded[k] ? ((const uint32_t*)pay[k])[lane] : 0;
+    p[k] = kRansStateBytes;
+  }
+  const uint32_t n_steps = (n + 31) / 32;
+  for (uint32_t s = 0; s < n_steps; ++s) {
+    const uint32_t i = s * 32 + lane;
+    const bool active = i < n;
+    uint32_t f[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (coded[k]) {
+        uint32_t sym = 0;
+        bool need = false;
+        if (active) {
+          sym = rans_dec_sym(x[k], dec + (size_t)k * kProbScale);
+          need = x[k] < kRansL;
+        }
+        const uint32_t b = __ballot_sync(kFull, need);
+        const uint32_t cnt = (uint32_t)__popc(b);
+        if (p[k] + 2 * cnt > psz[k]) return kErrCorruptBlock;  // warp-uniform
+        if (need)
+          x[k] = (x[k] << 16) | *(const uint16_t*)(pay[k] + p[k] + 2 * warp::dec_word_slot(b, lane));
+        p[k] += 2 * cnt;
+        f[k] = sym;
+      } else {
+        f[k] = active ? pay[k][i] : 0;
+      }
+    }
+    if (active) store_elem<DT>(dst, i, warp::elem_merge<DT>(f));
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (coded[k] && (p[k] != psz[k] || !__all_sync(kFull, x[k] == kRansL))) return kErrCorruptBlock;
+  __syncwarp();
+  if (warp_block_checksum(dst, (uint64_t)n * es, crc_t, lane) != stored) return kErrChecksum;
+  return kOk;
+}
+
+__global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* items, uint32_t n_items,
+                                                               DState* states, const uint64_t* offs) {
+  TZ_DYNAMIC_SMEM(uint32_t, smem);
+  uint32_t* dec = smem;                                   // kMaxStreams x kProbScale entries
+  uint32_t* crc_t = smem + kMaxStreams * kProbScale;      // 8 x 256
+  __shared__ uint32_t cum[kMaxStreams][257];
+  __shared__ uint8_t kind[kMaxStreams];
+  const uint32_t chunk = blockIdx.x;
+  const uint32_t ii = find_item(items, n_items, chunk);
+  const DItem it = items[ii];
+  DState& S = states[ii];
+  if (S.status != kOk) return;
+  const uint32_t nb = S.n_blocks;
+  const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
+  if (b0 >= nb) return;
+  const int K = S.n_streams;
+  if (threadIdx.x < (uint32_t)K) {
+    const uint32_t k = threadIdx.x;
+    kind[k] = S.kind[k];
+    if (S.kind[k] == kKindRans) {
+      uint32_t c = 0;
+      for (int s = 0; s < 256; ++s) {
+        cum[k][s] = c;
+        c += S.freq[k][s];
+      }
+      cum[k][256] = c;
+    }
+  }
+  build_crc_tables(crc_t);  // syncs
+  for (int k = 0; k < K; ++k) {
+    if (kind[k] != kKindRans) continue;
+    for (uint32_t j = threadIdx.x; j < kProbScale; j += blockDim.x) {
+      uint32_t lo = 0, hi = 256;  // largest s with cum[s] <= j; its frequency is non-zero
+      while (hi - lo > 1) {
+        const uint32_t mid = (lo + hi) / 2;
+        if (cum[k][mid] <= j) lo = mid; else hi = mid;
+      }
+      dec[k * kProbScale + j] = rans_dec_entry(lo, cum[k][lo + 1] - cum[k][lo], j - cum[k][lo]);
+    }
+  }
+  __syncthreads();
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t b = b0 + threadIdx.x / 32;
+  if (b >= nb) return;
+  FrameHeader h{};
+  h.dtype = S.dtype;
+  h.raw_size = S.raw_size;
+  h.block_elems = S.block_elems;
+  const uint32_t n = block_elem_count(h, b);
+  const uint32_t es = dtype_elem_size(h.dtype);
+  const uint8_t* blk = it.src + S.prefix + offs[it.slot_base + b];
+  const uint32_t bsz = load_le32(it.src + kFrameHeaderSize + S.tables_size + 4ull * b);
+  uint8_t* dst = it.dst + (uint64_t)b * h.block_elems * es;
+  int st;
+  switch (h.dtype) {
+    case kBF16: st = warp_decode_block<kBF16>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
+    case kF16: st = warp_decode_block<kF16>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
+    case kF32: st = warp_decode_block<kF32>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
+    case kBytes: st = warp_decode_block<kBytes>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
+    default: st = warp_decode_block<kF8E4M3>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
+  }
+  if (st != kOk && lane == 0) atomicMin(&S.bad, ((unsigned long long)b << 8) | (unsigned)st);
+}
+
+__global__ void d_finish_kernel(const DState* states, uint32_t n_items, size_t* out_sizes, int* status) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n_items) return;
+  int st = states[i].status;
+  if (st == kOk && states[i].bad != ~0ull) st = (int)(states[i].bad & 0xFFu);
+  status[i] = st;
+  out_sizes[i] = st == kOk ? (size_t)states[i].raw_size : 0;
+}
+
+// ================================================================ host ==
+
+struct CPlan {
+  std::vector<CItem> items;
+  size_t off_desc = 0, off_hist = 0, off_tab = 0, off_mm = 0, off_sizes = 0, off_offs = 0, off_staging = 0, total = 0;
+  uint32_t total_blocks = 0, total_chunks = 0, block_elems = 0;
+  int level = 1;
+};
+
+size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const tz_params* params, bool check_ptrs,
+                     CPlan* P) {
+  if (n_items && !items) return err(kErrBadParam);
+  if (n_items > UINT32_MAX / 2) return err(kErrBadParam);
+  tz_params p{};
+  if (params) p = *params;
+  if (p.level < -1 || p.level > 3) return err(kErrBadParam);
+  P->level = p.level == 0 ? 1 : p.level;
+  const uint32_t be = p.block_elems ? p.block_elems : kDefaultBlockElems;
+  if (be < kMinBlockElems || be > kMaxBlockElems || (be & (be - 1))) return err(kErrBadParam);
+  P->block_elems = be;
+  P->items.resize(n_items);
+  uint64_t blocks = 0, chunks = 0, staging = 0;
+  for (size_t i = 0; i < n_items; ++i) {
+    const tz_cuda_compress_item& in = items[i];
+    CItem& c = P->items[i];
+    c = CItem{};
+    c.src = (const uint8_t*)in.src;
+    c.dst = (uint8_t*)in.dst;
+    c.n_bytes = in.src_size;
+    c.dst_cap = in.dst_capacity;
+    c.block_elems = be;
+    const unsigned dt = (unsigned)in.dtype;
+    int st = kOk;
+    if (dt >= kDTypeCount) st = kErrBadParam;
+    else if (dt == kBytes || in.src_size % dtype_elem_size((uint8_t)dt) != 0) st = kErrUnsupported;  // zstd path
+    else if (in.src_size > (UINT64_C(1) << 56)) st = kErrBadParam;
+    uint64_t nb = 0;
+    if (st == kOk) {
+      nb = frame_n_blocks(in.src_size / dtype_elem_size((uint8_t)dt), be);
+      if (nb > UINT32_MAX) st = kErrBadParam;
+    }
+    c.dtype = st == kOk ? (uint8_t)dt : (uint8_t)kBF16;
+    c.n_streams = (uint8_t)dtype_stream_count(c.dtype);
+    if (st != kOk) nb = 0;
+    c.n_blocks = (uint32_t)nb;
+    c.first_block = (uint32_t)blocks;
+    c.first_chunk = (uint32_t)chunks;
+    c.block_stride = (uint32_t)((block_bound(be, c.n_streams) + 15) & ~(size_t)15);
+    c.staging_off = staging;
+    blocks += nb;
+    chunks += (nb + kWarpsPerCta - 1) / kWarpsPerCta;
+    staging += nb * c.block_stride;
+    if (check_ptrs && st == kOk) {
+      const uint32_t es = dtype_elem_size(c.dtype);
+      if ((in.src_size && !in.src) || ((uintptr_t)in.src % es) != 0) st = kErrBadParam;
+      else if (!in.dst || ((uintptr_t)in.dst % 4) != 0) st = kErrBadParam;
+    }
+    c.status0 = (uint8_t)st;
+  }
+  if (blocks > UINT32_MAX || chunks > (uint64_t)INT32_MAX) return err(kErrBadParam);
+  P->total_blocks = (uint32_t)blocks;
+  P->total_chunks = (uint32_t)chunks;
+  size_t o = 0;
+  P->off_desc = o; o = align256(o + n_items * sizeof(CItem));
+  P->off_hist = o; o = align256(o + n_items * kMaxStreams * 256 * sizeof(unsigned long long));
+  P->off_tab = o; o = align256(o + n_items * sizeof(CTab));
+  P->off_mm = o; o = align256(o + n_items * kMaxStreams * 2 * sizeof(uint32_t));
+  P->off_sizes = o; o = align256(o + (size_t)blocks * 4);
+  P->off_offs = o; o = align256(o + (size_t)blocks * 8);
+  P->off_staging = o; o = align256(o + staging);
+  P->total = o;
+  return 0;
+}
+
+struct DPlan {
+  std::vector<DItem> items;
+  size_t off_desc = 0, off_state = 0, off_offs = 0, total = 0;
+  uint32_t total_chunks = 0;
+};
+
+size_t plan_decompress(const tz_cuda_decompress_item* items, size_t n_items, bool check_ptrs, DPlan* P) {
+  if (n_items && !items) return err(kErrBadParam);
+  if (n_items > UINT32_MAX / 2) return err(kErrBadParam);
+  P->items.resize(n_items);
+  uint64_t slots = 0, chunks = 0;
+  for (size_t i = 0; i < n_items; ++i) {
+    const tz_cuda_decompress_item& in = items[i];
+    DItem& d = P->items[i];
+    d = DItem{};
+    d.src = (const uint8_t*)in.src;
+    d.dst = (uint8_t*)in.dst;
+    d.src_size = in.src_size;
+    d.dst_cap = in.dst_capacity;
+    // A valid frame has n_blocks <= ceil(raw / 4096) <= ceil(dst_cap / 4096)
+    // (a block holds >= 4096 bytes except the last) and >= 12 bytes per
+    // block (header + index entry) after the 32-byte header.
+    uint64_t mb = (in.dst_capacity + 4095) / 4096;
+    const uint64_t by_src = in.src_size < kFrameHeaderSize ? 0 : (in.src_size - kFrameHeaderSize) / 12;
+    mb = std::min(mb, by_src);
+    mb = std::min<uint64_t>(mb, UINT32_MAX);
+    d.max_blocks = (uint32_t)mb;
+    d.slot_base = slots;
+    d.first_chunk = (uint32_t)chunks;
+    slots += mb;
+    chunks += (mb + kWarpsPerCta - 1) / kWarpsPerCta;
+    int st = kOk;
+    if (check_ptrs && ((in.src_size && !in.src) || ((uintptr_t)in.src % 4) != 0)) st = kErrBadParam;
+    d.status0 = (uint8_t)st;
+  }
+  if (chunks > (uint64_t)INT32_MAX) return err(kErrBadParam);
+  P->total_chunks = (uint32_t)chunks;
+  size_t o = 0;
+  P->off_desc = o; o = align256(o + n_items * sizeof(DItem));
+  P->off_state = o; o = align256(o + n_items * sizeof(DState));
+  P->off_offs = o; o = align256(o + (size_t)slots * 8);
+  P->total = o;
+  return 0;
+}
+
+size_t launch_status(cudaError_t e) { return e == cudaSuccess ? 0 : err(kErrGeneric); }
+
+}  // namespace
+}  // namespace tz::cuda
+
+using namespace tz;
+using namespace tz::cuda;
+
+extern "C" size_t tz_cuda_compress_temp_size(const tz_cuda_compress_item* items, size_t n_items,
+                                             const tz_params* params) {
+  CPlan P;
+  const size_t r = plan_compress(items, n_items, params, false, &P);
+  return r ? r : P.total;
+}
+
+extern "C" size_t tz_cuda_compress(const tz_cuda_compress_item* items, size_t n_items, const tz_params* params,
+                                   void* temp, size_t temp_size, size_t* d_out_sizes, int* d_status,
+                                   cudaStream_t stream) {
+  if (n_items == 0) return 0;
+  if (!d_out_sizes || !d_status || !temp) return err(kErrBadParam);
+  if ((uintptr_t)temp % 256) return err(kErrBadParam);
+  CPlan P;
+  const size_t r = plan_compress(items, n_items, params, true, &P);
+  if (r) return r;
+  if (temp_size < P.total) return err(kErrDstTooSmall);
+  uint8_t* t = (uint8_t*)temp;
+  CItem* d_items = (CItem*)(t + P.off_desc);
+  auto* hist = (unsigned long long*)(t + P.off_hist);
+  CTab* tabs = (CTab*)(t + P.off_tab);
+  uint32_t* sizes = (uint32_t*)(t + P.off_sizes);
+  uint64_t* offs = (uint64_t*)(t + P.off_offs);
+  uint8_t* staging = t + P.off_staging;
+  const uint32_t n = (uint32_t)n_items;
+  if (size_t e = launch_status(upload<CItem, kCBatch>(P.items, d_items, stream))) return e;
+  TZ_LAUNCH((n + 255) / 256, 256, 0, stream, c_init_kernel)(d_items, n, d_out_sizes, d_status);
+  uint32_t* mm_lo = (uint32_t*)(t + P.off_mm);
+  uint32_t* mm_hi = mm_lo + n_items * kMaxStreams;
+  if (P.level >= 1 && P.total_chunks) {
+    if (cudaMemsetAsync(hist, 0, n_items * kMaxStreams * 256 * sizeof(unsigned long long), stream) != cudaSuccess ||
+        cudaMemsetAsync(mm_lo, 0xFF, n_items * kMaxStreams * 4, stream) != cudaSuccess ||
+        cudaMemsetAsync(mm_hi, 0, n_items * kMaxStreams * 4, stream) != cudaSuccess)
+      return err(kErrGeneric);
+    TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_hist_kernel)(d_items, n, P.level, 1, tabs, hist, mm_lo, mm_hi);
+  }
+  TZ_LAUNCH((n + 7) / 8, 256, 0, stream, c_table_kernel)(d_items, n, P.level, 1, hist, mm_lo, mm_hi, tabs);
+  // A second, exact histogram pass can be needed only for sampled blocks
+  // outside the fast-table path (level >= 2, or fewer than 8 blocks).
+  if (P.level >= 1 && P.total_chunks && policy_sampled(P.block_elems)) {
+    TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_hist_kernel)(d_items, n, P.level, 2, tabs, hist, mm_lo, mm_hi);
+    TZ_LAUNCH((n + 7) / 8, 256, 0, stream, c_table_kernel)(d_items, n, P.level, 2, hist, mm_lo, mm_hi, tabs);
+  }
+  if (P.total_chunks) TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_encode_kernel)(d_items, n, tabs, staging, sizes);
+  TZ_LAUNCH(n, 256, 0, stream, c_finalize_kernel)(d_items, tabs, sizes, offs, d_out_sizes, d_status);
+  if (P.total_chunks)
+    TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_gather_kernel)(d_items, n, tabs, staging, sizes, offs, d_status);
+  return launch_status(cudaGetLastError());
+}
+
+extern "C" size_t tz_cuda_decompress_temp_size(const tz_cuda_decompress_item* items, size_t n_items) {
+  DPlan P;
+  const size_t r = plan_decompress(items, n_items, false, &P);
+  return r ? r : P.total;
+}
+
+extern "C" size_t tz_cuda_decompress(const tz_cuda_decompress_item* items, size_t n_items, void* temp,
+                                     size_t temp_size, size_t* d_out_sizes, int* d_status, cudaStream_t stream) {
+  if (n_items == 0) return 0;
+  if (!d_out_sizes || !d_status || !temp) return err(kErrBadParam);
+  if ((uintptr_t)temp % 256) return err(kErrBadParam);
+  DPlan P;
+  const size_t r = plan_decompress(items, n_items, true, &P);
+  if (r) return r;
+  if (temp_size < P.total) return err(kErrDstTooSmall);
+  uint8_t* t = (uint8_t*)temp;
+  DItem* d_items = (DItem*)(t + P.off_desc);
+  DState* states = (DState*)(t + P.off_state);
+  uint64_t* offs = (uint64_t*)(t + P.off_offs);
+  const uint32_t n = (uint32_t)n_items;
+  if (size_t e = launch_status(upload<DItem, kDBatch>(P.items, d_items, stream))) return e;
+  TZ_LAUNCH((n + 7) / 8, 256, 0, stream, d_parse_kernel)(d_items, n, states, offs);
+  if (P.total_chunks) {
+    if (cudaFuncSetAttribute((const void*)d_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kDecSmem) !=
+        cudaSuccess)
+      return err(kErrGeneric);
+    TZ_LAUNCH(P.total_chunks, kCtaThreads, kDecSmem, stream, d_decode_kernel)(d_items, n, states, offs);
+  }
+  TZ_LAUNCH((n + 255) / 256, 256, 0, stream, d_finish_kernel)(states, n, d_out_sizes, d_status);
+  return launch_status(cudaGetLastError());
+}
+
+namespace {
+// Runs a one-item batch with temp memory from the stream-ordered allocator
+// and waits for it.
+template <class F>
+size_t run_one(size_t temp_bytes, cudaStream_t stream, F&& call) {
+  if (tz_is_error(temp_bytes)) return temp_bytes;
+  void* mem = nullptr;
+  const size_t res_off = align256(temp_bytes);
+  if (cudaMallocAsync(&mem, res_off + 256, stream) != cudaSuccess) return err(kErrAlloc);
+  size_t* d_size = (size_t*)((uint8_t*)mem + res_off);
+  int* d_status = (int*)((uint8_t*)mem + res_off + 16);
+  size_t r = call(mem, temp_bytes, d_size, d_status);
+  size_t h_size = 0;
+  int h_status = kErrGeneric;
+  if (!r) {
+    if (cudaMemcpyAsync(&h_size, d_size, sizeof h_size, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+        cudaMemcpyAsync(&h_status, d_status, sizeof h_status, cudaMemcpyDeviceToHost, stream) != cudaSuccess)
+      r = err(kErrGeneric);
+  }
+  cudaFreeAsync(mem, stream);
+  if (cudaStreamSynchronize(stream) != cudaSuccess && !r) r = err(kErrGeneric);
+  if (r) return r;
+  return h_status == kOk ? h_size : err(h_status);
+}
+}  // namespace
+
+extern "C" size_t tz_cuda_compress_tensor(void* dst, size_t dst_capacity, const void* src, size_t src_size,
+                                          const tz_params* params, cudaStream_t stream) {
+  if (!params) return err(kErrBadParam);
+  const tz_cuda_compress_item item{src, src_size, params->dtype, dst, dst_capacity};
+  return run_one(tz_cuda_compress_temp_size(&item, 1, params), stream,
+                 [&](void* temp, size_t tb, size_t* ds, int* st) {
+                   return tz_cuda_compress(&item, 1, params, temp, tb, ds, st, stream);
+                 });
+}
+
+extern "C" size_t tz_cuda_decompress_tensor(void* dst, size_t dst_capacity, const void* src, size_t src_size,
+                                            cudaStream_t stream) {
+  const tz_cuda_decompress_item item{src, src_size, dst, dst_capacity};
+  return run_one(tz_cuda_decompress_temp_size(&item, 1), stream, [&](void* temp, size_t tb, size_t* ds, int* st) {
+    return tz_cuda_decompress(&item, 1, temp, tb, ds, st, stream);
+  });
+}

@@ -1,0 +1,337 @@
+// Runs the CUDA backend's kernels under the CPU emulation (cuda_emu.h) on
+// every machine: frames must equal the CPU encoder's byte for byte, decode
+// on both sides, and corrupt frames must give per-item errors without
+// writes outside the item's buffer. Inputs are small: the emulation runs one
+// OS thread per CUDA thread.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensorzip/tensorzip.h"
+#include "tensorzip/tensorzip_cuda.h"
+#include "tz_test_data.h"
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// "Device" buffer in host memory, 256-aligned, with canaries on both sides.
+struct Buf {
+  static constexpr size_t kGuard = 256;
+  uint8_t* base;
+  size_t size;
+  explicit Buf(size_t n) : size(n) {
+    base = (uint8_t*)std::aligned_alloc(256, (n + 2 * kGuard + 255) / 256 * 256);
+    memset(base, 0xA5, n + 2 * kGuard);
+  }
+  ~Buf() { std::free(base); }
+  Buf(const Buf&) = delete;
+  uint8_t* p() const { return base + kGuard; }
+  Bytes get(size_t n) const { return Bytes(p(), p() + n); }
+  void put(const Bytes& b) const {
+    if (!b.empty()) memcpy(p(), b.data(), b.size());
+  }
+  bool guards_intact() const {
+    for (size_t i = 0; i < kGuard; ++i)
+      if (base[i] != 0xA5 || base[kGuard + size + i] != 0xA5) return false;
+    return true;
+  }
+};
+
+struct Result {
+  std::vector<size_t> size;
+  std::vector<int> status;
+};
+
+Result emu_compress(const std::vector<tz_cuda_compress_item>& items, const tz_params& p) {
+  const size_t n = items.size();
+  const size_t tb = tz_cuda_compress_temp_size(items.data(), n, &p);
+  EXPECT_FALSE(tz_is_error(tb));
+  Buf temp(tb);
+  Result r{std::vector<size_t>(n, 12345), std::vector<int>(n, -1)};
+  EXPECT_EQ(tz_cuda_compress(items.data(), n, &p, temp.p(), tb, r.size.data(),
+                             r.status.data(), nullptr),
+            0u);
+  EXPECT_TRUE(temp.guards_intact()) << "write outside temp";
+  return r;
+}
+
+Result emu_decompress(const std::vector<tz_cuda_decompress_item>& items) {
+  const size_t n = items.size();
+  const size_t tb = tz_cuda_decompress_temp_size(items.data(), n);
+  EXPECT_FALSE(tz_is_error(tb));
+  Buf temp(tb);
+  Result r{std::vector<size_t>(n, 12345), std::vector<int>(n, -1)};
+  EXPECT_EQ(tz_cuda_decompress(items.data(), n, temp.p(), tb, r.size.data(), r.status.data(), nullptr), 0u);
+  EXPECT_TRUE(temp.guards_intact()) << "write outside temp";
+  return r;
+}
+
+Bytes cpu_compress(const Bytes& src, tz_params p) {
+  Bytes out(tz_compress_bound(src.size()));
+  const size_t r = tz_compress(out.data(), out.size(), src.data(), src.size(), &p);
+  EXPECT_FALSE(tz_is_error(r)) << tz_get_error_name(r);
+  out.resize(tz_is_error(r) ? 0 : r);
+  return out;
+}
+
+Bytes make_tensor(tz_dtype dt, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, std::ldexp(1.0f, -(int)(seed % 12)));
+  std::vector<float> v(n);
+  for (auto& f : v) f = nd(rng);
+  switch (dt) {
+    case TZ_DTYPE_BF16: return tzt::to_bf16(v);
+    case TZ_DTYPE_F16: return tzt::to_f16(v);
+    case TZ_DTYPE_F8_E4M3: return tzt::to_f8_e4m3(v);
+    case TZ_DTYPE_F8_E5M2: return tzt::to_f8_e5m2(v);
+    default: {
+      Bytes b(n * 4);
+      memcpy(b.data(), v.data(), b.size());
+      return b;
+    }
+  }
+}
+
+void roundtrip_batch(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, const tz_params& p) {
+  const size_t n = tensors.size();
+  std::vector<std::unique_ptr<Buf>> src, dst, back, cpuf, back2;
+  std::vector<tz_cuda_compress_item> items;
+  for (auto& [dt, data] : tensors) {
+    src.push_back(std::make_unique<Buf>(data.size()));
+    src.back()->put(data);
+    const size_t cap = tz_compress_bound(data.size());
+    dst.push_back(std::make_unique<Buf>(cap));
+    items.push_back({src.back()->p(), data.size(), dt, dst.back()->p(), cap});
+  }
+  const Result c = emu_compress(items, p);
+  std::vector<tz_cuda_decompress_item> d1, d2;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [dt, data] = tensors[i];
+    SCOPED_TRACE("item " + std::to_string(i) + " dtype " + std::to_string(dt) + " bytes " +
+                 std::to_string(data.size()));
+    ASSERT_EQ(c.status[i], TZ_OK);
+    ASSERT_TRUE(dst[i]->guards_intact());
+    ASSERT_TRUE(src[i]->guards_intact());
+    tz_params cp = p;
+    cp.dtype = dt;
+    const Bytes cpu = cpu_compress(data, cp);
+    const Bytes g = dst[i]->get(c.size[i]);
+    ASSERT_EQ(g.size(), cpu.size());
+    ASSERT_TRUE(g == cpu) << "emulated GPU frame differs from the CPU frame";
+    Bytes dec(data.size() + 1);
+    ASSERT_EQ(tz_decompress(dec.data(), dec.size(), g.data(), g.size(), 1), data.size());
+    back.push_back(std::make_unique<Buf>(data.size()));
+    d1.push_back({dst[i]->p(), c.size[i], back.back()->p(), data.size()});
+    cpuf.push_back(std::make_unique<Buf>(cpu.size()));
+    cpuf.back()->put(cpu);
+    back2.push_back(std::make_unique<Buf>(data.size()));
+    d2.push_back({cpuf.back()->p(), cpu.size(), back2.back()->p(), data.size()});
+  }
+  const Result r1 = emu_decompress(d1);
+  const Result r2 = emu_decompress(d2);
+  for (size_t i = 0; i < n; ++i) {
+    const Bytes& data = tensors[i].second;
+    SCOPED_TRACE("item " + std::to_string(i));
+    ASSERT_EQ(r1.status[i], TZ_OK);
+    ASSERT_EQ(r1.size[i], data.size());
+    ASSERT_TRUE(back[i]->get(data.size()) == data);
+    ASSERT_TRUE(back[i]->guards_intact());
+    ASSERT_EQ(r2.status[i], TZ_OK);
+    ASSERT_TRUE(back2[i]->get(data.size()) == data);
+  }
+}
+
+const tz_dtype kFloatTypes[] = {TZ_DTYPE_BF16, TZ_DTYPE_F16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3, TZ_DTYPE_F8_E5M2};
+
+TEST(CudaEmu, SmallBlocksEveryDtypeAndLevel) {
+  uint32_t seed = 1;
+  for (int level : {-1, 1, 2}) {
+    std::vector<std::pair<tz_dtype, Bytes>> batch;
+    for (tz_dtype dt : kFloatTypes)
+      for (size_t n : {0, 1, 33, 129, 4096, 9001})
+        batch.push_back({dt, make_tensor(dt, n, seed++)});
+    tz_params p{};
+    p.level = level;
+    p.block_elems = 4096;
+    SCOPED_TRACE("level " + std::to_string(level));
+    roundtrip_batch(batch, p);
+  }
+}
+
+// Sampled table policies: block_elems > 4096 with >= 8 blocks takes the
+// fast-table path at level 1 and the exact second pass at level 2.
+TEST(CudaEmu, SampledTablePolicies) {
+  const Bytes real = tzt::concat(tzt::bf16_slice());
+  std::vector<std::pair<tz_dtype, Bytes>> batch = {
+      {TZ_DTYPE_BF16, tzt::tile(real, 2 * 8192 * 9 + 100)},
+      {TZ_DTYPE_F32, make_tensor(TZ_DTYPE_F32, 8192 * 8, 7)},
+      {TZ_DTYPE_F16, make_tensor(TZ_DTYPE_F16, 8192 * 8 + 1, 8)},
+      {TZ_DTYPE_F8_E4M3, make_tensor(TZ_DTYPE_F8_E4M3, 8192 * 9, 9)},
+      {TZ_DTYPE_F32, make_tensor(TZ_DTYPE_F32, 8192 * 3, 10)},  // < 8 blocks: exact pass at level 1 too
+  };
+  for (int level : {1, 2}) {
+    tz_params p{};
+    p.level = level;
+    p.block_elems = 8192;
+    SCOPED_TRACE("level " + std::to_string(level));
+    roundtrip_batch(batch, p);
+  }
+}
+
+TEST(CudaEmu, DefaultBlockSize) {
+  std::vector<std::pair<tz_dtype, Bytes>> batch = {{TZ_DTYPE_BF16, make_tensor(TZ_DTYPE_BF16, 70000, 5)},
+                                                   {TZ_DTYPE_F32, make_tensor(TZ_DTYPE_F32, 66000, 6)}};
+  roundtrip_batch(batch, tz_params{});
+}
+
+TEST(CudaEmu, SpecialValuesZerosAndNoise) {
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-40f, -1e-45f, 3.4e38f, 1.0f};
+  std::vector<std::pair<tz_dtype, Bytes>> batch;
+  for (tz_dtype dt : {TZ_DTYPE_BF16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3}) {
+    std::vector<float> v(5000);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = specials[(i * 7 + i / 3) % 10];
+    Bytes b = dt == TZ_DTYPE_BF16 ? tzt::to_bf16(v) : dt == TZ_DTYPE_F8_E4M3 ? tzt::to_f8_e4m3(v) : Bytes(v.size() * 4);
+    if (dt == TZ_DTYPE_F32) memcpy(b.data(), v.data(), b.size());
+    batch.push_back({dt, b});
+    batch.push_back({dt, Bytes(b.size(), 0)});
+    batch.push_back({dt, tzt::hash_stream(b.size(), (uint64_t)dt)});
+  }
+  tz_params p{};
+  p.block_elems = 4096;
+  roundtrip_batch(batch, p);
+  p.level = 3;
+  roundtrip_batch(batch, p);
+}
+
+TEST(CudaEmu, FixtureSliceTensors) {
+  std::vector<std::pair<tz_dtype, Bytes>> batch;
+  size_t total = 0;
+  for (const auto* slice : {&tzt::bf16_slice(), &tzt::fp32_slice()})
+    for (const auto& t : *slice) {
+      if (total > 600000) break;
+      batch.push_back({t.dtype == "BF16" ? TZ_DTYPE_BF16 : TZ_DTYPE_F32, t.data});
+      total += t.data.size();
+    }
+  ASSERT_GE(batch.size(), 2u);
+  tz_params p{};
+  p.block_elems = 16384;
+  roundtrip_batch(batch, p);
+}
+
+TEST(CudaEmu, UnsupportedAndTooSmall) {
+  const Bytes good = make_tensor(TZ_DTYPE_BF16, 5000, 3);
+  const size_t cap = tz_compress_bound(good.size());
+  Buf s(good.size()), d0(cap), d1(cap), d2(100), d3(cap), s_odd(good.size() + 2);
+  s.put(good);
+  std::vector<tz_cuda_compress_item> items = {
+      {s.p(), good.size(), TZ_DTYPE_BYTES, d0.p(), cap},
+      {s.p(), good.size() - 1, TZ_DTYPE_BF16, d1.p(), cap},
+      {s.p(), good.size(), TZ_DTYPE_BF16, d2.p(), 100},
+      {s.p(), good.size(), TZ_DTYPE_BF16, d3.p(), cap},
+      {s_odd.p() + 1, good.size(), TZ_DTYPE_BF16, d1.p(), cap},  // misaligned source
+      {s.p(), good.size(), (tz_dtype)77, d1.p(), cap},
+  };
+  tz_params p{};
+  p.block_elems = 4096;
+  const Result r = emu_compress(items, p);
+  EXPECT_EQ(r.status[0], TZ_ERROR_UNSUPPORTED);
+  EXPECT_EQ(r.status[1], TZ_ERROR_UNSUPPORTED);
+  EXPECT_EQ(r.status[2], TZ_ERROR_DST_TOO_SMALL);
+  EXPECT_EQ(r.status[3], TZ_OK);
+  EXPECT_EQ(r.status[4], TZ_ERROR_BAD_PARAMETER);
+  EXPECT_EQ(r.status[5], TZ_ERROR_BAD_PARAMETER);
+  EXPECT_EQ(r.size[0], 0u);
+  EXPECT_EQ(r.size[2], 0u);
+  EXPECT_TRUE(d2.guards_intact());
+  tz_params cp = p;
+  cp.dtype = TZ_DTYPE_BF16;
+  EXPECT_TRUE(d3.get(r.size[3]) == cpu_compress(good, cp));
+
+  // Generic frames: stored streams decode, zstd streams are unsupported.
+  tz_params bp{};
+  bp.dtype = TZ_DTYPE_BYTES;
+  bp.level = -1;
+  const Bytes raw_frame = cpu_compress(good, bp);
+  bp.level = 1;
+  const Bytes z_frame = cpu_compress(good, bp);
+  Buf f1(raw_frame.size()), f2(z_frame.size()), o1(good.size()), o2(good.size());
+  f1.put(raw_frame);
+  f2.put(z_frame);
+  const Result d = emu_decompress({{f1.p(), raw_frame.size(), o1.p(), good.size()},
+                                   {f2.p(), z_frame.size(), o2.p(), good.size()}});
+  EXPECT_EQ(d.status[0], TZ_OK);
+  EXPECT_EQ(d.size[0], good.size());
+  EXPECT_TRUE(o1.get(good.size()) == good);
+  EXPECT_EQ(d.status[1], TZ_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(o1.guards_intact() && o2.guards_intact());
+}
+
+TEST(CudaEmu, CorruptFramesPerItemStatus) {
+  std::mt19937 rng(5);
+  const Bytes data = make_tensor(TZ_DTYPE_BF16, 2 * 4096 + 77, 9);
+  tz_params p{};
+  p.dtype = TZ_DTYPE_BF16;
+  p.block_elems = 4096;
+  const Bytes frame = cpu_compress(data, p);
+  const int kItems = 48;
+  std::vector<std::unique_ptr<Buf>> fs, outs;
+  std::vector<tz_cuda_decompress_item> items;
+  std::vector<bool> cpu_ok(kItems);
+  std::vector<int> cpu_code(kItems);
+  for (int i = 0; i < kItems; ++i) {
+    Bytes f = frame;
+    if (i % 8 != 0) {
+      switch (i % 4) {
+        case 0: f[rng() % f.size()] ^= (uint8_t)(1u << (rng() % 8)); break;
+        case 1: f.resize(rng() % f.size()); break;
+        case 2: f[rng() % 64] = (uint8_t)rng(); break;
+        case 3: for (int j = 0; j < 6; ++j) f[rng() % f.size()] = (uint8_t)rng(); break;
+      }
+    }
+    Bytes tmp(data.size());
+    const size_t cr = tz_decompress(tmp.data(), tmp.size(), f.data(), f.size(), 1);
+    cpu_ok[i] = !tz_is_error(cr);
+    cpu_code[i] = cpu_ok[i] ? 0 : (int)tz_get_error_code(cr);
+    fs.push_back(std::make_unique<Buf>(f.size()));
+    fs.back()->put(f);
+    outs.push_back(std::make_unique<Buf>(data.size()));
+    items.push_back({fs.back()->p(), f.size(), outs.back()->p(), data.size()});
+  }
+  const Result r = emu_decompress(items);
+  for (int i = 0; i < kItems; ++i) {
+    EXPECT_EQ(r.status[i] == TZ_OK, cpu_ok[i]) << "item " << i << " status " << r.status[i];
+    EXPECT_EQ(r.status[i], cpu_code[i]) << "item " << i << " (error code differs from the CPU's)";
+    EXPECT_TRUE(outs[i]->guards_intact()) << "item " << i;
+    if (r.status[i] == TZ_OK) EXPECT_TRUE(outs[i]->get(data.size()) == data) << "item " << i;
+    else EXPECT_EQ(r.size[i], 0u);
+  }
+  Buf f(frame.size()), o(100);
+  f.put(frame);
+  const Result s = emu_decompress({{f.p(), frame.size(), o.p(), 100}});
+  EXPECT_EQ(s.status[0], TZ_ERROR_DST_TOO_SMALL);
+  EXPECT_TRUE(o.guards_intact());
+}
+
+TEST(CudaEmu, ConvenienceCalls) {
+  const Bytes data = make_tensor(TZ_DTYPE_F16, 6000, 77);
+  Buf s(data.size()), f(tz_compress_bound(data.size())), o(data.size());
+  s.put(data);
+  tz_params p{};
+  p.dtype = TZ_DTYPE_F16;
+  p.block_elems = 4096;
+  const size_t fs = tz_cuda_compress_tensor(f.p(), tz_compress_bound(data.size()), s.p(), data.size(), &p, nullptr);
+  ASSERT_FALSE(tz_is_error(fs)) << tz_get_error_name(fs);
+  EXPECT_TRUE(f.get(fs) == cpu_compress(data, p));
+  EXPECT_EQ(tz_cuda_decompress_tensor(o.p(), data.size(), f.p(), fs, nullptr), data.size());
+  EXPECT_TRUE(o.get(data.size()) == data);
+  EXPECT_TRUE(tz_is_error(tz_cuda_decompress_tensor(o.p(), data.size(), f.p(), fs - 4, nullptr)));
+}
+
+}  // namespace
