@@ -203,3 +203,43 @@ def test_big_endian_input_is_converted():
     be = np.arange(10, dtype=">f4")
     out = tensorzip.decompress(tensorzip.compress(be))
     assert out.dtype == np.dtype("<f4") and np.array_equal(out, be)
+
+
+def _longest_stall_while(fn) -> tuple:
+    """Runs fn in a thread; returns (fn's duration, longest gap between two
+    iterations of a pure-Python loop in this thread meanwhile)."""
+    import time
+
+    done = threading.Event()
+    span = {}
+
+    def work():
+        t0 = time.perf_counter()
+        fn()
+        span["t"] = time.perf_counter() - t0
+        done.set()
+
+    th = threading.Thread(target=work)
+    last = time.perf_counter()
+    gap = 0.0
+    th.start()
+    while not done.is_set():
+        now = time.perf_counter()
+        gap = max(gap, now - last)
+        last = now
+    th.join()
+    return span["t"], gap
+
+
+def test_gil_released_while_coding(rng):
+    # If the GIL were held during coding, this thread could not run its loop
+    # for the whole call: the longest stall would be about the call's length.
+    a = np.resize(np_array("F32", (1 << 20,), rng), 24 << 20)  # 96 MiB
+    blob = tensorzip.compress(a, threads=1)
+    out = np.empty_like(a)
+    for fn in (lambda: tensorzip.compress(a, threads=1),
+               lambda: tensorzip._tensorzip.decompress_into(blob, 12 + struct.unpack_from("<I", blob, 8)[0],
+                                                          out.view(np.uint8), 1)):
+        duration, stall = _longest_stall_while(fn)
+        assert duration > 0.05, "call too short to judge"
+        assert stall < duration * 0.5, (duration, stall)
