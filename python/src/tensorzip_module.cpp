@@ -259,8 +259,11 @@ nb::tuple container_compress_file(const std::string& in, const std::string& out,
   return nb::make_tuple(st.raw_bytes, st.file_bytes);
 }
 
-// Python-side handle of an open .tzip file. Calls on one Reader are
-// serialised by a mutex (the C++ Reader is not meant for concurrent use).
+// Python-side handle of an open .tzip file. Every call on one Reader holds
+// its mutex (the C++ Reader is not meant for concurrent use, and close() may
+// come from another thread). The mutex is never held while waiting for the
+// GIL: coding calls take it after releasing the GIL and drop it before
+// taking the GIL back.
 class PyReader {
  public:
   PyReader(const std::string& path, unsigned threads) {
@@ -272,14 +275,14 @@ class PyReader {
     std::lock_guard<std::mutex> lock(mu_);
     r_.reset();
   }
-  bool closed() const { return !r_; }
-  tc::Reader& get() {
-    if (!r_) throw PyErrorOf(PyExc_ValueError, "I/O operation on a closed tensorzip file");
-    return *r_;
+  bool closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !r_;
   }
 
   // [(name, dtype, shape, raw_size, compressed_size)] in data order.
   nb::list tensors() {
+    std::lock_guard<std::mutex> lock(mu_);
     nb::list out;
     for (const auto& t : get().tensors()) {
       nb::list shape;
@@ -288,40 +291,55 @@ class PyReader {
     }
     return out;
   }
-  std::map<std::string, std::string> metadata() { return get().metadata(); }
-  std::string path() { return get().path(); }
-  uint64_t file_size() { return get().file_size(); }
-  uint64_t original_size() { return get().original_size(); }
-  std::string created_by() { return get().created_by(); }
-  long find(const std::string& name) { return get().find(name); }
+  std::map<std::string, std::string> metadata() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get().metadata();
+  }
+  std::string path() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get().path();
+  }
+  uint64_t file_size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get().file_size();
+  }
+  uint64_t original_size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get().original_size();
+  }
+  std::string created_by() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get().created_by();
+  }
+  long find(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get().find(name);
+  }
 
   void read_tensor(size_t index, nb::handle dst_obj) {
-    tc::Reader& r = get();
-    if (index >= r.tensors().size()) throw PyErrorOf(PyExc_IndexError, "tensor index out of range");
     BufferView dst(dst_obj, true, "out");
-    if (dst.size() != r.tensors()[index].raw_size())
-      throw PyErrorOf(g_usage, "output buffer has " + std::to_string(dst.size()) + " bytes, tensor '" +
-                                   r.tensors()[index].name + "' has " +
-                                   std::to_string(r.tensors()[index].raw_size()));
     nb::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
+    tc::Reader& r = get();
+    const tc::TensorEntry& t = entry(r, index);
+    if (dst.size() != t.raw_size())
+      throw PyErrorOf(g_usage, "output buffer has " + std::to_string(dst.size()) + " bytes, tensor '" + t.name +
+                                   "' has " + std::to_string(t.raw_size()));
     guarded([&] { r.read_tensor(index, dst.wdata(), dst.size()); });
   }
 
   void read_range(size_t index, uint64_t offset, nb::handle dst_obj) {
-    tc::Reader& r = get();
-    if (index >= r.tensors().size()) throw PyErrorOf(PyExc_IndexError, "tensor index out of range");
     BufferView dst(dst_obj, true, "out");
-    const uint64_t raw = r.tensors()[index].raw_size();
-    if (offset > raw || dst.size() > raw - offset)
-      throw PyErrorOf(g_usage, "byte range past the end of tensor '" + r.tensors()[index].name + "'");
     nb::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
+    tc::Reader& r = get();
+    const tc::TensorEntry& t = entry(r, index);
+    if (offset > t.raw_size() || dst.size() > t.raw_size() - offset)
+      throw PyErrorOf(g_usage, "byte range past the end of tensor '" + t.name + "'");
     guarded([&] { r.read_range(index, offset, dst.size(), dst.wdata()); });
   }
 
   nb::tuple export_safetensors(const std::string& out, unsigned threads, bool force) {
-    tc::Reader& r = get();
     tc::ReadOptions opt;
     opt.threads = threads;
     opt.force = force;
@@ -329,21 +347,32 @@ class PyReader {
     {
       nb::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
+      tc::Reader& r = get();
       st = guarded([&] { return r.export_safetensors(out, opt); });
     }
     return nb::make_tuple(st.raw_bytes, st.file_bytes);
   }
 
   void verify(const std::string& original, unsigned threads) {
-    tc::Reader& r = get();
     tc::ReadOptions opt;
     opt.threads = threads;
     nb::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
+    tc::Reader& r = get();
     guarded([&] { r.verify(original, opt); });
   }
 
  private:
+  // Callers hold mu_. Throws (C++ only, no Python API: fine without the GIL).
+  tc::Reader& get() {
+    if (!r_) throw PyErrorOf(PyExc_ValueError, "I/O operation on a closed tensorzip file");
+    return *r_;
+  }
+  static const tc::TensorEntry& entry(tc::Reader& r, size_t index) {
+    if (index >= r.tensors().size()) throw PyErrorOf(PyExc_IndexError, "tensor index out of range");
+    return r.tensors()[index];
+  }
+
   std::mutex mu_;
   std::unique_ptr<tc::Reader> r_;
 };

@@ -244,3 +244,28 @@ def test_load_errors(tmp_path, rng):
             tzn.load_file(t)
     with pytest.raises(ValueError, match="framework"):
         tensorzip.safe_open(good, framework="tf")
+
+
+def test_one_handle_many_threads(tmp_path, rng):
+    import threading
+
+    d = {f"t{i}": np_array(dt, (50_000,), rng) for i, dt in enumerate(["BF16", "F32", "F16", "I32"] * 2)}
+    p = tmp_path / "mt.tzip"
+    tzn.save_file(d, p)
+    errors = []
+    with tensorzip.safe_open(p, framework="np") as f:
+        def work(offset):
+            try:
+                for j in range(10):
+                    k = f"t{(offset + j) % len(d)}"
+                    assert same_bits(f.get_tensor(k), d[k])
+                    assert same_bits(f.get_slice(k)[100:200], d[k][100:200])
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    assert not errors, errors
