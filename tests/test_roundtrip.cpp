@@ -137,6 +137,37 @@ TEST(RoundTripOdd, EmptyInputWithNullPointers) {
   }
 }
 
+// The C API takes plain byte pointers: source, frame and destination may sit
+// at any address (a tensor inside a file mapping, a slice of a bigger
+// buffer). UBSan in the debug preset flags any misaligned typed access.
+TEST(RoundTripOdd, MisalignedBuffers) {
+  for (tz_dtype dt : kAllDtypes) {
+    for (size_t shift : {1, 2, 3}) {
+      SCOPED_TRACE(dtype_label(dt) + " shifted by " + std::to_string(shift));
+      const Bytes src = real_bytes(dt, 4096 * 3 * elem_size(dt) + 4 * 5);
+      Bytes in(src.size() + shift);
+      memcpy(in.data() + shift, src.data(), src.size());
+      Bytes frame(tz_compress_bound(src.size()) + shift);
+      tz_params p = make_params(dt, 1, 4096, 2);
+      const size_t r = tz_compress(frame.data() + shift, frame.size() - shift, in.data() + shift, src.size(), &p);
+      ASSERT_FALSE(tz_is_error(r)) << describe(r);
+      EXPECT_EQ(Bytes(frame.begin() + (ptrdiff_t)shift, frame.begin() + (ptrdiff_t)(shift + r)), compress(src, p));
+      Bytes out(src.size() + shift);
+      ASSERT_EQ(tz_decompress(out.data() + shift, src.size(), frame.data() + shift, r, 2), src.size());
+      EXPECT_TRUE(std::equal(src.begin(), src.end(), out.begin() + (ptrdiff_t)shift));
+      // Random access into a misaligned destination.
+      uint64_t off, size, roff, rsize;
+      ASSERT_EQ(tz_frame_block_range(frame.data() + shift, r, 1, 2, &off, &size, &roff, &rsize), 0u);
+      const size_t pr = tz_frame_prefix_size(frame.data() + shift, r);
+      ASSERT_EQ(tz_decompress_blocks(out.data() + shift, rsize, frame.data() + shift, pr, frame.data() + shift + off,
+                                     size, 1, 2, 1),
+                rsize);
+      EXPECT_TRUE(std::equal(out.begin() + (ptrdiff_t)shift, out.begin() + (ptrdiff_t)(shift + rsize),
+                             src.begin() + (ptrdiff_t)roff));
+    }
+  }
+}
+
 // ---------------------------------------------------------------- params --
 
 TEST(Params, RejectsInvalidParameters) {

@@ -24,6 +24,11 @@ bool simd_available() {
 
 namespace {
 
+// Views of caller buffers for element loads and stores: the C API accepts
+// any address, so these must not assume 2- or 4-byte alignment.
+typedef uint16_t u16_unaligned __attribute__((aligned(1), may_alias));
+typedef uint32_t u32_unaligned __attribute__((aligned(1), may_alias));
+
 // One decode step for 16 lanes: returns the 16 symbols (one per 32-bit
 // lane) and advances *p past the words the lanes consumed, in lane order.
 TZ_AVX512 inline __m512i dec16(__m512i& x, const uint32_t* dec, const uint8_t*& p) {
@@ -267,13 +272,13 @@ TZ_AVX512 inline void minmax_loop(uint32_t n, const Get& get, uint8_t* lo, uint8
   *hi = b;
 }
 struct GetBF16 {
-  const uint16_t* v; int k;
+  const u16_unaligned* v; int k;
   TZ_AVX512 uint8_t operator()(uint32_t i) const {
     return k == 0 ? (uint8_t)(v[i] >> 7) : (uint8_t)(((v[i] >> 8) & 0x80u) | (v[i] & 0x7Fu));
   }
 };
 struct GetF32 {
-  const uint32_t* v; int k;
+  const u32_unaligned* v; int k;
   TZ_AVX512 uint8_t operator()(uint32_t i) const {
     const uint32_t x = v[i];
     switch (k) {
@@ -293,7 +298,7 @@ struct GetBytes {
 TZ_AVX512 void stream_minmax_simd(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi) {
   switch (dtype) {
     case kBF16: {
-      const uint16_t* v = (const uint16_t*)src;
+      const u16_unaligned* v = (const u16_unaligned*)src;
       if (k == 0)
         minmax_loop(n, GetBF16{v, 0}, lo, hi);
       else
@@ -301,7 +306,7 @@ TZ_AVX512 void stream_minmax_simd(uint8_t dtype, int k, const uint8_t* src, uint
       break;
     }
     case kF32: {
-      const uint32_t* v = (const uint32_t*)src;
+      const u32_unaligned* v = (const u32_unaligned*)src;
       if (k == 0) minmax_loop(n, GetF32{v, 0}, lo, hi);
       else if (k == 1) minmax_loop(n, GetF32{v, 1}, lo, hi);
       else if (k == 2) minmax_loop(n, GetF32{v, 2}, lo, hi);
@@ -320,7 +325,7 @@ TZ_AVX512 void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, 
     case kBF16: {
       uint8_t* __restrict s0 = streams[0];
       uint8_t* __restrict s1 = streams[1];
-      const uint16_t* v = (const uint16_t*)src;
+      const u16_unaligned* v = (const u16_unaligned*)src;
       for (uint32_t i = 0; i < n; ++i) {
         const uint16_t x = v[i];
         s0[i] = (uint8_t)(x >> 7);
@@ -331,7 +336,7 @@ TZ_AVX512 void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, 
     case kF16: {
       uint8_t* __restrict s0 = streams[0];
       uint8_t* __restrict s1 = streams[1];
-      const uint16_t* v = (const uint16_t*)src;
+      const u16_unaligned* v = (const u16_unaligned*)src;
       for (uint32_t i = 0; i < n; ++i) {
         s0[i] = (uint8_t)(v[i] >> 8);
         s1[i] = (uint8_t)v[i];
@@ -343,7 +348,7 @@ TZ_AVX512 void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, 
       uint8_t* __restrict s1 = streams[1];
       uint8_t* __restrict s2 = streams[2];
       uint8_t* __restrict s3 = streams[3];
-      const uint32_t* v = (const uint32_t*)src;
+      const u32_unaligned* v = (const u32_unaligned*)src;
       for (uint32_t i = 0; i < n; ++i) {
         const uint32_t x = v[i];
         s0[i] = (uint8_t)(x >> 23);
@@ -363,7 +368,7 @@ TZ_AVX512 void merge_fields_simd(uint8_t dtype, const uint8_t* const* streams, u
     case kBF16: {
       const uint8_t* __restrict s0 = streams[0];
       const uint8_t* __restrict s1 = streams[1];
-      uint16_t* __restrict v = (uint16_t*)dst;
+      u16_unaligned* __restrict v = (u16_unaligned*)dst;
       for (uint32_t i = 0; i < n; ++i)
         v[i] = (uint16_t)(((uint32_t)(s1[i] & 0x80u) << 8) | ((uint32_t)s0[i] << 7) | (s1[i] & 0x7Fu));
       break;
@@ -371,7 +376,7 @@ TZ_AVX512 void merge_fields_simd(uint8_t dtype, const uint8_t* const* streams, u
     case kF16: {
       const uint8_t* __restrict s0 = streams[0];
       const uint8_t* __restrict s1 = streams[1];
-      uint16_t* __restrict v = (uint16_t*)dst;
+      u16_unaligned* __restrict v = (u16_unaligned*)dst;
       for (uint32_t i = 0; i < n; ++i) v[i] = (uint16_t)(((uint32_t)s0[i] << 8) | s1[i]);
       break;
     }
@@ -380,7 +385,7 @@ TZ_AVX512 void merge_fields_simd(uint8_t dtype, const uint8_t* const* streams, u
       const uint8_t* __restrict s1 = streams[1];
       const uint8_t* __restrict s2 = streams[2];
       const uint8_t* __restrict s3 = streams[3];
-      uint32_t* __restrict v = (uint32_t*)dst;
+      u32_unaligned* __restrict v = (u32_unaligned*)dst;
       for (uint32_t i = 0; i < n; ++i)
         v[i] = ((uint32_t)(s1[i] & 0x80u) << 24) | ((uint32_t)s0[i] << 23) | ((uint32_t)(s1[i] & 0x7Fu) << 16) |
                ((uint32_t)s2[i] << 8) | s3[i];
