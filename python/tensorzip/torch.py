@@ -5,7 +5,10 @@ import os
 import tempfile
 from typing import Any, Dict, Optional, Union
 
-import torch
+try:
+    import torch
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("tensorzip.torch needs PyTorch: pip install torch (or pip install 'tensorzip[torch]')") from e
 
 from . import _core, _file
 from ._file import PathLike
