@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 try:
     import torch
@@ -13,7 +13,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from . import _core, _file
 from ._file import PathLike
 
-__all__ = ["save_file", "load_file", "save", "load"]
+__all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
 
 
 def save_file(tensors: Dict[str, torch.Tensor], filename: PathLike, metadata: Optional[Dict[str, str]] = None,
@@ -62,3 +62,17 @@ def load(data: bytes, device: Union[str, int, torch.device] = "cpu", *, threads:
         with open(path, "wb") as f:
             f.write(data)
         return load_file(path, device, threads=threads)
+
+
+def save_model(model: torch.nn.Module, filename: PathLike, metadata: Optional[Dict[str, str]] = None, *,
+               level: int = 0, threads: int = 0) -> None:
+    """Saves ``model.state_dict()`` (tensors shared between entries are each saved in full)."""
+    save_file(model.state_dict(), filename, metadata, level=level, threads=threads)
+
+
+def load_model(model: torch.nn.Module, filename: PathLike, strict: bool = True,
+               device: Union[str, int, torch.device] = "cpu", *, threads: int = 0) -> Tuple[List[str], List[str]]:
+    """Loads a file saved by :func:`save_model` into ``model``; returns (missing keys, unexpected keys)."""
+    state = load_file(filename, device, threads=threads)
+    result = model.load_state_dict(state, strict=strict)
+    return list(result.missing_keys), list(result.unexpected_keys)

@@ -269,3 +269,16 @@ def test_one_handle_many_threads(tmp_path, rng):
         for t in ts:
             t.join()
     assert not errors, errors
+
+
+def test_save_load_model(tmp_path):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(torch.bfloat16)
+    p = tmp_path / "model.tzip"
+    tzt.save_model(m, p, metadata={"format": "pt"})
+    m2 = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(torch.bfloat16)
+    assert tzt.load_model(m2, p) == ([], [])
+    for (k, a), (_, b) in zip(m.state_dict().items(), m2.state_dict().items()):
+        assert torch_same_bits(a, b), k
+    with pytest.raises(RuntimeError):
+        tzt.load_model(torch.nn.Linear(8, 16), p)  # strict: unexpected keys
