@@ -27,10 +27,12 @@ def mixed_torch_dict(rng):
     d["ünïcode.名前"] = torch_tensor("BF16", (17,), rng)
     d["a"] = torch_tensor("F32", (2, 2), rng)  # same dtype as others: ties broken by name
     d["Z"] = torch_tensor("F32", (3,), rng)
+    d['quote"back\\slash\ttab\nnl\x01\x1f\x7f/é'] = torch_tensor("F16", (4,), rng)  # JSON escapes
     return d
 
 
-@pytest.mark.parametrize("metadata", [None, {"format": "pt"}, {}], ids=["nometa", "meta", "emptymeta"])
+@pytest.mark.parametrize("metadata", [None, {"format": "pt"}, {}, {'k"\n': 'v\\\x01é'}],
+                         ids=["nometa", "meta", "emptymeta", "escapedmeta"])
 def test_torch_file_decompresses_to_safetensors_bytes(tmp_path, rng, run_tzip, metadata):
     d = mixed_torch_dict(rng)
     tz = tmp_path / "m.tzip"
