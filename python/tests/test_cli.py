@@ -64,6 +64,11 @@ def test_python_export_matches_cli(tmp_path, rng, run_tzip):
     run_tzip("decompress", tz, "-o", a)
     tensorzip.export_safetensors(tz, b)
     assert a.read_bytes() == b.read_bytes()
+    with pytest.raises(FileExistsError):  # tensorzip.TensorZipExistsError
+        tensorzip.export_safetensors(tz, b)
+    tensorzip.export_safetensors(tz, b, overwrite=True)
+    with pytest.raises(tensorzip.TensorZipExistsError):
+        tensorzip.compress_safetensors(a, tz)
     loaded = safetensors.torch.load_file(str(a))
     for k in d:
         assert torch_same_bits(loaded[k], d[k]), k
