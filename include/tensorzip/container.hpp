@@ -1,0 +1,201 @@
+// tensorzip container: .tzip files (doc/container.md), safetensors import and
+// byte-identical export, Hugging Face model folders.
+//
+// C++ API. Every failure throws tz::container::Error, whose kind() tells the
+// class of problem (bad input, I/O, ...) and whose what() is one line naming
+// the file and the problem. Nothing here keeps the whole file in memory:
+// writers stream chunk by chunk, readers pread what they need.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tensorzip/tensorzip.h"
+
+namespace tz::container {
+
+// Container format version written by this library (doc/container.md).
+constexpr uint16_t kTzipVersionMajor = 1;
+constexpr uint16_t kTzipVersionMinor = 0;
+
+enum class ErrorKind {
+  kUsage = 1,         // bad argument or option
+  kBadInput = 2,      // not the expected format, corrupt, checksum mismatch, differs
+  kIO = 3,            // cannot open/read/write/rename: missing, permission, disk full
+  kExists = 4,        // output exists and overwriting was not allowed
+  kInternal = 5,      // out of memory, unexpected failure
+  kInterrupted = 6,   // request_cancel() was called (e.g. from a SIGINT handler)
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& msg) : std::runtime_error(msg), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+// Called with (bytes done, bytes total) of uncompressed data, from the
+// calling thread.
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+struct WriteOptions {
+  int level = 0;              // tz_params.level
+  unsigned block_elems = 0;   // 0: codec default for the dtype
+  unsigned threads = 0;       // 0: all hardware threads
+  uint64_t chunk_bytes = 4u << 20;  // raw bytes per frame; power of two, >= 1 MiB
+  bool force = false;         // replace an existing output
+  ProgressFn progress;
+};
+
+struct ReadOptions {
+  unsigned threads = 0;
+  bool force = false;
+  ProgressFn progress;
+};
+
+// safetensors dtype string -> codec dtype (BF16, F16, F32, F8_E4M3, F8_E5M2
+// map to their own; every other known dtype to TZ_DTYPE_BYTES). Returns false
+// for an unknown dtype string.
+bool codec_dtype_for(const std::string& st_dtype, tz_dtype* out);
+// Bits per element of a safetensors dtype (0 if unknown).
+unsigned dtype_bits(const std::string& st_dtype);
+
+// One compressed frame of a segment: a chunk of at most chunk_bytes raw bytes.
+struct FrameRef {
+  uint64_t offset = 0;    // in the .tzip file
+  uint64_t size = 0;      // compressed bytes
+  uint64_t raw_size = 0;  // decompressed bytes
+  uint64_t xxh64 = 0;     // of the compressed bytes
+};
+
+// A tensor, or a gap (bytes of the safetensors data section that no tensor
+// covers; name empty, dtype "").
+struct TensorEntry {
+  std::string name;
+  std::string dtype;             // safetensors dtype string, e.g. "BF16"
+  std::vector<uint64_t> shape;
+  uint64_t data_begin = 0;       // offsets in the original data section
+  uint64_t data_end = 0;
+  tz_dtype codec_dtype = TZ_DTYPE_BYTES;
+  int level = 0;
+  unsigned block_elems = 0;      // effective elements per block
+  std::vector<FrameRef> frames;
+  bool is_gap = false;
+
+  uint64_t raw_size() const { return data_end - data_begin; }
+  uint64_t compressed_size() const;
+  uint64_t block_bytes() const;  // raw bytes per codec block
+  uint64_t n_blocks() const;     // codec blocks over the whole tensor
+};
+
+// Parsed safetensors header (strictly validated).
+struct SafetensorsInfo {
+  uint64_t file_size = 0;
+  uint64_t header_len = 0;                 // the 8-byte length value
+  std::string header_bytes;                // verbatim
+  uint64_t data_start = 0;                 // 8 + header_len
+  uint64_t data_size = 0;
+  std::map<std::string, std::string> metadata;  // __metadata__
+  std::vector<TensorEntry> tensors;        // sorted by data_begin
+  std::vector<TensorEntry> gaps;           // uncovered byte ranges, sorted
+};
+
+// Validates a safetensors header given the file size. `what` names the file
+// in messages. Throws Error(kBadInput) on any violation.
+SafetensorsInfo parse_safetensors_header(const uint8_t* header, size_t header_len, uint64_t file_size,
+                                         const std::string& what);
+// Opens and validates a safetensors file (reads only its header).
+SafetensorsInfo read_safetensors_info(const std::string& path);
+
+// Header caps (doc/container.md, "Limits").
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+constexpr uint64_t kMaxTensors = 1u << 20;
+
+// Compresses a safetensors file into a .tzip file (written to a temporary
+// name beside `out`, fsync'd and renamed).
+// Statistics of a whole-file pass: bytes of the original safetensors file
+// and of the .tzip file.
+struct PassStats {
+  uint64_t raw_bytes = 0;
+  uint64_t file_bytes = 0;
+};
+
+PassStats compress_file(const std::string& in, const std::string& out, const WriteOptions& opt);
+
+class Reader {
+ public:
+  // Opens a .tzip file: reads the preamble, trailer and header only.
+  explicit Reader(const std::string& path, unsigned threads = 0);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  const std::string& path() const;
+  uint64_t file_size() const;
+  uint16_t version_minor() const;
+  const std::vector<TensorEntry>& tensors() const;  // sorted by data offset, gaps excluded
+  const std::vector<TensorEntry>& gaps() const;
+  const std::map<std::string, std::string>& metadata() const;
+  const std::string& safetensors_header() const;    // verbatim, may be empty
+  uint64_t data_size() const;                       // original data section size
+  uint64_t original_size() const;                   // size of the exported safetensors file
+  uint64_t chunk_bytes() const;
+  const std::string& created_by() const;
+
+  // Index into tensors(), or -1.
+  long find(const std::string& name) const;
+
+  // Reads one whole tensor into dst (capacity >= raw_size()). Reads only its frames.
+  void read_tensor(size_t index, void* dst, size_t capacity);
+  std::vector<uint8_t> read_tensor(const std::string& name);
+  // Reads codec blocks [first, first+count) of a tensor; returns bytes written.
+  size_t read_blocks(size_t index, uint64_t first, uint64_t count, void* dst, size_t capacity);
+  // Reads raw bytes [offset, offset+size) of a tensor (decodes only the blocks it needs).
+  void read_range(size_t index, uint64_t offset, uint64_t size, void* dst);
+
+  // Writes the original safetensors file to `out` (atomic, byte-identical).
+  PassStats export_safetensors(const std::string& out, const ReadOptions& opt);
+  // Checks whole-file checksum, header, every frame and block. If `original`
+  // is non-empty, also compares the exported bytes with that file.
+  PassStats verify(const std::string& original, const ReadOptions& opt);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Folders: every *.safetensors file becomes a .tzip, every other regular file
+// is copied byte for byte (subfolders kept). Output folder built under a
+// temporary name and renamed.
+void compress_folder(const std::string& in_dir, const std::string& out_dir, const WriteOptions& opt);
+void decompress_folder(const std::string& in_dir, const std::string& out_dir, const ReadOptions& opt);
+// Verifies every .tzip in a folder (and, with `original_dir`, compares every
+// file with the original folder).
+void verify_folder(const std::string& dir, const std::string& original_dir, const ReadOptions& opt);
+
+// Default output names: x.safetensors -> x.tzip, x.tzip -> x.safetensors,
+// folder x -> x.tzip, folder x.tzip -> x. Empty if there is none.
+std::string default_compressed_name(const std::string& in, bool is_dir);
+std::string default_decompressed_name(const std::string& in, bool is_dir);
+
+// Path kinds (follows symlinks).
+enum class PathKind { kMissing, kFile, kDir, kOther };
+PathKind path_kind(const std::string& path);
+
+// Asks every running operation to stop at its next chunk boundary with
+// Error(kInterrupted); their temporaries are then removed as on any error.
+// Async-signal-safe (sets a flag).
+void request_cancel();
+// Removes the temporary files this process is writing, without unwinding
+// (last resort for a second signal). Async-signal-safe.
+void remove_temporaries_on_signal();
+
+}  // namespace tz::container

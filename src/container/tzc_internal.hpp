@@ -1,0 +1,80 @@
+// Internals shared by the container sources: the .tzip byte layout
+// (doc/container.md is normative), checked arithmetic, header codec.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensorzip/container.hpp"
+
+namespace tz::container::detail {
+
+// ---- byte layout, version 1 ----------------------------------------------
+constexpr uint8_t kMagic[4] = {'T', 'Z', 'I', 'P'};
+constexpr uint8_t kEndMagic[4] = {'P', 'I', 'Z', 'T'};
+constexpr size_t kPreambleSize = 16;
+constexpr size_t kTrailerSize = 48;
+constexpr size_t kTrailerHashedSize = 32;  // trailer bytes covered by the file checksum
+constexpr uint64_t kAlign = 64;            // frames and the header start at multiples of 64
+constexpr uint64_t kMinChunkBytes = 1ull << 20;
+constexpr uint64_t kMaxChunkBytes = 64ull << 20;  // bounds reader memory on hostile input
+
+inline uint64_t align_up(uint64_t x) { return (x + kAlign - 1) & ~(kAlign - 1); }
+
+inline void put_le16(uint8_t* p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+inline void put_le32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (8 * i)); }
+inline void put_le64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i)); }
+inline uint16_t get_le16(const uint8_t* p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+inline uint32_t get_le32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+inline uint64_t get_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+bool checked_mul(uint64_t a, uint64_t b, uint64_t* out);
+bool checked_add(uint64_t a, uint64_t b, uint64_t* out);
+
+// Bytes of a tensor from dtype and shape, with overflow checks (throws kBadInput).
+uint64_t tensor_nbytes(const std::string& dtype, const std::vector<uint64_t>& shape, const std::string& what,
+                       const std::string& name);
+std::string shape_string(const std::vector<uint64_t>& shape);
+nlohmann::json parse_json_strict(const char* begin, const char* end, const std::string& what,
+                                 const std::string& part);
+bool get_u64(const nlohmann::json& v, uint64_t* out);
+
+const char* codec_dtype_name(tz_dtype d);
+bool codec_dtype_from_name(const std::string& s, tz_dtype* out);
+unsigned codec_elem_size(tz_dtype d);
+unsigned default_block_elems(tz_dtype d);
+std::string hex64(uint64_t v);
+
+// Parsed and validated .tzip header.
+struct TzipHeader {
+  std::string created_by;
+  uint64_t chunk_bytes = 0;
+  uint64_t data_size = 0;
+  std::map<std::string, std::string> metadata;
+  std::string safetensors_header;
+  std::vector<TensorEntry> tensors;   // data order
+  std::vector<TensorEntry> gaps;      // data order
+  std::vector<const TensorEntry*> segments;  // tensors and gaps merged, data order = file order
+};
+
+// Serialises the header JSON (segments must already carry their frames).
+std::string encode_header(const TzipHeader& h);
+// Parses and validates everything that can be checked without reading the
+// frames: tiling of the data section, frame offsets tiling [64, header_offset)
+// in order with 64-byte alignment, agreement with the verbatim safetensors
+// header. Throws kBadInput naming `what`.
+void decode_header(const char* p, size_t n, uint64_t header_offset, const std::string& what, TzipHeader* out);
+void link_segments(TzipHeader* h);
+
+}  // namespace tz::container::detail

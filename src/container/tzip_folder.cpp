@@ -1,0 +1,266 @@
+// Hugging Face model folders: *.safetensors <-> *.tzip, every other file
+// (model.safetensors.index.json, configs, tokenizer) copied byte for byte.
+// The output folder is built under a temporary name beside the target and
+// renamed when complete, so a failure never leaves a half-written folder.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "tzc_internal.hpp"
+#include "tzc_io.hpp"
+
+namespace tz::container {
+
+using namespace detail;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+std::string strip_slashes(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+struct Entry {
+  std::string rel;  // relative path
+  bool dir;
+  uint64_t size;
+};
+
+// Lists a folder recursively (symlinks followed, as in Hugging Face cache
+// snapshots), sorted, skipping the inode `skip` (our own output).
+void walk(const std::string& root, const std::string& rel, int depth, dev_t skip_dev, ino_t skip_ino,
+          std::vector<Entry>* out) {
+  if (depth > 32) fail(ErrorKind::kUsage, root + "/" + rel + ": folder nesting too deep (symlink loop?)");
+  const std::string dir = rel.empty() ? root : root + "/" + rel;
+  DIR* d = opendir(dir.c_str());
+  if (!d) fail_errno(dir, "cannot open folder", errno);
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    const std::string r = rel.empty() ? n : rel + "/" + n;
+    const std::string full = root + "/" + r;
+    struct stat st;
+    if (stat(full.c_str(), &st) != 0) fail_errno(full, "cannot stat", errno);
+    if (st.st_dev == skip_dev && st.st_ino == skip_ino) continue;
+    if (n.rfind(".", 0) == 0 && n.find(".tmp-") != std::string::npos) continue;  // someone's temporary
+    if (S_ISDIR(st.st_mode)) {
+      out->push_back(Entry{r, true, 0});
+      walk(root, r, depth + 1, skip_dev, skip_ino, out);
+    } else if (S_ISREG(st.st_mode)) {
+      out->push_back(Entry{r, false, (uint64_t)st.st_size});
+    } else {
+      fail(ErrorKind::kUsage, full + ": not a regular file or folder");
+    }
+  }
+}
+
+void copy_file(const std::string& src, const std::string& dst, const ProgressFn& progress, uint64_t base,
+               uint64_t total) {
+  InFile in(src);
+  in.advise_sequential();
+  OutFile out(dst, false);
+  std::vector<uint8_t> buf(std::min<uint64_t>(in.size(), 8u << 20));
+  for (uint64_t off = 0; off < in.size();) {
+    const size_t n = (size_t)std::min<uint64_t>(buf.size(), in.size() - off);
+    in.pread_exact(off, buf.data(), n);
+    out.write(buf.data(), n);
+    off += n;
+    if (progress) progress(base + off, total);
+  }
+  out.commit();
+}
+
+// A folder under construction: removed unless published.
+struct TempDir {
+  std::string path;
+  int slot = -1;
+  bool done = false;
+  explicit TempDir(const std::string& final_path) {
+    path = make_temp_name(final_path);
+    if (mkdir(path.c_str(), 0755) != 0) fail_errno(final_path, "cannot create output folder in " + dir_of(path), errno);
+    slot = register_temp(path);
+  }
+  ~TempDir() {
+    if (!done) remove_tree(path);
+    unregister_temp(slot);
+  }
+};
+
+void check_out_dir(const std::string& in, const std::string& out, bool force) {
+  struct stat a, b;
+  if (stat(out.c_str(), &b) == 0) {
+    if (!S_ISDIR(b.st_mode)) fail(ErrorKind::kUsage, out + ": exists and is not a folder");
+    if (!force) fail(ErrorKind::kExists, out + ": already exists (use -f to overwrite)");
+    if (stat(in.c_str(), &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+      fail(ErrorKind::kUsage, out + ": output folder is the input folder");
+  }
+}
+
+ProgressFn offset_progress(const ProgressFn& p, uint64_t base, uint64_t total) {
+  if (!p) return nullptr;
+  return [p, base, total](uint64_t d, uint64_t) { p(base + d, total); };
+}
+
+}  // namespace
+
+PathKind path_kind(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return PathKind::kMissing;
+  if (S_ISDIR(st.st_mode)) return PathKind::kDir;
+  if (S_ISREG(st.st_mode)) return PathKind::kFile;
+  return PathKind::kOther;
+}
+
+std::string default_compressed_name(const std::string& in, bool is_dir) {
+  const std::string p = strip_slashes(in);
+  if (is_dir) return p + ".tzip";
+  if (ends_with(p, ".safetensors")) return p.substr(0, p.size() - 12) + ".tzip";
+  return p + ".tzip";
+}
+
+std::string default_decompressed_name(const std::string& in, bool is_dir) {
+  const std::string p = strip_slashes(in);
+  if (!ends_with(p, ".tzip") || base_of(p) == ".tzip") return "";
+  const std::string stem = p.substr(0, p.size() - 5);
+  return is_dir ? stem : stem + ".safetensors";
+}
+
+void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, const WriteOptions& opt) {
+  const std::string in = strip_slashes(in_dir), out = strip_slashes(out_dir_arg);
+  if (path_kind(in) != PathKind::kDir) fail(ErrorKind::kUsage, in + ": not a folder");
+  check_out_dir(in, out, opt.force);
+  TempDir tmp(out);
+  struct stat ts;
+  if (stat(tmp.path.c_str(), &ts) != 0) fail_errno(tmp.path, "cannot stat", errno);
+  std::vector<Entry> entries;
+  walk(in, "", 0, ts.st_dev, ts.st_ino, &entries);
+  uint64_t total = 0;
+  size_t n_st = 0;
+  for (const auto& e : entries) {
+    total += e.size;
+    if (!e.dir && ends_with(e.rel, ".tzip"))
+      fail(ErrorKind::kUsage, in + "/" + e.rel + ": folder already holds a .tzip file; it would not round-trip");
+    if (!e.dir && ends_with(e.rel, ".safetensors")) ++n_st;
+  }
+  if (n_st == 0) fail(ErrorKind::kUsage, in + ": folder holds no .safetensors files");
+  uint64_t base = 0;
+  for (const auto& e : entries) {
+    const std::string src = in + "/" + e.rel;
+    if (e.dir) {
+      if (mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0) fail_errno(out + "/" + e.rel, "cannot create folder", errno);
+      continue;
+    }
+    if (ends_with(e.rel, ".safetensors")) {
+      WriteOptions o = opt;
+      o.force = false;
+      o.progress = offset_progress(opt.progress, base, total);
+      compress_file(src, tmp.path + "/" + default_compressed_name(e.rel, false), o);
+    } else {
+      copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
+    }
+    base += e.size;
+  }
+  publish(tmp.path, out, opt.force, true);
+  tmp.done = true;
+}
+
+void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg, const ReadOptions& opt) {
+  const std::string in = strip_slashes(in_dir), out = strip_slashes(out_dir_arg);
+  if (path_kind(in) != PathKind::kDir) fail(ErrorKind::kUsage, in + ": not a folder");
+  check_out_dir(in, out, opt.force);
+  TempDir tmp(out);
+  struct stat ts;
+  if (stat(tmp.path.c_str(), &ts) != 0) fail_errno(tmp.path, "cannot stat", errno);
+  std::vector<Entry> entries;
+  walk(in, "", 0, ts.st_dev, ts.st_ino, &entries);
+  // Totals in original bytes: open every .tzip first (header only), which
+  // also rejects a damaged folder before anything is written.
+  uint64_t total = 0;
+  size_t n_tz = 0;
+  for (const auto& e : entries) {
+    if (e.dir) continue;
+    n_tz += ends_with(e.rel, ".tzip");
+    if (ends_with(e.rel, ".safetensors"))
+      fail(ErrorKind::kUsage, in + "/" + e.rel + ": compressed folder holds a .safetensors file; it would not round-trip");
+    total += ends_with(e.rel, ".tzip") ? Reader(in + "/" + e.rel, 1).original_size() : e.size;
+  }
+  if (n_tz == 0) fail(ErrorKind::kUsage, in + ": folder holds no .tzip files");
+  uint64_t base = 0;
+  for (const auto& e : entries) {
+    const std::string src = in + "/" + e.rel;
+    if (e.dir) {
+      if (mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0) fail_errno(out + "/" + e.rel, "cannot create folder", errno);
+      continue;
+    }
+    if (ends_with(e.rel, ".tzip")) {
+      Reader r(src, opt.threads);
+      ReadOptions o = opt;
+      o.force = false;
+      o.progress = offset_progress(opt.progress, base, total);
+      r.export_safetensors(tmp.path + "/" + default_decompressed_name(e.rel, false), o);
+      base += r.original_size();
+    } else {
+      copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
+      base += e.size;
+    }
+  }
+  publish(tmp.path, out, opt.force, true);
+  tmp.done = true;
+}
+
+void verify_folder(const std::string& dir_arg, const std::string& original_arg, const ReadOptions& opt) {
+  const std::string dir = strip_slashes(dir_arg);
+  const std::string orig = original_arg.empty() ? "" : strip_slashes(original_arg);
+  if (path_kind(dir) != PathKind::kDir) fail(ErrorKind::kUsage, dir + ": not a folder");
+  if (!orig.empty() && path_kind(orig) != PathKind::kDir) fail(ErrorKind::kUsage, orig + ": not a folder");
+  std::vector<Entry> entries, orig_entries;
+  walk(dir, "", 0, 0, 0, &entries);
+  uint64_t total = 0, base = 0;
+  size_t n_tz = 0;
+  for (const auto& e : entries) total += e.size, n_tz += !e.dir && ends_with(e.rel, ".tzip");
+  if (n_tz == 0) fail(ErrorKind::kUsage, dir + ": folder holds no .tzip files");
+  for (const auto& e : entries) {
+    if (e.dir) continue;
+    const std::string p = dir + "/" + e.rel;
+    ReadOptions o = opt;
+    o.progress = offset_progress(opt.progress, base, total);
+    if (ends_with(e.rel, ".tzip")) {
+      Reader r(p, opt.threads);
+      r.verify(orig.empty() ? "" : orig + "/" + default_decompressed_name(e.rel, false), o);
+    } else if (!orig.empty()) {
+      InFile a(p), b(orig + "/" + e.rel);
+      if (a.size() != b.size()) fail(ErrorKind::kBadInput, p + ": differs from " + b.path() + " (size)");
+      std::vector<uint8_t> x(1 << 20), y(1 << 20);
+      for (uint64_t off = 0; off < a.size();) {
+        const size_t n = (size_t)std::min<uint64_t>(x.size(), a.size() - off);
+        a.pread_exact(off, x.data(), n);
+        b.pread_exact(off, y.data(), n);
+        if (std::memcmp(x.data(), y.data(), n) != 0) fail(ErrorKind::kBadInput, p + ": differs from " + b.path());
+        off += n;
+      }
+    }
+    base += e.size;
+  }
+  if (!orig.empty()) {
+    walk(orig, "", 0, 0, 0, &orig_entries);
+    for (const auto& e : orig_entries) {
+      const std::string want = ends_with(e.rel, ".safetensors") && !e.dir ? default_compressed_name(e.rel, false) : e.rel;
+      if (path_kind(dir + "/" + want) == PathKind::kMissing)
+        fail(ErrorKind::kBadInput, dir + ": " + want + " is missing (present in " + orig + ")");
+    }
+  }
+}
+
+}  // namespace tz::container

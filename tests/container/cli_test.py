@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the tzip command line (doc/cli.md).
+
+Drives the built binary on real tensor data (tests/data slices of the real
+checkpoint, and ../shared/fixtures when present) and checks: byte-identical
+round trips of files and sharded Hugging Face folders, exit codes, one-line
+error messages naming the file, no partial output left behind, inputs never
+modified. Standard library only. Exit 77 = skipped.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+ARGS = None
+FAILS = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print("FAIL:", msg)
+
+
+def run(args, rc=None, cwd=None, preexec=None, env=None):
+    p = subprocess.run([ARGS.tzip] + args, cwd=cwd, capture_output=True, text=True, preexec_fn=preexec, env=env)
+    if rc is not None:
+        check(p.returncode == rc, f"tzip {' '.join(args)}: exit {p.returncode}, expected {rc}; stderr: {p.stderr.strip()}")
+    return p
+
+
+def one_line_error(p, *words):
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    check(len(lines) == 1, f"expected one error line, got {lines!r}")
+    if lines:
+        check(lines[0].startswith("tzip: "), f"error line lacks 'tzip: ' prefix: {lines[0]!r}")
+        for w in words:
+            check(w in lines[0], f"error line {lines[0]!r} lacks {w!r}")
+
+
+def sha(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def tree(d):
+    out = {}
+    for root, _, files in os.walk(d):
+        for f in files:
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, d)] = sha(p)
+    return out
+
+
+def read_st(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    data = b[8 + n:]
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
+
+
+def write_st(path, tensors, meta=None, raw_header=None, extra=b""):
+    """tensors: list of (name, dtype, shape, bytes)."""
+    h, data = {}, b""
+    if meta:
+        h["__metadata__"] = meta
+    for name, dt, shape, b in tensors:
+        h[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    hb = raw_header if raw_header is not None else json.dumps(h).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(hb)) + hb + data + extra)
+
+
+def real_tensors():
+    t = read_st(os.path.join(ARGS.data, "fixture-slice-bf16.safetensors"))
+    t.update(read_st(os.path.join(ARGS.data, "fixture-slice-fp32.safetensors")))
+    return t
+
+
+def make_hf_folder(d):
+    """A sharded Hugging Face folder made of real tensor slices."""
+    os.makedirs(os.path.join(d, "onnx"))
+    t = real_tensors()
+    names = sorted(t)
+    half = len(names) // 2
+    shards = [names[:half], names[half:]]
+    wm = {}
+    for i, s in enumerate(shards):
+        fn = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        write_st(os.path.join(d, fn), [(n,) + t[n] for n in s], meta={"format": "pt"})
+        wm.update({n: fn for n in s})
+    json.dump({"metadata": {"total_size": sum(len(t[n][2]) for n in names)}, "weight_map": wm},
+              open(os.path.join(d, "model.safetensors.index.json"), "w"), indent=2)
+    json.dump({"model_type": "gpt2", "n_layer": 6}, open(os.path.join(d, "config.json"), "w"))
+    open(os.path.join(d, "tokenizer.json"), "w").write('{"version": "1.0", "model": {"type": "BPE"}}\n')
+    open(os.path.join(d, "onnx", "README"), "wb").write(bytes(range(256)))
+
+
+# ---------------------------------------------------------------------------
+def case_help(tmp):
+    run(["--help"], 0)
+    run(["--version"], 0)
+    for c in ["compress", "decompress", "inspect", "verify", "bench"]:
+        p = run([c, "--help"], 0)
+        check("usage: tzip " + c in p.stdout, f"{c} --help lacks usage line")
+    one_line_error(run([], 1))
+    one_line_error(run(["frobnicate"], 1), "unknown command")
+    one_line_error(run(["compress", "--bogus", "x"], 1), "unknown option")
+    one_line_error(run(["compress", "-l", "9", "x"], 1), "-l")
+    one_line_error(run(["compress", "-T"], 1), "needs a value")
+    one_line_error(run(["decompress"], 1))
+
+
+def case_roundtrip(tmp):
+    srcs = []
+    fx = ARGS.fixtures
+    for n in ["gpt-small-step400-model-bf16.safetensors", "gpt-small-step400-optim-fp32.safetensors"]:
+        if os.path.exists(os.path.join(fx, n)):
+            srcs.append(os.path.join(fx, n))
+    srcs += [os.path.join(ARGS.data, n) for n in ["fixture-slice-bf16.safetensors", "fixture-slice-fp32.safetensors"]]
+    for s in srcs:
+        local = os.path.join(tmp, os.path.basename(s))
+        shutil.copyfile(s, local)
+        before = sha(local)
+        for level in ["1", "2", "-1"]:
+            run(["compress", "-q", "-f", "-l", level, "-T", "2", local], 0)
+            z = local[:-len(".safetensors")] + ".tzip"
+            check(os.path.exists(z), f"default output name {z} missing")
+            os.rename(local, local + ".orig")
+            run(["decompress", "-q", z], 0)
+            check(sha(local) == before, f"{s} level {level}: round trip differs")
+            os.replace(local + ".orig", local)
+            run(["verify", "-q", z, "--against", local], 0)
+        check(sha(local) == before, "input modified")
+    # -o names, single-thread run gives the same bytes as multi-thread
+    a = os.path.join(tmp, "a.tzip")
+    b = os.path.join(tmp, "b.tzip")
+    run(["compress", "-q", "-T", "1", srcs[0], "-o", a], 0)
+    run(["compress", "-q", "-T", "3", srcs[0], "-o", b], 0)
+    check(sha(a) == sha(b), "output depends on the thread count")
+    # several inputs into a folder
+    out = os.path.join(tmp, "outdir")
+    os.mkdir(out)
+    run(["compress", "-q", srcs[-1], srcs[-2], "-o", out], 0)
+    check(sorted(os.listdir(out)) == ["fixture-slice-bf16.tzip", "fixture-slice-fp32.tzip"], str(os.listdir(out)))
+
+
+def case_folder(tmp):
+    m = os.path.join(tmp, "my-model")
+    make_hf_folder(m)
+    before = tree(m)
+    p = run(["compress", m], 0)
+    check("ratio" in p.stderr, "compress prints no summary")
+    z = m + ".tzip"
+    check(sorted(os.listdir(z)) == ["config.json", "model-00001-of-00002.tzip", "model-00002-of-00002.tzip",
+                                   "model.safetensors.index.json", "onnx", "tokenizer.json"], str(os.listdir(z)))
+    run(["verify", "-q", z, "--against", m], 0)
+    run(["verify", "-q", z], 0)
+    os.rename(m, m + ".orig")
+    run(["decompress", "-q", z], 0)
+    check(tree(m) == before, "folder round trip differs")
+    run(["decompress", "-q", z, "-o", os.path.join(tmp, "again")], 0)
+    check(tree(os.path.join(tmp, "again")) == before, "folder round trip (-o) differs")
+    check(tree(m + ".orig") == before, "input folder modified")
+    one_line_error(run(["decompress", z], 4), m, "exists")
+    run(["decompress", "-q", "-f", z], 0)
+    check(tree(m) == before, "forced folder round trip differs")
+    leftovers = [f for f in os.listdir(tmp) if ".tmp-" in f]
+    check(not leftovers, f"temporaries left: {leftovers}")
+    p = run(["inspect", z], 0)
+    check("model-00001-of-00002.tzip" in p.stdout, "inspect of a folder lists no file")
+
+
+def case_errors(tmp):
+    t = real_tensors()
+    w = t["tok.weight"]
+    def bad(name, **kw):
+        f = os.path.join(tmp, name + ".safetensors")
+        write_st(f, **kw)
+        return f
+    def expect(f, rc, *words):
+        listing = sorted(os.listdir(tmp))
+        one_line_error(run(["compress", f], rc), *words)
+        check(sorted(os.listdir(tmp)) == listing, f"{f}: output or temporary left behind")
+    expect(os.path.join(tmp, "missing.safetensors"), 3, "missing.safetensors", "no such file")
+    one_line_error(run(["verify", os.path.join(tmp, "f.tzip")], 3), "f.tzip", "no such file")
+    # folder given where a file is expected, and the reverse
+    adir = os.path.join(tmp, "adir")
+    os.mkdir(adir)
+    one_line_error(run(["decompress", adir], 1), "adir", ".tzip")
+    ok = os.path.join(tmp, "ok0.safetensors")
+    write_st(ok, [("tok.weight",) + w])
+    run(["compress", "-q", ok], 0)
+    one_line_error(run(["verify", ok[:-12] + ".tzip", "--against", adir], 1), "adir", "folder")
+    one_line_error(run(["decompress", adir, "-o", os.path.join(tmp, "o")], 1), "adir")
+    txt = os.path.join(tmp, "notes.safetensors")
+    open(txt, "w").write("hello, this is not a safetensors file at all\n")
+    expect(txt, 2, "notes.safetensors", "not a safetensors file")
+    expect(bad("badjson", tensors=[], raw_header=b'{"a": {"dtype": "BF16",'), 2, "badjson.safetensors", "not valid JSON")
+    expect(bad("overlap", tensors=[], raw_header=json.dumps({
+        "a": {"dtype": "BF16", "shape": [256, 256], "data_offsets": [0, 131072]},
+        "b": {"dtype": "BF16", "shape": [256], "data_offsets": [1000, 1512]}}).encode(), extra=w[2]),
+        2, "overlap", "'a'", "'b'")
+    expect(bad("range", tensors=[], raw_header=json.dumps({
+        "a": {"dtype": "BF16", "shape": [256, 512], "data_offsets": [0, 262144]}}).encode(), extra=w[2]),
+        2, "out of range")
+    expect(bad("overflow", tensors=[], raw_header=json.dumps({
+        "a": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 8]}}).encode(), extra=b"\0" * 8),
+        2, "overflow")
+    f = os.path.join(tmp, "hlen.safetensors")
+    open(f, "wb").write(struct.pack("<Q", 10**9) + b"{}")
+    expect(f, 2, "header length", "larger than the file")
+    # a tzip given to compress is not a safetensors file either; a safetensors
+    # given to decompress with -o is not a .tzip
+    src = os.path.join(tmp, "ok.safetensors")
+    write_st(src, [("tok.weight",) + w])
+    one_line_error(run(["decompress", src, "-o", os.path.join(tmp, "x.safetensors")], 2), "not a .tzip file")
+    check(not os.path.exists(os.path.join(tmp, "x.safetensors")), "partial output")
+    # gaps and trailing bytes round-trip
+    g = os.path.join(tmp, "gap.safetensors")
+    hb = json.dumps({"a": {"dtype": "BF16", "shape": [256], "data_offsets": [0, 512]},
+                     "b": {"dtype": "I64", "shape": [4], "data_offsets": [520, 552]}}).encode()
+    open(g, "wb").write(struct.pack("<Q", len(hb)) + hb + w[2][:512] + b"PADPADPA" + bytes(range(32)) + b"tail")
+    run(["compress", "-q", g], 0)
+    os.rename(g, g + ".orig")
+    run(["decompress", "-q", g[:-12] + ".tzip"], 0)
+    check(sha(g) == sha(g + ".orig"), "gaps did not round-trip")
+
+
+def flip(path, offset, bit=0):
+    b = bytearray(open(path, "rb").read())
+    b[offset] ^= 1 << bit
+    open(path, "wb").write(bytes(b))
+
+
+def case_damage(tmp):
+    src = os.path.join(ARGS.data, "fixture-slice-bf16.safetensors")
+    z = os.path.join(tmp, "m.tzip")
+    run(["compress", "-q", src, "-o", z], 0)
+    size = os.path.getsize(z)
+    good = open(z, "rb").read()
+    info = json.loads(run(["inspect", "--json", z], 0).stdout)
+    check(len(info["tensors"]) == 8, "inspect --json tensor count")
+    # truncated
+    open(os.path.join(tmp, "t.tzip"), "wb").write(good[:size // 2])
+    one_line_error(run(["decompress", os.path.join(tmp, "t.tzip")], 2), "t.tzip", "truncated")
+    check(not os.path.exists(os.path.join(tmp, "t.safetensors")), "partial output after truncation")
+    # wrong magic, newer version
+    open(os.path.join(tmp, "w.tzip"), "wb").write(b"ZZZZ" + good[4:])
+    one_line_error(run(["verify", os.path.join(tmp, "w.tzip")], 2), "w.tzip", "not a .tzip file")
+    open(os.path.join(tmp, "v.tzip"), "wb").write(good[:4] + b"\x07\x00" + good[6:])
+    one_line_error(run(["inspect", os.path.join(tmp, "v.tzip")], 2), "v.tzip", "newer")
+    # a bit flipped in the middle of a tensor's blocks names tensor and block
+    for i, off in enumerate([size // 3, size // 2, (2 * size) // 3, 200, size - 20, size - 100]):
+        f = os.path.join(tmp, f"flip{i}.tzip")
+        open(f, "wb").write(good)
+        flip(f, off, i % 8)
+        for cmd in (["verify"], ["decompress", "-o", os.path.join(tmp, f"flip{i}.safetensors")]):
+            p = run(cmd + [f], 2)
+            one_line_error(p, f"flip{i}.tzip")
+            if off in (size // 3, size // 2, (2 * size) // 3):
+                check("tensor '" in p.stderr and "block " in p.stderr, f"flip at {off} not located: {p.stderr}")
+        check(not os.path.exists(os.path.join(tmp, f"flip{i}.safetensors")), "partial output after corruption")
+    check(open(z, "rb").read() == good, "input modified")
+    leftovers = [f for f in os.listdir(tmp) if ".tmp-" in f]
+    check(not leftovers, f"temporaries left: {leftovers}")
+
+
+def case_exists(tmp):
+    src = os.path.join(tmp, "a.safetensors")
+    shutil.copyfile(os.path.join(ARGS.data, "fixture-slice-fp32.safetensors"), src)
+    z = os.path.join(tmp, "a.tzip")
+    open(z, "wb").write(b"precious")
+    one_line_error(run(["compress", src], 4), "a.tzip", "already exists")
+    check(open(z, "rb").read() == b"precious", "existing output overwritten without -f")
+    run(["compress", "-q", "-f", src], 0)
+    run(["verify", "-q", z], 0)
+    os.mkdir(os.path.join(tmp, "d.tzip"))
+    one_line_error(run(["compress", src, "-o", os.path.join(tmp, "d.tzip"), "-f"], 1), "directory")
+    # output == input
+    one_line_error(run(["decompress", z, "-o", z, "-f"], 1), "input")
+    run(["verify", "-q", z], 0)
+
+
+def case_diskfull(tmp):
+    src = os.path.join(ARGS.data, "fixture-slice-fp32.safetensors")
+    import resource
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+    p = run(["compress", src, "-o", os.path.join(tmp, "x.tzip")], 3, preexec=limit)
+    one_line_error(p, "x.tzip", "write failed")
+    check(os.listdir(tmp) == [], f"disk full left files: {os.listdir(tmp)}")
+    z = os.path.join(tmp, "ok.tzip")
+    run(["compress", "-q", src, "-o", z], 0)
+    p = run(["decompress", z, "-o", os.path.join(tmp, "y.safetensors")], 3, preexec=limit)
+    one_line_error(p, "y.safetensors", "write failed")
+    check(os.listdir(tmp) == ["ok.tzip"], f"disk full left files: {os.listdir(tmp)}")
+
+
+def case_permission(tmp):
+    src = os.path.join(tmp, "a.safetensors")
+    shutil.copyfile(os.path.join(ARGS.data, "fixture-slice-bf16.safetensors"), src)
+    ro = os.path.join(tmp, "ro")
+    os.mkdir(ro)
+    os.chmod(ro, 0o555)
+    os.chmod(tmp, 0o755)
+    secret = os.path.join(tmp, "secret.safetensors")
+    shutil.copyfile(src, secret)
+    os.chmod(secret, 0o000)
+    os.chmod(src, 0o644)
+    pre = None
+    if os.geteuid() == 0:
+        # root ignores permissions: run tzip as 'nobody'
+        def drop():
+            os.setgid(65534)
+            os.setuid(65534)
+        pre = drop
+        os.chmod(tmp, 0o755)
+        os.chmod(os.path.dirname(tmp), 0o755)
+        try:
+            subprocess.run([ARGS.tzip, "--version"], preexec_fn=drop, capture_output=True, check=True)
+        except Exception:
+            print("SKIP: cannot run tzip as an unprivileged user")
+            sys.exit(77)
+    one_line_error(run(["compress", src, "-o", os.path.join(ro, "a.tzip")], 3, preexec=pre), "a.tzip",
+                   "Permission denied")
+    check(os.listdir(ro) == [], "files left in read-only folder")
+    one_line_error(run(["compress", secret, "-o", os.path.join(ro, "b.tzip")], 3, preexec=pre), "secret.safetensors",
+                   "Permission denied")
+
+
+def case_inspect(tmp):
+    src = os.path.join(ARGS.data, "fixture-slice-fp32.safetensors")
+    z = os.path.join(tmp, "f.tzip")
+    run(["compress", "-q", src, "-o", z], 0)
+    p = run(["inspect", z], 0)
+    check("exp_avg_sq.blocks.2.proj.weight" in p.stdout and "ratio" in p.stdout and "total" in p.stdout,
+          "inspect table incomplete")
+    j = json.loads(run(["inspect", "--json", z], 0).stdout)
+    check(j["original_size"] == os.path.getsize(src), "inspect --json original_size")
+    check(j["file_size"] == os.path.getsize(z), "inspect --json file_size")
+    t = {x["name"]: x for x in j["tensors"]}
+    check(t["master.blocks.2.proj.weight"]["shape"] == [256, 256], "inspect --json shape")
+    check(t["master.blocks.2.proj.weight"]["codec_dtype"] == "f32", "inspect --json codec dtype")
+    run(["inspect", "-v", z], 0)
+
+
+def case_bench(tmp):
+    p = run(["bench", "-T", "2", "--levels", "-1,1", os.path.join(ARGS.data, "fixture-slice-bf16.safetensors")], 0)
+    check("ratio" in p.stdout and "comp GB/s" in p.stdout, "bench table missing")
+    check(len([l for l in p.stdout.splitlines() if l.startswith("-1") or l.startswith("1 ")]) == 2, p.stdout)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tzip", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--fixtures", required=True)
+    ap.add_argument("--case", required=True)
+    ARGS = ap.parse_args()
+    ARGS.tzip = os.path.abspath(ARGS.tzip)
+    fn = globals()["case_" + ARGS.case]
+    tmp = tempfile.mkdtemp(prefix="tzip_cli_")
+    os.chmod(tmp, 0o755)
+    try:
+        fn(tmp)
+    finally:
+        for root, dirs, _ in os.walk(tmp):
+            for d in dirs:
+                os.chmod(os.path.join(root, d), 0o755)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if FAILS:
+        print(f"{len(FAILS)} check(s) failed")
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

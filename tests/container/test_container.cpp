@@ -1,0 +1,454 @@
+// Container library tests: byte-identical round trips of real checkpoints,
+// random access, gaps, Hugging Face folders, strict safetensors validation,
+// and detection of every kind of damage to a .tzip file.
+#include <gtest/gtest.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensorzip/container.hpp"
+
+namespace tc = tz::container;
+using Bytes = std::vector<uint8_t>;
+
+namespace {
+
+Bytes read_all(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return Bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+void write_all(const std::string& p, const Bytes& b) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
+}
+
+void write_st(const std::string& p, const std::string& header, const Bytes& data) {
+  Bytes b(8);
+  for (int i = 0; i < 8; ++i) b[i] = (uint8_t)((uint64_t)header.size() >> (8 * i));
+  b.insert(b.end(), header.begin(), header.end());
+  b.insert(b.end(), data.begin(), data.end());
+  write_all(p, b);
+}
+
+// Data section of a committed slice of the real checkpoint.
+Bytes real_bytes(const char* file) {
+  const Bytes b = read_all(std::string(TZ_TEST_DATA_DIR) + "/" + file);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | b[i];
+  return Bytes(b.begin() + 8 + (long)n, b.end());
+}
+
+std::vector<std::string> list_dir(const std::string& d) {
+  std::vector<std::string> v;
+  if (DIR* p = opendir(d.c_str())) {
+    while (dirent* e = readdir(p)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") v.push_back(n);
+    }
+    closedir(p);
+  }
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+class Container : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tz_container_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf '" + dir + "'").c_str()); }
+  std::string p(const std::string& n) const { return dir + "/" + n; }
+
+  // A file with several real tensors, one of them large enough to span
+  // several 1 MiB frames, non-float dtypes, a zero-size tensor, a gap and
+  // trailing bytes.
+  std::string make_mixed(const std::string& name) {
+    const Bytes bf = real_bytes("fixture-slice-bf16.safetensors");
+    const Bytes f32 = real_bytes("fixture-slice-fp32.safetensors");
+    Bytes big;  // 3.25 MiB of real BF16 values
+    while (big.size() < (13u << 18)) big.insert(big.end(), bf.begin(), bf.end());
+    big.resize(13u << 18);
+    Bytes data;
+    std::string h = "{\"__metadata__\":{\"format\":\"pt\"},";
+    auto add = [&](const std::string& n, const std::string& dt, const std::string& shape, const Bytes& src, size_t len) {
+      const size_t b = data.size();
+      data.insert(data.end(), src.begin(), src.begin() + (long)len);
+      h += "\"" + n + "\":{\"dtype\":\"" + dt + "\",\"shape\":" + shape + ",\"data_offsets\":[" + std::to_string(b) +
+           "," + std::to_string(data.size()) + "]},";
+    };
+    add("big", "BF16", "[1664,1024]", big, big.size());
+    add("master", "F32", "[256,256]", f32, 262144);
+    data.insert(data.end(), {1, 2, 3, 4, 5, 6, 7});  // a gap
+    add("ids", "I64", "[1000]", f32, 8000);
+    add("mask", "BOOL", "[3]", bf, 3);
+    add("empty", "F16", "[0,4]", bf, 0);
+    add("half", "F16", "[4096]", bf, 8192);
+    add("fp8", "F8_E4M3", "[5000]", bf, 5000);
+    add("f64", "F64", "[100]", f32, 800);
+    h.back() = '}';
+    h += "    ";  // trailing padding, as writers align the header
+    data.insert(data.end(), {9, 9, 9});  // trailing bytes
+    write_st(p(name), h, data);
+    return p(name);
+  }
+
+  std::string dir;
+};
+
+tc::WriteOptions small_chunks() {
+  tc::WriteOptions o;
+  o.chunk_bytes = 1u << 20;
+  o.threads = 3;
+  return o;
+}
+
+TEST_F(Container, RealFixturesRoundTripByteIdentical) {
+  const std::string fx = TZ_SHARED_FIXTURES_DIR;
+  bool any = false;
+  for (const char* n : {"gpt-small-step400-model-bf16.safetensors", "gpt-small-step400-optim-fp32.safetensors"}) {
+    const std::string src = fx + "/" + n;
+    if (tc::path_kind(src) != tc::PathKind::kFile) continue;
+    any = true;
+    tc::compress_file(src, p("a.tzip"), tc::WriteOptions{});
+    tc::Reader r(p("a.tzip"));
+    r.export_safetensors(p("b.safetensors"), tc::ReadOptions{});
+    EXPECT_EQ(read_all(src), read_all(p("b.safetensors"))) << n;
+    r.verify(src, tc::ReadOptions{});
+    EXPECT_LT(r.file_size(), r.original_size()) << n;
+    std::remove(p("a.tzip").c_str());
+    std::remove(p("b.safetensors").c_str());
+  }
+  if (!any) GTEST_SKIP() << "shared fixtures not present at " << fx;
+}
+
+TEST_F(Container, MixedRoundTripGapsAndRandomAccess) {
+  const std::string src = make_mixed("m.safetensors");
+  tc::compress_file(src, p("m.tzip"), small_chunks());
+  tc::Reader r(p("m.tzip"), 2);
+  EXPECT_EQ(r.gaps().size(), 2u);
+  EXPECT_EQ(r.metadata().at("format"), "pt");
+  r.export_safetensors(p("back.safetensors"), tc::ReadOptions{});
+  const Bytes orig = read_all(src);
+  EXPECT_EQ(orig, read_all(p("back.safetensors")));
+  r.verify(src, tc::ReadOptions{});
+
+  const tc::SafetensorsInfo st = tc::read_safetensors_info(src);
+  for (const auto& t : st.tensors) {
+    const Bytes want(orig.begin() + (long)(st.data_start + t.data_begin), orig.begin() + (long)(st.data_start + t.data_end));
+    EXPECT_EQ(r.read_tensor(t.name), want) << t.name;
+  }
+  // Block ranges across frame boundaries of "big" (4 frames of 8 blocks).
+  const long bi = r.find("big");
+  ASSERT_GE(bi, 0);
+  const auto& big = r.tensors()[(size_t)bi];
+  EXPECT_EQ(big.frames.size(), 4u);
+  EXPECT_EQ(big.n_blocks(), 26u);
+  const uint64_t base = st.data_start + big.data_begin, bb = big.block_bytes();
+  for (auto [first, count] : std::vector<std::pair<uint64_t, uint64_t>>{{0, 1}, {7, 2}, {5, 14}, {25, 1}, {0, 26}}) {
+    Bytes out(count * bb);
+    const size_t n = r.read_blocks((size_t)bi, first, count, out.data(), out.size());
+    ASSERT_EQ(n, count * bb);
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), orig.begin() + (long)(base + first * bb))) << first;
+  }
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 50; ++i) {
+    const uint64_t off = rng() % big.raw_size();
+    const uint64_t len = 1 + rng() % std::min<uint64_t>(big.raw_size() - off, 700000);
+    Bytes out(len);
+    r.read_range((size_t)bi, off, len, out.data());
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), orig.begin() + (long)(base + off)));
+  }
+  EXPECT_THROW(r.read_blocks((size_t)bi, 20, 7, nullptr, 0), tc::Error);
+}
+
+TEST_F(Container, OutputIdenticalForEveryThreadCount) {
+  const std::string src = make_mixed("m.safetensors");
+  tc::WriteOptions o = small_chunks();
+  o.threads = 1;
+  tc::compress_file(src, p("1.tzip"), o);
+  o.threads = 4;
+  tc::compress_file(src, p("4.tzip"), o);
+  EXPECT_EQ(read_all(p("1.tzip")), read_all(p("4.tzip")));
+}
+
+TEST_F(Container, RefusesToOverwriteWithoutForce) {
+  const std::string src = make_mixed("m.safetensors");
+  write_all(p("m.tzip"), Bytes{1, 2, 3});
+  try {
+    tc::compress_file(src, p("m.tzip"), tc::WriteOptions{});
+    FAIL();
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kExists);
+  }
+  EXPECT_EQ(read_all(p("m.tzip")), (Bytes{1, 2, 3}));
+  tc::WriteOptions o;
+  o.force = true;
+  tc::compress_file(src, p("m.tzip"), o);
+  EXPECT_NO_THROW(tc::Reader(p("m.tzip")).verify("", tc::ReadOptions{}));
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"m.safetensors", "m.tzip"}));
+}
+
+// ---- safetensors validation ------------------------------------------------
+struct BadCase {
+  const char* name;
+  std::string header;
+  size_t data_size;
+  const char* expect;
+};
+
+TEST_F(Container, RejectsBadSafetensors) {
+  const std::vector<BadCase> cases = {
+      {"bad_json", "{\"a\":{\"dtype\":\"F32\",", 4, "not valid JSON"},
+      {"not_object", "[1,2]", 0, "not a safetensors file"},
+      {"overlap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12, "overlap"},
+      {"out_of_range", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8, "out of range"},
+      {"reversed", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", 8, "reversed"},
+      {"shape_mismatch", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "data_offsets span"},
+      {"overflow", R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8, "overflow"},
+      {"overflow_bits", R"({"a":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]}})", 8, "overflow"},
+      {"unknown_dtype", R"({"a":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})", 1, "unknown dtype"},
+      {"negative", R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1, "negative"},
+      {"duplicate", R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2, "duplicate"},
+      {"meta_type", R"({"__metadata__":{"x":1}})", 0, "__metadata__"},
+      {"no_brace", "  {}", 0, "not a safetensors file"},
+      {"not_object2", "{\"a\":[1,2]}", 0, "not an object"},
+  };
+  for (const auto& c : cases) {
+    const std::string f = p(std::string(c.name) + ".safetensors");
+    write_st(f, c.header, Bytes(c.data_size, 0));
+    try {
+      tc::compress_file(f, p("out.tzip"), tc::WriteOptions{});
+      ADD_FAILURE() << c.name << ": accepted";
+    } catch (const tc::Error& e) {
+      EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << c.name;
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << c.name << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << c.name << ": " << e.what();
+    }
+    EXPECT_EQ(tc::path_kind(p("out.tzip")), tc::PathKind::kMissing) << c.name;
+  }
+  // Header length larger than the file, and a file shorter than 8 bytes.
+  Bytes b(16, 0);
+  b[0] = 200;
+  write_all(p("long.safetensors"), b);
+  write_all(p("short.safetensors"), Bytes{1, 2});
+  for (const char* n : {"long.safetensors", "short.safetensors"}) {
+    try {
+      tc::read_safetensors_info(p(n));
+      ADD_FAILURE() << n;
+    } catch (const tc::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not a safetensors file"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(list_dir(dir).size(), cases.size() + 2);  // no output, no temporaries
+}
+
+TEST_F(Container, MissingFileAndDirectoryAreIOAndUsageErrors) {
+  try {
+    tc::compress_file(p("nope.safetensors"), p("x.tzip"), tc::WriteOptions{});
+    FAIL();
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kIO);
+  }
+  try {
+    tc::Reader r(dir);
+    FAIL();
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos);
+  }
+}
+
+// ---- damage to .tzip files ---------------------------------------------------
+std::string tiny_tzip(const std::string& dir) {
+  // Two real tensors (several blocks each) and a gap: small enough to flip
+  // every byte.
+  const Bytes bf = real_bytes("fixture-slice-bf16.safetensors");
+  Bytes data(bf.begin(), bf.begin() + 24576);
+  data.insert(data.end(), {0xAA, 0xBB});
+  data.insert(data.end(), bf.begin() + 131072, bf.begin() + 131072 + 16384);
+  const std::string h =
+      R"({"w":{"dtype":"BF16","shape":[12288],"data_offsets":[0,24576]},"v":{"dtype":"BF16","shape":[8192],"data_offsets":[24578,40962]}})";
+  write_st(dir + "/tiny.safetensors", h, data);
+  tc::WriteOptions o;
+  o.block_elems = 4096;  // 3 and 2 blocks
+  tc::compress_file(dir + "/tiny.safetensors", dir + "/tiny.tzip", o);
+  return dir + "/tiny.tzip";
+}
+
+TEST_F(Container, EveryFlippedBitIsDetected) {
+  const Bytes good = read_all(tiny_tzip(dir));
+  ASSERT_LT(good.size(), 200000u);
+  tc::Reader ok(p("tiny.tzip"));
+  // Byte ranges of the blocks, to check that flips there name the block.
+  // Every byte outside block payloads (preamble, frame prefixes, padding,
+  // header, trailer) and every 5th byte of the payloads.
+  auto in_payload = [&](size_t i) {
+    for (const auto& t : ok.tensors())
+      for (const auto& f : t.frames)
+        if (i >= f.offset + tz_frame_prefix_size(good.data() + f.offset, f.size) && i < f.offset + f.size) return true;
+    return false;
+  };
+  size_t named = 0, in_blocks = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    if (in_payload(i) && i % 5 != 0) continue;
+    Bytes bad = good;
+    bad[i] ^= (uint8_t)(1u << (i % 8));
+    write_all(p("bad.tzip"), bad);
+    try {
+      tc::Reader r(p("bad.tzip"), 1);
+      tc::ReadOptions one;
+      one.threads = 1;
+      r.verify("", one);
+      ADD_FAILURE() << "flip at byte " << i << " not detected";
+    } catch (const tc::Error& e) {
+      EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << i << ": " << e.what();
+      const std::string m = e.what();
+      for (const auto& t : ok.tensors())
+        for (const auto& f : t.frames)
+          if (i >= f.offset + tz_frame_prefix_size(good.data() + f.offset, f.size) && i < f.offset + f.size) {
+            ++in_blocks;
+            if (m.find("tensor '" + t.name + "'") != std::string::npos && m.find("block ") != std::string::npos) ++named;
+          }
+    }
+  }
+  EXPECT_GT(in_blocks, 2000u);
+  EXPECT_EQ(named, in_blocks);
+}
+
+TEST_F(Container, TruncationWrongMagicAndNewerVersion) {
+  const Bytes good = read_all(tiny_tzip(dir));
+  for (size_t n : {size_t(0), size_t(3), size_t(15), size_t(16), size_t(100), good.size() / 2, good.size() - 1}) {
+    write_all(p("t.tzip"), Bytes(good.begin(), good.begin() + (long)n));
+    try {
+      tc::Reader r(p("t.tzip"));
+      r.verify("", tc::ReadOptions{});
+      ADD_FAILURE() << n;
+    } catch (const tc::Error& e) {
+      EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << e.what();
+    }
+  }
+  Bytes m = good;
+  m[0] = 'X';
+  write_all(p("m.tzip"), m);
+  try {
+    tc::Reader r(p("m.tzip"));
+    FAIL();
+  } catch (const tc::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a .tzip file"), std::string::npos) << e.what();
+  }
+  Bytes v = good;
+  v[4] = 2;
+  write_all(p("v.tzip"), v);
+  try {
+    tc::Reader r(p("v.tzip"));
+    FAIL();
+  } catch (const tc::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Container, ExportFailureLeavesNothingBehind) {
+  tiny_tzip(dir);
+  Bytes bad = read_all(p("tiny.tzip"));
+  tc::Reader ok(p("tiny.tzip"));
+  bad[ok.tensors().back().frames[0].offset + 300] ^= 1;
+  write_all(p("bad.tzip"), bad);
+  tc::Reader r(p("bad.tzip"));
+  EXPECT_THROW(r.export_safetensors(p("out.safetensors"), tc::ReadOptions{}), tc::Error);
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"bad.tzip", "tiny.safetensors", "tiny.tzip"}));
+}
+
+TEST_F(Container, DiskFullIsAnIOErrorAndLeavesNoTemporary) {
+  const std::string src = make_mixed("m.safetensors");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {1u << 20, 1u << 20};  // 1 MiB file size limit
+    setrlimit(RLIMIT_FSIZE, &rl);
+    int code = 10;
+    try {
+      tc::compress_file(src, p("m.tzip"), small_chunks());
+      code = 11;
+    } catch (const tc::Error& e) {
+      code = e.kind() == tc::ErrorKind::kIO && std::string(e.what()).find("write failed") != std::string::npos ? 0 : 12;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"m.safetensors"}));
+}
+
+// ---- Hugging Face folders ------------------------------------------------------
+TEST_F(Container, ShardedFolderRoundTrip) {
+  const Bytes bf = real_bytes("fixture-slice-bf16.safetensors");
+  const std::string model = p("model");
+  mkdir(model.c_str(), 0755);
+  mkdir((model + "/sub").c_str(), 0755);
+  write_st(model + "/model-00001-of-00002.safetensors",
+           R"({"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[256,256],"data_offsets":[0,131072]}})",
+           Bytes(bf.begin(), bf.begin() + 131072));
+  write_st(model + "/model-00002-of-00002.safetensors",
+           R"({"b":{"dtype":"BF16","shape":[768,256],"data_offsets":[0,393216]}})",
+           Bytes(bf.begin() + 131072, bf.begin() + 131072 + 393216));
+  const std::string idx =
+      R"({"metadata":{"total_size":524288},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}})";
+  write_all(model + "/model.safetensors.index.json", Bytes(idx.begin(), idx.end()));
+  write_all(model + "/config.json", Bytes{'{', '}', '\n'});
+  write_all(model + "/sub/tokenizer.json", Bytes{'[', ']'});
+  tc::compress_folder(model, p("model.tzip"), tc::WriteOptions{});
+  EXPECT_EQ(list_dir(p("model.tzip")),
+            (std::vector<std::string>{"config.json", "model-00001-of-00002.tzip", "model-00002-of-00002.tzip",
+                                      "model.safetensors.index.json", "sub"}));
+  tc::verify_folder(p("model.tzip"), model, tc::ReadOptions{});
+  tc::decompress_folder(p("model.tzip"), p("restored"), tc::ReadOptions{});
+  for (const char* f : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                        "model.safetensors.index.json", "config.json", "sub/tokenizer.json"})
+    EXPECT_EQ(read_all(model + "/" + f), read_all(p("restored/") + f)) << f;
+  EXPECT_EQ(list_dir(p("restored")), list_dir(model));
+  // Existing output folder: refused, then replaced with force.
+  EXPECT_THROW(tc::decompress_folder(p("model.tzip"), p("restored"), tc::ReadOptions{}), tc::Error);
+  tc::ReadOptions f;
+  f.force = true;
+  tc::decompress_folder(p("model.tzip"), p("restored"), f);
+  EXPECT_EQ(list_dir(p("restored")), list_dir(model));
+  // No temporaries left beside the outputs.
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"model", "model.tzip", "restored"}));
+}
+
+TEST(ContainerNames, DefaultNamesAndDtypes) {
+  EXPECT_EQ(tc::default_compressed_name("a/x.safetensors", false), "a/x.tzip");
+  EXPECT_EQ(tc::default_decompressed_name("a/x.tzip", false), "a/x.safetensors");
+  EXPECT_EQ(tc::default_compressed_name("m/", true), "m.tzip");
+  EXPECT_EQ(tc::default_decompressed_name("m.tzip/", true), "m");
+  EXPECT_EQ(tc::default_decompressed_name("x.bin", false), "");
+  tz_dtype d;
+  ASSERT_TRUE(tc::codec_dtype_for("BF16", &d));
+  EXPECT_EQ(d, TZ_DTYPE_BF16);
+  ASSERT_TRUE(tc::codec_dtype_for("F8_E5M2", &d));
+  EXPECT_EQ(d, TZ_DTYPE_F8_E5M2);
+  for (const char* s : {"F64", "I64", "I32", "I16", "I8", "U8", "BOOL", "U16", "F8_E8M0"}) {
+    ASSERT_TRUE(tc::codec_dtype_for(s, &d)) << s;
+    EXPECT_EQ(d, TZ_DTYPE_BYTES) << s;
+  }
+  EXPECT_FALSE(tc::codec_dtype_for("bf16", &d));
+}
+
+}  // namespace
