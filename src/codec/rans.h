@@ -30,7 +30,11 @@ TZ_HD uint32_t rans_dec_entry(uint32_t sym, uint32_t freq, uint32_t off) {
 // symbol >= 1. Integer-only and deterministic: CPU and GPU encoders must
 // produce identical tables. Returns the number of present symbols (0 if the
 // histogram is empty).
-TZ_HD_NOINLINE int rans_normalize(const uint64_t* counts_in, uint32_t* freq) {
+//
+// rans_normalize_with takes the 256-entry working array from the caller
+// (the CUDA backend passes global scratch: a 2 KiB per-thread array would make
+// the driver reserve that much local memory for every resident GPU thread).
+TZ_HD_NOINLINE int rans_normalize_with(const uint64_t* counts_in, uint32_t* freq, uint64_t* c) {
   uint64_t total = 0;
   int present = 0;
   for (int s = 0; s < 256; ++s) {
@@ -48,7 +52,6 @@ TZ_HD_NOINLINE int rans_normalize(const uint64_t* counts_in, uint32_t* freq) {
   // products below (count * freq, freq <= 2^12) fit in 64 bits.
   int shift = 0;
   while ((total >> shift) >= (UINT64_C(1) << 50)) ++shift;
-  uint64_t c[256];
   uint64_t t = 0;
   for (int s = 0; s < 256; ++s) {
     uint64_t v = counts_in[s] >> shift;
@@ -86,6 +89,11 @@ TZ_HD_NOINLINE int rans_normalize(const uint64_t* counts_in, uint32_t* freq) {
     --sum;
   }
   return present;
+}
+
+TZ_HD_NOINLINE int rans_normalize(const uint64_t* counts_in, uint32_t* freq) {
+  uint64_t c[256];
+  return rans_normalize_with(counts_in, freq, c);
 }
 
 // Serialised frequency table: a 32-byte presence bitmap (bit s%8 of byte s/8)

@@ -116,6 +116,15 @@ struct CTab {
   uint8_t kind[kMaxStreams];
   uint8_t want;     // streams screened in by the sample (bit k)
   uint8_t pending;  // needs the exact second histogram pass
+  // Working arrays of c_table_kernel's lane k (kept out of the per-thread
+  // stack: the driver reserves local memory for every resident thread).
+  struct Scratch {
+    uint64_t norm[256];  // rans_normalize_with
+    uint64_t c2[256];
+    uint32_t freq[256];
+    uint32_t f[256];
+    uint8_t tbuf[kFreqTableMaxBytes];
+  } scratch[kMaxStreams];
   uint8_t tables[kTablesMax];
 };
 
@@ -315,20 +324,19 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
   if (phase == 2 && !tab.pending) return;
   const int K = it.n_streams;
   const bool is_lane = (int)lane < K;
+  const uint32_t sl = is_lane ? lane : 0;  // lanes >= K never touch their (aliased) scratch
+  CTab::Scratch& W = tab.scratch[sl];
   const uint64_t n_elems = it.n_bytes / dtype_elem_size(it.dtype);
-  uint64_t* counts = (uint64_t*)(hist + ((size_t)ii * kMaxStreams + (is_lane ? lane : 0)) * 256);
+  uint64_t* counts = (uint64_t*)(hist + ((size_t)ii * kMaxStreams + sl) * 256);
+  uint32_t* const freq = W.freq;
   uint8_t kind = kKindRaw;
   bool want = false;
-  uint32_t freq[256];
-  for (int s = 0; s < 256; ++s) freq[s] = 0;
   // Full decision from exact counts (CPU: the "else if (any)" branch).
   auto decide_full = [&]() {
-    if (rans_normalize(counts, freq) == 0) return;
-    uint8_t tbuf[kFreqTableMaxBytes];
-    const size_t tbytes = rans_write_table(freq, tbuf);
+    if (rans_normalize_with(counts, freq, W.norm) == 0) return;
+    const size_t tbytes = rans_write_table(freq, W.tbuf);
     if (stream_pays(level, coded_stream_bytes(counts, freq, it.n_blocks, tbytes), n_elems)) kind = kKindRans;
   };
-  bool pending = false;
   if (phase == 1) {
     if (is_lane && level >= 1 && n_elems > 0) {
       if (!policy_sampled(it.block_elems)) {
@@ -336,16 +344,13 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
       } else {
         uint64_t total = 0;
         for (int s = 0; s < 256; ++s) total += counts[s];
-        uint32_t f[256];
-        rans_normalize(counts, f);
-        want = stream_pays(level, coded_stream_bytes(counts, f, 0, 0), total);
+        rans_normalize_with(counts, W.f, W.norm);
+        want = stream_pays(level, coded_stream_bytes(counts, W.f, 0, 0), total);
         if (want && policy_fast(it.block_elems, level, it.n_blocks)) {
           const uint32_t lo = mm_lo[(size_t)ii * kMaxStreams + lane], hi = mm_hi[(size_t)ii * kMaxStreams + lane];
-          uint64_t c2[256];
-          for (uint32_t x = 0; x < 256; ++x) c2[x] = counts[x] * 64 + (x >= lo && x <= hi ? 1 : 0);
-          if (rans_normalize(c2, freq) != 0) {
-            uint8_t tbuf[kFreqTableMaxBytes];
-            const size_t tbytes = rans_write_table(freq, tbuf);
+          for (uint32_t x = 0; x < 256; ++x) W.c2[x] = counts[x] * 64 + (x >= lo && x <= hi ? 1 : 0);
+          if (rans_normalize_with(W.c2, freq, W.norm) != 0) {
+            const size_t tbytes = rans_write_table(freq, W.tbuf);
             const uint64_t sample_bytes = coded_stream_bytes(counts, freq, 0, 0);
             const uint64_t coded = (uint64_t)((unsigned __int128)sample_bytes * n_elems / total) +
                                    it.n_blocks * (kRansStateBytes + 2) + tbytes;
@@ -356,8 +361,8 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
     }
     // Pending: sampled, not fast, and at least one stream wanted.
     const bool any = __any_sync(kFull, want);
-    pending = any && level >= 1 && n_elems > 0 && policy_sampled(it.block_elems) &&
-              !policy_fast(it.block_elems, level, it.n_blocks);
+    const bool pending = any && level >= 1 && n_elems > 0 && policy_sampled(it.block_elems) &&
+                         !policy_fast(it.block_elems, level, it.n_blocks);
     if (pending) {
       const uint32_t wmask = __ballot_sync(kFull, want) & ((1u << K) - 1u);
       __syncwarp();
@@ -370,13 +375,12 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
       }
       return;
     }
-    if (lane == 0) tab.pending = 0;
   } else {
     if (is_lane && ((tab.want >> lane) & 1u)) decide_full();
   }
   if (kind == kKindRans) rans_build_enc(freq, tab.enc[lane]);
-  uint8_t tbuf[kFreqTableMaxBytes];
-  const uint32_t tbytes = kind == kKindRans ? (uint32_t)rans_write_table(freq, tbuf) : 0;
+  const uint8_t* const tbuf = W.tbuf;
+  const uint32_t tbytes = kind == kKindRans ? (uint32_t)rans_write_table(freq, W.tbuf) : 0;
   // Exclusive prefix of (1 + table bytes) over the streams.
   const uint32_t mine = is_lane ? 1 + tbytes : 0;
   uint32_t incl = mine;

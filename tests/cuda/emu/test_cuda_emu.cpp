@@ -185,6 +185,21 @@ TEST(CudaEmu, SampledTablePolicies) {
   }
 }
 
+// More items than one descriptor upload carries (60 / 64 per launch), with
+// empty items between, so chunk-to-item lookup skips items without blocks.
+TEST(CudaEmu, ManySmallItems) {
+  std::vector<std::pair<tz_dtype, Bytes>> batch;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 140; ++i) {
+    const tz_dtype dt = kFloatTypes[i % 5];
+    const size_t n = i % 3 == 0 ? 0 : rng() % 6000;
+    batch.push_back({dt, make_tensor(dt, n, 1000 + i)});
+  }
+  tz_params p{};
+  p.block_elems = 4096;
+  roundtrip_batch(batch, p);
+}
+
 TEST(CudaEmu, DefaultBlockSize) {
   std::vector<std::pair<tz_dtype, Bytes>> batch = {{TZ_DTYPE_BF16, make_tensor(TZ_DTYPE_BF16, 70000, 5)},
                                                    {TZ_DTYPE_F32, make_tensor(TZ_DTYPE_F32, 66000, 6)}};
