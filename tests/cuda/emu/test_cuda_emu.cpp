@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "tensorzip/tensorzip.h"
 #include "tensorzip/tensorzip_cuda.h"
 #include "tz_test_data.h"
@@ -332,6 +333,82 @@ TEST(CudaEmu, CorruptFramesPerItemStatus) {
   const Result s = emu_decompress({{f.p(), frame.size(), o.p(), 100}});
   EXPECT_EQ(s.status[0], TZ_ERROR_DST_TOO_SMALL);
   EXPECT_TRUE(o.guards_intact());
+}
+
+// Corruptions behind a valid header CRC: header fields, table bytes and
+// block index entries are changed and the header CRC recomputed, so the
+// deeper checks (index, block bounds, block headers) are what must catch
+// them. Same verdict and code as the CPU, nothing written outside dst.
+TEST(CudaEmu, CorruptionsWithValidHeaderCrc) {
+  std::mt19937 rng(17);
+  tz_params p{};
+  p.dtype = TZ_DTYPE_F32;
+  p.block_elems = 4096;
+  const Bytes data = make_tensor(TZ_DTYPE_F32, 3 * 4096 + 500, 4);
+  const Bytes frame = cpu_compress(data, p);
+  tz_frame_info info{};
+  ASSERT_FALSE(tz_is_error(tz_frame_inspect(frame.data(), frame.size(), &info)));
+  const size_t tables_end = 32 + (info.prefix_size - 32 - 4 * info.n_blocks);
+  uint32_t table[256];
+  tz::crc32c_make_table(table);
+  auto fix_crc = [&](Bytes& f) {
+    if (f.size() < 32) return;
+    uint64_t prefix = info.prefix_size;
+    uint32_t ts, nb;
+    memcpy(&ts, f.data() + 24, 4);
+    memcpy(&nb, f.data() + 20, 4);
+    prefix = 32 + (uint64_t)ts + 4ull * nb;
+    if (prefix > f.size()) return;
+    uint32_t st = tz::crc32c_update(~0u, f.data(), 28, table);
+    st = ~tz::crc32c_update(st, f.data() + 32, prefix - 32, table);
+    memcpy(f.data() + 28, &st, 4);
+  };
+  const int kItems = 64;
+  std::vector<std::unique_ptr<Buf>> fs, outs;
+  std::vector<tz_cuda_decompress_item> items;
+  std::vector<int> cpu_code(kItems);
+  for (int i = 0; i < kItems; ++i) {
+    Bytes f = frame;
+    switch (i % 6) {
+      case 0: {  // a block index entry
+        const uint32_t v = (i & 8) ? (uint32_t)rng() : (uint32_t)(rng() % 40000) & ~3u;
+        memcpy(f.data() + tables_end + 4 * (rng() % info.n_blocks), &v, 4);
+        break;
+      }
+      case 1: f[32 + rng() % (tables_end - 32)] = (uint8_t)rng(); break;  // table section
+      case 2: {                                                          // raw size
+        const uint64_t v = (i & 8) ? rng() : data.size() + 4 * (int)(rng() % 9) - 16;
+        memcpy(f.data() + 8, &v, 8);
+        break;
+      }
+      case 3: f[5 + rng() % 3] = (uint8_t)(rng() % 8); break;  // dtype, n_streams, flags
+      case 4: {                                                // block_elems / n_blocks / tables_size
+        const uint32_t v = rng() % 3 == 0 ? (uint32_t)rng() : (uint32_t)(rng() % 20000);
+        memcpy(f.data() + 16 + 4 * (rng() % 3), &v, 4);
+        break;
+      }
+      case 5: {  // block bytes: stream words and payloads, behind an intact prefix
+        for (int j = 0; j < 3; ++j) f[info.prefix_size + rng() % (f.size() - info.prefix_size)] = (uint8_t)rng();
+        break;
+      }
+    }
+    fix_crc(f);
+    Bytes tmp(data.size());
+    const size_t cr = tz_decompress(tmp.data(), tmp.size(), f.data(), f.size(), 1);
+    cpu_code[i] = tz_is_error(cr) ? (int)tz_get_error_code(cr) : 0;
+    fs.push_back(std::make_unique<Buf>(f.size()));
+    fs.back()->put(f);
+    outs.push_back(std::make_unique<Buf>(data.size()));
+    items.push_back({fs.back()->p(), f.size(), outs.back()->p(), data.size()});
+  }
+  const Result r = emu_decompress(items);
+  int errors = 0;
+  for (int i = 0; i < kItems; ++i) {
+    EXPECT_EQ(r.status[i], cpu_code[i]) << "item " << i << " (mutation " << i % 6 << ")";
+    EXPECT_TRUE(outs[i]->guards_intact()) << "item " << i;
+    errors += r.status[i] != 0;
+  }
+  EXPECT_GT(errors, kItems / 2);
 }
 
 TEST(CudaEmu, ConvenienceCalls) {
