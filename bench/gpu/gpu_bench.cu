@@ -305,7 +305,7 @@ TzRun run_nvcomp(int algo, const uint8_t* d_src, size_t total, tz_dtype dt, int 
     r.note = " nvcomp setup status " + std::to_string((int)st);
     return r;
   }
-  max_out = (max_out + 7) & ~(size_t)7;
+  max_out = (max_out + 255) & ~(size_t)255;  // chunk outputs 256-aligned (above any nvCOMP requirement)
   const void** d_in_ptrs;
   size_t *d_in_bytes, *d_c_bytes, *d_out_bytes;
   void** d_c_ptrs;
