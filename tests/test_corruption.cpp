@@ -82,7 +82,7 @@ TEST(Corruption, EveryByteEveryDtype) {
       ASSERT_FALSE(s.frame.empty());
       Bytes f = s.frame;
       for (size_t i = 0; i < f.size(); ++i) {
-        for (uint8_t x : {(uint8_t)0xFF, (uint8_t)(1u << (i % 8)), (uint8_t)0x81}) {
+        for (uint8_t x : {(uint8_t)0xFF, (uint8_t)(1u << (i % 8))}) {
           f[i] ^= x;
           rejected(f, s.src, dtype_label(dt) + " byte " + std::to_string(i) + " ^ " + std::to_string(x));
           f[i] ^= x;

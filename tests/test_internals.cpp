@@ -259,7 +259,7 @@ TEST(Errors, EveryCodeHasADistinctName) {
   const char* unknown = tz_error_code_name(TZ_ERROR_MAX_CODE);
   ASSERT_NE(unknown, nullptr);
   EXPECT_EQ(names.count(unknown), 0u);
-  EXPECT_NE(tz_error_code_name((tz_error_code)-5), nullptr);
+  EXPECT_NE(tz_error_code_name((tz_error_code)15), nullptr);
 }
 
 TEST(Errors, FoldedCodes) {
@@ -288,7 +288,7 @@ TEST(Errors, DtypeNamesAndVersion) {
     EXPECT_FALSE(n.empty());
     EXPECT_TRUE(names.insert(n).second) << n;
   }
-  EXPECT_EQ(names.count(tz_dtype_name((tz_dtype)99)), 0u);
+  EXPECT_EQ(names.count(tz_dtype_name((tz_dtype)7)), 0u);
   EXPECT_EQ(tz_version_number(), (unsigned)(TZ_VERSION_MAJOR * 10000 + TZ_VERSION_MINOR * 100 + TZ_VERSION_PATCH));
 }
 
