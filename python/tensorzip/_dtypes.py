@@ -5,6 +5,7 @@ from typing import Any, Dict, NamedTuple
 
 import numpy as np
 
+_ml: Any
 try:  # bfloat16 and float8 for NumPy
     import ml_dtypes as _ml
 except ImportError:  # pragma: no cover - ml_dtypes is a declared dependency

@@ -97,7 +97,7 @@ def save_sources(tensors: Mapping[str, Any], filename: PathLike, metadata: Optio
             f.write(header)
             for i in order:
                 if views[i].nbytes:
-                    f.write(views[i])
+                    f.write(views[i].data)
         _C.compress_file(tmp, out, level=level, block_elems=block_elems, threads=threads,
                          chunk_bytes=chunk_bytes, force=True)
     finally:
@@ -283,4 +283,5 @@ def compress_safetensors(src: PathLike, dst: PathLike, level: int = 0, threads: 
                          overwrite: bool = False) -> Tuple[int, int]:
     """Compresses a safetensors file into a .tzip file, like `tzip compress`. Returns (raw bytes, file bytes)."""
     _require_container()
-    return tuple(_C.compress_file(os.fspath(src), os.fspath(dst), level=level, threads=threads, force=overwrite))
+    raw, size = _C.compress_file(os.fspath(src), os.fspath(dst), level=level, threads=threads, force=overwrite)
+    return int(raw), int(size)

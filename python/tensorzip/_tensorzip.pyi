@@ -5,7 +5,10 @@ NumPy arrays); outputs must be writable and C-contiguous.
 """
 from typing import Dict, List, Tuple, Union
 
-from typing_extensions import Buffer
+import numpy as np
+from typing_extensions import Buffer as _PyBuffer
+
+Buffer = Union[_PyBuffer, np.ndarray]
 
 class TensorZipError(Exception): ...
 class CorruptDataError(TensorZipError, ValueError): ...
