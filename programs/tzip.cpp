@@ -120,9 +120,9 @@ class Progress {
 // First signal: ask the library to stop at the next chunk; it unwinds and
 // removes its temporaries (files and folders). Second signal: remove the
 // temporary files at once and die.
-volatile sig_atomic_t g_signals = 0;
+std::atomic<int> g_signals{0};  // lock-free, so safe in a handler
 void on_signal(int sig) {
-  if (g_signals++ == 0) {
+  if (g_signals.fetch_add(1) == 0) {
     tc::request_cancel();
     return;
   }

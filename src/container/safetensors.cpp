@@ -72,7 +72,10 @@ uint64_t tensor_nbytes(const std::string& dtype, const std::vector<uint64_t>& sh
 
 std::string shape_string(const std::vector<uint64_t>& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);
+  }
   return s + "]";
 }
 
@@ -229,6 +232,8 @@ SafetensorsInfo read_safetensors_info(const std::string& path) {
   if (f.size() < 8) fail(ErrorKind::kBadInput, path + ": not a safetensors file (only " + std::to_string(f.size()) + " bytes)");
   uint8_t len8[8];
   f.pread_exact(0, len8, 8);
+  if (len8[0] == 'T' && len8[1] == 'Z' && len8[2] == 'I' && len8[3] == 'P')
+    fail(ErrorKind::kBadInput, path + ": not a safetensors file (it is a .tzip file already)");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len8[i];
   if (n > kMaxHeaderBytes) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tensorzip/container.hpp"
+#include "tensorzip/tzip_file.h"
 
 namespace tc = tz::container;
 using Bytes = std::vector<uint8_t>;
@@ -431,6 +432,34 @@ TEST_F(Container, ShardedFolderRoundTrip) {
   EXPECT_EQ(list_dir(p("restored")), list_dir(model));
   // No temporaries left beside the outputs.
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"model", "model.tzip", "restored"}));
+}
+
+TEST_F(Container, CApi) {
+  const std::string src = make_mixed("m.safetensors");
+  ASSERT_EQ(tzip_compress_file(src.c_str(), p("m.tzip").c_str(), 0, 2, 0), TZIP_OK) << tzip_last_error();
+  EXPECT_EQ(tzip_compress_file(src.c_str(), p("m.tzip").c_str(), 0, 2, 0), TZIP_ERROR_EXISTS);
+  EXPECT_NE(std::string(tzip_last_error()).find("already exists"), std::string::npos);
+  EXPECT_EQ(tzip_verify_file(p("m.tzip").c_str(), src.c_str(), 0), TZIP_OK) << tzip_last_error();
+  ASSERT_EQ(tzip_decompress_file(p("m.tzip").c_str(), p("r.safetensors").c_str(), 0, 0), TZIP_OK);
+  EXPECT_EQ(read_all(src), read_all(p("r.safetensors")));
+  EXPECT_EQ(tzip_open(p("missing.tzip").c_str(), 1), nullptr);
+  EXPECT_NE(std::string(tzip_last_error()).find("missing.tzip"), std::string::npos);
+  tzip_reader* r = tzip_open(p("m.tzip").c_str(), 1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(tzip_tensor_count(r), 8u);
+  const long i = tzip_find(r, "master");
+  ASSERT_GE(i, 0);
+  EXPECT_STREQ(tzip_tensor_dtype(r, (size_t)i), "F32");
+  uint64_t dims[4];
+  ASSERT_EQ(tzip_tensor_shape(r, (size_t)i, dims, 4), 2u);
+  EXPECT_EQ(dims[0], 256u);
+  Bytes t(tzip_tensor_size(r, (size_t)i)), part(1000);
+  ASSERT_EQ(tzip_read_tensor(r, (size_t)i, t.data(), t.size()), TZIP_OK);
+  ASSERT_EQ(tzip_read_range(r, (size_t)i, 5000, part.size(), part.data()), TZIP_OK);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), t.begin() + 5000));
+  EXPECT_EQ(tzip_read_tensor(r, (size_t)i, t.data(), 10), TZIP_ERROR_USAGE);
+  EXPECT_EQ(tzip_find(r, "nope"), -1);
+  tzip_close(r);
 }
 
 TEST(ContainerNames, DefaultNamesAndDtypes) {
