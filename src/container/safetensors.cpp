@@ -84,7 +84,12 @@ std::string shape_string(const std::vector<uint64_t>& shape) {
 json parse_json_strict(const char* begin, const char* end, const std::string& what, const std::string& part) {
   std::vector<std::set<std::string>> keys;
   std::string dup;
-  json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
+  struct TooDeep {};
+  // Both formats nest 3 levels; a cap stops hostile headers from costing
+  // gigabytes of DOM nodes.
+  constexpr int kMaxDepth = 32;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (depth > kMaxDepth) throw TooDeep{};
     switch (ev) {
       case json::parse_event_t::object_start: keys.emplace_back(); break;
       case json::parse_event_t::object_end: if (!keys.empty()) keys.pop_back(); break;
@@ -99,6 +104,8 @@ json parse_json_strict(const char* begin, const char* end, const std::string& wh
   json j;
   try {
     j = json::parse(begin, end, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const TooDeep&) {
+    fail(ErrorKind::kBadInput, what + ": " + part + " nests deeper than " + std::to_string(kMaxDepth) + " levels");
   } catch (const json::exception& e) {
     std::string msg = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> keep the part after "] "

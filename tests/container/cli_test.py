@@ -155,12 +155,18 @@ def case_roundtrip(tmp):
 def case_folder(tmp):
     m = os.path.join(tmp, "my-model")
     make_hf_folder(m)
+    # Hugging Face cache snapshots are symbolic links into blobs/: followed
+    blobs = os.path.join(tmp, "blobs")
+    os.mkdir(blobs)
+    open(os.path.join(blobs, "0a1b2c"), "w").write('{"model_max_length": 256}\n')
+    os.symlink(os.path.join(blobs, "0a1b2c"), os.path.join(m, "tokenizer_config.json"))
     before = tree(m)
     p = run(["compress", m], 0)
     check("ratio" in p.stderr, "compress prints no summary")
     z = m + ".tzip"
     check(sorted(os.listdir(z)) == ["config.json", "model-00001-of-00002.tzip", "model-00002-of-00002.tzip",
-                                   "model.safetensors.index.json", "onnx", "tokenizer.json"], str(os.listdir(z)))
+                                   "model.safetensors.index.json", "onnx", "tokenizer.json", "tokenizer_config.json"],
+          str(os.listdir(z)))
     run(["verify", "-q", z, "--against", m], 0)
     run(["verify", "-q", z], 0)
     os.rename(m, m + ".orig")
@@ -174,6 +180,14 @@ def case_folder(tmp):
     check(tree(m) == before, "forced folder round trip differs")
     leftovers = [f for f in os.listdir(tmp) if ".tmp-" in f]
     check(not leftovers, f"temporaries left: {leftovers}")
+    check(sorted(os.listdir(tmp)) == ["again", "blobs", "my-model", "my-model.orig", "my-model.tzip"],
+          str(sorted(os.listdir(tmp))))
+    # a folder without safetensors files, and one holding a .tzip already
+    e = os.path.join(tmp, "empty")
+    os.mkdir(e)
+    one_line_error(run(["compress", e], 1), "no .safetensors")
+    one_line_error(run(["compress", z, "-o", os.path.join(tmp, "zz")], 1), ".tzip")
+    check(not os.path.exists(os.path.join(tmp, "zz")), "partial folder output")
     p = run(["inspect", z], 0)
     check("model-00001-of-00002.tzip" in p.stdout, "inspect of a folder lists no file")
 

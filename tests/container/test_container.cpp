@@ -227,6 +227,7 @@ TEST_F(Container, RejectsBadSafetensors) {
       {"meta_type", R"({"__metadata__":{"x":1}})", 0, "__metadata__"},
       {"no_brace", "  {}", 0, "not a safetensors file"},
       {"not_object2", "{\"a\":[1,2]}", 0, "not an object"},
+      {"deep", "{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}", 0, "nests deeper"},
   };
   for (const auto& c : cases) {
     const std::string f = p(std::string(c.name) + ".safetensors");
