@@ -169,6 +169,10 @@ const char* kMainHelp =
     "  verify FILE|DIR [--against ORIGINAL]\n"
     "                             check every checksum; optionally compare with the original\n"
     "  bench FILE|DIR             ratio and speed of each level on your own data\n"
+#ifdef TZ_HAVE_PLAN
+    "  plan --params N | --checkpoint PATH\n"
+    "                             time and money compression saves on checkpoints\n"
+#endif
     "\n"
     "common options: -T/--threads N, -f/--force, -q/--quiet, -v/--verbose, -h/--help\n"
     "'tzip COMMAND --help' describes each command. Exit status: 0 ok, 1 usage error, 2 bad or\n"
@@ -356,6 +360,11 @@ int cmd_compress(const Args& a) {
   o.force = a.force;
   o.chunk_bytes = a.chunk_mib << 20;
   if ((a.chunk_mib & (a.chunk_mib - 1)) != 0) throw UsageError("--chunk-mib must be a power of two");
+  if (verbosity >= 2)
+    std::fprintf(stderr, "tzip: level %s, %u threads, %" PRIu64 " MiB chunks, block %s elements\n",
+                 a.level == 0 ? "default (1)" : std::to_string(a.level).c_str(),
+                 a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()), a.chunk_mib,
+                 a.block_elems ? std::to_string(a.block_elems).c_str() : "default");
   for (const auto& in : a.inputs) {
     const tc::PathKind k = tc::path_kind(in);
     if (k == tc::PathKind::kMissing) throw tc::Error(ErrorKind::kIO, in + ": no such file or folder");
@@ -668,7 +677,14 @@ int cmd_bench(const Args& a) {
 
 }  // namespace
 
+#ifdef TZ_HAVE_PLAN
+int tzip_plan_main(int argc, char** argv);  // programs/tzip_plan.cpp
+#endif
+
 int main(int argc, char** argv) {
+#ifdef TZ_HAVE_PLAN
+  if (argc >= 2 && std::string(argv[1]) == "plan") return tzip_plan_main(argc - 1, argv + 1);
+#endif
   install_signals();
   Args a;
   try {

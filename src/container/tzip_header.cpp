@@ -151,8 +151,15 @@ void decode_segment(const json& j, bool gap, uint64_t chunk_bytes, const std::st
   if (o == j.end() || !o->is_array() || o->size() != 2 || !get_u64((*o)[0], &t->data_begin) ||
       !get_u64((*o)[1], &t->data_end) || t->data_begin > t->data_end)
     bad(what, ctx + "bad data_offsets");
-  if (!gap && tensor_nbytes(t->dtype, t->shape, what, t->name) != t->raw_size())
-    bad(what, ctx + "shape x dtype does not match data_offsets");
+  if (!gap) {
+    uint64_t nbytes = 0;
+    try {
+      nbytes = tensor_nbytes(t->dtype, t->shape, what, t->name);
+    } catch (const Error&) {
+      bad(what, ctx + "shape x dtype size overflows or is not whole bytes");
+    }
+    if (nbytes != t->raw_size()) bad(what, ctx + "shape x dtype does not match data_offsets");
+  }
   const auto c = j.find("codec");
   if (c == j.end() || !c->is_object()) bad(what, ctx + "codec missing");
   const auto cd = c->find("dtype");

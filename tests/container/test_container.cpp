@@ -13,9 +13,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "tensorzip/container.hpp"
 #include "tensorzip/tzip_file.h"
@@ -174,6 +178,19 @@ TEST_F(Container, MixedRoundTripGapsAndRandomAccess) {
     EXPECT_TRUE(std::equal(out.begin(), out.end(), orig.begin() + (long)(base + off)));
   }
   EXPECT_THROW(r.read_blocks((size_t)bi, 20, 7, nullptr, 0), tc::Error);
+}
+
+TEST_F(Container, EmptyAndMetadataOnlyFilesRoundTrip) {
+  write_st(p("e.safetensors"), "{}", {});
+  write_st(p("m.safetensors"), R"({"__metadata__":{"a":"b"}})", Bytes{1, 2, 3});  // data is one gap
+  for (const char* n : {"e", "m"}) {
+    const std::string src = p(std::string(n) + ".safetensors");
+    tc::compress_file(src, p(std::string(n) + ".tzip"), tc::WriteOptions{});
+    tc::Reader r(p(std::string(n) + ".tzip"));
+    EXPECT_TRUE(r.tensors().empty());
+    r.export_safetensors(p(std::string(n) + ".out"), tc::ReadOptions{});
+    EXPECT_EQ(read_all(src), read_all(p(std::string(n) + ".out"))) << n;
+  }
 }
 
 TEST_F(Container, OutputIdenticalForEveryThreadCount) {
@@ -360,6 +377,79 @@ TEST_F(Container, TruncationWrongMagicAndNewerVersion) {
     FAIL();
   } catch (const tc::Error& e) {
     EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+  }
+}
+
+// Rewrites the JSON header of a .tzip file and fixes every checksum, so that
+// the header validation itself (not the hash) must catch the edit.
+uint64_t le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+void put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+Bytes with_header(const Bytes& f, const std::function<void(nlohmann::json&)>& edit) {
+  const uint8_t* tr = f.data() + f.size() - 48;
+  const uint64_t ho = le64(tr), hs = le64(tr + 8);
+  nlohmann::json j = nlohmann::json::parse(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
+  edit(j);
+  const std::string h = j.dump();
+  Bytes out(f.begin(), f.begin() + (long)ho);
+  out.insert(out.end(), h.begin(), h.end());
+  Bytes t(tr, tr + 48);
+  put64(t.data() + 8, h.size());
+  put64(t.data() + 16, XXH64(h.data(), h.size(), 0));
+  out.insert(out.end(), t.begin(), t.end());
+  put64(out.data() + out.size() - 16, XXH64(out.data(), out.size() - 16, 0));
+  return out;
+}
+
+TEST_F(Container, HeaderValidationRejectsInconsistentTables) {
+  const Bytes good = read_all(tiny_tzip(dir));
+  write_all(p("same.tzip"), with_header(good, [](nlohmann::json&) {}));
+  ASSERT_NO_THROW(tc::Reader(p("same.tzip")).verify("", tc::ReadOptions{}));
+  using J = nlohmann::json;
+  const std::vector<std::pair<const char*, std::function<void(J&)>>> edits = {
+      {"frame offset past the header", [](J& j) { j["tensors"][0]["frames"][0]["offset"] = 1u << 30; }},
+      {"overlapping frames", [](J& j) { j["tensors"][1]["frames"][0]["offset"] = j["tensors"][0]["frames"][0]["offset"]; }},
+      {"unaligned frame", [](J& j) { j["tensors"][0]["frames"][0]["offset"] = 65; }},
+      {"frame size overflow", [](J& j) { j["tensors"][0]["frames"][0]["size"] = ~0ull; }},
+      {"tiny frame", [](J& j) { j["tensors"][0]["frames"][0]["size"] = 8; }},
+      {"missing frame", [](J& j) { j["tensors"][0]["frames"] = J::array(); }},
+      {"segments overlap", [](J& j) { j["tensors"][1]["data_offsets"][0] = 24000; }},
+      {"gap removed", [](J& j) { j["gaps"] = J::array(); }},
+      {"data_size", [](J& j) { j["data_size"] = 1u << 20; }},
+      {"shape x dtype", [](J& j) { j["tensors"][0]["shape"] = {12289}; }},
+      {"shape overflow", [](J& j) { j["tensors"][0]["shape"] = {1ull << 40, 1ull << 40}; }},
+      {"dtype", [](J& j) { j["tensors"][0]["dtype"] = "F32"; }},
+      {"unknown dtype", [](J& j) { j["tensors"][0]["dtype"] = "X9"; }},
+      {"duplicate name", [](J& j) { j["tensors"][1]["name"] = j["tensors"][0]["name"]; }},
+      {"renamed vs verbatim header", [](J& j) { j["tensors"][0]["name"] = "zz"; }},
+      {"chunk_bytes", [](J& j) { j["chunk_bytes"] = 3000000; }},
+      {"block_elems", [](J& j) { j["tensors"][0]["codec"]["block_elems"] = 5000; }},
+      {"codec dtype", [](J& j) { j["tensors"][0]["codec"]["dtype"] = "f64"; }},
+      {"xxh64", [](J& j) { j["tensors"][0]["frames"][0]["xxh64"] = "xyz"; }},
+      {"format", [](J& j) { j["format"] = "zip"; }},
+      {"version", [](J& j) { j["version"] = 2; }},
+      {"not an object", [](J& j) { j = J::array(); }},
+      {"verbatim header", [](J& j) { j["safetensors_header"] = "{}"; }},
+  };
+  for (const auto& [what, edit] : edits) {
+    write_all(p("e.tzip"), with_header(good, edit));
+    try {
+      tc::Reader r(p("e.tzip"), 1);
+      tc::ReadOptions one;
+      one.threads = 1;
+      r.verify("", one);
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const tc::Error& e) {
+      EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << what << ": " << e.what();
+      // Caught by the header checks, before any frame is decoded.
+      EXPECT_NE(std::string(e.what()).find("header"), std::string::npos) << what << ": " << e.what();
+      if (getenv("TZ_TEST_VERBOSE")) std::printf("%-28s %s\n", what, e.what());
+    }
   }
 }
 
