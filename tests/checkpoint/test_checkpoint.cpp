@@ -1,0 +1,444 @@
+// Checkpoint save/restore: round trips on real tensors, the rank file as a
+// valid .tzip, async saves, partial loads, corruption naming the tensor,
+// ENOSPC (RLIMIT_FSIZE), atomicity under kill -9 of a saving process.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "tensorzip/checkpoint.hpp"
+#include "tensorzip/container.hpp"
+
+namespace fs = std::filesystem;
+namespace ck = tz::checkpoint;
+
+namespace {
+
+struct Owned {
+  std::string name, dtype;
+  std::vector<uint64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+// Every tensor of a safetensors file, read with the container's header parser.
+std::vector<Owned> load_safetensors(const std::string& path, const std::string& prefix = "") {
+  const auto st = tz::container::read_safetensors_info(path);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0);
+  std::vector<Owned> out;
+  for (const auto& t : st.tensors) {
+    Owned o{prefix + t.name, t.dtype, t.shape, std::vector<uint8_t>(t.raw_size())};
+    EXPECT_EQ(::pread(fd, o.bytes.data(), o.bytes.size(), (off_t)(st.data_start + t.data_begin)),
+              (ssize_t)o.bytes.size());
+    out.push_back(std::move(o));
+  }
+  ::close(fd);
+  return out;
+}
+
+std::vector<Owned> real_tensors() {
+  auto a = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors");
+  auto b = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors");
+  a.insert(a.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
+  return a;
+}
+
+std::vector<ck::TensorView> views(const std::vector<Owned>& v) {
+  std::vector<ck::TensorView> out;
+  for (const auto& o : v) out.push_back({o.name, o.dtype, o.shape, o.bytes.data(), o.bytes.size()});
+  return out;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/tz_ckpt_test_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void expect_identical(ck::Checkpoint& c, const std::vector<Owned>& ref) {
+  ASSERT_EQ(c.tensors().size(), ref.size());
+  for (const auto& o : ref) {
+    const long i = c.find(o.name);
+    ASSERT_GE(i, 0) << o.name;
+    EXPECT_EQ(c.tensors()[(size_t)i].dtype, o.dtype);
+    EXPECT_EQ(c.tensors()[(size_t)i].shape, o.shape);
+    EXPECT_TRUE(c.read(o.name) == o.bytes) << o.name;
+  }
+}
+
+}  // namespace
+
+class RoundTrip : public ::testing::TestWithParam<std::tuple<ck::Codec, ck::Io>> {};
+
+TEST_P(RoundTrip, RealTensorsByteIdentical) {
+  const auto data = real_tensors();
+  const auto v = views(data);
+  TempDir d;
+  ck::SaveOptions o;
+  o.codec = std::get<0>(GetParam());
+  o.io = std::get<1>(GetParam());
+  o.storage_gibps = 0.05;  // kAuto: slow storage, so compression pays
+  o.threads = 2;
+  o.chunk_bytes = 1u << 20;
+  o.slots = 3;  // fewer slots than chunks: buffers are reused
+  o.metadata = {{"step", "400"}};
+  std::string logged;
+  o.log = [&](const std::string& s) { logged += s; };
+  const std::string dir = d.path + "/step-400";
+  const auto st = ck::save(dir, v, o);
+  EXPECT_GT(st.raw_bytes, 1000000u);
+  if (o.io == ck::Io::kPosix) {
+    EXPECT_EQ(st.io, "posix");
+  }
+  RecordProperty("io", st.io);
+  EXPECT_NE(logged.find("codec"), std::string::npos);
+  if (o.codec == ck::Codec::kAuto) {
+    EXPECT_NE(st.codec, "raw") << st.model;
+  }
+  if (o.codec != ck::Codec::kRaw) {
+    EXPECT_LT(st.file_bytes, st.raw_bytes);
+  }
+  EXPECT_TRUE(ck::is_complete(dir));
+  ck::Checkpoint c(dir, 2);
+  EXPECT_EQ(c.metadata().at("step"), "400");
+  expect_identical(c, data);
+  EXPECT_TRUE(c.verify().empty());
+
+  // The rank file is a valid .tzip container: the container library verifies
+  // it and reads the same bytes back.
+  tz::container::Reader rd(dir + "/rank-00000.tzip", 1);
+  tz::container::ReadOptions ro;
+  ro.threads = 1;
+  rd.verify("", ro);
+  for (const auto& t : data) EXPECT_TRUE(rd.read_tensor(t.name) == t.bytes) << t.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, RoundTrip,
+                         ::testing::Combine(::testing::Values(ck::Codec::kRaw, ck::Codec::kFast, ck::Codec::kStrong,
+                                                              ck::Codec::kAuto),
+                                            ::testing::Values(ck::Io::kPosix, ck::Io::kUring)));
+
+TEST(Checkpoint, AutoPicksRawOnFastStorage) {
+  const auto data = real_tensors();
+  TempDir d;
+  ck::SaveOptions o;
+  o.storage_gibps = 1e6;  // no codec keeps up with this
+  const auto st = ck::save(d.path + "/c", views(data), o);
+  EXPECT_EQ(st.codec, "raw");
+  EXPECT_NE(st.model.find("S/B"), std::string::npos);
+  ck::Checkpoint c(d.path + "/c");
+  expect_identical(c, data);
+}
+
+TEST(Checkpoint, SharedFixtureRoundTrip) {
+  const std::string fx = TZ_SHARED_FIXTURES_DIR;
+  const std::string m = fx + "/gpt-small-step400-model-bf16.safetensors";
+  const std::string op = fx + "/gpt-small-step400-optim-fp32.safetensors";
+  if (!fs::exists(m) || !fs::exists(op)) GTEST_SKIP() << "no shared fixtures at " << fx;
+  auto data = load_safetensors(m, "model.");
+  auto b = load_safetensors(op, "optim.");
+  data.insert(data.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
+  TempDir d;
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  const auto st = ck::save(d.path + "/c", views(data), o);
+  EXPECT_LT(st.file_bytes, st.raw_bytes);
+  ck::Checkpoint c(d.path + "/c");
+  expect_identical(c, data);
+}
+
+TEST(Checkpoint, AsyncSaveStagesThenWrites) {
+  auto data = real_tensors();
+  TempDir d;
+  ck::AsyncSaver s;
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  auto v = views(data);
+  s.save(d.path + "/a", v, o);
+  // The tensors were copied before save() returned: clobbering them now
+  // must not change the checkpoint.
+  auto ref = data;
+  for (auto& t : data) std::fill(t.bytes.begin(), t.bytes.end(), 0xAB);
+  const auto st = s.wait();
+  EXPECT_TRUE(s.done());
+  EXPECT_EQ(s.error(), nullptr);
+  EXPECT_LE(st.stall_seconds, st.seconds);
+  ck::Checkpoint c(d.path + "/a");
+  expect_identical(c, ref);
+  // A second save through the same saver (staging reused).
+  s.save(d.path + "/b", views(ref), o);
+  s.wait();
+  ck::Checkpoint c2(d.path + "/b");
+  expect_identical(c2, ref);
+}
+
+TEST(Checkpoint, AsyncSaveReportsErrors) {
+  auto data = real_tensors();
+  TempDir d;
+  ck::AsyncSaver s;
+  ck::save(d.path + "/a", views(data));
+  s.save(d.path + "/a", views(data));  // already complete: refused
+  EXPECT_THROW(s.wait(), ck::Error);
+  EXPECT_NE(s.error(), nullptr);
+}
+
+TEST(Checkpoint, LoadsOnlyRequestedTensors) {
+  const auto data = real_tensors();
+  TempDir d;
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  ck::save(d.path + "/c", views(data), o);
+  // Damage every frame of every tensor but the two requested: loading those
+  // two still works, so nothing else was read (or checked).
+  {
+    tz::container::Reader rd(d.path + "/c/rank-00000.tzip", 1);
+    const int fd = ::open((d.path + "/c/rank-00000.tzip").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    for (const auto& t : rd.tensors()) {
+      if (t.name == data[1].name || t.name == data[3].name) continue;
+      for (const auto& f : t.frames) {
+        const uint8_t junk[16] = {0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef,
+                                  0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef};
+        ASSERT_EQ(::pwrite(fd, junk, 16, (off_t)(f.offset + f.size / 2)), 16);
+      }
+    }
+    ::close(fd);
+  }
+  ck::Checkpoint c(d.path + "/c");
+  EXPECT_EQ(c.verify().size(), data.size() - 2);
+  std::vector<uint8_t> out(data[1].bytes.size());
+  std::vector<uint8_t> out2(data[3].bytes.size());
+  const ck::LoadRequest req[] = {{data[1].name, out.data(), out.size()}, {data[3].name, out2.data(), out2.size()}};
+  c.load(req);
+  EXPECT_TRUE(out == data[1].bytes);
+  EXPECT_TRUE(out2 == data[3].bytes);
+  EXPECT_THROW(c.read("no.such.tensor"), ck::Error);
+  std::vector<uint8_t> small(4);
+  const ck::LoadRequest bad[] = {{data[1].name, small.data(), small.size()}};
+  EXPECT_THROW(c.load(bad), ck::Error);
+}
+
+TEST(Checkpoint, CorruptionNamesTheTensor) {
+  const auto data = real_tensors();
+  TempDir d;
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  const std::string dir = d.path + "/c";
+  ck::save(dir, views(data), o);
+  // Find the file range of one tensor through the container reader and flip
+  // a byte in the middle of its first frame.
+  size_t victim = 0;
+  for (size_t i = 0; i < data.size(); ++i)
+    if (data[i].bytes.size() > data[victim].bytes.size()) victim = i;
+  uint64_t off = 0;
+  {
+    tz::container::Reader rd(dir + "/rank-00000.tzip", 1);
+    const auto& t = rd.tensors()[(size_t)rd.find(data[victim].name)];
+    off = t.frames[0].offset + t.frames[0].size / 2;
+  }
+  const int fd = ::open((dir + "/rank-00000.tzip").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b = 0;
+  ASSERT_EQ(::pread(fd, &b, 1, (off_t)off), 1);
+  b ^= 0x10;
+  ASSERT_EQ(::pwrite(fd, &b, 1, (off_t)off), 1);
+  ::close(fd);
+
+  ck::Checkpoint c(dir);
+  const auto bad = c.verify();
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0].rfind(data[victim].name + ":", 0), 0u) << bad[0];
+  try {
+    c.read(data[victim].name);
+    FAIL() << "corruption not detected";
+  } catch (const ck::Error& e) {
+    EXPECT_EQ(e.kind(), ck::ErrorKind::kCorrupt);
+    EXPECT_NE(std::string(e.what()).find("'" + data[victim].name + "'"), std::string::npos) << e.what();
+  }
+  for (const auto& t : data)
+    if (t.name != data[victim].name) {
+      EXPECT_TRUE(c.read(t.name) == t.bytes) << t.name;
+    }
+}
+
+TEST(Checkpoint, CorruptManifestIsRejected) {
+  const auto data = real_tensors();
+  TempDir d;
+  const std::string dir = d.path + "/c";
+  ck::save(dir, views(data));
+  std::string m;
+  {
+    std::ifstream in(dir + "/manifest.json");
+    m.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto pos = m.find("\"size\":");
+  ASSERT_NE(pos, std::string::npos);
+  m[pos + 8] = m[pos + 8] == '1' ? '2' : '1';
+  std::ofstream(dir + "/manifest.json") << m;
+  EXPECT_FALSE(ck::is_complete(dir));
+  try {
+    ck::Checkpoint c(dir);
+    FAIL();
+  } catch (const ck::Error& e) {
+    EXPECT_EQ(e.kind(), ck::ErrorKind::kCorrupt) << e.what();
+  }
+}
+
+TEST(Checkpoint, IncompleteDirectoryIsNeverOpened) {
+  const auto data = real_tensors();
+  TempDir d;
+  ck::save(d.path + "/step-1", views(data));
+  fs::create_directories(d.path + "/step-2");
+  fs::copy_file(d.path + "/step-1/rank-00000.tzip", d.path + "/step-2/rank-00000.tzip");
+  try {
+    ck::Checkpoint c(d.path + "/step-2");
+    FAIL();
+  } catch (const ck::Error& e) {
+    EXPECT_EQ(e.kind(), ck::ErrorKind::kIncomplete) << e.what();
+  }
+  EXPECT_EQ(ck::latest(d.path), d.path + "/step-1");
+  EXPECT_THROW(ck::save(d.path + "/step-1", views(data)), ck::Error);  // never overwrites a complete one
+}
+
+TEST(Checkpoint, MultiRankCommit) {
+  const auto data = real_tensors();
+  const auto v = views(data);
+  const size_t half = v.size() / 2;
+  TempDir d;
+  const std::string dir = d.path + "/c";
+  ck::SaveOptions o;
+  o.world_size = 2;
+  o.rank = 1;
+  ck::save(dir, std::span<const ck::TensorView>(v).subspan(half), o);
+  EXPECT_FALSE(ck::is_complete(dir));
+  EXPECT_THROW(ck::commit(dir, 2), ck::Error);  // rank 0 missing
+  o.rank = 0;
+  ck::save(dir, std::span<const ck::TensorView>(v).first(half), o);
+  ck::commit(dir, 2);
+  ck::Checkpoint c(dir);
+  expect_identical(c, data);
+  EXPECT_EQ(c.tensors()[c.find(data.back().name)].rank, 1);
+}
+
+TEST(Checkpoint, BadInputsAreRefused) {
+  TempDir d;
+  std::vector<uint8_t> b(8);
+  std::vector<ck::TensorView> v = {{"a", "F32", {3}, b.data(), b.size()}};
+  EXPECT_THROW(ck::save(d.path + "/x", v), ck::Error);  // size mismatch
+  v = {{"a", "F33", {2}, b.data(), b.size()}};
+  EXPECT_THROW(ck::save(d.path + "/x", v), ck::Error);
+  v = {{"a", "F32", {2}, b.data(), b.size()}, {"a", "F32", {2}, b.data(), b.size()}};
+  EXPECT_THROW(ck::save(d.path + "/x", v), ck::Error);
+  EXPECT_FALSE(ck::is_complete(d.path + "/x"));
+  // Empty and zero-size tensors are fine.
+  v = {{"e", "BF16", {0}, nullptr, 0}, {"s", "I64", {1}, b.data(), b.size()}};
+  ck::save(d.path + "/y", v);
+  ck::Checkpoint c(d.path + "/y");
+  EXPECT_TRUE(c.read("e").empty());
+  EXPECT_TRUE(c.read("s") == b);
+}
+
+// Disk full: the file size limit makes writes fail with EFBIG (as ENOSPC
+// would); the save reports kNoSpace, leaves no manifest and no temporary.
+TEST(Checkpoint, NoSpaceIsReportedAndCleanedUp) {
+  const auto data = real_tensors();
+  TempDir d;
+  const std::string dir = d.path + "/c";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit rl{512 * 1024, 512 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &rl);
+    ck::SaveOptions o;
+    o.codec = ck::Codec::kRaw;
+    try {
+      ck::save(dir, views(data), o);
+    } catch (const ck::Error& e) {
+      _exit(e.kind() == ck::ErrorKind::kNoSpace ? 0 : 2);
+    } catch (...) {
+      _exit(3);
+    }
+    _exit(1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(ck::is_complete(dir));
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) ++files, ADD_FAILURE() << "left behind: " << e.path();
+  EXPECT_EQ(files, 0u);
+}
+
+// kill -9 of a saving process at random moments: the previous checkpoint
+// stays restorable, and every folder is either complete and correct or
+// refused as incomplete.
+TEST(Checkpoint, KillNineLeavesPreviousCheckpointRestorable) {
+  // The real tensors four times over (~6 MB), so that kills land inside saves.
+  std::vector<Owned> data;
+  for (int rep = 0; rep < 4; ++rep)
+    for (auto& t : real_tensors()) data.push_back({"r" + std::to_string(rep) + "." + t.name, t.dtype, t.shape, t.bytes});
+  TempDir d;
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kStrong;
+  o.threads = 1;
+  o.chunk_bytes = 1u << 20;
+  ck::save(d.path + "/step-0000", views(data), o);
+  // Time one save to spread the kills over it.
+  const auto t0 = std::chrono::steady_clock::now();
+  ck::save(d.path + "/step-0001", views(data), o);
+  const double t_save = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::mt19937 rng(12345);
+  int killed_mid_save = 0, partial_files = 0;
+  for (int k = 2; k < 14; ++k) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/step-%04d", k);
+    const std::string dir = d.path + name;
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      try {
+        ck::save(dir, views(data), o);
+      } catch (...) {
+        _exit(1);
+      }
+      _exit(0);
+    }
+    const double delay = std::uniform_real_distribution<double>(0, 1.3 * t_save)(rng);
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status)) ++killed_mid_save;
+    else EXPECT_EQ(WEXITSTATUS(status), 0);
+    if (fs::exists(dir))
+      for (const auto& e : fs::directory_iterator(dir))
+        if (e.path().filename().string()[0] == '.') ++partial_files;
+    if (ck::is_complete(dir)) {
+      ck::Checkpoint c(dir);
+      expect_identical(c, data);
+    } else if (fs::exists(dir)) {
+      EXPECT_THROW(ck::Checkpoint c(dir), ck::Error);
+    }
+    const std::string last = ck::latest(d.path);
+    ASSERT_FALSE(last.empty());
+    ck::Checkpoint c(last);
+    expect_identical(c, data);
+  }
+  std::printf("kill -9 loop: %d of 12 saves killed before they finished, %d left a partial temporary file "
+              "(one save: %.3f s)\n", killed_mid_save, partial_files, t_save);
+}
