@@ -282,3 +282,33 @@ def test_save_load_model(tmp_path):
         assert torch_same_bits(a, b), k
     with pytest.raises(RuntimeError):
         tzt.load_model(torch.nn.Linear(8, 16), p)  # strict: unexpected keys
+
+
+def _bytes_read_by_process() -> int:
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    raise RuntimeError("no rchar in /proc/self/io")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux /proc/self/io")
+def test_get_tensor_reads_only_its_bytes(tmp_path, rng):
+    small = np_array("BF16", (2048,), rng)
+    big = rng.standard_normal(4 << 20).astype(np.float32)  # 16 MiB, barely compressible mantissas
+    p = tmp_path / "io.tzip"
+    tzn.save_file({"big": big, "small": small}, p)
+    with tensorzip.safe_open(p, framework="np") as f:
+        before = _bytes_read_by_process()
+        got = f.get_tensor("small")
+        small_read = _bytes_read_by_process() - before
+        before = _bytes_read_by_process()
+        got_slice = f.get_slice("big")[1000:1010]
+        slice_read = _bytes_read_by_process() - before
+        before = _bytes_read_by_process()
+        f.get_tensor("big")
+        big_read = _bytes_read_by_process() - before
+    assert same_bits(got, small) and same_bits(got_slice, big[1000:1010])
+    assert small_read < 64 << 10, small_read          # a few KiB, not the 16 MiB neighbour
+    assert slice_read < 1 << 20, slice_read           # the codec blocks it needs (~280 KiB), not the frame
+    assert big_read > 10 << 20, big_read              # the counter does see real reads
