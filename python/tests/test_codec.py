@@ -240,6 +240,13 @@ def test_gil_released_while_coding(rng):
     for fn in (lambda: tensorzip.compress(a, threads=1),
                lambda: tensorzip._tensorzip.decompress_into(blob, 12 + struct.unpack_from("<I", blob, 8)[0],
                                                           out.view(np.uint8), 1)):
-        duration, stall = _longest_stall_while(fn)
-        assert duration > 0.05, "call too short to judge"
-        assert stall < duration * 0.5, (duration, stall)
+        # up to 3 tries: a busy machine may deschedule this thread once; a
+        # held GIL stalls it every time
+        tries = []
+        for _ in range(3):
+            duration, stall = _longest_stall_while(fn)
+            tries.append((duration, stall))
+            if duration > 0.05 and stall < duration * 0.5:
+                break
+        else:
+            pytest.fail(f"this thread stalled for most of the call: (duration, longest stall) = {tries}")
