@@ -154,6 +154,7 @@ struct Args {
   uint64_t chunk_mib = 4;
   uint64_t max_mib = 1024;
   std::vector<int> levels;
+  std::map<std::string, std::string> meta;
 };
 
 const char* kMainHelp =
@@ -195,6 +196,8 @@ const char* help_for(const std::string& cmd) {
            "  -T, --threads N      worker threads (default: all cores)\n"
            "      --block-elems N  elements per codec block (power of two, 4096..1048576)\n"
            "      --chunk-mib N    raw MiB per frame (power of two, default 4): bounds memory\n"
+           "      --meta KEY=VALUE user metadata stored in the .tzip header (repeatable; not\n"
+           "                       part of the restored safetensors file)\n"
            "  -f, --force          overwrite an existing output\n"
            "  -q, --quiet / -v, --verbose\n";
   if (cmd == "decompress")
@@ -309,6 +312,12 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--block-elems" && a.command == "compress") a.block_elems = (unsigned)parse_uint(s, value(), 4096, 1u << 20);
     else if (s == "--chunk-mib" && a.command == "compress") a.chunk_mib = parse_uint(s, value(), 1, 64);
     else if (s == "--against" && a.command == "verify") a.against = value();
+    else if (s == "--meta" && a.command == "compress") {
+      const std::string kv = value();
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) throw UsageError("--meta needs KEY=VALUE, got '" + kv + "'");
+      a.meta[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
     else if (s == "--max-mib" && a.command == "bench") a.max_mib = parse_uint(s, value(), 1, 1u << 30);
     else if (s == "--levels" && a.command == "bench") {
       std::string l = value();
@@ -359,6 +368,7 @@ int cmd_compress(const Args& a) {
   o.block_elems = a.block_elems;
   o.force = a.force;
   o.chunk_bytes = a.chunk_mib << 20;
+  o.user_metadata = a.meta;
   if ((a.chunk_mib & (a.chunk_mib - 1)) != 0) throw UsageError("--chunk-mib must be a power of two");
   if (verbosity >= 2)
     std::fprintf(stderr, "tzip: level %s, %u threads, %" PRIu64 " MiB chunks, block %s elements\n",
@@ -487,6 +497,7 @@ int cmd_inspect(const Args& a) {
       j["original_size"] = r.original_size();
       j["created_by"] = r.created_by();
       j["metadata"] = r.metadata();
+      j["user_metadata"] = r.user_metadata();
       j["chunk_bytes"] = r.chunk_bytes();
       nlohmann::json ts = nlohmann::json::array();
       for (const auto& t : r.tensors())
@@ -518,6 +529,7 @@ int cmd_inspect(const Args& a) {
     for (const auto& [dt, s] : by_dtype)
       std::printf("  total %-7s %s -> %s, ratio %s\n", dt.c_str(), human(s.first).c_str(), human(s.second).c_str(),
                   ratio_str(s.first, s.second).c_str());
+    for (const auto& [k, v] : r.user_metadata()) std::printf("  user metadata: %s = %s\n", k.c_str(), v.c_str());
     if (!r.gaps().empty())
       std::printf("  gaps: %zu, %" PRIu64 " bytes (kept for a byte-identical export)\n", r.gaps().size(), gap_raw);
     std::printf("  total: tensors %s -> %s (ratio %s); file %s -> %s (ratio %s)\n", human(raw).c_str(),

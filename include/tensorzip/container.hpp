@@ -52,6 +52,7 @@ struct WriteOptions {
   unsigned threads = 0;       // 0: all hardware threads
   uint64_t chunk_bytes = 4u << 20;  // raw bytes per frame; power of two, >= 1 MiB
   bool force = false;         // replace an existing output
+  std::map<std::string, std::string> user_metadata;  // stored in the .tzip header only
   ProgressFn progress;
 };
 
@@ -143,7 +144,8 @@ class Reader {
   uint16_t version_minor() const;
   const std::vector<TensorEntry>& tensors() const;  // sorted by data offset, gaps excluded
   const std::vector<TensorEntry>& gaps() const;
-  const std::map<std::string, std::string>& metadata() const;
+  const std::map<std::string, std::string>& metadata() const;       // safetensors __metadata__
+  const std::map<std::string, std::string>& user_metadata() const;  // WriteOptions::user_metadata
   const std::string& safetensors_header() const;    // verbatim, may be empty
   uint64_t data_size() const;                       // original data section size
   uint64_t original_size() const;                   // size of the exported safetensors file

@@ -62,6 +62,7 @@ struct TzipHeader {
   uint64_t chunk_bytes = 0;
   uint64_t data_size = 0;
   std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> user_metadata;
   std::string safetensors_header;
   std::vector<TensorEntry> tensors;   // data order
   std::vector<TensorEntry> gaps;      // data order

@@ -95,13 +95,19 @@ std::string encode_header(const TzipHeader& h) {
   j["chunk_bytes"] = h.chunk_bytes;
   j["data_size"] = h.data_size;
   j["metadata"] = h.metadata;
+  j["user_metadata"] = h.user_metadata;
   j["safetensors_header"] = h.safetensors_header;
   json t = json::array(), g = json::array();
   for (const auto& e : h.tensors) t.push_back(encode_segment(e));
   for (const auto& e : h.gaps) g.push_back(encode_segment(e));
   j["tensors"] = std::move(t);
   j["gaps"] = std::move(g);
-  return j.dump(-1, ' ', false, json::error_handler_t::strict);
+  try {
+    return j.dump(-1, ' ', false, json::error_handler_t::strict);
+  } catch (const json::exception&) {
+    // Only user-given strings can be invalid UTF-8: parsed headers were validated.
+    fail(ErrorKind::kUsage, "metadata and tensor names must be valid UTF-8");
+  }
 }
 
 void link_segments(TzipHeader* h) {
@@ -225,11 +231,14 @@ void decode_header(const char* p, size_t n, uint64_t header_offset, const std::s
       (out->chunk_bytes & (out->chunk_bytes - 1)) != 0)
     bad(what, "chunk_bytes out of range");
   out->data_size = need_u64(j, "data_size", what, "");
-  if (const auto m = j.find("metadata"); m != j.end()) {
-    if (!m->is_object()) bad(what, "metadata is not an object");
+  for (const char* key : {"metadata", "user_metadata"}) {
+    const auto m = j.find(key);
+    if (m == j.end()) continue;
+    if (!m->is_object()) bad(what, std::string(key) + " is not an object");
+    auto& dst = std::string(key) == "metadata" ? out->metadata : out->user_metadata;
     for (auto it = m->begin(); it != m->end(); ++it) {
-      if (!it.value().is_string()) bad(what, "metadata value is not a string");
-      out->metadata[it.key()] = it.value().get<std::string>();
+      if (!it.value().is_string()) bad(what, std::string(key) + " value is not a string");
+      dst[it.key()] = it.value().get<std::string>();
     }
   }
   const auto sh = j.find("safetensors_header");

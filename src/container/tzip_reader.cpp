@@ -164,6 +164,7 @@ uint16_t Reader::version_minor() const { return impl_->minor; }
 const std::vector<TensorEntry>& Reader::tensors() const { return impl_->h.tensors; }
 const std::vector<TensorEntry>& Reader::gaps() const { return impl_->h.gaps; }
 const std::map<std::string, std::string>& Reader::metadata() const { return impl_->h.metadata; }
+const std::map<std::string, std::string>& Reader::user_metadata() const { return impl_->h.user_metadata; }
 const std::string& Reader::safetensors_header() const { return impl_->h.safetensors_header; }
 uint64_t Reader::data_size() const { return impl_->h.data_size; }
 uint64_t Reader::original_size() const { return 8 + impl_->h.safetensors_header.size() + impl_->h.data_size; }

@@ -59,6 +59,7 @@ PassStats compress_file(const std::string& in, const std::string& out_path, cons
                  std::to_string(TZ_VERSION_MINOR) + "." + std::to_string(TZ_VERSION_PATCH);
   h.data_size = st.data_size;
   h.metadata = st.metadata;
+  h.user_metadata = opt.user_metadata;
   h.safetensors_header = st.header_bytes;
   h.tensors = std::move(st.tensors);
   h.gaps = std::move(st.gaps);

@@ -353,8 +353,9 @@ def case_permission(tmp):
 def case_inspect(tmp):
     src = os.path.join(ARGS.data, "fixture-slice-fp32.safetensors")
     z = os.path.join(tmp, "f.tzip")
-    run(["compress", "-q", src, "-o", z], 0)
+    run(["compress", "-q", src, "-o", z, "--meta", "run=exp-17", "--meta", "note=a b"], 0)
     p = run(["inspect", z], 0)
+    check("run = exp-17" in p.stdout, "inspect does not show user metadata")
     check("exp_avg_sq.blocks.2.proj.weight" in p.stdout and "ratio" in p.stdout and "total" in p.stdout,
           "inspect table incomplete")
     j = json.loads(run(["inspect", "--json", z], 0).stdout)
@@ -363,6 +364,10 @@ def case_inspect(tmp):
     t = {x["name"]: x for x in j["tensors"]}
     check(t["master.blocks.2.proj.weight"]["shape"] == [256, 256], "inspect --json shape")
     check(t["master.blocks.2.proj.weight"]["codec_dtype"] == "f32", "inspect --json codec dtype")
+    check(j["user_metadata"] == {"run": "exp-17", "note": "a b"}, "inspect --json user_metadata")
+    run(["decompress", "-q", z, "-o", os.path.join(tmp, "back.safetensors")], 0)
+    check(sha(src) == sha(os.path.join(tmp, "back.safetensors")), "user metadata changed the restored file")
+    one_line_error(run(["compress", src, "--meta", "novalue"], 1), "--meta")
     run(["inspect", "-v", z], 0)
 
 

@@ -142,10 +142,13 @@ TEST_F(Container, RealFixturesRoundTripByteIdentical) {
 
 TEST_F(Container, MixedRoundTripGapsAndRandomAccess) {
   const std::string src = make_mixed("m.safetensors");
-  tc::compress_file(src, p("m.tzip"), small_chunks());
+  tc::WriteOptions o = small_chunks();
+  o.user_metadata["run"] = "exp-17";
+  tc::compress_file(src, p("m.tzip"), o);
   tc::Reader r(p("m.tzip"), 2);
   EXPECT_EQ(r.gaps().size(), 2u);
   EXPECT_EQ(r.metadata().at("format"), "pt");
+  EXPECT_EQ(r.user_metadata().at("run"), "exp-17");
   r.export_safetensors(p("back.safetensors"), tc::ReadOptions{});
   const Bytes orig = read_all(src);
   EXPECT_EQ(orig, read_all(p("back.safetensors")));
