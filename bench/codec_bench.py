@@ -344,52 +344,60 @@ def make_codec(key: str, threads: int, lib: Path):
 @dataclass
 class Cell:
     size: int = 0
-    ctime: float = 0.0  # median seconds over reps
+    ctime: float = 0.0  # median seconds over reps (CPU time for 1T cells, wall time otherwise)
     dtime: float = 0.0
     reps: int = 0
-    ctimes: list = field(default_factory=list)
-    dtimes: list = field(default_factory=list)
+    spent: float = 0.0  # wall seconds spent on this cell so far
+    cwall: list = field(default_factory=list)
+    dwall: list = field(default_factory=list)
+    ccpu: list = field(default_factory=list)
+    dcpu: list = field(default_factory=list)
 
 
-def measure(codec, kind: Kind, max_reps: int, budget_s: float) -> Cell:
-    """Compress then decompress every tensor of the kind; repeat until max_reps
-    or until budget_s seconds were spent (at least one rep)."""
-    cell = Cell()
-    pc = time.perf_counter
-    spent = 0.0
-    for rep in range(max_reps):
-        t_start = pc()
-        ctot = 0.0
-        comps = []
-        for t in kind.tensors:
-            src = codec.prepare(t)
-            t0 = pc()
-            c = codec.compress(src, t.dtype)
-            ctot += pc() - t0
-            comps.append(codec.keep(c))
-            del src, c
-        size = sum(len(c) for c in comps)
-        if rep and size != cell.size:
-            raise SystemExit(f"{codec.name} / {kind.label}: compressed size changed between repetitions")
-        cell.size = size
-        dtot = 0.0
-        for t, c in zip(kind.tensors, comps):
-            t0 = pc()
-            d = codec.decompress(c, len(t.data), t.dtype)
-            dtot += pc() - t0
-            if len(d) != len(t.data) or memoryview(d).cast("B") != memoryview(t.data):
-                raise SystemExit(f"ROUND TRIP MISMATCH: {codec.name} / {kind.label} / tensor {t.name}")
-            del d
-        del comps
-        cell.ctimes.append(ctot)
-        cell.dtimes.append(dtot)
-        spent += pc() - t_start
-        if spent >= budget_s:
-            break
-    cell.reps = len(cell.ctimes)
-    cell.ctime = statistics.median(cell.ctimes)
-    cell.dtime = statistics.median(cell.dtimes)
-    return cell
+def measure_rep(codec, kind: Kind, cell: Cell) -> None:
+    """One repetition: compress every tensor of the kind, then decompress and
+    check each one. Records wall time and process CPU time of the calls."""
+    pc, cpu = time.perf_counter, time.process_time
+    t_start = pc()
+    cw = cc = 0.0
+    comps = []
+    for t in kind.tensors:
+        src = codec.prepare(t)
+        w0, c0 = pc(), cpu()
+        c = codec.compress(src, t.dtype)
+        cc += cpu() - c0
+        cw += pc() - w0
+        comps.append(codec.keep(c))
+        del src, c
+    size = sum(len(c) for c in comps)
+    if cell.cwall and size != cell.size:
+        raise SystemExit(f"{codec.name} / {kind.label}: compressed size changed between repetitions")
+    cell.size = size
+    dw = dc = 0.0
+    for t, c in zip(kind.tensors, comps):
+        w0, c0 = pc(), cpu()
+        d = codec.decompress(c, len(t.data), t.dtype)
+        dc += cpu() - c0
+        dw += pc() - w0
+        if len(d) != len(t.data) or memoryview(d).cast("B") != memoryview(t.data):
+            raise SystemExit(f"ROUND TRIP MISMATCH: {codec.name} / {kind.label} / tensor {t.name}")
+        del d
+    del comps
+    cell.cwall.append(cw)
+    cell.dwall.append(dw)
+    cell.ccpu.append(cc)
+    cell.dcpu.append(dc)
+    cell.spent += pc() - t_start
+
+
+def finish(cell: Cell, threads: int) -> None:
+    """Single-thread cells report process CPU time (robust to other jobs on a
+    shared machine); multi-thread cells report wall time (the speed-up is the
+    point there)."""
+    cell.reps = len(cell.cwall)
+    cs, ds = (cell.ccpu, cell.dcpu) if threads == 1 else (cell.cwall, cell.dwall)
+    cell.ctime = statistics.median(cs)
+    cell.dtime = statistics.median(ds)
 
 
 # ------------------------------------------------------------------ report --
@@ -440,8 +448,8 @@ def gbps(nbytes: int, secs: float) -> str:
 def render(kinds: dict[str, Kind], codecs: list[str], names: dict[str, str], res: dict, threads: int,
            mt_ok: dict[str, bool]) -> str:
     N = threads
-    lines = [f"| data | codec | ratio | size vs H0 bound | comp 1T GB/s | dec 1T GB/s | comp {N}T GB/s | "
-             f"dec {N}T GB/s |",
+    lines = [f"| data | codec | ratio | size vs H0 bound | comp 1T GB/s (CPU) | dec 1T GB/s (CPU) | "
+             f"comp {N}T GB/s (wall) | dec {N}T GB/s (wall) |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for k, kind in kinds.items():
         first = True
@@ -536,30 +544,45 @@ def main() -> int:
     res: dict = {}
     names: dict = {}
     mt_ok: dict = {}
+    configs = []  # (codec key, threads, codec object)
+    for c in codecs:
+        for th in thread_modes:
+            codec = make_codec(c, th, lib)
+            names[c] = codec.name
+            mt_ok[c] = codec.multithreaded
+            if th > 1 and not codec.multithreaded:
+                codec.close()
+                continue
+            configs.append((c, th, codec))
+    # Repetitions are interleaved across codecs (rep 1 of every codec, then
+    # rep 2, ...) so that load from other jobs hits all codecs alike.
     gc.disable()
     try:
-        for c in codecs:
-            for th in thread_modes:
-                codec = make_codec(c, th, lib)
-                names[c] = codec.name
-                mt_ok[c] = codec.multithreaded
-                if th > 1 and not codec.multithreaded:
-                    codec.close()
-                    continue
-                for k, kind in kinds.items():
-                    cell = measure(codec, kind, reps, budget)
-                    res[(c, th, k)] = cell
-                    log(f"  {codec.name:13s} {th}T {kind.label:16s} ratio {kind.nbytes / cell.size:6.3f}  "
-                        f"comp {gbps(kind.nbytes, cell.ctime):>6s}  dec {gbps(kind.nbytes, cell.dtime):>6s} GB/s "
-                        f"({cell.reps} reps)")
+        for k, kind in kinds.items():
+            cells = {(c, th): Cell() for c, th, _ in configs}
+            for rep in range(reps):
+                for c, th, codec in configs:
+                    cell = cells[(c, th)]
+                    if rep and cell.spent >= budget:
+                        continue
+                    measure_rep(codec, kind, cell)
                     gc.collect()
-                codec.close()
-                if c in ("tz", "tz2") and th > 1:  # tensorzip promises identical output for any thread count
-                    for k in kinds:
-                        if res[(c, th, k)].size != res[(c, 1, k)].size:
-                            raise SystemExit(f"{names[c]}: {th}-thread output size differs from 1-thread on {k}")
+            for c, th, codec in configs:
+                cell = cells[(c, th)]
+                finish(cell, th)
+                res[(c, th, k)] = cell
+                log(f"  {codec.name:13s} {th}T {kind.label:16s} ratio {kind.nbytes / cell.size:6.3f}  "
+                    f"comp {gbps(kind.nbytes, cell.ctime):>6s}  dec {gbps(kind.nbytes, cell.dtime):>6s} GB/s "
+                    f"({'CPU' if th == 1 else 'wall'}; wall {gbps(kind.nbytes, statistics.median(cell.cwall))}"
+                    f" / {gbps(kind.nbytes, statistics.median(cell.dwall))}; {cell.reps} reps)")
     finally:
         gc.enable()
+        for _, _, codec in configs:
+            codec.close()
+    for c in ("tz", "tz2"):  # tensorzip promises identical output for any thread count
+        for k in kinds:
+            if (c, threads, k) in res and res[(c, threads, k)].size != res[(c, 1, k)].size:
+                raise SystemExit(f"{names[c]}: {threads}-thread output size differs from 1-thread on {k}")
 
     if all(k in kinds for k in CKPT_KINDS):
         aggregate(kinds, CKPT_KINDS, f"Whole checkpoint (step {STEP})", res, codecs, thread_modes)
@@ -574,13 +597,16 @@ def main() -> int:
         f"CPU: {cpu_model()}; {os.cpu_count()} logical CPUs; all-threads runs use {threads} threads; "
         f"load average {' '.join(load0)} before, {' '.join(load1)} after",
         f"tensorzip: {lib} (git {git_state()}); {versions()}",
-        f"timing: median over up to {reps} repetitions per cell, stopping after {budget:g} s "
-        f"(repetitions used: {', '.join(map(str, reps_used))}); every round trip verified byte for byte",
+        f"timing: median over up to {reps} repetitions per cell (no new one after {budget:g} s; repetitions "
+        f"used: {', '.join(map(str, reps_used))}), repetitions interleaved across codecs; every round trip "
+        f"verified byte for byte",
     ]
     notes = [
         "Each tensor is compressed on its own; sizes and times are summed per data kind. GB/s = 1e9 bytes of "
         "uncompressed data per second, compress and decompress, in-process (Python calls; output buffers are "
-        "allocated per call for every codec).",
+        "allocated per call for every codec). 1T columns: process CPU time of the calls (equals wall time on an "
+        "idle core and does not count time lost to other jobs on a shared machine); all-threads columns: wall "
+        "time, so they depend on how busy the machine was (load average above).",
         "Order-0 bound: per tensor, sum over tensorzip's byte planes (BF16: exponent, sign|mantissa7; FP16: high, "
         "low byte; FP32: exponent, sign|mantissa[22:16], mantissa[15:8], mantissa[7:0]; FP8: the byte) of "
         "n·H0(plane) bits, without any table or header cost. 'size vs H0 bound' = compressed size / bound − 1.",
