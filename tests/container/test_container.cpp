@@ -456,6 +456,27 @@ TEST_F(Container, HeaderValidationRejectsInconsistentTables) {
   }
 }
 
+TEST_F(Container, ReadingOneTensorIgnoresDamageElsewhere) {
+  tiny_tzip(dir);
+  Bytes f = read_all(p("tiny.tzip"));
+  tc::Reader ok(p("tiny.tzip"));
+  const auto& w = ok.tensors()[(size_t)ok.find("w")];
+  const Bytes want = ok.read_tensor("v");
+  // Destroy w's frame entirely: v is still readable (only its frame is read),
+  // w reports its damage, and a full verify fails.
+  for (uint64_t i = w.frames[0].offset; i < w.frames[0].offset + w.frames[0].size; ++i) f[i] = 0x5A;
+  write_all(p("bad.tzip"), f);
+  tc::Reader r(p("bad.tzip"));
+  EXPECT_EQ(r.read_tensor("v"), want);
+  try {
+    r.read_tensor("w");
+    ADD_FAILURE();
+  } catch (const tc::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'w'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(r.verify("", tc::ReadOptions{}), tc::Error);
+}
+
 TEST_F(Container, ExportFailureLeavesNothingBehind) {
   tiny_tzip(dir);
   Bytes bad = read_all(p("tiny.tzip"));
