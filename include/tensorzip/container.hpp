@@ -194,8 +194,9 @@ PathKind path_kind(const std::string& path);
 
 // Asks every running operation to stop at its next chunk boundary with
 // Error(kInterrupted); their temporaries are then removed as on any error.
-// Async-signal-safe (sets a flag).
+// Async-signal-safe (sets a flag). The flag stays set until clear_cancel().
 void request_cancel();
+void clear_cancel();
 // Removes the temporary files this process is writing, without unwinding
 // (last resort for a second signal). Async-signal-safe.
 void remove_temporaries_on_signal();

@@ -55,6 +55,7 @@ void unregister_temp(int slot) {
 
 namespace tz::container {
 void request_cancel() { detail::g_cancel.store(true); }
+void clear_cancel() { detail::g_cancel.store(false); }
 
 void remove_temporaries_on_signal() {
   using namespace detail;

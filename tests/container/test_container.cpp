@@ -577,6 +577,23 @@ TEST_F(Container, CApi) {
   tzip_close(r);
 }
 
+TEST_F(Container, CancelStopsAndCleansUp) {
+  const std::string src = make_mixed("m.safetensors");
+  tc::WriteOptions o = small_chunks();
+  o.progress = [](uint64_t done, uint64_t) {
+    if (done > (1u << 20)) tc::request_cancel();
+  };
+  try {
+    tc::compress_file(src, p("m.tzip"), o);
+    ADD_FAILURE();
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kInterrupted);
+  }
+  tc::clear_cancel();
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"m.safetensors"}));
+  tc::compress_file(src, p("m.tzip"), small_chunks());
+}
+
 TEST(ContainerNames, DefaultNamesAndDtypes) {
   EXPECT_EQ(tc::default_compressed_name("a/x.safetensors", false), "a/x.tzip");
   EXPECT_EQ(tc::default_decompressed_name("a/x.tzip", false), "a/x.safetensors");
