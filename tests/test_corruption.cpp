@@ -258,3 +258,38 @@ TEST(Corruption, VerifyReportsTheBadBlock) {
 }
 
 }  // namespace
+
+// Two valid blocks of equal size swapped in place must not decode: the
+// stored checksum is salted with the block's position (doc/format.md 7.2).
+TEST(Corruption, SwappedEqualSizeBlocksAreRejected) {
+  // Stored (level -1) frames have equal-size blocks; so do frames of
+  // identical blocks of real-looking data.
+  std::vector<uint8_t> src(4 * 8192 * 2);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = (uint8_t)((i * 2654435761u) >> 13);
+  tz_params p{};
+  p.dtype = TZ_DTYPE_BF16;
+  p.level = -1;
+  p.block_elems = 8192;
+  std::vector<uint8_t> c(tz_compress_bound(src.size()));
+  const size_t cs = tz_compress(c.data(), c.size(), src.data(), src.size(), &p);
+  ASSERT_FALSE(tz_is_error(cs));
+  c.resize(cs);
+  tz_frame_info info{};
+  ASSERT_FALSE(tz_is_error(tz_frame_inspect(c.data(), c.size(), &info)));
+  ASSERT_EQ(info.n_blocks, 4u);
+  const uint64_t bsz = (cs - info.prefix_size) / 4;
+  std::vector<uint8_t> swapped = c;
+  std::swap_ranges(swapped.begin() + info.prefix_size + bsz, swapped.begin() + info.prefix_size + 2 * bsz,
+                   swapped.begin() + info.prefix_size + 2 * bsz);
+  ASSERT_NE(swapped, c);
+  std::vector<uint8_t> out(src.size());
+  const size_t r = tz_decompress(out.data(), out.size(), swapped.data(), swapped.size(), 1);
+  ASSERT_TRUE(tz_is_error(r));
+  EXPECT_EQ(tz_get_error_code(r), TZ_ERROR_CHECKSUM);
+  unsigned bad = 99;
+  ASSERT_TRUE(tz_is_error(tz_verify(swapped.data(), swapped.size(), 1, &bad)));
+  EXPECT_EQ(bad, 1u);
+  // The unswapped frame still decodes.
+  ASSERT_FALSE(tz_is_error(tz_decompress(out.data(), out.size(), c.data(), c.size(), 1)));
+  EXPECT_EQ(out, src);
+}

@@ -10,6 +10,12 @@
 
 namespace tz {
 
+// The value stored in block b is the checksum of its bytes XOR this salt, so
+// a block moved to another position (same size, valid on its own) fails
+// verification. Multiplication by an odd constant is a bijection mod 2^32:
+// different positions always get different salts; block 0 gets 0.
+TZ_HD uint32_t block_checksum_salt(uint32_t b) { return b * 0x9E3779B1u; }
+
 TZ_HD uint32_t block_checksum_ref(const uint8_t* p, size_t n, const uint32_t* table) {
   uint32_t acc = ~0u;
   for (size_t off = 0; off < n; off += kChecksumSegment) {

@@ -364,7 +364,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
     for (uint32_t b = b0; b < b1; ++b) {
       const uint32_t nb = (uint32_t)std::min<uint64_t>(block_elems, n_elems - (uint64_t)b * block_elems);
       const uint8_t* sb = src + (uint64_t)b * block_elems * es;
-      const uint32_t crc = block_checksum(sb, (size_t)nb * es);
+      const uint32_t crc = block_checksum(sb, (size_t)nb * es) ^ block_checksum_salt(b);
       const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, kind[0], sb, nb, crc, o + pos)
                         : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{senc.data()})
                                : encode_block(dtype, et, sb, nb, crc, scratch, o + pos);
@@ -576,8 +576,10 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
           int sta, stb;
           rans_decode2_bf16_simd(RansStream{va.payload[0], va.size[0], na, dt.t.dec[0], oa}, va.payload[1], &sta,
                                  RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec[0], ob}, vb.payload[1], &stb);
-          if (sta == kOk && block_checksum(oa, (size_t)na * es) != va.checksum) sta = kErrChecksum;
-          if (stb == kOk && block_checksum(ob, (size_t)nb * es) != vb.checksum) stb = kErrChecksum;
+          if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
+            sta = kErrChecksum;
+          if (stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(first + i + 1)) != vb.checksum)
+            stb = kErrChecksum;
           if (sta != kOk) return fail(first + i, sta);
           if (stb != kOk) return fail(first + i + 1, stb);
           i += 2;
@@ -593,7 +595,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       int st = h.dtype == kBytes ? decode_bytes_block(ctx.dctx[w], fp.kind[0], blk, sz, nb, out, &stored)
                  : simd ? decode_block_simd(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored)
                         : decode_block(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored);
-      if (st == kOk && block_checksum(out, (size_t)nb * es) != stored) st = kErrChecksum;
+      if (st == kOk && (block_checksum(out, (size_t)nb * es) ^ block_checksum_salt(b)) != stored) st = kErrChecksum;
       if (st != kOk) return fail(b, st);
       ++i;
     }

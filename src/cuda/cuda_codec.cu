@@ -466,10 +466,10 @@ __device__ void warp_raw_stream(const uint8_t* src, uint32_t n, int k, uint8_t* 
 template <int DT>
 __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint8_t* kind,
                                       const RansEncSym (*enc)[256], const uint32_t* crc_t, uint8_t* out,
-                                      uint32_t lane) {
+                                      uint32_t lane, uint32_t salt) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
-  const uint32_t crc = warp_block_checksum(src, (uint64_t)n * es, crc_t, lane);
+  const uint32_t crc = warp_block_checksum(src, (uint64_t)n * es, crc_t, lane) ^ salt;
   uint32_t pos = (uint32_t)block_header_size(K);
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -518,10 +518,10 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
   uint8_t* out = staging + it.staging_off + (uint64_t)b * it.block_stride;
   uint32_t size;
   switch (it.dtype) {
-    case kBF16: size = warp_encode_block<kBF16>(src, n, kind, enc, crc_t, out, lane); break;
-    case kF16: size = warp_encode_block<kF16>(src, n, kind, enc, crc_t, out, lane); break;
-    case kF32: size = warp_encode_block<kF32>(src, n, kind, enc, crc_t, out, lane); break;
-    default: size = warp_encode_block<kF8E4M3>(src, n, kind, enc, crc_t, out, lane); break;
+    case kBF16: size = warp_encode_block<kBF16>(src, n, kind, enc, crc_t, out, lane, block_checksum_salt(b)); break;
+    case kF16: size = warp_encode_block<kF16>(src, n, kind, enc, crc_t, out, lane, block_checksum_salt(b)); break;
+    case kF32: size = warp_encode_block<kF32>(src, n, kind, enc, crc_t, out, lane, block_checksum_salt(b)); break;
+    default: size = warp_encode_block<kF8E4M3>(src, n, kind, enc, crc_t, out, lane, block_checksum_salt(b)); break;
   }
   if (lane == 0) sizes[it.first_block + b] = size;
 }
@@ -709,7 +709,8 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
 // fields merge straight into dst, then the segmented checksum of dst.
 template <int DT>
 __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t n, const uint8_t* kind,
-                                 const uint32_t* dec, const uint32_t* crc_t, uint8_t* dst, uint32_t lane) {
+                                 const uint32_t* dec, const uint32_t* crc_t, uint8_t* dst, uint32_t lane,
+                                 uint32_t salt) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   const uint32_t hdr = (uint32_t)block_header_size(K);
@@ -783,7 +784,7 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
   for (int k = 0; k < K; ++k)
     if (coded[k] && (p[k] != psz[k] || !__all_sync(kFull, x[k] == kRansL))) return kErrCorruptBlock;
   __syncwarp();
-  if (warp_block_checksum(dst, (uint64_t)n * es, crc_t, lane) != stored) return kErrChecksum;
+  if ((warp_block_checksum(dst, (uint64_t)n * es, crc_t, lane) ^ salt) != stored) return kErrChecksum;
   return kOk;
 }
 
@@ -842,11 +843,11 @@ __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* item
   uint8_t* dst = it.dst + (uint64_t)b * h.block_elems * es;
   int st;
   switch (h.dtype) {
-    case kBF16: st = warp_decode_block<kBF16>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
-    case kF16: st = warp_decode_block<kF16>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
-    case kF32: st = warp_decode_block<kF32>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
-    case kBytes: st = warp_decode_block<kBytes>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
-    default: st = warp_decode_block<kF8E4M3>(blk, bsz, n, kind, dec, crc_t, dst, lane); break;
+    case kBF16: st = warp_decode_block<kBF16>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
+    case kF16: st = warp_decode_block<kF16>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
+    case kF32: st = warp_decode_block<kF32>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
+    case kBytes: st = warp_decode_block<kBytes>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
+    default: st = warp_decode_block<kF8E4M3>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
   }
   if (st != kOk && lane == 0) atomicMin(&S.bad, ((unsigned long long)b << 8) | (unsigned)st);
 }
