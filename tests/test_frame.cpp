@@ -238,3 +238,23 @@ TEST(RandomAccess, RejectsBadRanges) {
 }
 
 }  // namespace
+
+// An empty block range at the end of a frame starts at raw_size, not past it.
+TEST(FrameApi, EmptyRangeAtEndStartsAtRawSize) {
+  std::vector<uint8_t> src(3 * 4096 * 2 + 10);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = (uint8_t)(i * 7);
+  tz_params p{};
+  p.dtype = TZ_DTYPE_BF16;
+  p.block_elems = 4096;
+  std::vector<uint8_t> c(tz_compress_bound(src.size()));
+  const size_t cs = tz_compress(c.data(), c.size(), src.data(), src.size(), &p);
+  ASSERT_FALSE(tz_is_error(cs));
+  tz_frame_info info{};
+  ASSERT_FALSE(tz_is_error(tz_frame_inspect(c.data(), cs, &info)));
+  uint64_t off = 0, size = 0, roff = 0, rsize = 1;
+  ASSERT_FALSE(tz_is_error(tz_frame_block_range(c.data(), cs, info.n_blocks, 0, &off, &size, &roff, &rsize)));
+  EXPECT_EQ(off, cs);
+  EXPECT_EQ(size, 0u);
+  EXPECT_EQ(roff, src.size());
+  EXPECT_EQ(rsize, 0u);
+}

@@ -136,7 +136,9 @@ TEST(Simd, CorruptStreamsGiveTheSameStatus) {
     const int a = tz::rans_decode(c.data(), len, n, dec.data(), d1.data());
     const int b = tz::cpu::rans_decode_simd(c.data(), len, n, dec.data(), d2.data());
     ASSERT_EQ(a, b) << "trial " << trial;
-    if (a == tz::kOk) EXPECT_EQ(d1, d2);
+    if (a == tz::kOk) {
+      EXPECT_EQ(d1, d2);
+    }
   }
 }
 

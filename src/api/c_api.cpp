@@ -1,5 +1,6 @@
 // C ABI over the CPU backend. No exception crosses this boundary: every
 // entry point catches and converts to an error code.
+#include <algorithm>
 #include <new>
 
 #include "cpu/frame.h"
@@ -153,7 +154,7 @@ size_t tz_frame_block_range(const void* prefix, size_t prefix_size, unsigned fir
     for (unsigned b = 0; b < first; ++b) off += tz::load_le32(fp.index + 4ull * b);
     for (unsigned b = first; b < first + count; ++b) sz += tz::load_le32(fp.index + 4ull * b);
     const uint32_t es = tz::dtype_elem_size(fp.h.dtype);
-    uint64_t roff = (uint64_t)first * fp.h.block_elems * es, rsz = 0;
+    uint64_t roff = std::min<uint64_t>((uint64_t)first * fp.h.block_elems * es, fp.h.raw_size), rsz = 0;
     for (unsigned b = first; b < first + count; ++b) rsz += (uint64_t)tz::block_elem_count(fp.h, b) * es;
     if (offset) *offset = off;
     if (size) *size = sz;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <bit>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include "codec/checksum.h"
@@ -177,10 +178,15 @@ struct SimdCoder {
 
 size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, const tz_params& p) {
   if (!src && n) return make_error(kErrBadParam, "source is null");
-  if ((unsigned)p.dtype >= kDTypeCount) return make_error(kErrBadParam, "unknown dtype " + std::to_string(p.dtype));
+  // Read the enum's storage as an int: a C caller may pass any value, and
+  // an out-of-range enum value is undefined behaviour in C++.
+  int dt_in;
+  static_assert(sizeof(dt_in) == sizeof(p.dtype));
+  memcpy(&dt_in, &p.dtype, sizeof dt_in);
+  if (dt_in < 0 || dt_in >= kDTypeCount) return make_error(kErrBadParam, "unknown dtype " + std::to_string(dt_in));
   if (p.level < -1 || p.level > 3) return make_error(kErrBadParam, "level must be in [-1, 3]");
   const int level = p.level == 0 ? 1 : p.level;
-  uint8_t dtype = (uint8_t)p.dtype;
+  uint8_t dtype = (uint8_t)dt_in;
   if (n % dtype_elem_size(dtype) != 0) dtype = kBytes;  // odd-sized data: generic path
   const uint32_t es = dtype_elem_size(dtype);
   const uint32_t block_elems =
@@ -542,8 +548,9 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
   DecTables dt(fp);
   const size_t scratch_bytes = block_scratch_size(h.block_elems, K) + (dst ? 0 : 2 * (size_t)h.block_elems * es);
   const bool simd = simd_available();
-  std::atomic<uint32_t> bad{UINT32_MAX};
-  std::atomic<int> bad_status{kOk};
+  std::mutex bad_mu;  // guards the lowest failing block and its status
+  uint32_t bad = UINT32_MAX;
+  int bad_status = kOk;
   const uint32_t per_task = std::max<uint32_t>(1, count / (ctx.pool.size() * 8));
   const size_t n_tasks = (count + per_task - 1) / per_task;
   ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
@@ -555,10 +562,11 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       return dst ? dst + (uint64_t)i * block_bytes : scratch + block_scratch_size(h.block_elems, K) + slot * block_bytes;
     };
     auto fail = [&](uint32_t b, int st) {
-      uint32_t cur = bad.load();
-      while (b < cur && !bad.compare_exchange_weak(cur, b)) {
+      std::lock_guard<std::mutex> lk(bad_mu);
+      if (b < bad) {
+        bad = b;
+        bad_status = st;
       }
-      if (bad.load() == b) bad_status.store(st);
     };
     for (uint32_t i = i0; i < i1;) {
       // BF16 blocks (exponents coded, sign|mantissa raw) go two at a time
@@ -600,11 +608,9 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       ++i;
     }
   });
-  if (bad.load() != UINT32_MAX) {
-    const uint32_t b = bad.load();
-    if (bad_block) *bad_block = b;
-    const int st = bad_status.load() == kOk ? kErrCorruptBlock : bad_status.load();
-    return make_error(st, "block " + std::to_string(b) + ": " + status_text(st));
+  if (bad != UINT32_MAX) {
+    if (bad_block) *bad_block = bad;
+    return make_error(bad_status, "block " + std::to_string(bad) + ": " + status_text(bad_status));
   }
   return (size_t)(off[count]);
 }
