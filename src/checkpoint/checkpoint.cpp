@@ -183,14 +183,21 @@ json unwrap_manifest(const std::string& text, const std::string& what) {
 std::mutex g_bw_mu;
 std::map<std::string, double> g_bw_cache;  // folder -> GiB/s
 
+std::string parent_of(const std::string& p);
+
+// Measured in the checkpoint's folder; cached by its parent (the folder that
+// holds successive checkpoints), so a training run pays for it once.
 double probe_storage_gibps(const std::string& dir) {
   std::lock_guard<std::mutex> lk(g_bw_mu);
-  auto it = g_bw_cache.find(dir);
+  const std::string key = parent_of(dir);
+  auto it = g_bw_cache.find(key);
   if (it != g_bw_cache.end()) return it->second;
   const std::string p = dir + "/.bw-probe-" + std::to_string(::getpid());
   const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_errno(p, "create", errno);
-  constexpr size_t kProbe = 32u << 20, kBuf = 4u << 20;
+  // Large enough to get past the first burst of a device's or the page
+  // cache's write-back; still an estimate: pass storage_gibps when known.
+  constexpr size_t kProbe = 128u << 20, kBuf = 4u << 20;
   std::vector<uint8_t> buf(kBuf);
   for (size_t i = 0; i < kBuf; ++i) buf[i] = (uint8_t)(i * 2654435761u >> 13);  // not all zeros
   const auto t0 = Clock::now();
@@ -202,7 +209,7 @@ double probe_storage_gibps(const std::string& dir) {
   ::unlink(p.c_str());
   if (err) fail_errno(p, "bandwidth probe", err);
   const double bw = kProbe / kGiB / std::max(t, 1e-6);
-  g_bw_cache[dir] = bw;
+  g_bw_cache[key] = bw;
   return bw;
 }
 
@@ -320,15 +327,21 @@ Choice pick_codec(const std::string& dir, const std::vector<Seg>& segs, uint64_t
   if (opt.codec == Codec::kRaw) return {-1, "raw", "forced: raw"};
   if (opt.codec == Codec::kFast) return {1, "fast", "forced: fast (level 1)"};
   if (opt.codec == Codec::kStrong) return {2, "strong", "forced: strong (level 2)"};
-  // Calibrate on up to 8 MiB of host tensors: single-thread speed x threads.
+  // Calibrate on up to 4 MiB of host tensors per codec dtype, weighted by
+  // each dtype's share of the checkpoint (BF16 weights and FP32 optimizer
+  // state compress differently): single-thread speed x threads.
   constexpr size_t kSample = 4u << 20;
   std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
   std::vector<uint8_t> comp(tz_compress_bound(kSample));
-  double t[2] = {0, 0}, cbytes[2] = {0, 0}, raw = 0;
+  struct Group {
+    double bytes = 0, sample = 0, t[2] = {0, 0}, c[2] = {0, 0};
+  };
+  std::map<int, Group> groups;
+  for (const auto& s : segs) groups[(int)s.cd].bytes += (double)s.t->size;
   for (const auto& s : segs) {
-    if (raw >= 2 * kSample) break;
-    if (s.t->memory != Memory::kHost || s.t->size == 0) continue;
-    const size_t n = (size_t)std::min<uint64_t>(kSample, s.t->size);
+    Group& g = groups[(int)s.cd];
+    if (s.t->memory != Memory::kHost || s.t->size == 0 || g.sample >= kSample) continue;
+    const size_t n = (size_t)std::min<uint64_t>(kSample - (size_t)g.sample, s.t->size);
     for (int l = 0; l < 2; ++l) {
       tz_params p{};
       p.dtype = s.cd;
@@ -336,11 +349,18 @@ Choice pick_codec(const std::string& dir, const std::vector<Seg>& segs, uint64_t
       p.block_elems = s.block_elems;
       const auto t0 = Clock::now();
       const size_t r = tz_ctx_compress(ctx.get(), comp.data(), comp.size(), s.t->data, n, &p);
-      t[l] += secs(t0, Clock::now());
+      g.t[l] += secs(t0, Clock::now());
       if (tz_is_error(r)) fail(ErrorKind::kInternal, std::string("calibration: ") + tz_get_error_name(r));
-      cbytes[l] += (double)r;
+      g.c[l] += (double)r;
     }
-    raw += (double)n;
+    g.sample += (double)n;
+  }
+  double raw = 0, sampled = 0, t[2] = {0, 0}, cbytes[2] = {0, 0};
+  for (const auto& [cd, g] : groups) {
+    if (g.sample == 0) continue;
+    sampled += g.sample;
+    raw += g.bytes;
+    for (int l = 0; l < 2; ++l) t[l] += g.bytes * g.t[l] / g.sample, cbytes[l] += g.bytes * g.c[l] / g.sample;
   }
   const double bw = opt.storage_gibps > 0 ? opt.storage_gibps : probe_storage_gibps(dir);
   if (raw == 0) return {-1, "raw", "no host data to calibrate the codec on: raw"};
@@ -350,7 +370,8 @@ Choice pick_codec(const std::string& dir, const std::vector<Seg>& segs, uint64_t
   c.level = codec_kind_level(cc.kind);
   c.name = codec_kind_name(cc.kind);
   c.model = std::string(opt.storage_gibps > 0 ? "storage bandwidth given; " : "storage bandwidth measured; ") +
-            "codec calibrated on " + std::to_string((uint64_t)raw) + " bytes x " + std::to_string(threads) +
+            "codec calibrated on " + std::to_string((uint64_t)sampled) + " bytes (weighted by dtype) x " +
+            std::to_string(threads) +
             " threads: " + cc.model;
   return c;
 }
@@ -653,7 +674,8 @@ void commit(const std::string& dir, int world_size) {
 // Async save
 // ===========================================================================
 struct AsyncSaver::Impl {
-  std::vector<uint8_t> arena;  // staging, reused across saves
+  std::unique_ptr<uint8_t[]> arena;  // staging, reused across saves (not zero-filled)
+  uint64_t arena_size = 0;
   std::vector<TensorView> staged;
   std::thread th;
   mutable std::mutex mu;
@@ -675,25 +697,53 @@ void AsyncSaver::save(const std::string& dir, std::span<const TensorView> tensor
   const auto t0 = Clock::now();
   uint64_t total = 0;
   for (const auto& t : tensors) total += align64(t.size);
-  if (impl_->arena.size() < total) {
-    impl_->arena.clear();
-    impl_->arena.shrink_to_fit();
-    impl_->arena.resize(total);
+  if (impl_->arena_size < total) {
+    impl_->arena.reset();
+    impl_->arena_size = 0;
+    impl_->arena.reset(new uint8_t[total]);
+    impl_->arena_size = total;
   }
   impl_->staged.assign(tensors.begin(), tensors.end());
-  uint64_t off = 0;
-  for (auto& t : impl_->staged) {
-    uint8_t* d = impl_->arena.data() + off;
+  // Copy with `threads` threads, each taking a contiguous run of tensors of
+  // about total/threads bytes (one thread cannot saturate memory bandwidth).
+  std::vector<uint8_t*> dst(impl_->staged.size());
+  {
+    uint64_t off = 0;
+    for (size_t i = 0; i < impl_->staged.size(); ++i) dst[i] = impl_->arena.get() + off, off += align64(impl_->staged[i].size);
+  }
+  const unsigned nt = (unsigned)std::max<size_t>(1, std::min<size_t>(resolve_threads(opt.threads), impl_->staged.size()));
+  std::vector<std::exception_ptr> errs(nt);
+  auto copy_range = [&](unsigned w) {
+    try {
+      const uint64_t lo = total * w / nt, hi = total * (w + 1) / nt;
+      for (size_t i = 0; i < impl_->staged.size(); ++i) {
+        const uint64_t at = (uint64_t)(dst[i] - impl_->arena.get());
+        if (at < lo || at >= hi) continue;
+        const TensorView& t = impl_->staged[i];
 #ifdef TZ_CHECKPOINT_CUDA
-    if (t.memory == Memory::kDevice) {
-      if (cudaMemcpy(d, t.data, t.size, cudaMemcpyDeviceToHost) != cudaSuccess)
-        fail(ErrorKind::kInternal, "tensor '" + t.name + "': cudaMemcpy failed");
-    } else
+        if (t.memory == Memory::kDevice) {
+          if (cudaMemcpy(dst[i], t.data, t.size, cudaMemcpyDeviceToHost) != cudaSuccess)
+            fail(ErrorKind::kInternal, "tensor '" + t.name + "': cudaMemcpy failed");
+          continue;
+        }
 #endif
-      if (t.size) std::memcpy(d, t.data, t.size);
-    t.data = d;
-    t.memory = Memory::kHost;
-    off += align64(t.size);
+        if (t.size) std::memcpy(dst[i], t.data, t.size);
+      }
+    } catch (...) {
+      errs[w] = std::current_exception();
+    }
+  };
+  {
+    std::vector<std::thread> th;
+    for (unsigned w = 1; w < nt; ++w) th.emplace_back(copy_range, w);
+    copy_range(0);
+    for (auto& x : th) x.join();
+  }
+  for (auto& e : errs)
+    if (e) std::rethrow_exception(e);
+  for (size_t i = 0; i < impl_->staged.size(); ++i) {
+    impl_->staged[i].data = dst[i];
+    impl_->staged[i].memory = Memory::kHost;
   }
   impl_->stall = secs(t0, Clock::now());
   {
@@ -854,6 +904,10 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
   std::atomic<size_t> next{0};
   std::mutex mu;
   std::exception_ptr err;
+  const unsigned n_workers = (unsigned)std::min<size_t>(m.threads, std::max<size_t>(1, jobs.size()));
+  for (const auto& j : jobs)  // the first window of reads starts now
+    if (&j - jobs.data() >= (long)(2 * n_workers)) break;
+    else ::posix_fadvise(m.fds[j.t->file], (off_t)j.f->offset, (off_t)j.f->size, POSIX_FADV_WILLNEED);
   auto worker = [&] {
     std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
     std::vector<uint8_t> buf, host;
@@ -866,6 +920,11 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
         const size_t j = next.fetch_add(1);
         if (j >= jobs.size()) return;
         const Job& jb = jobs[j];
+        // Ask the kernel to start reading a few frames ahead, so the disk
+        // stays busy while the workers decode.
+        if (const size_t ahead = j + 2 * n_workers; ahead < jobs.size())
+          ::posix_fadvise(m.fds[jobs[ahead].t->file], (off_t)jobs[ahead].f->offset, (off_t)jobs[ahead].f->size,
+                          POSIX_FADV_WILLNEED);
         const std::string what = "tensor '" + jb.t->info.name + "' (" + m.files[jb.t->file] + ", frame at offset " +
                                  std::to_string(jb.f->offset) + ")";
         if (buf.size() < jb.f->size) buf.resize(jb.f->size);
@@ -896,9 +955,8 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
       if (!err) err = std::current_exception();
     }
   };
-  const unsigned n = (unsigned)std::min<size_t>(m.threads, std::max<size_t>(1, jobs.size()));
   std::vector<std::thread> th;
-  for (unsigned i = 1; i < n; ++i) th.emplace_back(worker);
+  for (unsigned i = 1; i < n_workers; ++i) th.emplace_back(worker);
   worker();
   for (auto& t : th) t.join();
   if (err) std::rethrow_exception(err);
