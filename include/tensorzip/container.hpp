@@ -50,7 +50,7 @@ struct WriteOptions {
   int level = 0;              // tz_params.level
   unsigned block_elems = 0;   // 0: codec default for the dtype
   unsigned threads = 0;       // 0: all hardware threads
-  uint64_t chunk_bytes = 4u << 20;  // raw bytes per frame; power of two, >= 1 MiB
+  uint64_t chunk_bytes = 4u << 20;  // raw bytes per frame: power of two, 1 MiB..64 MiB
   bool force = false;         // replace an existing output
   std::map<std::string, std::string> user_metadata;  // stored in the .tzip header only
   ProgressFn progress;
