@@ -911,6 +911,11 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
   auto worker = [&] {
     std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
     std::vector<uint8_t> buf, host;
+#ifdef TZ_CHECKPOINT_CUDA
+    cudaStream_t stream = nullptr;
+    void* d_frame = nullptr;
+    size_t d_frame_cap = 0;
+#endif
     try {
       for (;;) {
         {
@@ -935,6 +940,24 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
 #ifdef TZ_CHECKPOINT_CUDA
         const bool dev = jb.req->memory == Memory::kDevice;
         if (dev) {
+          // GPU decode (same bitstream, block checksums checked on the GPU).
+          // Frames the GPU codec does not take (zstd streams of TZ_DTYPE_BYTES)
+          // are decoded on the CPU below and copied.
+          if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+            fail(ErrorKind::kInternal, what + ": cudaStreamCreate failed");
+          if (d_frame_cap < jb.f->size) {
+            if (d_frame) cudaFree(d_frame);
+            d_frame = nullptr;
+            d_frame_cap = 0;
+            if (cudaMalloc(&d_frame, jb.f->size) != cudaSuccess) fail(ErrorKind::kInternal, what + ": cudaMalloc failed");
+            d_frame_cap = jb.f->size;
+          }
+          if (cudaMemcpyAsync(d_frame, buf.data(), jb.f->size, cudaMemcpyHostToDevice, stream) != cudaSuccess)
+            fail(ErrorKind::kInternal, what + ": cudaMemcpyAsync failed");
+          const size_t g = tz_cuda_decompress_tensor(dst, jb.f->raw_size, d_frame, jb.f->size, stream);
+          if (!tz_is_error(g) && g == jb.f->raw_size) continue;
+          if (tz_get_error_code(g) != TZ_ERROR_UNSUPPORTED)
+            fail(ErrorKind::kCorrupt, what + ": GPU decode: " + tz_get_error_name(g));
           if (host.size() < jb.f->raw_size) host.resize(jb.f->raw_size);
           dst = host.data();
         }
@@ -954,6 +977,10 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
       std::lock_guard<std::mutex> lk(mu);
       if (!err) err = std::current_exception();
     }
+#ifdef TZ_CHECKPOINT_CUDA
+    if (d_frame) cudaFree(d_frame);
+    if (stream) cudaStreamDestroy(stream);
+#endif
   };
   std::vector<std::thread> th;
   for (unsigned i = 1; i < n_workers; ++i) th.emplace_back(worker);
