@@ -258,3 +258,37 @@ TEST(FrameApi, EmptyRangeAtEndStartsAtRawSize) {
   EXPECT_EQ(roff, src.size());
   EXPECT_EQ(rsize, 0u);
 }
+
+// tz_ctx_decompress_blocks_ex names the failing block of a partial read.
+TEST(FrameApi, PartialReadReportsBadBlock) {
+  std::vector<uint8_t> src(6 * 4096 * 2);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = (uint8_t)((i * 2654435761u) >> 11);
+  tz_params p{};
+  p.dtype = TZ_DTYPE_BF16;
+  p.block_elems = 4096;
+  std::vector<uint8_t> c(tz_compress_bound(src.size()));
+  const size_t cs = tz_compress(c.data(), c.size(), src.data(), src.size(), &p);
+  ASSERT_FALSE(tz_is_error(cs));
+  tz_frame_info info{};
+  ASSERT_FALSE(tz_is_error(tz_frame_inspect(c.data(), cs, &info)));
+  uint64_t off = 0, size = 0, roff = 0, rsize = 0;
+  ASSERT_FALSE(tz_is_error(tz_frame_block_range(c.data(), cs, 2, 3, &off, &size, &roff, &rsize)));
+  uint64_t off4 = 0, size4 = 0;
+  ASSERT_FALSE(tz_is_error(tz_frame_block_range(c.data(), cs, 4, 1, &off4, &size4, nullptr, nullptr)));
+  c[off4 + size4 - 5] ^= 0x40;  // damage block 4 only
+  tz_ctx* ctx = tz_ctx_create(2);
+  std::vector<uint8_t> out(rsize);
+  unsigned bad = 0;
+  const size_t r = tz_ctx_decompress_blocks_ex(ctx, out.data(), out.size(), c.data(), info.prefix_size,
+                                               c.data() + off, size, 2, 3, &bad);
+  ASSERT_TRUE(tz_is_error(r));
+  EXPECT_EQ(bad, 4u);
+  // Blocks 2..3 alone still decode and match.
+  uint64_t off2 = 0, size2 = 0, roff2 = 0, rsize2 = 0;
+  ASSERT_FALSE(tz_is_error(tz_frame_block_range(c.data(), cs, 2, 2, &off2, &size2, &roff2, &rsize2)));
+  const size_t r2 = tz_ctx_decompress_blocks_ex(ctx, out.data(), out.size(), c.data(), info.prefix_size,
+                                                c.data() + off2, size2, 2, 2, &bad);
+  ASSERT_FALSE(tz_is_error(r2)) << tz_last_error_detail();
+  EXPECT_EQ(0, memcmp(out.data(), src.data() + roff2, rsize2));
+  tz_ctx_free(ctx);
+}

@@ -134,6 +134,11 @@ size_t tz_ctx_decompress(tz_ctx* ctx, void* dst, size_t dst_capacity, const void
 size_t tz_ctx_decompress_blocks(tz_ctx* ctx, void* dst, size_t dst_capacity, const void* prefix,
                                 size_t prefix_size, const void* blocks, size_t blocks_size, unsigned first,
                                 unsigned count);
+/* As tz_ctx_decompress_blocks; on error *bad_block (if non-null) receives
+ * the index in the frame of the first block that failed. */
+size_t tz_ctx_decompress_blocks_ex(tz_ctx* ctx, void* dst, size_t dst_capacity, const void* prefix,
+                                   size_t prefix_size, const void* blocks, size_t blocks_size, unsigned first,
+                                   unsigned count, unsigned* bad_block);
 /* If bad_block is non-null it receives the first failing block on error. */
 size_t tz_ctx_verify(tz_ctx* ctx, const void* src, size_t src_size, unsigned* bad_block);
 

@@ -211,6 +211,16 @@ size_t tz_ctx_decompress_blocks(tz_ctx* ctx, void* dst, size_t cap, const void* 
   });
 }
 
+size_t tz_ctx_decompress_blocks_ex(tz_ctx* ctx, void* dst, size_t cap, const void* prefix, size_t prefix_size,
+                                   const void* blocks, size_t blocks_size, unsigned first, unsigned count,
+                                   unsigned* bad_block) {
+  if (!ctx) return make_error(TZ_ERROR_BAD_PARAMETER, "context is null");
+  return guarded([&] {
+    return tz::cpu::decompress_blocks(*ctx->ctx, (uint8_t*)dst, cap, (const uint8_t*)prefix, prefix_size,
+                                      (const uint8_t*)blocks, blocks_size, first, count, bad_block);
+  });
+}
+
 size_t tz_ctx_verify(tz_ctx* ctx, const void* src, size_t n, unsigned* bad_block) {
   if (!ctx) return make_error(TZ_ERROR_BAD_PARAMETER, "context is null");
   return guarded([&] {
