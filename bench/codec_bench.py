@@ -559,6 +559,8 @@ def main() -> int:
     gc.disable()
     try:
         for k, kind in kinds.items():
+            if os.path.exists("/proc/loadavg"):
+                log(f"{kind.label}: load average {' '.join(open('/proc/loadavg').read().split()[:3])}")
             cells = {(c, th): Cell() for c, th, _ in configs}
             for rep in range(reps):
                 for c, th, codec in configs:
@@ -616,8 +618,9 @@ def main() -> int:
         f"{threads}.",
     ]
     if "whole" in kinds:
-        notes.append("Whole checkpoint = BF16 weights + FP32 master + Adam m + Adam v of the same step (231 tensors), "
-                     "each compressed alone: sizes and median times of those four rows added up.")
+        notes.append(f"Whole checkpoint = BF16 weights + FP32 master + Adam m + Adam v of the same step "
+                     f"({len(kinds['whole'].tensors)} tensors), each compressed alone: sizes and median times of "
+                     f"those four rows added up.")
     table = render(kinds, codecs, names, res, threads, mt_ok)
     report = "\n".join(["## tensorzip codec benchmark", ""] + [f"- {h}" for h in header] + ["", table, ""] +
                        [f"- {n}" for n in notes]) + "\n"
