@@ -321,58 +321,75 @@ struct Choice {
   std::string name, model;
 };
 
-Choice pick_codec(const std::string& dir, const std::vector<Seg>& segs, uint64_t raw_total, const SaveOptions& opt,
-                  unsigned threads) {
+// Ratio of the encode throughput a save really achieved (all workers, with
+// the writer, the kernel and other processes competing for the cores) to
+// the calibrated single-thread speed x threads; 0 until a compressed save
+// finished in this process. Later kAuto choices scale the calibration by it.
+std::mutex g_enc_mu;
+double g_enc_factor = 0;
+
+Choice pick_codec(const std::string& dir, const std::vector<Seg>& segs, const std::vector<Unit>& units,
+                  uint64_t raw_total, const SaveOptions& opt, unsigned threads, double* cal_gibps) {
   Choice c;
   if (opt.codec == Codec::kRaw) return {-1, "raw", "forced: raw"};
   if (opt.codec == Codec::kFast) return {1, "fast", "forced: fast (level 1)"};
   if (opt.codec == Codec::kStrong) return {2, "strong", "forced: strong (level 2)"};
-  // Calibrate on up to 4 MiB of host tensors per codec dtype, weighted by
-  // each dtype's share of the checkpoint (BF16 weights and FP32 optimizer
-  // state compress differently): single-thread speed x threads.
-  constexpr size_t kSample = 4u << 20;
+  // Byte-weighted sample: the chunks that hold bytes S*i/k, i = 0..k-1, so
+  // that dtypes and small tensors (whose per-frame overhead is higher) weigh
+  // as much as their share of the bytes. Each sampled chunk stands for S/k
+  // bytes: time and compressed size are estimated as sum(x_i / n_i) * S/k.
+  constexpr int kSamples = 8;
   std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
-  std::vector<uint8_t> comp(tz_compress_bound(kSample));
-  struct Group {
-    double bytes = 0, sample = 0, t[2] = {0, 0}, c[2] = {0, 0};
-  };
-  std::map<int, Group> groups;
-  for (const auto& s : segs) groups[(int)s.cd].bytes += (double)s.t->size;
-  for (const auto& s : segs) {
-    Group& g = groups[(int)s.cd];
-    if (s.t->memory != Memory::kHost || s.t->size == 0 || g.sample >= kSample) continue;
-    const size_t n = (size_t)std::min<uint64_t>(kSample - (size_t)g.sample, s.t->size);
+  double per_byte_t[2] = {0, 0}, per_byte_c[2] = {0, 0}, sampled = 0;
+  int used = 0;
+  std::vector<uint8_t> comp;
+  size_t ui = 0;
+  uint64_t unit_end = units.empty() ? 0 : units[0].n;
+  for (int i = 0; i < kSamples && !units.empty(); ++i) {
+    const uint64_t at = raw_total * (uint64_t)i / kSamples;
+    while (ui + 1 < units.size() && unit_end <= at) unit_end += units[++ui].n;
+    const Unit& u = units[ui];
+    const Seg& s = segs[u.seg];
+    if (s.t->memory != Memory::kHost || u.n == 0) continue;
+    if (comp.size() < tz_compress_bound(u.n)) comp.resize(tz_compress_bound(u.n));
     for (int l = 0; l < 2; ++l) {
       tz_params p{};
       p.dtype = s.cd;
       p.level = l + 1;
       p.block_elems = s.block_elems;
       const auto t0 = Clock::now();
-      const size_t r = tz_ctx_compress(ctx.get(), comp.data(), comp.size(), s.t->data, n, &p);
-      g.t[l] += secs(t0, Clock::now());
+      const size_t r = tz_ctx_compress(ctx.get(), comp.data(), comp.size(),
+                                       static_cast<const uint8_t*>(s.t->data) + u.off, u.n, &p);
+      const double dt = secs(t0, Clock::now());
       if (tz_is_error(r)) fail(ErrorKind::kInternal, std::string("calibration: ") + tz_get_error_name(r));
-      g.c[l] += (double)r;
+      per_byte_t[l] += dt / (double)u.n;
+      per_byte_c[l] += (double)r / (double)u.n;
     }
-    g.sample += (double)n;
-  }
-  double raw = 0, sampled = 0, t[2] = {0, 0}, cbytes[2] = {0, 0};
-  for (const auto& [cd, g] : groups) {
-    if (g.sample == 0) continue;
-    sampled += g.sample;
-    raw += g.bytes;
-    for (int l = 0; l < 2; ++l) t[l] += g.bytes * g.t[l] / g.sample, cbytes[l] += g.bytes * g.c[l] / g.sample;
+    sampled += (double)u.n;
+    ++used;
   }
   const double bw = opt.storage_gibps > 0 ? opt.storage_gibps : probe_storage_gibps(dir);
-  if (raw == 0) return {-1, "raw", "no host data to calibrate the codec on: raw"};
-  const CodecChoice cc =
-      choose_codec((double)raw_total, bw, raw / t[0] / kGiB * threads, raw / cbytes[0], raw / t[1] / kGiB * threads,
-                   raw / cbytes[1]);
+  if (used == 0) return {-1, "raw", "no host data to calibrate the codec on: raw"};
+  double factor = 0;
+  {
+    std::lock_guard<std::mutex> lk(g_enc_mu);
+    factor = g_enc_factor;
+  }
+  // Per-byte means over the sample -> aggregate speed (GiB/s) and ratio.
+  double e[2], r[2];
+  for (int l = 0; l < 2; ++l) {
+    e[l] = used / per_byte_t[l] / kGiB * threads * (factor > 0 ? factor : 1);
+    r[l] = used / per_byte_c[l];
+  }
+  *cal_gibps = used / per_byte_t[0] / kGiB * threads;  // level-1 calibration, for the feedback
+  const CodecChoice cc = choose_codec((double)raw_total, bw, e[0], r[0], e[1], r[1]);
   c.level = codec_kind_level(cc.kind);
   c.name = codec_kind_name(cc.kind);
+  char fb[96] = "";
+  if (factor > 0) std::snprintf(fb, sizeof fb, ", scaled by %.2f (throughput the last compressed save achieved)", factor);
   c.model = std::string(opt.storage_gibps > 0 ? "storage bandwidth given; " : "storage bandwidth measured; ") +
-            "codec calibrated on " + std::to_string((uint64_t)sampled) + " bytes (weighted by dtype) x " +
-            std::to_string(threads) +
-            " threads: " + cc.model;
+            "codec calibrated on " + std::to_string(used) + " chunks (" + std::to_string((uint64_t)sampled) +
+            " bytes, byte-weighted) x " + std::to_string(threads) + " threads" + fb + ": " + cc.model;
   return c;
 }
 
@@ -409,7 +426,9 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
     data_size += n;
   }
   const unsigned threads = resolve_threads(opt.threads);
-  const Choice choice = pick_codec(dir, segs, data_size, opt, threads);
+  double cal_gibps = 0;  // level-1 calibration (kAuto only)
+  const Choice choice = pick_codec(dir, segs, units, data_size, opt, threads, &cal_gibps);
+  std::atomic<uint64_t> encode_ns{0};  // summed over workers
   stats.codec = choice.name;
   stats.model = choice.model;
   if (opt.log) opt.log("codec " + choice.name + ": " + choice.model);
@@ -518,7 +537,11 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
             }
           }
 #endif
-          if (!done) r = tz_ctx_compress(ctx.get(), s.comp.data(), cap - 64, src, un.n, &p);
+          if (!done) {
+            const auto te = Clock::now();
+            r = tz_ctx_compress(ctx.get(), s.comp.data(), cap - 64, src, un.n, &p);
+            encode_ns += (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - te).count();
+          }
           if (tz_is_error(r))
             fail(ErrorKind::kInternal, "tensor '" + sg.t->name + "': " + tz_get_error_name(r) + ": " +
                                            tz_last_error_detail());
@@ -575,6 +598,16 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   const int werr = wq.drain();
   if (error) std::rethrow_exception(error);
   if (werr) fail_errno(tmp, "write", werr);
+  // Feedback for later kAuto choices: level-1 throughput achieved here
+  // (raw bytes over the encode time per worker) against its calibration.
+  if (choice.level == 1 && cal_gibps > 0 && encode_ns > 0 && data_size >= (64u << 20)) {
+    const double achieved = (double)data_size / kGiB / ((double)encode_ns.load() * 1e-9 / threads);
+    std::lock_guard<std::mutex> lk(g_enc_mu);
+    g_enc_factor = std::min(1.0, achieved / cal_gibps);
+  }
+  if (opt.log && choice.level >= 0)
+    opt.log("encode: " + std::to_string(threads) + " workers, " + std::to_string(encode_ns.load() / 1000000) +
+            " ms of encode time in total for " + std::to_string(data_size) + " bytes");
 
   // Header + trailer.
   std::string tail = tzip_header(segs, chunk, data_size, choice.level, opt.metadata);
