@@ -242,6 +242,7 @@ struct Slot {
   std::vector<uint8_t> comp;  // frame + zero padding to 64
   std::vector<uint8_t> raw;   // device tensors only: host copy of the chunk
   size_t frame_size = 0;
+  uint64_t frame_hash = 0;
   size_t allowed = 0;         // the unit that may use this slot next
   bool encoded = false;
 };
@@ -321,12 +322,14 @@ struct Choice {
   std::string name, model;
 };
 
-// Ratio of the encode throughput a save really achieved (all workers, with
-// the writer, the kernel and other processes competing for the cores) to
-// the calibrated single-thread speed x threads; 0 until a compressed save
-// finished in this process. Later kAuto choices scale the calibration by it.
+// Level-1 encode throughput per worker thread that a save of this process
+// really achieved (GiB/s; the workers share cores, caches and memory
+// bandwidth with the writer, the kernel's copies and other processes, which
+// a short calibration on a warm sample does not see); 0 until a level-1 save
+// of at least 64 MiB finished. Later kAuto choices use it instead of the
+// calibrated level-1 speed, and scale level 2 by the calibrated ratio.
 std::mutex g_enc_mu;
-double g_enc_factor = 0;
+double g_enc_obs = 0;
 
 Choice pick_codec(const std::string& dir, const std::vector<Seg>& segs, const std::vector<Unit>& units,
                   uint64_t raw_total, const SaveOptions& opt, unsigned threads, double* cal_gibps) {
@@ -370,23 +373,26 @@ Choice pick_codec(const std::string& dir, const std::vector<Seg>& segs, const st
   }
   const double bw = opt.storage_gibps > 0 ? opt.storage_gibps : probe_storage_gibps(dir);
   if (used == 0) return {-1, "raw", "no host data to calibrate the codec on: raw"};
-  double factor = 0;
+  double obs = 0;
   {
     std::lock_guard<std::mutex> lk(g_enc_mu);
-    factor = g_enc_factor;
+    obs = g_enc_obs;
   }
   // Per-byte means over the sample -> aggregate speed (GiB/s) and ratio.
   double e[2], r[2];
   for (int l = 0; l < 2; ++l) {
-    e[l] = used / per_byte_t[l] / kGiB * threads * (factor > 0 ? factor : 1);
+    e[l] = used / per_byte_t[l] / kGiB * threads;
     r[l] = used / per_byte_c[l];
   }
-  *cal_gibps = used / per_byte_t[0] / kGiB * threads;  // level-1 calibration, for the feedback
+  *cal_gibps = e[0];
+  const double factor = obs > 0 ? obs * threads / e[0] : 0;
+  if (factor > 0) e[0] *= factor, e[1] *= factor;
   const CodecChoice cc = choose_codec((double)raw_total, bw, e[0], r[0], e[1], r[1]);
   c.level = codec_kind_level(cc.kind);
   c.name = codec_kind_name(cc.kind);
-  char fb[96] = "";
-  if (factor > 0) std::snprintf(fb, sizeof fb, ", scaled by %.2f (throughput the last compressed save achieved)", factor);
+  char fb[128] = "";
+  if (factor > 0)
+    std::snprintf(fb, sizeof fb, ", speeds scaled by %.2f to the level-1 throughput a previous save achieved", factor);
   c.model = std::string(opt.storage_gibps > 0 ? "storage bandwidth given; " : "storage bandwidth measured; ") +
             "codec calibrated on " + std::to_string(used) + " chunks (" + std::to_string((uint64_t)sampled) +
             " bytes, byte-weighted) x " + std::to_string(threads) + " threads" + fb + ": " + cc.model;
@@ -428,6 +434,7 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   const unsigned threads = resolve_threads(opt.threads);
   double cal_gibps = 0;  // level-1 calibration (kAuto only)
   const Choice choice = pick_codec(dir, segs, units, data_size, opt, threads, &cal_gibps);
+  const auto t_pipe = Clock::now();
   std::atomic<uint64_t> encode_ns{0};  // summed over workers
   stats.codec = choice.name;
   stats.model = choice.model;
@@ -547,8 +554,10 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
                                            tz_last_error_detail());
           const size_t padded = align64(r);
           std::memset(s.comp.data() + r, 0, padded - r);
+          const uint64_t h = XXH64(s.comp.data(), r, 0);  // frame hash here, in parallel
           std::lock_guard<std::mutex> lk(mu);
           s.frame_size = r;
+          s.frame_hash = h;
           s.encoded = true;
           cv.notify_all();
         }
@@ -575,7 +584,7 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
       if (const int e = wq.error()) fail_errno(tmp, "write", e);
       const size_t padded = align64(s.frame_size);
       Seg& sg = segs[units[u].seg];
-      sg.frames.push_back({pos, s.frame_size, units[u].n, XXH64(s.comp.data(), s.frame_size, 0)});
+      sg.frames.push_back({pos, s.frame_size, units[u].n, s.frame_hash});
       XXH64_update(fh, s.comp.data(), padded);
       wq.submit(pos, s.comp.data(), padded, [&, u] {
         std::lock_guard<std::mutex> lk(mu);
@@ -598,12 +607,16 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   const int werr = wq.drain();
   if (error) std::rethrow_exception(error);
   if (werr) fail_errno(tmp, "write", werr);
-  // Feedback for later kAuto choices: level-1 throughput achieved here
-  // (raw bytes over the encode time per worker) against its calibration.
-  if (choice.level == 1 && cal_gibps > 0 && encode_ns > 0 && data_size >= (64u << 20)) {
-    const double achieved = (double)data_size / kGiB / ((double)encode_ns.load() * 1e-9 / threads);
+  // Feedback for later kAuto choices: level-1 throughput per worker that
+  // this save achieved, over the whole pipeline's time (encode is what
+  // limits a CPU-bound save; an I/O-bound one understates it, which only
+  // makes later choices more cautious).
+  (void)cal_gibps;
+  if (choice.level == 1 && data_size >= (64u << 20)) {
+    const double wall = secs(t_pipe, Clock::now());
+    const double achieved = (double)data_size / kGiB / wall / threads;
     std::lock_guard<std::mutex> lk(g_enc_mu);
-    g_enc_factor = std::min(1.0, achieved / cal_gibps);
+    g_enc_obs = achieved;
   }
   if (opt.log && choice.level >= 0)
     opt.log("encode: " + std::to_string(threads) + " workers, " + std::to_string(encode_ns.load() / 1000000) +
