@@ -155,6 +155,8 @@ struct Args {
   uint64_t max_mib = 1024;
   std::vector<int> levels;
   std::map<std::string, std::string> meta;
+  std::vector<std::string> refs;  // --ref (repeatable)
+  bool no_predict = false;
 };
 
 const char* kMainHelp =
@@ -167,6 +169,7 @@ const char* kMainHelp =
     "                             folder x -> folder x.tzip)\n"
     "  decompress IN [-o OUT]     .tzip file or folder -> original bytes (x.tzip -> x.safetensors)\n"
     "  inspect FILE [--json]      tensors, dtypes, shapes, sizes and ratios\n"
+    "  rebase FILE -o OUT         delta .tzip -> standalone .tzip (references resolved)\n"
     "  verify FILE|DIR [--against ORIGINAL]\n"
     "                             check every checksum; optionally compare with the original\n"
     "  bench FILE|DIR             ratio and speed of each level on your own data\n"
@@ -198,6 +201,13 @@ const char* help_for(const std::string& cmd) {
            "      --chunk-mib N    raw MiB per frame (power of two, default 4): bounds memory\n"
            "      --meta KEY=VALUE user metadata stored in the .tzip header (repeatable; not\n"
            "                       part of the restored safetensors file)\n"
+           "      --ref PREV       previous checkpoint (delta coding): a .tzip file for one input;\n"
+           "                       with several inputs or a folder, the folder holding the previous\n"
+           "                       .tzip files of the same names (or one --ref per input, in order)\n"
+           "      --no-predict     plain per-tensor coding: no cast or delta prediction. By default,\n"
+           "                       BF16/F16 tensors that are round-to-nearest-even casts of FP32\n"
+           "                       tensors (in the same file, or in another input file given in the\n"
+           "                       same command / folder) are stored as residuals when that pays\n"
            "  -f, --force          overwrite an existing output\n"
            "  -q, --quiet / -v, --verbose\n";
   if (cmd == "decompress")
@@ -207,6 +217,8 @@ const char* help_for(const std::string& cmd) {
            "folder from a folder of .tzip files. Every checksum is verified on the way.\n"
            "\n"
            "  -o, --output OUT     output (default: x.tzip -> x.safetensors, folder x.tzip -> x)\n"
+           "      --ref FILE       a .tzip file this one was predicted from (repeatable; matched by\n"
+           "                       checksum). Default: the recorded path, relative to the file\n"
            "  -T, --threads N      worker threads (default: all cores)\n"
            "  -f, --force          overwrite an existing output\n"
            "  -q, --quiet / -v, --verbose\n";
@@ -218,6 +230,18 @@ const char* help_for(const std::string& cmd) {
            "\n"
            "  --json               machine-readable output\n"
            "  -v, --verbose        also codec dtype, level, block size and frame count per tensor\n";
+  if (cmd == "rebase")
+    return "usage: tzip rebase FILE.tzip -o OUT.tzip [options]\n"
+           "\n"
+           "Writes a standalone copy of a .tzip file that was compressed against other .tzip files\n"
+           "(--ref delta, or cast sources in another file): OUT needs no other file to decompress.\n"
+           "Casts within the file are kept (--no-predict drops them too).\n"
+           "\n"
+           "  -o, --output OUT     output .tzip (required)\n"
+           "      --ref FILE       location of a referenced .tzip (repeatable; default: recorded path)\n"
+           "      --no-predict     no prediction at all in OUT\n"
+           "  -T, --threads N      worker threads (default: all cores)\n"
+           "  -f, --force          overwrite an existing output\n";
   if (cmd == "verify")
     return "usage: tzip verify FILE|DIR [--against ORIGINAL] [options]\n"
            "\n"
@@ -312,6 +336,10 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--block-elems" && a.command == "compress") a.block_elems = (unsigned)parse_uint(s, value(), 4096, 1u << 20);
     else if (s == "--chunk-mib" && a.command == "compress") a.chunk_mib = parse_uint(s, value(), 1, 64);
     else if (s == "--against" && a.command == "verify") a.against = value();
+    else if (s == "--ref" && (a.command == "compress" || a.command == "decompress" || a.command == "verify" ||
+                              a.command == "rebase"))
+      a.refs.push_back(value());
+    else if (s == "--no-predict" && (a.command == "compress" || a.command == "rebase")) flag(), a.no_predict = true;
     else if (s == "--meta" && a.command == "compress") {
       const std::string kv = value();
       const auto eq = kv.find('=');
@@ -369,17 +397,14 @@ int cmd_compress(const Args& a) {
   o.force = a.force;
   o.chunk_bytes = a.chunk_mib << 20;
   o.user_metadata = a.meta;
+  o.predict = !a.no_predict;
   if ((a.chunk_mib & (a.chunk_mib - 1)) != 0) throw UsageError("--chunk-mib must be a power of two");
   if (verbosity >= 2)
     std::fprintf(stderr, "tzip: level %s, %u threads, %" PRIu64 " MiB chunks, block %s elements\n",
                  a.level == 0 ? "default (1)" : std::to_string(a.level).c_str(),
                  a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency()), a.chunk_mib,
                  a.block_elems ? std::to_string(a.block_elems).c_str() : "default");
-  for (const auto& in : a.inputs) {
-    const tc::PathKind k = tc::path_kind(in);
-    if (k == tc::PathKind::kMissing) throw tc::Error(ErrorKind::kIO, in + ": no such file or folder");
-    if (k == tc::PathKind::kOther) throw tc::Error(ErrorKind::kUsage, in + ": not a regular file or folder");
-    const bool dir = k == tc::PathKind::kDir;
+  auto out_name = [&](const std::string& in, bool dir) {
     std::string out = tc::default_compressed_name(in, dir);
     if (!a.output.empty()) {
       if (many) {
@@ -389,6 +414,50 @@ int cmd_compress(const Args& a) {
         out = a.output;
       }
     }
+    return out;
+  };
+  auto base_name = [](const std::string& p) {
+    const auto k = p.find_last_of('/');
+    return k == std::string::npos ? p : p.substr(k + 1);
+  };
+  bool all_files = true;
+  for (const auto& in : a.inputs) all_files = all_files && tc::path_kind(in) == tc::PathKind::kFile;
+  if (a.refs.size() > 1 && a.refs.size() != a.inputs.size())
+    throw UsageError("--ref: give one previous checkpoint per input, or one (a file, or a folder of .tzip files)");
+  // Several safetensors files: one checkpoint, compressed together so that
+  // casts across files are found (doc/container.md section 11).
+  if (many && all_files) {
+    std::vector<std::string> outs, refs;
+    for (size_t i = 0; i < a.inputs.size(); ++i) {
+      outs.push_back(out_name(a.inputs[i], false));
+      if (a.refs.size() == a.inputs.size()) {
+        refs.push_back(a.refs[i]);
+      } else if (a.refs.size() == 1) {
+        if (tc::path_kind(a.refs[0]) != tc::PathKind::kDir)
+          throw UsageError("--ref: with several inputs, give a folder of .tzip files or one --ref per input");
+        const std::string r = a.refs[0] + "/" + base_name(outs.back());
+        refs.push_back(tc::path_kind(r) == tc::PathKind::kFile ? r : std::string());
+      }
+    }
+    Progress bar("checkpoint");
+    o.progress = bar.fn();
+    const double t0 = now_s();
+    const tc::PassStats st = tc::compress_checkpoint(a.inputs, outs, o, refs);
+    const double el = now_s() - t0;
+    bar.finish();
+    for (size_t i = 0; i < outs.size(); ++i) say(a.inputs[i] + " -> " + outs[i]);
+    say("checkpoint: " + human(st.raw_bytes) + " -> " + human(st.file_bytes) + " (ratio " +
+        ratio_str(st.raw_bytes, st.file_bytes) + ", " + human(st.raw_bytes / std::max(el, 1e-9)) + "/s)");
+    return kExitOk;
+  }
+  for (size_t ii = 0; ii < a.inputs.size(); ++ii) {
+    const std::string& in = a.inputs[ii];
+    const tc::PathKind k = tc::path_kind(in);
+    if (k == tc::PathKind::kMissing) throw tc::Error(ErrorKind::kIO, in + ": no such file or folder");
+    if (k == tc::PathKind::kOther) throw tc::Error(ErrorKind::kUsage, in + ": not a regular file or folder");
+    const bool dir = k == tc::PathKind::kDir;
+    const std::string out = out_name(in, dir);
+    o.ref = a.refs.size() == a.inputs.size() ? a.refs[ii] : a.refs.size() == 1 ? a.refs[0] : std::string();
     Progress bar(in);
     o.progress = bar.fn();
     const double t0 = now_s();
@@ -423,11 +492,13 @@ int cmd_decompress(const Args& a) {
   tc::ReadOptions o;
   o.threads = a.threads;
   o.force = a.force;
+  o.refs = a.refs;
   Progress bar(in);
   o.progress = bar.fn();
   const double t0 = now_s();
   uint64_t raw, comp;
   if (dir) {
+    if (!a.refs.empty()) throw UsageError("--ref applies to a single .tzip file (a folder uses its recorded paths)");
     tc::decompress_folder(in, out, o);
     raw = tree_size(out);
     comp = tree_size(in);
@@ -499,11 +570,27 @@ int cmd_inspect(const Args& a) {
       j["metadata"] = r.metadata();
       j["user_metadata"] = r.user_metadata();
       j["chunk_bytes"] = r.chunk_bytes();
+      j["format_version"] = std::to_string(r.version_major()) + "." + std::to_string(r.version_minor());
+      nlohmann::json refs = nlohmann::json::array();
+      for (const auto& rf : r.references()) {
+        char hx[17];
+        std::snprintf(hx, sizeof hx, "%016" PRIx64, rf.xxh64);
+        refs.push_back({{"file", rf.file}, {"xxh64", hx}});
+      }
+      j["references"] = refs;
       nlohmann::json ts = nlohmann::json::array();
-      for (const auto& t : r.tensors())
-        ts.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"size", t.raw_size()},
-                      {"compressed_size", t.compressed_size()}, {"codec_dtype", tz_dtype_name(t.codec_dtype)},
-                      {"level", t.level}, {"block_elems", t.block_elems}, {"frames", t.frames.size()}});
+      for (const auto& t : r.tensors()) {
+        nlohmann::json e = {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"size", t.raw_size()},
+                            {"compressed_size", t.compressed_size()}, {"codec_dtype", tz_dtype_name(t.codec_dtype)},
+                            {"level", t.level}, {"block_elems", t.block_elems}, {"frames", t.frames.size()}};
+        if (t.predict.kind != tc::PredictKind::kNone) {
+          nlohmann::json p = {{"kind", t.predict.kind == tc::PredictKind::kCast ? "cast" : "delta"}};
+          p["source"] = t.predict.kind == tc::PredictKind::kCast ? t.predict.source : t.name;
+          p["file"] = t.predict.ref < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.references()[t.predict.ref].file);
+          e["predict"] = p;
+        }
+        ts.push_back(e);
+      }
       j["tensors"] = ts;
       j["gaps"] = {{"count", r.gaps().size()}, {"size", gap_raw}, {"compressed_size", gap_comp}};
       j["ratio"] = r.file_size() ? (double)r.original_size() / r.file_size() : 0.0;
@@ -516,20 +603,34 @@ int cmd_inspect(const Args& a) {
     size_t w = 4;
     for (const auto& t : r.tensors()) w = std::max(w, t.name.size());
     w = std::min<size_t>(w, 60);
-    std::printf("  %-*s  %-7s  %-20s  %12s  %12s  %6s%s\n", (int)w, "name", "dtype", "shape", "bytes", "compressed",
-                "ratio", verbosity >= 2 ? "  codec    level  block  frames" : "");
+    std::printf("  %-*s  %-7s  %-20s  %12s  %12s  %6s%s  %s\n", (int)w, "name", "dtype", "shape", "bytes", "compressed",
+                "ratio", verbosity >= 2 ? "  codec    level  block  frames" : "", "predicted from");
     for (const auto& t : r.tensors()) {
       std::printf("  %-*s  %-7s  %-20s  %12" PRIu64 "  %12" PRIu64 "  %6s", (int)w, t.name.c_str(), t.dtype.c_str(),
                   shape_str(t.shape).c_str(), t.raw_size(), t.compressed_size(),
                   ratio_str(t.raw_size(), t.compressed_size()).c_str());
       if (verbosity >= 2)
         std::printf("  %-7s  %5d  %5u  %6zu", tz_dtype_name(t.codec_dtype), t.level, t.block_elems, t.frames.size());
+      if (t.predict.kind == tc::PredictKind::kCast)
+        std::printf("  cast of %s%s", t.predict.source.c_str(),
+                    t.predict.ref < 0 ? " (this file)" : (" in " + r.references()[t.predict.ref].file).c_str());
+      else if (t.predict.kind == tc::PredictKind::kDelta)
+        std::printf("  delta vs %s", r.references()[t.predict.ref].file.c_str());
       std::printf("\n");
     }
     for (const auto& [dt, s] : by_dtype)
       std::printf("  total %-7s %s -> %s, ratio %s\n", dt.c_str(), human(s.first).c_str(), human(s.second).c_str(),
                   ratio_str(s.first, s.second).c_str());
     for (const auto& [k, v] : r.user_metadata()) std::printf("  user metadata: %s = %s\n", k.c_str(), v.c_str());
+    for (const auto& rf : r.references())
+      std::printf("  needs reference: %s (xxh64 %016" PRIx64 ")\n", rf.file.c_str(), rf.xxh64);
+    if (r.version_major() >= 2) {
+      size_t nc = 0, nd = 0;
+      for (const auto& t : r.tensors())
+        nc += t.predict.kind == tc::PredictKind::kCast, nd += t.predict.kind == tc::PredictKind::kDelta;
+      std::printf("  predicted tensors: %zu cast, %zu delta (format version %u.%u)\n", nc, nd, r.version_major(),
+                  r.version_minor());
+    }
     if (!r.gaps().empty())
       std::printf("  gaps: %zu, %" PRIu64 " bytes (kept for a byte-identical export)\n", r.gaps().size(), gap_raw);
     std::printf("  total: tensors %s -> %s (ratio %s); file %s -> %s (ratio %s)\n", human(raw).c_str(),
@@ -537,6 +638,34 @@ int cmd_inspect(const Args& a) {
                 human(r.file_size()).c_str(), ratio_str(r.original_size(), r.file_size()).c_str());
   }
   if (a.json) std::printf("%s\n", (all.size() == 1 ? all[0] : all).dump(2).c_str());
+  return kExitOk;
+}
+
+int cmd_rebase(const Args& a) {
+  if (a.inputs.size() != 1) throw UsageError("rebase: give exactly one .tzip file (try 'tzip rebase --help')");
+  if (a.output.empty()) throw UsageError("rebase: give the output with -o");
+  const std::string& in = a.inputs[0];
+  if (tc::path_kind(in) == tc::PathKind::kMissing) throw tc::Error(ErrorKind::kIO, in + ": no such file");
+  if (tc::path_kind(in) != tc::PathKind::kFile) throw tc::Error(ErrorKind::kUsage, in + ": not a .tzip file");
+  tc::WriteOptions w;
+  w.threads = a.threads;
+  w.force = a.force;
+  w.predict = !a.no_predict;
+  {
+    tc::Reader r(in, 1);
+    if (!r.tensors().empty()) {
+      w.level = r.tensors()[0].level;
+      w.chunk_bytes = r.chunk_bytes();
+    }
+    w.user_metadata = r.user_metadata();
+  }
+  tc::ReadOptions ro;
+  ro.threads = a.threads;
+  ro.refs = a.refs;
+  const double t0 = now_s();
+  const tc::PassStats st = tc::rebase(in, a.output, w, ro);
+  say(in + " -> " + a.output + " (standalone): " + human(st.raw_bytes) + " -> " + human(st.file_bytes) + " (ratio " +
+      ratio_str(st.raw_bytes, st.file_bytes) + ", " + fmt("%.2f s", now_s() - t0) + ")");
   return kExitOk;
 }
 
@@ -549,9 +678,11 @@ int cmd_verify(const Args& a) {
     throw tc::Error(ErrorKind::kIO, a.against + ": no such file or folder");
   tc::ReadOptions o;
   o.threads = a.threads;
+  o.refs = a.refs;
   Progress bar(in);
   o.progress = bar.fn();
   if (k == tc::PathKind::kDir) {
+    if (!a.refs.empty()) throw UsageError("--ref applies to a single .tzip file (a folder uses its recorded paths)");
     tc::verify_folder(in, a.against, o);
   } else {
     if (!a.against.empty() && tc::path_kind(a.against) == tc::PathKind::kDir)
@@ -714,6 +845,7 @@ int main(int argc, char** argv) {
     if (a.command == "decompress") return cmd_decompress(a);
     if (a.command == "inspect") return cmd_inspect(a);
     if (a.command == "verify") return cmd_verify(a);
+    if (a.command == "rebase") return cmd_rebase(a);
     if (a.command == "bench") return cmd_bench(a);
     throw UsageError("unknown command '" + a.command + "'");
   } catch (const UsageError& e) {

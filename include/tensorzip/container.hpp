@@ -21,8 +21,13 @@
 namespace tz::container {
 
 // Container format version written by this library (doc/container.md).
+// Files without predicted tensors are written as 1.0 (readable by every
+// version-1 reader); files with predicted tensors (section 11) as 2.0, which
+// version-1 readers refuse with "format version 2.0 is newer than this reader".
 constexpr uint16_t kTzipVersionMajor = 1;
 constexpr uint16_t kTzipVersionMinor = 0;
+constexpr uint16_t kTzipVersionMajorPredicted = 2;
+constexpr uint16_t kTzipMaxReadMajor = 2;  // highest major version this library reads
 
 enum class ErrorKind {
   kUsage = 1,         // bad argument or option
@@ -54,10 +59,20 @@ struct WriteOptions {
   bool force = false;         // replace an existing output
   std::map<std::string, std::string> user_metadata;  // stored in the .tzip header only
   ProgressFn progress;
+  // Checkpoint-aware coding (doc/container.md section 11).
+  bool predict = true;        // discover cast tensors (BF16/F16 = RNE cast of an FP32 tensor) and use
+                              // them where a sample says they pay; false: plain per-tensor coding
+  std::string ref;            // previous checkpoint's .tzip: tensors of the same name, dtype and
+                              // shape are stored as XOR residuals where that pays (delta)
+  double min_gain = 0.03;     // a prediction must cut the sampled order-0 cost by this fraction
 };
 
 struct ReadOptions {
   unsigned threads = 0;
+  // Explicit locations of referenced .tzip files (delta or cross-file cast
+  // sources), matched to the recorded references by whole-file checksum;
+  // references not given here are looked up by their recorded relative path.
+  std::vector<std::string> refs;
   bool force = false;
   ProgressFn progress;
 };
@@ -77,6 +92,26 @@ struct FrameRef {
   uint64_t xxh64 = 0;     // of the compressed bytes
 };
 
+// How a predicted tensor's stored frames relate to its values (section 11):
+// value = residual XOR prediction.
+enum class PredictKind {
+  kNone = 0,
+  kCast = 1,   // prediction = RNE cast of the FP32 tensor `source` (this file, or references[ref])
+  kDelta = 2,  // prediction = the tensor of the same name in references[ref]
+};
+struct Prediction {
+  PredictKind kind = PredictKind::kNone;
+  int ref = -1;        // index into the file's references; -1: this file (cast only)
+  std::string source;  // cast: name of the FP32 source tensor; delta: empty (same name)
+};
+// Another .tzip file a predicted tensor needs: its path relative to the
+// folder of the file that records it, and its whole-file checksum (trailer
+// file_xxh64), which identifies it exactly.
+struct Reference {
+  std::string file;
+  uint64_t xxh64 = 0;
+};
+
 // A tensor, or a gap (bytes of the safetensors data section that no tensor
 // covers; name empty, dtype "").
 struct TensorEntry {
@@ -90,6 +125,7 @@ struct TensorEntry {
   unsigned block_elems = 0;      // effective elements per block
   std::vector<FrameRef> frames;
   bool is_gap = false;
+  Prediction predict;            // kind kNone: frames hold the values themselves
 
   uint64_t raw_size() const { return data_end - data_begin; }
   uint64_t compressed_size() const;
@@ -131,6 +167,21 @@ struct PassStats {
 
 PassStats compress_file(const std::string& in, const std::string& out, const WriteOptions& opt);
 
+// Compresses the safetensors files of one checkpoint (e.g. a BF16 model file
+// and an FP32 optimizer file) into one .tzip each, with cast prediction
+// across files: a BF16/F16 tensor of one file may be predicted from an FP32
+// tensor of another, recorded as a reference to that file's .tzip (relative
+// path + checksum). Files holding no BF16/F16 tensors are written first so
+// they can serve as sources. refs[i] (optional, empty or same size as ins):
+// previous checkpoint's .tzip for ins[i] (delta). Returns totals.
+PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::vector<std::string>& outs,
+                              const WriteOptions& opt, const std::vector<std::string>& refs = {});
+
+// Writes a standalone copy of a .tzip file: every reference (delta or
+// cross-file cast) resolved, casts within the file kept.
+PassStats rebase(const std::string& in, const std::string& out, const WriteOptions& opt,
+                 const ReadOptions& ropt = {});
+
 class Reader {
  public:
   // Opens a .tzip file: reads the preamble, trailer and header only.
@@ -151,11 +202,22 @@ class Reader {
   uint64_t original_size() const;                   // size of the exported safetensors file
   uint64_t chunk_bytes() const;
   const std::string& created_by() const;
+  uint16_t version_major() const;
+  uint64_t file_checksum() const;                   // trailer file_xxh64 (what references record)
+  const std::vector<Reference>& references() const; // other .tzip files predicted tensors need
+  // Uses `path` for whichever recorded reference has that file's checksum.
+  // Throws kBadInput if it matches none ("is not a reference of this file").
+  void add_reference_path(const std::string& path);
+  // Opens every reference (recursively) and checks its checksum; throws a
+  // one-line error naming this file and the missing or wrong reference.
+  void check_references();
 
   // Index into tensors(), or -1.
   long find(const std::string& name) const;
 
-  // Reads one whole tensor into dst (capacity >= raw_size()). Reads only its frames.
+  // Reads one whole tensor into dst (capacity >= raw_size()). Reads only its
+  // frames, plus the predictor's needed range for a predicted tensor. All
+  // read functions are thread-safe.
   void read_tensor(size_t index, void* dst, size_t capacity);
   std::vector<uint8_t> read_tensor(const std::string& name);
   // Reads codec blocks [first, first+count) of a tensor; returns bytes written.

@@ -58,6 +58,8 @@ std::string hex64(uint64_t v);
 
 // Parsed and validated .tzip header.
 struct TzipHeader {
+  uint16_t major = kTzipVersionMajor;  // 2 when any tensor is predicted
+  std::vector<Reference> references;   // version 2 only
   std::string created_by;
   uint64_t chunk_bytes = 0;
   uint64_t data_size = 0;
@@ -75,7 +77,10 @@ std::string encode_header(const TzipHeader& h);
 // frames: tiling of the data section, frame offsets tiling [64, header_offset)
 // in order with 64-byte alignment, agreement with the verbatim safetensors
 // header. Throws kBadInput naming `what`.
-void decode_header(const char* p, size_t n, uint64_t header_offset, const std::string& what, TzipHeader* out);
+// `major` is the preamble's version_major (1 or 2).
+void decode_header(const char* p, size_t n, uint64_t header_offset, uint16_t major, const std::string& what,
+                   TzipHeader* out);
+bool parse_hex64(const std::string& s, uint64_t* out);
 void link_segments(TzipHeader* h);
 
 }  // namespace tz::container::detail

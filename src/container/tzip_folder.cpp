@@ -155,21 +155,36 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
     if (!e.dir && ends_with(e.rel, ".safetensors")) ++n_st;
   }
   if (n_st == 0) fail(ErrorKind::kUsage, in + ": folder holds no .safetensors files");
+  // opt.ref for a folder: the previous checkpoint's compressed folder; each
+  // file is coded against the .tzip of the same relative path there.
+  if (!opt.ref.empty() && path_kind(opt.ref) != PathKind::kDir)
+    fail(ErrorKind::kUsage, opt.ref + ": reference of a folder must be a folder of .tzip files");
   uint64_t base = 0;
+  // Folders first, then every safetensors file of the folder as one
+  // checkpoint (casts across files), then the other files.
+  for (const auto& e : entries)
+    if (e.dir && mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0)
+      fail_errno(out + "/" + e.rel, "cannot create folder", errno);
+  {
+    std::vector<std::string> ins, outs, refs;
+    for (const auto& e : entries) {
+      if (e.dir || !ends_with(e.rel, ".safetensors")) continue;
+      ins.push_back(in + "/" + e.rel);
+      outs.push_back(tmp.path + "/" + default_compressed_name(e.rel, false));
+      const std::string r = opt.ref.empty() ? "" : opt.ref + "/" + default_compressed_name(e.rel, false);
+      refs.push_back(!r.empty() && path_kind(r) == PathKind::kFile ? r : "");
+      base += e.size;
+    }
+    WriteOptions o = opt;
+    o.force = false;
+    o.ref.clear();
+    o.progress = offset_progress(opt.progress, 0, total);
+    compress_checkpoint(ins, outs, o, refs);
+  }
   for (const auto& e : entries) {
     const std::string src = in + "/" + e.rel;
-    if (e.dir) {
-      if (mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0) fail_errno(out + "/" + e.rel, "cannot create folder", errno);
-      continue;
-    }
-    if (ends_with(e.rel, ".safetensors")) {
-      WriteOptions o = opt;
-      o.force = false;
-      o.progress = offset_progress(opt.progress, base, total);
-      compress_file(src, tmp.path + "/" + default_compressed_name(e.rel, false), o);
-    } else {
-      copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
-    }
+    if (e.dir || ends_with(e.rel, ".safetensors")) continue;
+    copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
     base += e.size;
   }
   publish(tmp.path, out, opt.force, true);

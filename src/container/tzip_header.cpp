@@ -1,6 +1,7 @@
 // .tzip header JSON: encoding and strict validation (doc/container.md,
 // "Header" and "Safe reading").
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "tzc_internal.hpp"
@@ -82,6 +83,12 @@ json encode_segment(const TensorEntry& t) {
   json fr = json::array();
   for (const auto& f : t.frames) fr.push_back({{"offset", f.offset}, {"size", f.size}, {"xxh64", hex64(f.xxh64)}});
   j["frames"] = std::move(fr);
+  if (t.predict.kind != PredictKind::kNone) {
+    json pj = {{"kind", t.predict.kind == PredictKind::kCast ? "cast" : "delta"}};
+    if (t.predict.ref >= 0) pj["ref"] = t.predict.ref;
+    if (t.predict.kind == PredictKind::kCast) pj["source"] = t.predict.source;
+    j["predict"] = std::move(pj);
+  }
   return j;
 }
 
@@ -90,7 +97,7 @@ json encode_segment(const TensorEntry& t) {
 std::string encode_header(const TzipHeader& h) {
   json j = json::object();
   j["format"] = "tzip";
-  j["version"] = kTzipVersionMajor;
+  j["version"] = h.major;
   j["created_by"] = h.created_by;
   j["chunk_bytes"] = h.chunk_bytes;
   j["data_size"] = h.data_size;
@@ -102,6 +109,11 @@ std::string encode_header(const TzipHeader& h) {
   for (const auto& e : h.gaps) g.push_back(encode_segment(e));
   j["tensors"] = std::move(t);
   j["gaps"] = std::move(g);
+  if (h.major >= 2) {
+    json r = json::array();
+    for (const auto& e : h.references) r.push_back({{"file", e.file}, {"xxh64", hex64(e.xxh64)}});
+    j["references"] = std::move(r);
+  }
   try {
     return j.dump(-1, ' ', false, json::error_handler_t::strict);
   } catch (const json::exception&) {
@@ -130,6 +142,20 @@ uint64_t need_u64(const json& o, const char* key, const std::string& what, const
   uint64_t v;
   if (it == o.end() || !get_u64(*it, &v)) bad(what, ctx + std::string(key) + " missing or not a non-negative integer");
   return v;
+}
+
+bool parse_hex(const std::string& s, uint64_t* out) {
+  if (s.size() != 16) return false;
+  uint64_t r = 0;
+  for (char ch : s) {
+    int v;
+    if (ch >= '0' && ch <= '9') v = ch - '0';
+    else if (ch >= 'a' && ch <= 'f') v = ch - 'a' + 10;
+    else return false;
+    r = (r << 4) | (uint64_t)v;
+  }
+  *out = r;
+  return true;
 }
 
 void decode_segment(const json& j, bool gap, uint64_t chunk_bytes, const std::string& what, TensorEntry* t) {
@@ -205,6 +231,30 @@ void decode_segment(const json& j, bool gap, uint64_t chunk_bytes, const std::st
     }
     t->frames.push_back(r);
   }
+  if (const auto pr = j.find("predict"); pr != j.end()) {
+    if (gap || !pr->is_object()) bad(what, ctx + "bad predict");
+    const auto k = pr->find("kind");
+    if (k == pr->end() || !k->is_string()) bad(what, ctx + "predict.kind missing");
+    if (*k == "cast") t->predict.kind = PredictKind::kCast;
+    else if (*k == "delta") t->predict.kind = PredictKind::kDelta;
+    else bad(what, ctx + "unknown predict.kind '" + k->get<std::string>() + "'");
+    if (const auto r = pr->find("ref"); r != pr->end()) {
+      uint64_t v;
+      if (!get_u64(*r, &v) || v >= kMaxTensors) bad(what, ctx + "bad predict.ref");
+      t->predict.ref = (int)v;
+    }
+    if (t->predict.kind == PredictKind::kCast) {
+      const auto s = pr->find("source");
+      if (s == pr->end() || !s->is_string() || s->get<std::string>().empty()) bad(what, ctx + "predict.source missing");
+      t->predict.source = s->get<std::string>();
+      if (t->dtype != "BF16" && t->dtype != "F16") bad(what, ctx + "cast prediction of a " + t->dtype + " tensor");
+    } else if (t->predict.ref < 0) {
+      bad(what, ctx + "delta prediction without a reference");
+    }
+    for (auto it = pr->begin(); it != pr->end(); ++it)
+      if (it.key() != "kind" && it.key() != "ref" && it.key() != "source")
+        bad(what, ctx + "unknown predict key '" + it.key() + "'");
+  }
 }
 
 bool same_tensor(const TensorEntry& a, const TensorEntry& b) {
@@ -214,13 +264,17 @@ bool same_tensor(const TensorEntry& a, const TensorEntry& b) {
 
 }  // namespace
 
-void decode_header(const char* p, size_t n, uint64_t header_offset, const std::string& what, TzipHeader* out) {
+bool parse_hex64(const std::string& s, uint64_t* out) { return parse_hex(s, out); }
+
+void decode_header(const char* p, size_t n, uint64_t header_offset, uint16_t major, const std::string& what,
+                   TzipHeader* out) {
+  out->major = major;
   const json j = parse_json_strict(p, p + n, what, ".tzip header");
   if (!j.is_object()) bad(what, "not a JSON object");
   const auto fmt = j.find("format");
   if (fmt == j.end() || *fmt != "tzip") bad(what, "format is not \"tzip\"");
   const auto ver = j.find("version");
-  if (ver == j.end() || !ver->is_number_unsigned() || ver->get<uint64_t>() != kTzipVersionMajor)
+  if (ver == j.end() || !ver->is_number_unsigned() || ver->get<uint64_t>() != major)
     bad(what, "version does not match the preamble");
   if (const auto cb = j.find("created_by"); cb != j.end()) {
     if (!cb->is_string()) bad(what, "created_by is not a string");
@@ -264,6 +318,40 @@ void decode_header(const char* p, size_t n, uint64_t header_offset, const std::s
       !std::is_sorted(out->gaps.begin(), out->gaps.end(), by_data))
     bad(what, "segments not in data order");
   link_segments(out);
+
+  // Predictions (version 2 only): references, and casts within the file.
+  const auto rs = j.find("references");
+  if (major < 2) {
+    if (rs != j.end()) bad(what, "references in a version 1 file");
+    for (const auto& t : out->tensors)
+      if (t.predict.kind != PredictKind::kNone) bad(what, "tensor '" + t.name + "': predicted tensor in a version 1 file");
+  } else {
+    if (rs == j.end() || !rs->is_array() || rs->size() > 4096) bad(what, "references missing");
+    for (const auto& r : *rs) {
+      Reference ref;
+      if (!r.is_object()) bad(what, "reference is not an object");
+      const auto f = r.find("file");
+      const auto x = r.find("xxh64");
+      if (f == r.end() || !f->is_string() || f->get<std::string>().empty()) bad(what, "reference without a file name");
+      if (x == r.end() || !x->is_string() || !parse_hex(x->get<std::string>(), &ref.xxh64))
+        bad(what, "reference without a valid xxh64");
+      ref.file = f->get<std::string>();
+      out->references.push_back(ref);
+    }
+    std::map<std::string, const TensorEntry*> by_name;
+    for (const auto& t : out->tensors) by_name[t.name] = &t;
+    for (const auto& t : out->tensors) {
+      if (t.predict.ref >= (int)out->references.size())
+        bad(what, "tensor '" + t.name + "': predict.ref out of range");
+      if (t.predict.kind != PredictKind::kCast || t.predict.ref >= 0) continue;
+      const auto it = by_name.find(t.predict.source);
+      if (it == by_name.end()) bad(what, "tensor '" + t.name + "': cast source '" + t.predict.source + "' not in the file");
+      const TensorEntry& s = *it->second;
+      // The source is FP32 and never itself a cast: no cycles within a file.
+      if (s.dtype != "F32" || s.shape != t.shape || s.predict.kind == PredictKind::kCast)
+        bad(what, "tensor '" + t.name + "': cast source '" + s.name + "' is not an FP32 tensor of the same shape");
+    }
+  }
 
   // Segments tile [0, data_size) exactly; frames tile [64, header_offset) in
   // the same order, each at the next multiple of 64.

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <mutex>
+
+#include "codec/predict.h"
 
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
@@ -27,18 +30,65 @@ struct Reader::Impl {
   uint8_t trailer[kTrailerSize] = {};
   uint64_t file_hash = 0;
   TzipHeader h;
-  tz_ctx* ctx = nullptr;
+  // Codec contexts for random-access reads, one per concurrent caller (the
+  // read functions are thread-safe; export/verify workers read predictors).
+  std::mutex mu;
+  std::vector<tz_ctx*> pool;
+  // References (section 11), opened on first use.
+  std::vector<std::string> ref_paths;         // resolved or given path per reference
+  std::vector<std::unique_ptr<Reader>> refs;  // opened and checksum-checked
 
   ~Impl() {
-    if (ctx) tz_ctx_free(ctx);
+    for (auto* c : pool) tz_ctx_free(c);
   }
-  tz_ctx* context() {
-    if (!ctx) {
-      ctx = tz_ctx_create(threads);
-      if (!ctx) fail(ErrorKind::kInternal, path + ": cannot create a codec context (out of memory)");
+  struct CtxLease {
+    Impl* m;
+    tz_ctx* c;
+    ~CtxLease() {
+      std::lock_guard<std::mutex> lk(m->mu);
+      m->pool.push_back(c);
     }
-    return ctx;
+  };
+  CtxLease lease() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!pool.empty()) {
+        tz_ctx* c = pool.back();
+        pool.pop_back();
+        return CtxLease{this, c};
+      }
+    }
+    tz_ctx* c = tz_ctx_create(1);
+    if (!c) fail(ErrorKind::kInternal, path + ": cannot create a codec context (out of memory)");
+    return CtxLease{this, c};
   }
+
+  Reader& reference(size_t i) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!refs[i]) {
+      const Reference& r = h.references[i];
+      const std::string& p = ref_paths[i];
+      if (path_kind(p) == PathKind::kMissing)
+        fail(ErrorKind::kIO, path + ": needs reference file " + p + " (recorded as '" + r.file +
+                                 "'), which is missing; give its location with --ref");
+      std::unique_ptr<Reader> rd;
+      try {
+        rd = std::make_unique<Reader>(p, threads);
+      } catch (const Error& e) {
+        fail(e.kind(), path + ": reference file " + p + " cannot be read: " + e.what());
+      }
+      if (rd->file_checksum() != r.xxh64)
+        fail(ErrorKind::kBadInput, path + ": reference file " + p + " is not the file it was compressed against (checksum " +
+                                       hex64(rd->file_checksum()) + ", recorded " + hex64(r.xxh64) + ")");
+      refs[i] = std::move(rd);
+    }
+    return *refs[i];
+  }
+
+  // value = residual XOR prediction, for raw bytes [off, off+n) of t held in io.
+  void apply_prediction(const TensorEntry& t, uint64_t off, uint8_t* io, uint64_t n);
+  void read_blocks_into(const TensorEntry& t, size_t index, uint64_t first, uint64_t count, uint8_t* out,
+                        size_t capacity, size_t* written);
   std::string label(const TensorEntry& t) const {
     return t.is_gap ? "gap at data offset " + std::to_string(t.data_begin) : "tensor '" + t.name + "'";
   }
@@ -127,11 +177,11 @@ Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
   if (std::memcmp(pre, kMagic, 4) != 0) fail(ErrorKind::kBadInput, path + ": not a .tzip file (bad magic)");
   const uint16_t major = get_le16(pre + 4);
   m.minor = get_le16(pre + 6);
-  if (major > kTzipVersionMajor)
+  if (major > kTzipMaxReadMajor)
     fail(ErrorKind::kBadInput, path + ": .tzip format version " + std::to_string(major) + "." + std::to_string(m.minor) +
-                                   " is newer than this reader (reads version " + std::to_string(kTzipVersionMajor) +
-                                   "); upgrade tensorzip");
-  if (major != kTzipVersionMajor) fail(ErrorKind::kBadInput, path + ": bad .tzip format version " + std::to_string(major));
+                                   " is newer than this reader (reads versions up to " +
+                                   std::to_string(kTzipMaxReadMajor) + "); upgrade tensorzip");
+  if (major < 1) fail(ErrorKind::kBadInput, path + ": bad .tzip format version " + std::to_string(major));
   if (get_le32(pre + 8) != 0 || get_le32(pre + 12) != 0)
     fail(ErrorKind::kBadInput, path + ": .tzip preamble has unknown flags set");
   if (size < kAlign + kTrailerSize) fail(ErrorKind::kBadInput, path + ": truncated .tzip file (" + std::to_string(size) + " bytes)");
@@ -153,7 +203,74 @@ Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
   if (XXH64(m.header.data(), hsize, 0) != get_le64(tr + 16))
     fail(ErrorKind::kBadInput, path + ": .tzip header checksum mismatch (header corrupted)");
   m.file_hash = get_le64(tr + 32);
-  decode_header(m.header.data(), hsize, m.header_offset, path, &m.h);
+  decode_header(m.header.data(), hsize, m.header_offset, major, path, &m.h);
+  const std::string dir = dir_of(path);
+  for (const auto& r : m.h.references)
+    m.ref_paths.push_back(r.file.size() && r.file[0] == '/' ? r.file : dir + "/" + r.file);
+  m.refs.resize(m.h.references.size());
+}
+
+uint16_t Reader::version_major() const { return impl_->h.major; }
+uint64_t Reader::file_checksum() const { return impl_->file_hash; }
+const std::vector<Reference>& Reader::references() const { return impl_->h.references; }
+
+void Reader::add_reference_path(const std::string& p) {
+  Impl& m = *impl_;
+  if (m.h.references.empty()) return;
+  std::unique_ptr<Reader> rd(new Reader(p, m.threads));
+  for (size_t i = 0; i < m.h.references.size(); ++i)
+    if (m.h.references[i].xxh64 == rd->file_checksum()) {
+      std::lock_guard<std::mutex> lk(m.mu);
+      m.ref_paths[i] = p;
+      m.refs[i] = std::move(rd);
+      return;
+    }
+  std::string names;
+  for (const auto& r : m.h.references) names += (names.empty() ? "" : ", ") + r.file;
+  fail(ErrorKind::kBadInput, m.path + ": " + p + " is not a reference of this file (it needs: " + names + ")");
+}
+
+void Reader::check_references() {
+  for (size_t i = 0; i < impl_->h.references.size(); ++i) impl_->reference(i).check_references();
+}
+
+void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t* io, uint64_t n) {
+  if (t.predict.kind == PredictKind::kNone || n == 0) return;
+  Reader* src_reader = nullptr;
+  Impl* self_src = nullptr;
+  if (t.predict.ref >= 0) src_reader = &reference((size_t)t.predict.ref);
+  else self_src = this;
+  const std::string& sname = t.predict.kind == PredictKind::kCast ? t.predict.source : t.name;
+  const TensorEntry* s = nullptr;
+  size_t sidx = 0;
+  const auto& list = self_src ? h.tensors : src_reader->tensors();
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i].name == sname) s = &list[i], sidx = i;
+  const std::string where = self_src ? path : ref_paths[(size_t)t.predict.ref];
+  if (!s) corrupt(t, "predictor tensor '" + sname + "' not found in " + where);
+  std::vector<uint8_t> tmp;
+  if (t.predict.kind == PredictKind::kCast) {
+    if (s->dtype != "F32" || s->shape != t.shape)
+      corrupt(t, "cast source '" + sname + "' in " + where + " is not an FP32 tensor of the same shape");
+    tmp.resize(n * 2);
+    if (self_src) {
+      size_t w = 0;
+      const uint64_t bb = s->block_bytes(), so = off * 2, se = so + n * 2;
+      const uint64_t fb = so / bb, lb = (se - 1) / bb;
+      std::vector<uint8_t> blk((lb - fb + 1) * bb);
+      read_blocks_into(*s, sidx, fb, lb - fb + 1, blk.data(), blk.size(), &w);
+      std::memcpy(tmp.data(), blk.data() + (so - fb * bb), n * 2);
+    } else {
+      src_reader->read_range(sidx, off * 2, n * 2, tmp.data());
+    }
+    tz::predict::cast_xor(tmp.data(), io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+  } else {
+    if (s->dtype != t.dtype || s->shape != t.shape)
+      corrupt(t, "delta reference tensor in " + where + " has a different dtype or shape");
+    tmp.resize(n);
+    src_reader->read_range(sidx, off, n, tmp.data());
+    tz::predict::xor_bytes(tmp.data(), io, n);
+  }
 }
 
 Reader::~Reader() = default;
@@ -185,11 +302,15 @@ void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
   if (capacity < t.raw_size()) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
   std::vector<uint8_t> buf;
   uint8_t* out = static_cast<uint8_t*>(dst);
-  for (size_t c = 0; c < t.frames.size(); ++c) {
-    buf.resize(t.frames[c].size);
-    m.f->pread_exact(t.frames[c].offset, buf.data(), buf.size());
-    m.decode_frame(m.context(), t, c, buf.data(), out + c * m.h.chunk_bytes);
+  {
+    auto cx = m.lease();
+    for (size_t c = 0; c < t.frames.size(); ++c) {
+      buf.resize(t.frames[c].size);
+      m.f->pread_exact(t.frames[c].offset, buf.data(), buf.size());
+      m.decode_frame(cx.c, t, c, buf.data(), out + c * m.h.chunk_bytes);
+    }
   }
+  m.apply_prediction(t, 0, out, t.raw_size());
 }
 
 std::vector<uint8_t> Reader::read_tensor(const std::string& name) {
@@ -207,9 +328,18 @@ size_t Reader::read_blocks(size_t index, uint64_t first, uint64_t count, void* d
   uint64_t last;
   if (!checked_add(first, count, &last) || last > t.n_blocks())
     fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": block range outside the tensor");
-  const uint64_t bpc = m.blocks_per_chunk(t);
-  uint8_t* out = static_cast<uint8_t*>(dst);
   size_t written = 0;
+  m.read_blocks_into(t, index, first, count, static_cast<uint8_t*>(dst), capacity, &written);
+  return written;
+}
+
+void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t, uint64_t first, uint64_t count, uint8_t* out,
+                                    size_t capacity, size_t* written_out) {
+  Impl& m = *this;
+  const uint64_t last = first + count;
+  const uint64_t bpc = m.blocks_per_chunk(t);
+  size_t written = 0;
+  auto cx = m.lease();
   std::vector<uint8_t> prefix, blocks;
   for (uint64_t b = first; b < last;) {
     const uint64_t c = b / bpc;
@@ -223,7 +353,7 @@ size_t Reader::read_blocks(size_t index, uint64_t first, uint64_t count, void* d
     if (capacity - written < rsize) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
     blocks.resize(size);
     m.f->pread_exact(t.frames[c].offset + off, blocks.data(), size);
-    const size_t d = tz_ctx_decompress_blocks(m.context(), out + written, capacity - written, prefix.data(),
+    const size_t d = tz_ctx_decompress_blocks(cx.c, out + written, capacity - written, prefix.data(),
                                               prefix.size(), blocks.data(), size, (unsigned)lf, (unsigned)lc);
     if (tz_is_error(d))
       m.corrupt(t, "blocks " + std::to_string(b) + ".." + std::to_string(b + lc - 1) + ": " + tz_get_error_name(d) +
@@ -231,7 +361,8 @@ size_t Reader::read_blocks(size_t index, uint64_t first, uint64_t count, void* d
     written += d;
     b += lc;
   }
-  return written;
+  m.apply_prediction(t, first * t.block_bytes(), out, written);
+  *written_out = written;
 }
 
 void Reader::read_range(size_t index, uint64_t offset, uint64_t size, void* dst) {
@@ -313,6 +444,7 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
         }
         check_frame_info(*u.seg, u.c, info);
         decode_frame(ctxs.v[w], *u.seg, u.c, src, want_data ? s.raw.reserve(fr.raw_size) : nullptr);
+        if (want_data) apply_prediction(*u.seg, u.c * h.chunk_bytes, s.raw.p.get(), fr.raw_size);
       },
       [&](size_t i, PassSlot& s) {
         const PassUnit& u = units[i];
@@ -337,6 +469,8 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
 
 PassStats Reader::export_safetensors(const std::string& out_path, const ReadOptions& opt) {
   Impl& m = *impl_;
+  for (const auto& r : opt.refs) add_reference_path(r);
+  check_references();
   check_not_same_file(m.path, out_path);
   OutFile out(out_path, opt.force);
   uint8_t len[8];
@@ -351,6 +485,8 @@ PassStats Reader::export_safetensors(const std::string& out_path, const ReadOpti
 
 PassStats Reader::verify(const std::string& original, const ReadOptions& opt) {
   Impl& m = *impl_;
+  for (const auto& r : opt.refs) add_reference_path(r);
+  check_references();
   if (original.empty()) return m.pass(nullptr, opt);
   InFile orig(original);
   orig.advise_sequential();

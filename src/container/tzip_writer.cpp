@@ -10,9 +10,14 @@
 #include <memory>
 #include <thread>
 
+#include <cmath>
+#include <map>
+
+#include "codec/predict.h"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
 #include "tzc_pipeline.hpp"
+#include "tzc_predict.hpp"
 
 namespace tz::container {
 
@@ -25,7 +30,46 @@ struct Unit {
   TensorEntry* seg;
   uint64_t src_off;
   uint64_t raw;
+  uint64_t seg_off;  // offset of the chunk inside its segment
 };
+
+// Where a predicted tensor's predictor comes from while writing.
+struct PredSrc {
+  const InFile* file = nullptr;  // cast: FP32 bytes read from a safetensors file
+  uint64_t abs_off = 0;          //   absolute offset of the source tensor in that file
+  Reader* reader = nullptr;      // delta: previous checkpoint's .tzip
+  size_t index = 0;              //   tensor index there
+};
+
+// Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
+// plane (what the codec's per-plane coding approaches on float data).
+double plane_cost(const uint8_t* p, size_t n, unsigned esz) {
+  double bits = 0;
+  for (unsigned b = 0; b < esz; ++b) {
+    uint32_t h[256] = {};
+    for (size_t i = 0; i < n; ++i) ++h[p[i * esz + b]];
+    for (unsigned v = 0; v < 256; ++v)
+      if (h[v]) bits -= h[v] * std::log2((double)h[v] / (double)n);
+  }
+  return bits;
+}
+
+// Sample of a tensor: up to 4 runs of 4096 elements spread over it.
+struct SampleRuns {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;  // element offset, count
+  uint64_t elems = 0;
+};
+SampleRuns sample_runs(uint64_t n) {
+  SampleRuns s;
+  const uint64_t L = 4096, R = 4;
+  if (n <= L * R) {
+    s.runs.push_back({0, n});
+  } else {
+    for (uint64_t k = 0; k < R; ++k) s.runs.push_back({(n - L) * k / (R - 1), L});
+  }
+  for (const auto& r : s.runs) s.elems += r.second;
+  return s;
+}
 
 struct Slot {
   Buf raw, comp;
@@ -40,6 +84,11 @@ std::string seg_label(const TensorEntry& t) {
 }  // namespace
 
 PassStats compress_file(const std::string& in, const std::string& out_path, const WriteOptions& opt) {
+  return detail::compress_file_ex(in, out_path, opt, {});
+}
+
+PassStats detail::compress_file_ex(const std::string& in, const std::string& out_path, const WriteOptions& opt,
+                                   const std::vector<CastSourceFile>& others) {
   if (opt.chunk_bytes < kMinChunkBytes || opt.chunk_bytes > kMaxChunkBytes ||
       (opt.chunk_bytes & (opt.chunk_bytes - 1)) != 0)
     fail(ErrorKind::kUsage, "chunk size must be a power of two between 1 MiB and 64 MiB");
@@ -73,14 +122,144 @@ PassStats compress_file(const std::string& in, const std::string& out_path, cons
   for (auto& t : h.tensors) setup(t);
   for (auto& t : h.gaps) setup(t);
   h.chunk_bytes = chunk;
+
+  // ---- prediction discovery (doc/container.md section 11) ----------------
+  std::vector<PredSrc> pred(h.tensors.size());
+  std::vector<std::unique_ptr<InFile>> other_files;
+  std::unique_ptr<Reader> delta_ref;
+  std::map<size_t, int> other_ref_index;  // others[i] -> references index, when used
+  int delta_ref_index = -1;
+  {
+    struct Cand {
+      const InFile* file;
+      uint64_t abs_off;
+      const TensorEntry* t;
+      int other;  // -1 this file, else index into others
+      std::vector<uint8_t> probe;
+    };
+    std::vector<Cand> cands;
+    if (opt.predict) {
+      for (const auto& t : h.tensors)
+        if (t.dtype == "F32" && t.raw_size() > 0) cands.push_back(Cand{&src, st.data_start + t.data_begin, &t, -1, {}});
+      for (size_t i = 0; i < others.size(); ++i) {
+        other_files.push_back(std::make_unique<InFile>(others[i].st_path));
+        for (const auto& t : others[i].st.tensors)
+          if (t.dtype == "F32" && t.raw_size() > 0)
+            cands.push_back(Cand{other_files.back().get(), others[i].st.data_start + t.data_begin, &t, (int)i, {}});
+      }
+    }
+    if (!opt.ref.empty()) delta_ref = std::make_unique<Reader>(opt.ref, opt.threads);
+    // Probe: 64 elements from the middle of the tensor (cheap first filter).
+    auto probe_at = [](uint64_t n) { return n > 64 ? (n - 64) / 2 : 0; };
+    std::vector<uint8_t> sample, cand_bytes, resid;
+    for (size_t ti = 0; ti < h.tensors.size(); ++ti) {
+      TensorEntry& t = h.tensors[ti];
+      if (t.raw_size() == 0) continue;
+      const unsigned bits = dtype_bits(t.dtype);
+      if (bits == 0 || bits % 8 != 0) continue;  // sub-byte dtypes: never predicted
+      const unsigned esz = bits / 8;
+      const uint64_t n = t.raw_size() / esz;
+      const SampleRuns sr = sample_runs(n);
+      sample.resize(sr.elems * esz);
+      {
+        uint64_t o = 0;
+        for (const auto& r : sr.runs) {
+          src.pread_exact(st.data_start + t.data_begin + r.first * esz, sample.data() + o, r.second * esz);
+          o += r.second * esz;
+        }
+      }
+      const double base_cost = plane_cost(sample.data(), sr.elems, esz);
+      double best = base_cost * (1.0 - opt.min_gain);
+      const bool is_cast_target = (t.dtype == "BF16" || t.dtype == "F16");
+      const int kind = t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16;
+      if (is_cast_target) {
+        const uint64_t pa = probe_at(n), pn = std::min<uint64_t>(64, n);
+        std::vector<uint8_t> tprobe(pn * 2);
+        src.pread_exact(st.data_start + t.data_begin + pa * 2, tprobe.data(), pn * 2);
+        for (auto& c : cands) {
+          if (c.t->shape != t.shape) continue;
+          if (c.probe.empty()) {
+            c.probe.resize(pn * 4);
+            c.file->pread_exact(c.abs_off + pa * 4, c.probe.data(), pn * 4);
+          }
+          uint64_t hits = 0;
+          for (uint64_t i = 0; i < pn; ++i)
+            hits += tz::predict::cast_f32(load_le32(c.probe.data() + 4 * i), kind) == load_le16(tprobe.data() + 2 * i);
+          if (hits * 2 < pn) continue;  // fewer than half exact: not a cast of this tensor
+          cand_bytes.resize(sr.elems * 4);
+          uint64_t o = 0;
+          for (const auto& r : sr.runs) {
+            c.file->pread_exact(c.abs_off + r.first * 4, cand_bytes.data() + o, r.second * 4);
+            o += r.second * 4;
+          }
+          resid = sample;
+          tz::predict::cast_xor(cand_bytes.data(), resid.data(), sr.elems, kind);
+          const double cost = plane_cost(resid.data(), sr.elems, 2);
+          if (cost < best) {
+            best = cost;
+            t.predict.kind = PredictKind::kCast;
+            t.predict.source = c.t->name;
+            t.predict.ref = c.other;  // mapped to a references index below
+            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0};
+          }
+        }
+      }
+      if (t.predict.kind == PredictKind::kNone && delta_ref) {
+        const long ri = delta_ref->find(t.name);
+        if (ri >= 0) {
+          const TensorEntry& rt = delta_ref->tensors()[(size_t)ri];
+          if (rt.dtype == t.dtype && rt.shape == t.shape) {
+            cand_bytes.resize(sr.elems * esz);
+            uint64_t o = 0;
+            for (const auto& r : sr.runs) {
+              delta_ref->read_range((size_t)ri, r.first * esz, r.second * esz, cand_bytes.data() + o);
+              o += r.second * esz;
+            }
+            resid = sample;
+            tz::predict::xor_bytes(cand_bytes.data(), resid.data(), resid.size());
+            const double cost = plane_cost(resid.data(), sr.elems, esz);
+            if (cost < best) {
+              t.predict.kind = PredictKind::kDelta;
+              t.predict.ref = -2;  // the delta reference, mapped below
+              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri};
+            }
+          }
+        }
+      }
+    }
+    // Record only the references actually used, in first-use order.
+    for (auto& t : h.tensors) {
+      if (t.predict.kind == PredictKind::kNone || t.predict.ref == -1) continue;
+      if (t.predict.ref == -2) {
+        if (delta_ref_index < 0) {
+          delta_ref_index = (int)h.references.size();
+          h.references.push_back(Reference{relative_path(opt.ref, out_path), delta_ref->file_checksum()});
+        }
+        t.predict.ref = delta_ref_index;
+      } else {
+        const size_t oi = (size_t)t.predict.ref;
+        auto it = other_ref_index.find(oi);
+        if (it == other_ref_index.end()) {
+          it = other_ref_index.emplace(oi, (int)h.references.size()).first;
+          h.references.push_back(Reference{relative_path(others[oi].tzip_path, out_path), others[oi].xxh64});
+        }
+        t.predict.ref = it->second;
+      }
+    }
+    for (const auto& t : h.tensors)
+      if (t.predict.kind != PredictKind::kNone) h.major = kTzipVersionMajorPredicted;
+  }
   link_segments(&h);
 
   std::vector<Unit> units;
   for (const TensorEntry* cs : h.segments) {
     auto* s = const_cast<TensorEntry*>(cs);
     for (uint64_t off = 0; off < s->raw_size(); off += chunk)
-      units.push_back(Unit{s, st.data_start + s->data_begin + off, std::min(chunk, s->raw_size() - off)});
+      units.push_back(Unit{s, st.data_start + s->data_begin + off, std::min(chunk, s->raw_size() - off), off});
   }
+  std::map<const TensorEntry*, const PredSrc*> pred_of;
+  for (size_t i = 0; i < h.tensors.size(); ++i)
+    if (h.tensors[i].predict.kind != PredictKind::kNone) pred_of[&h.tensors[i]] = &pred[i];
 
   OutFile out(out_path, opt.force);
   XXH64_state_t* fh = XXH64_createState();
@@ -99,13 +278,14 @@ PassStats compress_file(const std::string& in, const std::string& out_path, cons
 
   uint8_t pre[kPreambleSize] = {};
   std::memcpy(pre, kMagic, 4);
-  put_le16(pre + 4, kTzipVersionMajor);
+  put_le16(pre + 4, h.major);
   put_le16(pre + 6, kTzipVersionMinor);
   emit(pre, sizeof pre);
 
   const unsigned workers = resolve_threads(opt.threads);
   CtxSet ctx(workers);
   std::vector<Slot> slots(workers + 3);  // one being read, one being written, one spare
+  std::vector<std::vector<uint8_t>> pred_buf(workers);
   uint64_t done = st.data_start;
   if (opt.progress) opt.progress(done, st.file_size);
 
@@ -114,6 +294,21 @@ PassStats compress_file(const std::string& in, const std::string& out_path, cons
       [&](size_t i, Slot& s) { src.pread_exact(units[i].src_off, s.raw.reserve(units[i].raw), units[i].raw); },
       [&](size_t i, Slot& s, unsigned w) {
         const Unit& u = units[i];
+        if (u.seg->predict.kind != PredictKind::kNone) {
+          // Residual = value XOR prediction, formed in place before coding.
+          const PredSrc& ps = *pred_of.at(u.seg);
+          auto& tmp = pred_buf[w];
+          if (u.seg->predict.kind == PredictKind::kCast) {
+            tmp.resize(u.raw * 2);
+            ps.file->pread_exact(ps.abs_off + u.seg_off * 2, tmp.data(), tmp.size());
+            tz::predict::cast_xor(tmp.data(), s.raw.p.get(), u.raw / 2,
+                                  u.seg->dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+          } else {
+            tmp.resize(u.raw);
+            ps.reader->read_range(ps.index, u.seg_off, u.raw, tmp.data());
+            tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
+          }
+        }
         tz_params p{};
         p.dtype = u.seg->codec_dtype;
         p.level = u.seg->level;
@@ -151,7 +346,7 @@ PassStats compress_file(const std::string& in, const std::string& out_path, cons
   put_le64(tr + 0, header_offset);
   put_le64(tr + 8, header.size());
   put_le64(tr + 16, XXH64(header.data(), header.size(), 0));
-  put_le16(tr + 24, kTzipVersionMajor);
+  put_le16(tr + 24, h.major);
   put_le16(tr + 26, kTzipVersionMinor);
   emit(tr, kTrailerHashedSize);
   put_le64(tr + 32, XXH64_digest(fh));

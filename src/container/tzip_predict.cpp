@@ -1,0 +1,116 @@
+// Checkpoint-aware coding across files (doc/container.md section 11):
+// several safetensors files of one checkpoint compressed together so that
+// BF16/F16 tensors of one file may be predicted from FP32 tensors of another,
+// and rebase (a delta file made standalone).
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "tzc_internal.hpp"
+#include "tzc_io.hpp"
+#include "tzc_predict.hpp"
+
+namespace tz::container {
+
+using namespace detail;
+
+namespace detail {
+
+namespace {
+std::vector<std::string> split_path(const std::string& p) {
+  std::vector<std::string> v;
+  size_t i = 0;
+  while (i < p.size()) {
+    const size_t j = std::min(p.find('/', i), p.size());
+    if (j > i) v.push_back(p.substr(i, j - i));
+    i = j + 1;
+  }
+  return v;
+}
+std::string real_dir(const std::string& file) {
+  const std::string d = dir_of(file);
+  char buf[PATH_MAX];
+  if (!realpath(d.c_str(), buf)) fail_errno(d, "cannot resolve folder", errno);
+  return buf;
+}
+}  // namespace
+
+std::string relative_path(const std::string& target, const std::string& from_file) {
+  const auto t = split_path(real_dir(target));
+  const auto f = split_path(real_dir(from_file));
+  size_t k = 0;
+  while (k < t.size() && k < f.size() && t[k] == f[k]) ++k;
+  std::string r;
+  for (size_t i = k; i < f.size(); ++i) r += "../";
+  for (size_t i = k; i < t.size(); ++i) r += t[i] + "/";
+  return r + base_of(target);
+}
+
+}  // namespace detail
+
+PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::vector<std::string>& outs,
+                              const WriteOptions& opt, const std::vector<std::string>& refs) {
+  if (ins.size() != outs.size()) fail(ErrorKind::kUsage, "compress_checkpoint: as many outputs as inputs are needed");
+  if (!refs.empty() && refs.size() != ins.size())
+    fail(ErrorKind::kUsage, "compress_checkpoint: give one reference per input (empty for none) or none");
+  std::vector<SafetensorsInfo> infos;
+  for (const auto& in : ins) infos.push_back(read_safetensors_info(in));
+  // Files holding no BF16/F16 tensor go first: they can be cast sources.
+  std::vector<size_t> order(ins.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto has_target = [&](size_t i) {
+    for (const auto& t : infos[i].tensors)
+      if (t.dtype == "BF16" || t.dtype == "F16") return true;
+    return false;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return !has_target(a) && has_target(b); });
+  std::vector<CastSourceFile> written;
+  PassStats total;
+  for (size_t i : order) {
+    WriteOptions o = opt;
+    o.ref = refs.empty() ? std::string() : refs[i];
+    const PassStats st = compress_file_ex(ins[i], outs[i], o, opt.predict ? written : std::vector<CastSourceFile>{});
+    total.raw_bytes += st.raw_bytes;
+    total.file_bytes += st.file_bytes;
+    if (opt.predict) {
+      CastSourceFile c;
+      c.st_path = ins[i];
+      c.st = infos[i];
+      c.tzip_path = outs[i];
+      c.xxh64 = Reader(outs[i], 1).file_checksum();
+      written.push_back(std::move(c));
+    }
+  }
+  return total;
+}
+
+PassStats rebase(const std::string& in, const std::string& out, const WriteOptions& opt, const ReadOptions& ropt) {
+  Reader r(in, ropt.threads);
+  for (const auto& p : ropt.refs) r.add_reference_path(p);
+  r.check_references();
+  check_not_same_file(in, out);
+  // The original safetensors file is rebuilt beside the output, then
+  // compressed again without references (casts within the file are kept).
+  const std::string tmp = make_temp_name(out) + ".safetensors";
+  const int slot = register_temp(tmp);
+  struct Guard {
+    std::string p;
+    int slot;
+    ~Guard() {
+      unlink(p.c_str());
+      unregister_temp(slot);
+    }
+  } guard{tmp, slot};
+  ReadOptions ro = ropt;
+  ro.force = true;
+  ro.progress = nullptr;
+  r.export_safetensors(tmp, ro);
+  WriteOptions o = opt;
+  o.ref.clear();
+  const PassStats st = compress_file(tmp, out, o);
+  return PassStats{r.original_size(), st.file_bytes};
+}
+
+}  // namespace tz::container

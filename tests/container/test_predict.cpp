@@ -1,0 +1,527 @@
+// Checkpoint-aware coding (doc/container.md section 11): the element-wise
+// predictors of src/codec/predict.h, cast and delta prediction in .tzip
+// files, references, rebase, and the real step200 -> step400 fixture pair.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/predict.h"
+#include "tensorzip/container.hpp"
+
+namespace tc = tz::container;
+namespace tp = tz::predict;
+using Bytes = std::vector<uint8_t>;
+
+namespace {
+
+Bytes read_all(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return Bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+void write_all(const std::string& p, const Bytes& b) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
+}
+bool exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+struct T {
+  std::string name, dtype, shape;
+  Bytes data;
+};
+void write_st(const std::string& path, const std::vector<T>& ts) {
+  std::string h = "{\"__metadata__\":{\"format\":\"pt\"}";
+  Bytes data;
+  for (const auto& t : ts) {
+    const size_t b = data.size();
+    data.insert(data.end(), t.data.begin(), t.data.end());
+    h += ",\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":" + t.shape + ",\"data_offsets\":[" +
+         std::to_string(b) + "," + std::to_string(data.size()) + "]}";
+  }
+  h += "}";
+  while ((8 + h.size()) % 8) h += ' ';
+  Bytes out(8);
+  for (int i = 0; i < 8; ++i) out[i] = (uint8_t)((uint64_t)h.size() >> (8 * i));
+  out.insert(out.end(), h.begin(), h.end());
+  out.insert(out.end(), data.begin(), data.end());
+  write_all(path, out);
+}
+
+uint32_t f2u(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float u2f(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// n FP32 values ~ N(0, scale) as bytes.
+Bytes normal_f32(size_t n, float scale, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  Bytes b(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = d(g);
+    std::memcpy(&b[4 * i], &v, 4);
+  }
+  return b;
+}
+Bytes cast_of(const Bytes& f32, int kind) {
+  Bytes b(f32.size() / 2);
+  for (size_t i = 0; i < f32.size() / 4; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &f32[4 * i], 4);
+    const uint16_t v = tp::cast_f32(u, kind);
+    std::memcpy(&b[2 * i], &v, 2);
+  }
+  return b;
+}
+
+// Independent reference for BF16 RNE: the two neighbours in double precision.
+uint16_t bf16_reference(uint32_t x) {
+  const float f = u2f(x);
+  if (std::isnan(f)) return 0x7FC0;
+  if (std::isinf(f)) return (uint16_t)(x >> 16);
+  const uint16_t lo = (uint16_t)(x >> 16);  // truncation toward zero
+  const uint16_t hi = (uint16_t)(lo + 1);   // next magnitude (may be inf)
+  const double dl = std::fabs((double)f - (double)u2f((uint32_t)lo << 16));
+  // Past the largest finite BF16 the next "value" is 2^128 (IEEE overflow rule).
+  const double vh = (hi & 0x7FFF) == 0x7F80 ? std::ldexp(f < 0 ? -1.0 : 1.0, 128) : (double)u2f((uint32_t)hi << 16);
+  const double dh = std::fabs(vh - (double)f);
+  if ((x & 0xFFFF) == 0) return lo;
+  if (dl < dh) return lo;
+  if (dh < dl) return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+class Predict : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tz_predict_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf '" + dir + "'").c_str()); }
+  std::string p(const std::string& n) const { return dir + "/" + n; }
+  void roundtrip(const std::string& tz, const std::string& orig, const tc::ReadOptions& ro = {}) {
+    tc::Reader r(tz);
+    tc::ReadOptions o = ro;
+    o.force = true;
+    r.export_safetensors(p("rt.safetensors"), o);
+    EXPECT_EQ(read_all(p("rt.safetensors")), read_all(orig)) << tz;
+  }
+  std::string dir;
+};
+
+const tc::TensorEntry& entry(const tc::Reader& r, const std::string& name) {
+  const long i = r.find(name);
+  EXPECT_GE(i, 0) << name;
+  return r.tensors()[(size_t)i];
+}
+
+uint16_t preamble_major(const std::string& path) {
+  const Bytes b = read_all(path);
+  return (uint16_t)(b[4] | (b[5] << 8));
+}
+
+}  // namespace
+
+// ---- element-wise predictors (host side of the TZ_HD code) -----------------
+
+TEST(PredictH, Bf16RneMatchesIndependentReference) {
+  std::vector<uint32_t> xs = {0, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F8000u,
+                              0x00000001u, 0x80000001u, 0x007FFFFFu, 0x00008000u, 0x00018000u, 0x3F808000u,
+                              0x3F818000u, 0x3F807FFFu, 0x3F808001u};
+  for (uint64_t x = 0; x < (1ull << 32); x += 65521) xs.push_back((uint32_t)x);
+  std::mt19937 g(7);
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t hi = g() & 0xFFFF0000u;
+    xs.push_back(hi | 0x8000u);  // exact ties
+    xs.push_back(hi | (g() & 0xFFFF));
+  }
+  for (uint32_t x : xs) {
+    if (std::isnan(u2f(x))) continue;
+    ASSERT_EQ(tp::f32_to_bf16_rne(x), bf16_reference(x)) << std::hex << x;
+  }
+  // Overflow of the largest finite values rounds to infinity, as RNE must.
+  EXPECT_EQ(tp::f32_to_bf16_rne(0x7F7FFFFFu), 0x7F80u);
+  EXPECT_EQ(tp::f32_to_bf16_rne(0x80000000u), 0x8000u);  // -0 stays -0
+  // Every NaN (either sign, any payload, signalling or quiet) -> 0x7FC0.
+  for (uint32_t n : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0xFFFFFFFFu, 0x7F810000u})
+    EXPECT_EQ(tp::f32_to_bf16_rne(n), 0x7FC0u) << std::hex << n;
+}
+
+#if defined(__FLT16_MAX__)
+TEST(PredictH, F16RneMatchesCompilerConversion) {
+  auto check = [](uint32_t x) {
+    const float f = u2f(x);
+    if (std::isnan(f)) return;
+    const _Float16 h = (_Float16)f;
+    uint16_t hb;
+    std::memcpy(&hb, &h, 2);
+    ASSERT_EQ(tp::f32_to_f16_rne(x), hb) << std::hex << x;
+  };
+  for (uint64_t x = 0; x < (1ull << 32); x += 4099) check((uint32_t)x);
+  // Around every binary16 boundary: subnormals, the normal range, overflow.
+  for (uint32_t e = 100; e <= 144; ++e)
+    for (uint32_t m : {0u, 1u, 0xFFFu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7FFFFFu, 0x400000u, 0x3FFFFFu, 0x401000u})
+      for (uint32_t s : {0u, 0x80000000u}) check(s | (e << 23) | m);
+  EXPECT_EQ(tp::f32_to_f16_rne(f2u(65504.f)), 0x7BFFu);
+  EXPECT_EQ(tp::f32_to_f16_rne(f2u(65520.f)), 0x7C00u);
+  EXPECT_EQ(tp::f32_to_f16_rne(0xFFC00001u), 0xFE00u);  // NaN keeps its sign, payload dropped
+}
+#endif
+
+TEST(PredictH, XorAndCastXorAreInvolutions) {
+  const Bytes f = normal_f32(1001, 0.02f, 3);
+  Bytes v = cast_of(f, tp::kCastBF16), orig = v;
+  v[10] ^= 0x5A;
+  const Bytes actual = v;
+  tp::cast_xor(f.data(), v.data(), 1001, tp::kCastBF16);  // -> residual
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], i == 10 ? 0x5A : 0) << i;
+  tp::cast_xor(f.data(), v.data(), 1001, tp::kCastBF16);  // -> value
+  EXPECT_EQ(v, actual);
+  Bytes a = f, b = normal_f32(1001, 0.02f, 4);
+  tp::xor_bytes(b.data(), a.data(), a.size());
+  tp::xor_bytes(b.data(), a.data(), a.size());
+  EXPECT_EQ(a, f);
+}
+
+// ---- cast prediction inside one file ---------------------------------------
+
+TEST_F(Predict, CastWithinFileExactAndInexactRoundTrip) {
+  const size_t n = 700000;  // 2.8 MB FP32: several 1 MiB frames
+  const Bytes master = normal_f32(n, 0.02f, 1);
+  Bytes master2 = normal_f32(n, 0.05f, 2);
+  Bytes w_exact = cast_of(master, tp::kCastBF16);
+  Bytes w_inexact = cast_of(master2, tp::kCastBF16);
+  Bytes h16 = cast_of(master, tp::kCastF16);
+  // Perturbed masters: flip low mantissa bits of the master after the cast
+  // (the cast result usually stays, sometimes changes) and some BF16 values
+  // directly, so the prediction is wrong in a few places.
+  std::mt19937 g(9);
+  for (int k = 0; k < 500; ++k) master2[4 * (g() % n) + 1] ^= (uint8_t)(1u << (g() % 8));
+  for (int k = 0; k < 300; ++k) w_inexact[2 * (g() % n)] ^= 1;
+  const std::string shape = "[" + std::to_string(n) + "]";
+  // Names differ from the sources: discovery matches by value, not by name.
+  write_st(p("a.safetensors"), {{"weight_b", "BF16", shape, w_inexact},
+                                {"weight_a", "BF16", shape, w_exact},
+                                {"half", "F16", shape, h16},
+                                {"opt.m1", "F32", shape, master},
+                                {"opt.m2", "F32", shape, master2},
+                                {"unrelated", "BF16", shape, cast_of(normal_f32(n, 0.02f, 77), tp::kCastBF16)}});
+  tc::WriteOptions o;
+  o.chunk_bytes = 1u << 20;
+  o.threads = 3;
+  tc::compress_file(p("a.safetensors"), p("a.tzip"), o);
+  tc::Reader r(p("a.tzip"));
+  EXPECT_EQ(r.version_major(), 2);
+  EXPECT_EQ(preamble_major(p("a.tzip")), 2);
+  EXPECT_TRUE(r.references().empty());
+  const auto& wa = entry(r, "weight_a");
+  EXPECT_EQ(wa.predict.kind, tc::PredictKind::kCast);
+  EXPECT_EQ(wa.predict.source, "opt.m1");
+  EXPECT_EQ(wa.predict.ref, -1);
+  EXPECT_LT(wa.compressed_size(), wa.raw_size() / 100);  // exact prediction: almost free
+  const auto& wb = entry(r, "weight_b");
+  EXPECT_EQ(wb.predict.kind, tc::PredictKind::kCast);
+  EXPECT_EQ(wb.predict.source, "opt.m2");
+  EXPECT_LT(wb.compressed_size(), wb.raw_size() / 20);  // ~800 exceptions cost only their own bits
+  EXPECT_EQ(entry(r, "half").predict.kind, tc::PredictKind::kCast);
+  EXPECT_EQ(entry(r, "unrelated").predict.kind, tc::PredictKind::kNone);
+  EXPECT_EQ(entry(r, "opt.m1").predict.kind, tc::PredictKind::kNone);
+  roundtrip(p("a.tzip"), p("a.safetensors"));
+  r.verify(p("a.safetensors"), tc::ReadOptions{});
+
+  // Random access of a predicted tensor: whole, block ranges, byte ranges
+  // spanning frames.
+  const Bytes orig = read_all(p("a.safetensors"));
+  const tc::SafetensorsInfo st = tc::read_safetensors_info(p("a.safetensors"));
+  for (const char* name : {"weight_a", "weight_b", "half"}) {
+    const long i = r.find(name);
+    const auto& t = r.tensors()[(size_t)i];
+    const Bytes want(orig.begin() + (long)(st.data_start + t.data_begin), orig.begin() + (long)(st.data_start + t.data_end));
+    EXPECT_EQ(r.read_tensor(name), want) << name;
+    for (auto [off, len] : {std::pair<uint64_t, uint64_t>{0, 10}, {131071, 3}, {(1u << 20) - 5, 17}, {t.raw_size() - 7, 7}}) {
+      Bytes got(len);
+      r.read_range((size_t)i, off, len, got.data());
+      EXPECT_EQ(got, Bytes(want.begin() + (long)off, want.begin() + (long)(off + len))) << name << " " << off;
+    }
+    Bytes blk(2 * t.block_bytes());
+    const size_t w = r.read_blocks((size_t)i, 3, 2, blk.data(), blk.size());
+    ASSERT_EQ(w, blk.size());
+    EXPECT_EQ(blk, Bytes(want.begin() + (long)(3 * t.block_bytes()), want.begin() + (long)(5 * t.block_bytes())));
+  }
+
+  // --no-predict: plain version-1 file, larger, same content.
+  o.predict = false;
+  tc::compress_file(p("a.safetensors"), p("plain.tzip"), o);
+  EXPECT_EQ(preamble_major(p("plain.tzip")), 1);
+  EXPECT_GT(read_all(p("plain.tzip")).size(), read_all(p("a.tzip")).size() * 12 / 10);
+  roundtrip(p("plain.tzip"), p("a.safetensors"));
+}
+
+TEST_F(Predict, SpecialValuesInMasters) {
+  // NaN (payloads, both signs), infinities, -0, subnormals, values that
+  // overflow BF16/F16, ties; BF16 from the RNE rule, plus a second BF16
+  // whose NaNs keep their sign (what a different framework might write):
+  // those elements are exceptions and must still round-trip.
+  std::vector<uint32_t> sp = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFA00000u, 0x7F800000u, 0xFF800000u,
+                              0x80000000u, 0x00000000u, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu, 0x477FF000u,
+                              0x477FEFFFu, 0x33000000u, 0x33000001u, 0x3F808000u, 0x3F818000u, 0xC7800000u};
+  Bytes master = normal_f32(65536, 1.0f, 5);
+  for (size_t i = 0; i < 65536; i += 37) {
+    const uint32_t v = sp[(i / 37) % sp.size()];
+    std::memcpy(&master[4 * i], &v, 4);
+  }
+  Bytes bf = cast_of(master, tp::kCastBF16), bf_signed = bf, h16 = cast_of(master, tp::kCastF16);
+  for (size_t i = 0; i < 65536; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &master[4 * i], 4);
+    if (std::isnan(u2f(u))) {
+      const uint16_t s = (uint16_t)((u >> 16) | 0x0040);
+      std::memcpy(&bf_signed[2 * i], &s, 2);
+    }
+  }
+  write_st(p("s.safetensors"), {{"m", "F32", "[256,256]", master},
+                                {"b", "BF16", "[256,256]", bf},
+                                {"bs", "BF16", "[256,256]", bf_signed},
+                                {"h", "F16", "[256,256]", h16}});
+  tc::compress_file(p("s.safetensors"), p("s.tzip"), tc::WriteOptions{});
+  tc::Reader r(p("s.tzip"));
+  for (const char* n : {"b", "bs", "h"}) EXPECT_EQ(entry(r, n).predict.kind, tc::PredictKind::kCast) << n;
+  roundtrip(p("s.tzip"), p("s.safetensors"));
+}
+
+// ---- across files and checkpoints ------------------------------------------
+
+struct Ckpt {
+  Bytes master, m, v;
+};
+Ckpt make_ckpt(uint32_t seed) {
+  return Ckpt{normal_f32(300000, 0.02f, seed), normal_f32(300000, 1e-3f, seed + 1), normal_f32(300000, 1e-6f, seed + 2)};
+}
+// Next checkpoint: the master weights move a little (a small multiplicative
+// step keeps sign and exponent mostly), moments are new.
+Ckpt step(const Ckpt& c, uint32_t seed) {
+  Ckpt n = c;
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, 1e-3f);
+  for (size_t i = 0; i < 300000; ++i) {
+    float f;
+    std::memcpy(&f, &c.master[4 * i], 4);
+    f *= 1.f + d(g);
+    std::memcpy(&n.master[4 * i], &f, 4);
+  }
+  n.m = normal_f32(300000, 1e-3f, seed + 1);
+  n.v = normal_f32(300000, 1e-6f, seed + 2);
+  return n;
+}
+void write_ckpt(const std::string& model, const std::string& optim, const Ckpt& c) {
+  write_st(model, {{"model.w", "BF16", "[600,500]", cast_of(c.master, tp::kCastBF16)}});
+  write_st(optim, {{"state.0.master", "F32", "[600,500]", c.master},
+                   {"state.0.exp_avg", "F32", "[600,500]", c.m},
+                   {"state.0.exp_avg_sq", "F32", "[600,500]", c.v}});
+}
+
+TEST_F(Predict, CrossFileCastDeltaChainMissingAndWrongReferences) {
+  mkdir(p("c1").c_str(), 0755);
+  mkdir(p("c2").c_str(), 0755);
+  mkdir(p("c3").c_str(), 0755);
+  const Ckpt c1 = make_ckpt(11), c2 = step(c1, 12), c3 = step(c2, 13);
+  write_ckpt(p("model1.safetensors"), p("optim1.safetensors"), c1);
+  write_ckpt(p("model2.safetensors"), p("optim2.safetensors"), c2);
+  write_ckpt(p("model3.safetensors"), p("optim3.safetensors"), c3);
+  tc::WriteOptions o;
+  o.threads = 2;
+  // Model listed first: the optimizer file is still written first (source).
+  tc::compress_checkpoint({p("model1.safetensors"), p("optim1.safetensors")}, {p("c1/model.tzip"), p("c1/optim.tzip")}, o);
+  tc::compress_checkpoint({p("model2.safetensors"), p("optim2.safetensors")}, {p("c2/model.tzip"), p("c2/optim.tzip")}, o,
+                          {p("c1/model.tzip"), p("c1/optim.tzip")});
+  tc::compress_checkpoint({p("model3.safetensors"), p("optim3.safetensors")}, {p("c3/model.tzip"), p("c3/optim.tzip")}, o,
+                          {"", p("c2/optim.tzip")});
+  {
+    tc::Reader m(p("c1/model.tzip"));
+    const auto& t = entry(m, "model.w");
+    EXPECT_EQ(t.predict.kind, tc::PredictKind::kCast);
+    EXPECT_EQ(t.predict.source, "state.0.master");
+    ASSERT_EQ(m.references().size(), 1u);
+    EXPECT_EQ(m.references()[0].file, "optim.tzip");
+    EXPECT_EQ(m.references()[0].xxh64, tc::Reader(p("c1/optim.tzip")).file_checksum());
+    tc::Reader o2(p("c2/optim.tzip"));
+    EXPECT_EQ(entry(o2, "state.0.master").predict.kind, tc::PredictKind::kDelta);
+    ASSERT_EQ(o2.references().size(), 1u);
+    EXPECT_EQ(o2.references()[0].file, "../c1/optim.tzip");
+    // Fresh Adam moments do not pay as deltas.
+    EXPECT_EQ(entry(o2, "state.0.exp_avg_sq").predict.kind, tc::PredictKind::kNone);
+  }
+  // Every file round-trips, c3 through the chain c3 -> c2 -> c1.
+  for (int k = 1; k <= 3; ++k) {
+    roundtrip(p("c" + std::to_string(k) + "/model.tzip"), p("model" + std::to_string(k) + ".safetensors"));
+    roundtrip(p("c" + std::to_string(k) + "/optim.tzip"), p("optim" + std::to_string(k) + ".safetensors"));
+  }
+  // Random access of a delta tensor at the end of a chain.
+  {
+    tc::Reader r(p("c3/optim.tzip"));
+    Bytes got(64);
+    r.read_range((size_t)r.find("state.0.master"), 400000, 64, got.data());
+    EXPECT_EQ(got, Bytes(c3.master.begin() + 400000, c3.master.begin() + 400064));
+    tc::Reader mr(p("c3/model.tzip"));
+    EXPECT_EQ(mr.read_tensor("model.w"), cast_of(c3.master, tp::kCastBF16));
+  }
+
+  // Missing reference: one line naming both files, nothing written.
+  rename(p("c1/optim.tzip").c_str(), p("moved.tzip").c_str());
+  try {
+    tc::Reader r(p("c3/optim.tzip"));
+    r.export_safetensors(p("x.safetensors"), tc::ReadOptions{});
+    ADD_FAILURE() << "missing reference not detected";
+  } catch (const tc::Error& e) {
+    const std::string w = e.what();
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kIO) << w;
+    EXPECT_NE(w.find("c2/optim.tzip"), std::string::npos) << w;
+    EXPECT_NE(w.find("c1/optim.tzip"), std::string::npos) << w;
+    EXPECT_EQ(w.find('\n'), std::string::npos) << w;
+  }
+  EXPECT_FALSE(exists(p("x.safetensors")));
+  // ... and found when its location is given (matched by checksum).
+  {
+    tc::Reader r(p("c2/optim.tzip"));
+    tc::ReadOptions ro;
+    ro.refs = {p("moved.tzip")};
+    tc::ReadOptions rr = ro;
+    rr.force = true;
+    r.export_safetensors(p("x.safetensors"), rr);
+    EXPECT_EQ(read_all(p("x.safetensors")), read_all(p("optim2.safetensors")));
+    // A file that is not one of its references is refused by name.
+    tc::Reader r2(p("c2/optim.tzip"));
+    try {
+      r2.add_reference_path(p("c3/optim.tzip"));
+      ADD_FAILURE();
+    } catch (const tc::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a reference"), std::string::npos) << e.what();
+    }
+  }
+  // Wrong reference under the recorded name: refused, naming both files.
+  write_all(p("c1/optim.tzip"), read_all(p("c3/optim.tzip")));
+  try {
+    tc::Reader r(p("c2/optim.tzip"));
+    r.read_tensor("state.0.master");
+    ADD_FAILURE() << "wrong reference not detected";
+  } catch (const tc::Error& e) {
+    const std::string w = e.what();
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << w;
+    EXPECT_NE(w.find("c2/optim.tzip"), std::string::npos) << w;
+    EXPECT_NE(w.find("c1/optim.tzip"), std::string::npos) << w;
+    EXPECT_NE(w.find("not the file"), std::string::npos) << w;
+  }
+  // verify checks references too.
+  EXPECT_THROW(tc::Reader(p("c2/optim.tzip")).verify("", tc::ReadOptions{}), tc::Error);
+
+  // Rebase: standalone copies need no other file.
+  rename(p("moved.tzip").c_str(), p("c1/optim.tzip").c_str());
+  tc::rebase(p("c3/optim.tzip"), p("standalone-optim3.tzip"), tc::WriteOptions{});
+  tc::rebase(p("c3/model.tzip"), p("standalone-model3.tzip"), tc::WriteOptions{});
+  for (const char* f : {"standalone-optim3.tzip", "standalone-model3.tzip"}) {
+    tc::Reader r(p(f));
+    EXPECT_TRUE(r.references().empty()) << f;
+    EXPECT_EQ(r.version_major(), 1) << f;
+  }
+  std::system(("rm -rf '" + p("c1") + "' '" + p("c2") + "' '" + p("c3") + "'").c_str());
+  roundtrip(p("standalone-optim3.tzip"), p("optim3.safetensors"));
+  roundtrip(p("standalone-model3.tzip"), p("model3.safetensors"));
+}
+
+TEST_F(Predict, FolderOfCheckpointFilesPredictsAcrossFiles) {
+  mkdir(p("ck").c_str(), 0755);
+  const Ckpt c = make_ckpt(21);
+  write_ckpt(p("ck/a-model.safetensors"), p("ck/b-optim.safetensors"), c);
+  write_all(p("ck/config.json"), Bytes{'{', '}'});
+  tc::compress_folder(p("ck"), p("ck.tzip"), tc::WriteOptions{});
+  tc::Reader m(p("ck.tzip/a-model.tzip"));
+  EXPECT_EQ(entry(m, "model.w").predict.kind, tc::PredictKind::kCast);
+  ASSERT_EQ(m.references().size(), 1u);
+  EXPECT_EQ(m.references()[0].file, "b-optim.tzip");
+  tc::decompress_folder(p("ck.tzip"), p("out"), tc::ReadOptions{});
+  for (const char* f : {"a-model.safetensors", "b-optim.safetensors", "config.json"})
+    EXPECT_EQ(read_all(p("out/") + f), read_all(p("ck/") + f)) << f;
+}
+
+// ---- the real checkpoint pair ----------------------------------------------
+
+TEST_F(Predict, FixtureStep200ToStep400AndASyntheticThird) {
+  const std::string fx = TZ_SHARED_FIXTURES_DIR;
+  const std::string m2 = fx + "/gpt-small-step200-model-bf16.safetensors", o2 = fx + "/gpt-small-step200-optim-fp32.safetensors";
+  const std::string m4 = fx + "/gpt-small-step400-model-bf16.safetensors", o4 = fx + "/gpt-small-step400-optim-fp32.safetensors";
+  if (!exists(m2) || !exists(o4)) GTEST_SKIP() << "fixtures not present in " << fx;
+  for (const char* d : {"s200", "s400", "s400d", "s600"}) mkdir(p(d).c_str(), 0755);
+  tc::WriteOptions o;
+  tc::compress_checkpoint({m2, o2}, {p("s200/model.tzip"), p("s200/optim.tzip")}, o);
+  const tc::PassStats alone = tc::compress_checkpoint({m4, o4}, {p("s400/model.tzip"), p("s400/optim.tzip")}, o);
+  const tc::PassStats delta = tc::compress_checkpoint({m4, o4}, {p("s400d/model.tzip"), p("s400d/optim.tzip")}, o,
+                                                      {p("s200/model.tzip"), p("s200/optim.tzip")});
+  tc::WriteOptions plain = o;
+  plain.predict = false;
+  mkdir(p("plain").c_str(), 0755);
+  const tc::PassStats base = tc::compress_checkpoint({m4, o4}, {p("plain/model.tzip"), p("plain/optim.tzip")}, plain);
+  // Every BF16 weight is an exact RNE cast of its master (fixture README).
+  tc::Reader mr(p("s400/model.tzip"));
+  for (const auto& t : mr.tensors()) {
+    EXPECT_EQ(t.predict.kind, tc::PredictKind::kCast) << t.name;
+    EXPECT_EQ(t.predict.source, "master." + t.name);
+  }
+  tc::Reader od(p("s400d/optim.tzip"));
+  size_t n_delta = 0;
+  for (const auto& t : od.tensors()) n_delta += t.predict.kind == tc::PredictKind::kDelta;
+  EXPECT_GT(n_delta, 0u);
+  EXPECT_LT(alone.file_bytes, base.file_bytes * 90 / 100);  // model file ~free: 1.25x -> ~1.42x
+  EXPECT_LT(delta.file_bytes, alone.file_bytes);
+  roundtrip(p("s400/model.tzip"), m4);
+  roundtrip(p("s400/optim.tzip"), o4);
+  roundtrip(p("s400d/model.tzip"), m4);
+  roundtrip(p("s400d/optim.tzip"), o4);
+  // A synthetic third checkpoint: step400 with a few master values nudged
+  // and the BF16 weights re-derived, coded against s400d (chain 600->400->200).
+  const tc::SafetensorsInfo st = tc::read_safetensors_info(o4);
+  Bytes optim = read_all(o4);
+  for (const auto& t : st.tensors)
+    if (t.name.rfind("master.", 0) == 0)
+      for (uint64_t i = 0; i < t.raw_size(); i += 4 * 97) optim[st.data_start + t.data_begin + i + 1] ^= 0x10;
+  write_all(p("o6.safetensors"), optim);
+  const tc::SafetensorsInfo ms = tc::read_safetensors_info(m4);
+  Bytes model = read_all(m4);
+  for (const auto& t : ms.tensors) {
+    const auto& s = st.tensors[(size_t)std::distance(
+        st.tensors.begin(), std::find_if(st.tensors.begin(), st.tensors.end(),
+                                         [&](const tc::TensorEntry& e) { return e.name == "master." + t.name; }))];
+    tp::cast_xor(optim.data() + st.data_start + s.data_begin, model.data() + ms.data_start + t.data_begin,
+                 t.raw_size() / 2, tp::kCastBF16);  // residual vs new cast ...
+    Bytes zero(t.raw_size(), 0);
+    // ... replaced by the exact cast: value = cast(master6).
+    std::memcpy(model.data() + ms.data_start + t.data_begin, zero.data(), zero.size());
+    tp::cast_xor(optim.data() + st.data_start + s.data_begin, model.data() + ms.data_start + t.data_begin,
+                 t.raw_size() / 2, tp::kCastBF16);
+  }
+  write_all(p("m6.safetensors"), model);
+  tc::compress_checkpoint({p("m6.safetensors"), p("o6.safetensors")}, {p("s600/model.tzip"), p("s600/optim.tzip")}, o,
+                          {p("s400d/model.tzip"), p("s400d/optim.tzip")});
+  roundtrip(p("s600/model.tzip"), p("m6.safetensors"));
+  roundtrip(p("s600/optim.tzip"), p("o6.safetensors"));
+  tc::Reader o6(p("s600/optim.tzip"));
+  EXPECT_EQ(entry(o6, "master.tok.weight").predict.kind, tc::PredictKind::kDelta);
+}
