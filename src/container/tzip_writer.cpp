@@ -33,6 +33,8 @@ struct Unit {
   uint64_t seg_off;  // offset of the chunk inside its segment
 };
 
+using Bytes1 = std::vector<uint8_t>;
+
 // Where a predicted tensor's predictor comes from while writing.
 struct PredSrc {
   const InFile* file = nullptr;  // cast: FP32 bytes read from a safetensors file
@@ -59,13 +61,13 @@ struct SampleRuns {
   std::vector<std::pair<uint64_t, uint64_t>> runs;  // element offset, count
   uint64_t elems = 0;
 };
-SampleRuns sample_runs(uint64_t n) {
+SampleRuns sample_runs(uint64_t n, uint64_t R = 4) {
   SampleRuns s;
-  const uint64_t L = 4096, R = 4;
+  const uint64_t L = 16384 / R;
   if (n <= L * R) {
     s.runs.push_back({0, n});
   } else {
-    for (uint64_t k = 0; k < R; ++k) s.runs.push_back({(n - L) * k / (R - 1), L});
+    for (uint64_t k = 0; k < R; ++k) s.runs.push_back({R == 1 ? (n - L) / 2 : (n - L) * k / (R - 1), L});
   }
   for (const auto& r : s.runs) s.elems += r.second;
   return s;
@@ -209,16 +211,16 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
         if (ri >= 0) {
           const TensorEntry& rt = delta_ref->tensors()[(size_t)ri];
           if (rt.dtype == t.dtype && rt.shape == t.shape) {
-            cand_bytes.resize(sr.elems * esz);
-            uint64_t o = 0;
-            for (const auto& r : sr.runs) {
-              delta_ref->read_range((size_t)ri, r.first * esz, r.second * esz, cand_bytes.data() + o);
-              o += r.second * esz;
-            }
-            resid = sample;
-            tz::predict::xor_bytes(cand_bytes.data(), resid.data(), resid.size());
-            const double cost = plane_cost(resid.data(), sr.elems, esz);
-            if (cost < best) {
+            // One contiguous run: decodes one or two reference blocks, not four.
+            const SampleRuns dr = sample_runs(n, 1);
+            Bytes1 cur(dr.elems * esz);
+            src.pread_exact(st.data_start + t.data_begin + dr.runs[0].first * esz, cur.data(), cur.size());
+            cand_bytes.resize(dr.elems * esz);
+            delta_ref->read_range((size_t)ri, dr.runs[0].first * esz, dr.elems * esz, cand_bytes.data());
+            const double dbase = plane_cost(cur.data(), dr.elems, esz);
+            tz::predict::xor_bytes(cand_bytes.data(), cur.data(), cur.size());
+            const double cost = plane_cost(cur.data(), dr.elems, esz);
+            if (cost < dbase * (1.0 - opt.min_gain)) {
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
               pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri};

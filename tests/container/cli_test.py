@@ -371,6 +371,77 @@ def case_inspect(tmp):
     run(["inspect", "-v", z], 0)
 
 
+def bf16_rne(f32_bytes):
+    """FP32 -> BF16 round-to-nearest-even on bit patterns (doc/container.md 11.1)."""
+    n = len(f32_bytes) // 4
+    out = bytearray(2 * n)
+    for i, (x,) in enumerate(struct.iter_unpack("<I", f32_bytes)):
+        v = 0x7FC0 if (x & 0x7FFFFFFF) > 0x7F800000 else ((x + 0x7FFF + ((x >> 16) & 1)) >> 16) & 0xFFFF
+        struct.pack_into("<H", out, 2 * i, v)
+    return bytes(out)
+
+
+def case_predict(tmp):
+    t = read_st(os.path.join(ARGS.data, "fixture-slice-fp32.safetensors"))
+    masters = sorted(n for n in t if n.startswith("master."))
+    check(len(masters) > 0, "slice has no master tensors")
+    # Model file with names unlike the masters' (discovery is by value).
+    model = os.path.join(tmp, "model.safetensors")
+    write_st(model, [(f"w{i}", "BF16", t[n][1], bf16_rne(t[n][2])) for i, n in enumerate(masters)])
+    optim = os.path.join(tmp, "optim.safetensors")
+    write_st(optim, [(n,) + t[n] for n in sorted(t)])
+    os.makedirs(os.path.join(tmp, "c1"))
+    run(["compress", "-q", model, optim, "-o", os.path.join(tmp, "c1")], 0)
+    mz, oz = os.path.join(tmp, "c1", "model.tzip"), os.path.join(tmp, "c1", "optim.tzip")
+    p = run(["inspect", mz], 0)
+    check(f"cast of {masters[0]} in optim.tzip" in p.stdout, "inspect does not show the cast: " + p.stdout)
+    check("needs reference: optim.tzip" in p.stdout, "inspect does not list the reference")
+    j = json.loads(run(["inspect", "--json", mz], 0).stdout)
+    check(j["format_version"] == "2.0", "predicted file is not format 2.0")
+    check(j["tensors"][0]["predict"] == {"kind": "cast", "source": masters[0], "file": "optim.tzip"},
+          f"inspect --json predict: {j['tensors'][0].get('predict')}")
+    check(os.path.getsize(mz) < os.path.getsize(model) / 10, "cast-predicted model file is not small")
+    run(["decompress", "-q", mz, "-o", os.path.join(tmp, "m.out")], 0)
+    check(sha(model) == sha(os.path.join(tmp, "m.out")), "predicted model file does not round-trip")
+    run(["verify", "-q", mz, "--against", model], 0)
+    # Missing reference: one line naming both files, exit 3; --ref finds it by checksum.
+    moved = os.path.join(tmp, "moved-optim.tzip")
+    os.rename(oz, moved)
+    one_line_error(run(["decompress", mz, "-o", os.path.join(tmp, "m2.out")], 3), "model.tzip", "optim.tzip", "--ref")
+    check(not os.path.exists(os.path.join(tmp, "m2.out")), "failed decompress left an output")
+    run(["decompress", "-q", mz, "--ref", moved, "-o", os.path.join(tmp, "m2.out")], 0)
+    check(sha(model) == sha(os.path.join(tmp, "m2.out")), "--ref decompress differs")
+    one_line_error(run(["decompress", mz, "--ref", model, "-o", os.path.join(tmp, "m3.out")], 2))
+    # Rebase: standalone file, no references.
+    run(["rebase", "-q", mz, "--ref", moved, "-o", os.path.join(tmp, "alone.tzip")], 0)
+    j = json.loads(run(["inspect", "--json", os.path.join(tmp, "alone.tzip")], 0).stdout)
+    check(j["references"] == [] and all("predict" not in x for x in j["tensors"]), "rebase left predictions")
+    run(["decompress", "-q", os.path.join(tmp, "alone.tzip"), "-o", os.path.join(tmp, "m4.out")], 0)
+    check(sha(model) == sha(os.path.join(tmp, "m4.out")), "rebased file differs")
+    os.rename(moved, oz)
+    # Delta against a previous checkpoint: masters nudged in a low mantissa byte.
+    optim2 = os.path.join(tmp, "optim2.safetensors")
+    write_st(optim2, [(n, t[n][0], t[n][1], bytes(b ^ (1 if (i % 4 == 0 and n.startswith("master.")) else 0)
+                                                for i, b in enumerate(t[n][2]))) for n in sorted(t)])
+    oz2 = os.path.join(tmp, "optim2.tzip")
+    run(["compress", "-q", optim2, "--ref", oz, "-o", oz2], 0)
+    p = run(["inspect", oz2], 0)
+    check("delta vs c1/optim.tzip" in p.stdout, "inspect does not show the delta: " + p.stdout[-600:])
+    run(["decompress", "-q", oz2, "-o", os.path.join(tmp, "o2.out")], 0)
+    check(sha(optim2) == sha(os.path.join(tmp, "o2.out")), "delta file does not round-trip")
+    # A different file under the recorded name: refused (exit 2), naming both.
+    shutil.copy(oz, os.path.join(tmp, "keep.tzip"))
+    shutil.copy(os.path.join(tmp, "alone.tzip"), oz)
+    one_line_error(run(["decompress", oz2, "-o", os.path.join(tmp, "o3.out")], 2), "optim2.tzip", "c1/optim.tzip",
+                   "not the file")
+    run(["verify", oz2], 2)
+    # --no-predict: plain 1.0 file.
+    run(["compress", "-q", "--no-predict", model, "-o", os.path.join(tmp, "plain.tzip")], 0)
+    j = json.loads(run(["inspect", "--json", os.path.join(tmp, "plain.tzip")], 0).stdout)
+    check(j["format_version"] == "1.0" and all("predict" not in x for x in j["tensors"]), "--no-predict predicted")
+    one_line_error(run(["rebase", mz], 1), "-o")
+
+
 def case_bench(tmp):
     p = run(["bench", "-T", "2", "--levels", "-1,1", os.path.join(ARGS.data, "fixture-slice-bf16.safetensors")], 0)
     check("ratio" in p.stdout and "comp GB/s" in p.stdout, "bench table missing")

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Checkpoint-aware coding benchmark (issue 6): whole-checkpoint ratio and
+speed of tzip with and without prediction on the real fixture pair, beside
+zstd -3 and ZipNN per tensor.
+
+usage: python3 bench/predict_bench.py --tzip build-pred/programs/tzip \
+           [--fixtures ../shared/fixtures] [--reps 5] [--work /tmp/predict_bench]
+
+Rows (step 400 = its BF16 model file + FP32 optimizer file, 69.1 MB):
+  tzip --no-predict   plain per-tensor coding (both files)
+  tzip                cast prediction (BF16 weights from the FP32 masters)
+  tzip --ref step200  cast + delta against the step-200 .tzip files
+  zstd -3             whole files (CLI), and per tensor (python zstandard)
+  ZipNN               per tensor (bench/codec_bench.py wrapper), if installed
+Speeds: best of --reps wall-clock runs of the CLI (includes reading the
+inputs from the page cache and fsync of the outputs), and process CPU time.
+"""
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def run(cmd):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    el = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return el, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def size_of(paths):
+    return sum(os.path.getsize(p) for p in paths)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tzip", required=True)
+    ap.add_argument("--fixtures", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--work", default="/tmp/predict_bench")
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args()
+    fx = Path(a.fixtures)
+    st = {s: [fx / f"gpt-small-step{s}-model-bf16.safetensors", fx / f"gpt-small-step{s}-optim-fp32.safetensors"]
+          for s in (200, 400)}
+    if not all(p.exists() for v in st.values() for p in v):
+        print(f"fixtures not found in {fx}", file=sys.stderr)
+        return 77
+    w = Path(a.work)
+    shutil.rmtree(w, ignore_errors=True)
+    w.mkdir(parents=True)
+    T = [a.tzip]
+    thr = ["-T", str(a.threads)] if a.threads else []
+    raw = size_of(st[400])
+
+    def outs(d, step):
+        return [w / d / p.name.replace(".safetensors", ".tzip") for p in st[step]]
+
+    (w / "s200").mkdir()
+    run(T + ["compress", "-q", "-f"] + thr + [str(p) for p in st[200]] + ["-o", str(w / "s200")])
+    rows = []
+
+    def measure(label, d, extra):
+        (w / d).mkdir(exist_ok=True)
+        best = None
+        for _ in range(a.reps):
+            el, cpu = run(T + ["compress", "-q", "-f"] + thr + extra + [str(p) for p in st[400]] + ["-o", str(w / d)])
+            best = (el, cpu) if best is None or el < best[0] else best
+        o = outs(d, 400)
+        comp = size_of(o)
+        # decompress: the model file needs the optimizer file (and --ref files)
+        dbest = None
+        for _ in range(a.reps):
+            el = cpu = 0.0
+            for f in o:
+                e, c = run(T + ["decompress", "-q", "-f"] + thr + [str(f), "-o", str(w / (f.name + ".out"))])
+                el += e
+                cpu += c
+            dbest = (el, cpu) if dbest is None or el < dbest[0] else dbest
+        for f, src in zip(o, st[400]):
+            if (w / (f.name + ".out")).read_bytes() != src.read_bytes():
+                raise SystemExit(f"{f}: round trip differs")
+        rows.append((label, comp, best, dbest))
+
+    measure("tzip --no-predict (plain per-tensor)", "plain", ["--no-predict"])
+    measure("tzip (cast prediction, standalone)", "cast", [])
+    measure("tzip --ref step200 (cast + delta)", "delta",
+            ["--ref", str(outs("s200", 200)[0]), "--ref", str(outs("s200", 200)[1])])
+    # zstd -3, whole files
+    zs = 0
+    zt = None
+    for _ in range(a.reps):
+        t0 = time.perf_counter()
+        zs = 0
+        for p in st[400]:
+            zs += len(subprocess.run(["zstd", "-3", "-c", "-q", str(p)], check=True, capture_output=True).stdout)
+        el = time.perf_counter() - t0
+        zt = el if zt is None or el < zt else zt
+    rows.append(("zstd -3 (whole files, CLI)", zs, (zt, None), None))
+    # per tensor: zstd -3 (python zstandard) and ZipNN
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    tensors = []
+    try:
+        import codec_bench as cb
+        for p in st[400]:
+            tensors += cb.read_safetensors(p)
+    except Exception as e:  # noqa: BLE001
+        print(f"per-tensor rows skipped: {e}", file=sys.stderr)
+    if tensors:
+        try:
+            import zstandard
+            c = zstandard.ZstdCompressor(level=3)
+            rows.append(("zstd -3 per tensor (zstandard)", sum(len(c.compress(b)) for _, _, b in tensors), None, None))
+        except ImportError:
+            pass
+        try:
+            z = cb.ZipNN(2)
+            n = 0
+            t0 = time.perf_counter()
+            for _, dt, b in tensors:
+                key = {"BF16": "bf16", "F32": "f32", "F16": "f16"}.get(dt)
+                if key is None or key not in z.z:
+                    n += len(b)
+                else:
+                    n += len(z.compress(bytearray(b), key))
+            rows.append(("ZipNN per tensor (byte mode, dtype-aware)", n, (time.perf_counter() - t0, None), None))
+        except Exception as e:  # noqa: BLE001
+            print(f"ZipNN row skipped: {e}", file=sys.stderr)
+
+    print(f"step 400 checkpoint: {raw} bytes ({len(st[400])} files); reps {a.reps}, threads {a.threads or 'all'}")
+    print("| method | compressed bytes | ratio | compress MB/s (CPU s) | decompress MB/s (CPU s) |")
+    print("|---|---|---|---|---|")
+    for label, comp, c, d in rows:
+        cs = "-" if c is None else f"{raw / c[0] / 1e6:.0f}" + ("" if c[1] is None else f" ({c[1]:.2f})")
+        ds = "-" if d is None else f"{raw / d[0] / 1e6:.0f} ({d[1]:.2f})"
+        print(f"| {label} | {comp} | {raw / comp:.3f} | {cs} | {ds} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
