@@ -167,7 +167,7 @@ const char* kMainHelp =
     "commands:\n"
     "  compress IN... [-o OUT]    safetensors file or model folder -> .tzip (x.safetensors -> x.tzip,\n"
     "                             folder x -> folder x.tzip)\n"
-    "  decompress IN [-o OUT]     .tzip file or folder -> original bytes (x.tzip -> x.safetensors)\n"
+    "  decompress IN... [-o OUT]  .tzip file or folder -> original bytes (x.tzip -> x.safetensors)\n"
     "  inspect FILE [--json]      tensors, dtypes, shapes, sizes and ratios\n"
     "  rebase FILE -o OUT         delta .tzip -> standalone .tzip (references resolved)\n"
     "  verify FILE|DIR [--against ORIGINAL]\n"
@@ -211,10 +211,12 @@ const char* help_for(const std::string& cmd) {
            "  -f, --force          overwrite an existing output\n"
            "  -q, --quiet / -v, --verbose\n";
   if (cmd == "decompress")
-    return "usage: tzip decompress IN [-o OUT] [options]\n"
+    return "usage: tzip decompress IN... [-o OUT] [options]\n"
            "\n"
            "Restores the original safetensors file (byte-identical) from a .tzip file, or the original\n"
-           "folder from a folder of .tzip files. Every checksum is verified on the way.\n"
+           "folder from a folder of .tzip files. Every checksum is verified on the way. Several .tzip\n"
+           "files of one checkpoint (-o: an existing folder) are restored together: files others\n"
+           "reference come first and serve as their predictors.\n"
            "\n"
            "  -o, --output OUT     output (default: x.tzip -> x.safetensors, folder x.tzip -> x)\n"
            "      --ref FILE       a .tzip file this one was predicted from (repeatable; matched by\n"
@@ -480,7 +482,31 @@ int cmd_compress(const Args& a) {
 }
 
 int cmd_decompress(const Args& a) {
-  if (a.inputs.size() != 1) throw UsageError("decompress: give exactly one input (try 'tzip decompress --help')");
+  if (a.inputs.empty()) throw UsageError("decompress: no input given (try 'tzip decompress --help')");
+  if (a.inputs.size() > 1) {
+    // Several .tzip files of one checkpoint: referenced files first, and
+    // their restored bytes serve as predictors (master weights decoded once).
+    if (a.output.empty() || tc::path_kind(a.output) != tc::PathKind::kDir)
+      throw UsageError("-o must be an existing folder when several inputs are given");
+    std::vector<std::string> outs;
+    for (const auto& in : a.inputs) {
+      if (tc::path_kind(in) != tc::PathKind::kFile) throw tc::Error(ErrorKind::kIO, in + ": no such .tzip file");
+      std::string o = tc::default_decompressed_name(in, false);
+      if (o.empty()) throw UsageError(in + ": name does not end in .tzip");
+      const auto k = o.find_last_of('/');
+      outs.push_back(a.output + "/" + (k == std::string::npos ? o : o.substr(k + 1)));
+    }
+    tc::ReadOptions o;
+    o.threads = a.threads;
+    o.force = a.force;
+    o.refs = a.refs;
+    const double t0 = now_s();
+    const tc::PassStats st = tc::decompress_checkpoint(a.inputs, outs, o);
+    const double el = now_s() - t0;
+    say("checkpoint: " + human(st.file_bytes) + " -> " + human(st.raw_bytes) + " (" +
+        human(st.raw_bytes / std::max(el, 1e-9)) + "/s)");
+    return kExitOk;
+  }
   const std::string& in = a.inputs[0];
   const tc::PathKind k = tc::path_kind(in);
   if (k == tc::PathKind::kMissing) throw tc::Error(ErrorKind::kIO, in + ": no such file or folder");

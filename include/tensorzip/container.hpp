@@ -177,6 +177,13 @@ PassStats compress_file(const std::string& in, const std::string& out, const Wri
 PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::vector<std::string>& outs,
                               const WriteOptions& opt, const std::vector<std::string>& refs = {});
 
+// Restores the .tzip files of one checkpoint (outs[i] from ins[i]). Files
+// that others reference are restored first; their restored bytes (verified
+// by the export pass) then serve as predictors, so e.g. FP32 master weights
+// are decoded once, not once more for the BF16 file cast from them.
+PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::vector<std::string>& outs,
+                                const ReadOptions& opt);
+
 // Writes a standalone copy of a .tzip file: every reference (delta or
 // cross-file cast) resolved, casts within the file kept.
 PassStats rebase(const std::string& in, const std::string& out, const WriteOptions& opt,
@@ -208,6 +215,11 @@ class Reader {
   // Uses `path` for whichever recorded reference has that file's checksum.
   // Throws kBadInput if it matches none ("is not a reference of this file").
   void add_reference_path(const std::string& path);
+  // Declares `safetensors_path` to be the (already verified) export of the
+  // referenced .tzip `tzip_path` (matched by checksum): predictors are then
+  // read from it instead of decoding the reference again. Used by
+  // decompress_checkpoint; the caller vouches for the safetensors file.
+  void add_reference_original(const std::string& tzip_path, const std::string& safetensors_path);
   // Opens every reference (recursively) and checks its checksum; throws a
   // one-line error naming this file and the missing or wrong reference.
   void check_references();

@@ -213,20 +213,27 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
   }
   if (n_tz == 0) fail(ErrorKind::kUsage, in + ": folder holds no .tzip files");
   uint64_t base = 0;
+  for (const auto& e : entries)
+    if (e.dir && mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0)
+      fail_errno(out + "/" + e.rel, "cannot create folder", errno);
+  {
+    // All .tzip files as one checkpoint: referenced files are restored
+    // first and serve as predictors of the others (section 11).
+    std::vector<std::string> ins, outs;
+    for (const auto& e : entries) {
+      if (e.dir || !ends_with(e.rel, ".tzip")) continue;
+      ins.push_back(in + "/" + e.rel);
+      outs.push_back(tmp.path + "/" + default_decompressed_name(e.rel, false));
+    }
+    ReadOptions o = opt;
+    o.force = false;
+    o.progress = offset_progress(opt.progress, 0, total);
+    base += decompress_checkpoint(ins, outs, o).raw_bytes;
+  }
   for (const auto& e : entries) {
     const std::string src = in + "/" + e.rel;
-    if (e.dir) {
-      if (mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0) fail_errno(out + "/" + e.rel, "cannot create folder", errno);
-      continue;
-    }
-    if (ends_with(e.rel, ".tzip")) {
-      Reader r(src, opt.threads);
-      ReadOptions o = opt;
-      o.force = false;
-      o.progress = offset_progress(opt.progress, base, total);
-      r.export_safetensors(tmp.path + "/" + default_decompressed_name(e.rel, false), o);
-      base += r.original_size();
-    } else {
+    if (e.dir || ends_with(e.rel, ".tzip")) continue;
+    {
       copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
       base += e.size;
     }

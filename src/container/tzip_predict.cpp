@@ -86,6 +86,54 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
   return total;
 }
 
+PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::vector<std::string>& outs,
+                                const ReadOptions& opt) {
+  if (ins.size() != outs.size()) fail(ErrorKind::kUsage, "decompress_checkpoint: as many outputs as inputs are needed");
+  // Checksums and references first (headers only; no file kept open).
+  std::vector<uint64_t> sum(ins.size());
+  std::vector<std::vector<uint64_t>> needs(ins.size());
+  for (size_t i = 0; i < ins.size(); ++i) {
+    Reader r(ins[i], 1);
+    sum[i] = r.file_checksum();
+    for (const auto& ref : r.references()) needs[i].push_back(ref.xxh64);
+  }
+  // Referenced files first (a file is ready once every reference that is
+  // also an input has been restored).
+  std::vector<bool> done(ins.size(), false);
+  PassStats total;
+  for (size_t round = 0; round < ins.size(); ++round) {
+    size_t pick = ins.size();
+    for (size_t i = 0; i < ins.size() && pick == ins.size(); ++i) {
+      if (done[i]) continue;
+      bool ready = true;
+      for (uint64_t x : needs[i])
+        for (size_t j = 0; j < ins.size(); ++j)
+          if (!done[j] && j != i && sum[j] == x) ready = false;
+      if (ready) pick = i;
+    }
+    if (pick == ins.size()) fail(ErrorKind::kBadInput, ins[0] + ": references between the files form a cycle");
+    Reader r(ins[pick], opt.threads);
+    for (const auto& p : opt.refs) {
+      const uint64_t sum = Reader(p, 1).file_checksum();
+      for (const auto& ref : r.references())
+        if (ref.xxh64 == sum) {
+          r.add_reference_path(p);
+          break;
+        }
+    }
+    for (size_t j = 0; j < ins.size(); ++j)
+      if (done[j] && std::find(needs[pick].begin(), needs[pick].end(), sum[j]) != needs[pick].end())
+        r.add_reference_original(ins[j], outs[j]);
+    ReadOptions o = opt;
+    o.refs.clear();
+    const PassStats st = r.export_safetensors(outs[pick], o);
+    total.raw_bytes += st.raw_bytes;
+    total.file_bytes += st.file_bytes;
+    done[pick] = true;
+  }
+  return total;
+}
+
 PassStats rebase(const std::string& in, const std::string& out, const WriteOptions& opt, const ReadOptions& ropt) {
   Reader r(in, ropt.threads);
   for (const auto& p : ropt.refs) r.add_reference_path(p);

@@ -37,6 +37,11 @@ struct Reader::Impl {
   // References (section 11), opened on first use.
   std::vector<std::string> ref_paths;         // resolved or given path per reference
   std::vector<std::unique_ptr<Reader>> refs;  // opened and checksum-checked
+  struct Original {                           // verified export of a reference
+    std::unique_ptr<InFile> f;
+    SafetensorsInfo st;
+  };
+  std::vector<std::unique_ptr<Original>> originals;
 
   ~Impl() {
     for (auto* c : pool) tz_ctx_free(c);
@@ -208,6 +213,20 @@ Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
   for (const auto& r : m.h.references)
     m.ref_paths.push_back(r.file.size() && r.file[0] == '/' ? r.file : dir + "/" + r.file);
   m.refs.resize(m.h.references.size());
+  m.originals.resize(m.h.references.size());
+}
+
+void Reader::add_reference_original(const std::string& tzip_path, const std::string& st_path) {
+  Impl& m = *impl_;
+  const uint64_t sum = Reader(tzip_path, 1).file_checksum();
+  for (size_t i = 0; i < m.h.references.size(); ++i)
+    if (m.h.references[i].xxh64 == sum) {
+      auto o = std::make_unique<Impl::Original>();
+      o->st = read_safetensors_info(st_path);
+      o->f = std::make_unique<InFile>(st_path);
+      std::lock_guard<std::mutex> lk(m.mu);
+      m.originals[i] = std::move(o);
+    }
 }
 
 uint16_t Reader::version_major() const { return impl_->h.major; }
@@ -231,11 +250,30 @@ void Reader::add_reference_path(const std::string& p) {
 }
 
 void Reader::check_references() {
-  for (size_t i = 0; i < impl_->h.references.size(); ++i) impl_->reference(i).check_references();
+  for (size_t i = 0; i < impl_->h.references.size(); ++i)
+    if (!impl_->originals[i]) impl_->reference(i).check_references();
 }
 
 void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t* io, uint64_t n) {
   if (t.predict.kind == PredictKind::kNone || n == 0) return;
+  if (t.predict.ref >= 0 && originals[(size_t)t.predict.ref]) {
+    // The reference's verified export: read the predictor bytes directly.
+    const Original& o = *originals[(size_t)t.predict.ref];
+    const std::string& sname = t.predict.kind == PredictKind::kCast ? t.predict.source : t.name;
+    const TensorEntry* s = nullptr;
+    for (const auto& e : o.st.tensors)
+      if (e.name == sname) s = &e;
+    const bool cast = t.predict.kind == PredictKind::kCast;
+    if (!s || (cast ? (s->dtype != "F32" || s->shape != t.shape) : (s->dtype != t.dtype || s->shape != t.shape)))
+      corrupt(t, "predictor tensor '" + sname + "' missing or of another dtype/shape in " + o.f->path());
+    std::vector<uint8_t> tmp(cast ? n * 2 : n);
+    o.f->pread_exact(o.st.data_start + s->data_begin + (cast ? off * 2 : off), tmp.data(), tmp.size());
+    if (cast)
+      tz::predict::cast_xor(tmp.data(), io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+    else
+      tz::predict::xor_bytes(tmp.data(), io, n);
+    return;
+  }
   Reader* src_reader = nullptr;
   Impl* self_src = nullptr;
   if (t.predict.ref >= 0) src_reader = &reference((size_t)t.predict.ref);

@@ -440,6 +440,12 @@ def case_predict(tmp):
     j = json.loads(run(["inspect", "--json", os.path.join(tmp, "plain.tzip")], 0).stdout)
     check(j["format_version"] == "1.0" and all("predict" not in x for x in j["tensors"]), "--no-predict predicted")
     one_line_error(run(["rebase", mz], 1), "-o")
+    # Several .tzip files of one checkpoint in one decompress (sources first).
+    shutil.copy(os.path.join(tmp, "keep.tzip"), oz)
+    os.makedirs(os.path.join(tmp, "back"))
+    run(["decompress", "-q", mz, oz, "-o", os.path.join(tmp, "back")], 0)
+    check(sha(model) == sha(os.path.join(tmp, "back", "model.safetensors")), "multi-input decompress: model differs")
+    one_line_error(run(["decompress", mz, oz], 1), "-o")
 
 
 def case_bench(tmp):

@@ -462,6 +462,30 @@ TEST_F(Predict, FolderOfCheckpointFilesPredictsAcrossFiles) {
     EXPECT_EQ(read_all(p("out/") + f), read_all(p("ck/") + f)) << f;
 }
 
+TEST_F(Predict, DecompressCheckpointRestoresSourcesFirstAndUsesThem) {
+  mkdir(p("z").c_str(), 0755);
+  mkdir(p("out").c_str(), 0755);
+  const Ckpt c = make_ckpt(31);
+  write_ckpt(p("model.safetensors"), p("optim.safetensors"), c);
+  tc::compress_checkpoint({p("model.safetensors"), p("optim.safetensors")}, {p("z/model.tzip"), p("z/optim.tzip")},
+                          tc::WriteOptions{});
+  // The model file is listed first but needs the optimizer file.
+  tc::decompress_checkpoint({p("z/model.tzip"), p("z/optim.tzip")}, {p("out/model.safetensors"), p("out/optim.safetensors")},
+                            tc::ReadOptions{});
+  EXPECT_EQ(read_all(p("out/model.safetensors")), read_all(p("model.safetensors")));
+  EXPECT_EQ(read_all(p("out/optim.safetensors")), read_all(p("optim.safetensors")));
+  // Predictors come from the restored optimizer file: once it is restored,
+  // the model file decodes even if the optimizer .tzip then disappears.
+  tc::Reader m(p("z/model.tzip"));
+  m.add_reference_original(p("z/optim.tzip"), p("out/optim.safetensors"));
+  rename(p("z/optim.tzip").c_str(), p("gone.tzip").c_str());
+  EXPECT_EQ(m.read_tensor("model.w"), cast_of(c.master, tp::kCastBF16));
+  tc::ReadOptions f;
+  f.force = true;
+  m.export_safetensors(p("again.safetensors"), f);
+  EXPECT_EQ(read_all(p("again.safetensors")), read_all(p("model.safetensors")));
+}
+
 // ---- the real checkpoint pair ----------------------------------------------
 
 TEST_F(Predict, FixtureStep200ToStep400AndASyntheticThird) {
