@@ -150,7 +150,10 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             cands.push_back(Cand{other_files.back().get(), others[i].st.data_start + t.data_begin, &t, (int)i, {}});
       }
     }
-    if (!opt.ref.empty()) delta_ref = std::make_unique<Reader>(opt.ref, opt.threads);
+    if (!opt.ref.empty()) {
+      check_not_same_file(opt.ref, out_path);  // the new file would replace its own reference
+      delta_ref = std::make_unique<Reader>(opt.ref, opt.threads);
+    }
     // Probe: 64 elements from the middle of the tensor (cheap first filter).
     auto probe_at = [](uint64_t n) { return n > 64 ? (n - 64) / 2 : 0; };
     std::vector<uint8_t> sample, cand_bytes, resid;

@@ -15,6 +15,11 @@
 #include <string>
 #include <vector>
 
+#include <xxhash.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+
 #include "codec/predict.h"
 #include "tensorzip/container.hpp"
 
@@ -484,6 +489,103 @@ TEST_F(Predict, DecompressCheckpointRestoresSourcesFirstAndUsesThem) {
   f.force = true;
   m.export_safetensors(p("again.safetensors"), f);
   EXPECT_EQ(read_all(p("again.safetensors")), read_all(p("model.safetensors")));
+}
+
+// ---- hostile version-2 headers ---------------------------------------------
+
+namespace {
+uint64_t le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+void put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+// Rewrites the JSON header and fixes every checksum, so that the header
+// validation itself must catch the edit.
+Bytes with_header(const Bytes& f, const std::function<void(nlohmann::json&)>& edit) {
+  const uint8_t* tr = f.data() + f.size() - 48;
+  const uint64_t ho = le64(tr), hs = le64(tr + 8);
+  nlohmann::json j = nlohmann::json::parse(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
+  edit(j);
+  const std::string h = j.dump();
+  Bytes out(f.begin(), f.begin() + (long)ho);
+  out.insert(out.end(), h.begin(), h.end());
+  Bytes t(tr, tr + 48);
+  put64(t.data() + 8, h.size());
+  put64(t.data() + 16, XXH64(h.data(), h.size(), 0));
+  out.insert(out.end(), t.begin(), t.end());
+  put64(out.data() + out.size() - 16, XXH64(out.data(), out.size() - 16, 0));
+  return out;
+}
+}  // namespace
+
+TEST_F(Predict, HeaderValidationOfPredictions) {
+  const Bytes m = normal_f32(4096, 0.02f, 41);
+  write_st(p("h.safetensors"), {{"w", "BF16", "[64,64]", cast_of(m, tp::kCastBF16)},
+                                {"m", "F32", "[64,64]", m},
+                                {"v", "F32", "[64,64]", normal_f32(4096, 1.f, 42)}});
+  tc::compress_file(p("h.safetensors"), p("h.tzip"), tc::WriteOptions{});
+  tc::WriteOptions plain;
+  plain.predict = false;
+  tc::compress_file(p("h.safetensors"), p("h1.tzip"), plain);
+  const Bytes good = read_all(p("h.tzip")), v1 = read_all(p("h1.tzip"));
+  write_all(p("same.tzip"), with_header(good, [](nlohmann::json&) {}));
+  ASSERT_NO_THROW(tc::Reader(p("same.tzip")).verify(p("h.safetensors"), tc::ReadOptions{}));
+  using J = nlohmann::json;
+  auto w = [](J& j) -> J& { return j["tensors"][0]; };  // "w", the cast
+  const std::vector<std::tuple<const char*, const Bytes*, std::function<void(J&)>>> edits = {
+      {"predict in a version 1 file", &v1, [&](J& j) { w(j)["predict"] = {{"kind", "cast"}, {"source", "m"}}; }},
+      {"references in a version 1 file", &v1, [](J& j) { j["references"] = J::array(); }},
+      {"references missing", &good, [](J& j) { j.erase("references"); }},
+      {"json version 1 in a 2.0 file", &good, [](J& j) { j["version"] = 1; }},
+      {"unknown kind", &good, [&](J& j) { w(j)["predict"]["kind"] = "lerp"; }},
+      {"unknown key", &good, [&](J& j) { w(j)["predict"]["scale"] = 2; }},
+      {"ref out of range", &good, [&](J& j) { w(j)["predict"]["ref"] = 0; }},
+      {"delta without ref", &good, [&](J& j) { w(j)["predict"] = {{"kind", "delta"}}; }},
+      {"source missing", &good, [&](J& j) { w(j)["predict"]["source"] = "nope"; }},
+      {"source empty", &good, [&](J& j) { w(j)["predict"]["source"] = ""; }},
+      {"source is the tensor itself", &good, [&](J& j) { w(j)["predict"]["source"] = "w"; }},
+      {"cast of an F32 tensor", &good, [](J& j) { j["tensors"][1]["predict"] = {{"kind", "cast"}, {"source", "v"}}; }},
+      {"reference without checksum", &good, [](J& j) { j["references"] = J::array({{{"file", "x.tzip"}}}); }},
+      {"reference bad checksum", &good,
+       [](J& j) { j["references"] = J::array({{{"file", "x.tzip"}, {"xxh64", "XYZ"}}}); }},
+      {"reference without name", &good,
+       [](J& j) { j["references"] = J::array({{{"file", ""}, {"xxh64", "0123456789abcdef"}}}); }},
+      {"predict on a gap-less non-object", &good, [&](J& j) { w(j)["predict"] = 3; }},
+  };
+  for (const auto& [what, base, edit] : edits) {
+    write_all(p("e.tzip"), with_header(*base, edit));
+    try {
+      tc::Reader r(p("e.tzip"), 1);
+      r.verify("", tc::ReadOptions{});
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const tc::Error& e) {
+      EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("header"), std::string::npos) << what << ": " << e.what();
+    }
+  }
+  // Checks that need the referenced file happen when the prediction is used:
+  // a cast whose source is not in the reference, a delta whose reference
+  // tensor has another shape.
+  write_st(p("r.safetensors"), {{"m", "F32", "[64,64]", m}, {"v", "F32", "[4096]", normal_f32(4096, 1.f, 42)}});
+  tc::compress_file(p("r.safetensors"), p("r.tzip"), plain);
+  write_st(p("x.safetensors"), {{"w", "BF16", "[64,64]", cast_of(m, tp::kCastBF16)}});
+  tc::compress_checkpoint({p("x.safetensors"), p("r.safetensors")}, {p("x.tzip"), p("r2.tzip")}, tc::WriteOptions{});
+  const Bytes x = read_all(p("x.tzip"));
+  ASSERT_EQ(tc::Reader(p("x.tzip")).references().size(), 1u);
+  for (const char* src : {"nope", "v"}) {
+    write_all(p("e.tzip"), with_header(x, [&](J& j) { j["tensors"][0]["predict"]["source"] = src; }));
+    tc::Reader r(p("e.tzip"), 1);
+    try {
+      r.read_tensor("w");
+      ADD_FAILURE() << src << ": accepted";
+    } catch (const tc::Error& e) {
+      EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find("r2.tzip"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---- the real checkpoint pair ----------------------------------------------
