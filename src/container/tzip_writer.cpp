@@ -41,6 +41,7 @@ struct PredSrc {
   uint64_t abs_off = 0;          //   absolute offset of the source tensor in that file
   Reader* reader = nullptr;      // delta: previous checkpoint's .tzip
   size_t index = 0;              //   tensor index there
+  std::shared_ptr<std::vector<uint8_t>> cached;  //   or its whole decoded tensor
 };
 
 // Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
@@ -131,6 +132,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   std::unique_ptr<Reader> delta_ref;
   std::map<size_t, int> other_ref_index;  // others[i] -> references index, when used
   int delta_ref_index = -1;
+  uint64_t delta_cached = 0;
   {
     struct Cand {
       const InFile* file;
@@ -214,19 +216,31 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
         if (ri >= 0) {
           const TensorEntry& rt = delta_ref->tensors()[(size_t)ri];
           if (rt.dtype == t.dtype && rt.shape == t.shape) {
-            // One contiguous run: decodes one or two reference blocks, not four.
+            // Small reference tensors (<= 1 MiB, 256 MiB in all) are decoded
+            // whole once and kept for the encoder; larger ones are sampled on
+            // one contiguous run (one or two reference blocks decoded).
             const SampleRuns dr = sample_runs(n, 1);
             Bytes1 cur(dr.elems * esz);
             src.pread_exact(st.data_start + t.data_begin + dr.runs[0].first * esz, cur.data(), cur.size());
-            cand_bytes.resize(dr.elems * esz);
-            delta_ref->read_range((size_t)ri, dr.runs[0].first * esz, dr.elems * esz, cand_bytes.data());
+            std::shared_ptr<Bytes1> whole;
+            const uint8_t* refp;
+            if (rt.raw_size() <= (1u << 20) && delta_cached + rt.raw_size() <= (256u << 20)) {
+              whole = std::make_shared<Bytes1>(rt.raw_size());
+              delta_ref->read_tensor((size_t)ri, whole->data(), whole->size());
+              refp = whole->data() + dr.runs[0].first * esz;
+            } else {
+              cand_bytes.resize(dr.elems * esz);
+              delta_ref->read_range((size_t)ri, dr.runs[0].first * esz, dr.elems * esz, cand_bytes.data());
+              refp = cand_bytes.data();
+            }
             const double dbase = plane_cost(cur.data(), dr.elems, esz);
-            tz::predict::xor_bytes(cand_bytes.data(), cur.data(), cur.size());
+            tz::predict::xor_bytes(refp, cur.data(), cur.size());
             const double cost = plane_cost(cur.data(), dr.elems, esz);
             if (cost < dbase * (1.0 - opt.min_gain)) {
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
-              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri};
+              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, whole};
+              if (whole) delta_cached += whole->size();
             }
           }
         }
@@ -308,6 +322,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             ps.file->pread_exact(ps.abs_off + u.seg_off * 2, tmp.data(), tmp.size());
             tz::predict::cast_xor(tmp.data(), s.raw.p.get(), u.raw / 2,
                                   u.seg->dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+          } else if (ps.cached) {
+            tz::predict::xor_bytes(ps.cached->data() + u.seg_off, s.raw.p.get(), u.raw);
           } else {
             tmp.resize(u.raw);
             ps.reader->read_range(ps.index, u.seg_off, u.raw, tmp.data());
