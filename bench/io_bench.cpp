@@ -193,6 +193,17 @@ int main(int argc, char** argv) {
       const double tl = since(t0);
       row(where.c_str(), (std::string("tensorzip load, codec ") + st.codec).c_str(), S, tl, 0, ratio,
           check() ? "page cache dropped first; verified" : "MISMATCH");
+      {
+        drop_cache(dir + "/rank-00000.tzip");
+        ck::Checkpoint ckd(dir, threads, /*direct_io=*/true);
+        clobber();
+        const auto t2 = Clock::now();
+        ckd.load(req);
+        const double td = since(t2);
+        row(where.c_str(), (std::string("tensorzip load O_DIRECT, codec ") + st.codec).c_str(), S, td, 0, ratio,
+            std::string(ckd.direct_io() ? "O_DIRECT" : "O_DIRECT refused: buffered") +
+                (check() ? "; verified" : "; MISMATCH"));
+      }
       if (c == ck::Codec::kFast) {
         const std::string adir = root + "/tz-async";
         fs::remove_all(adir);

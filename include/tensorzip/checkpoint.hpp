@@ -134,7 +134,10 @@ struct LoadRequest {
 // A complete checkpoint opened for reading (reads the manifest only).
 class Checkpoint {
  public:
-  explicit Checkpoint(const std::string& dir, unsigned threads = 0);
+  // direct_io: read frames with O_DIRECT (4 KiB-aligned ranges around each
+  // frame; frames are 64-byte aligned in the file), bypassing the page
+  // cache; falls back to buffered reads where the file system refuses it.
+  explicit Checkpoint(const std::string& dir, unsigned threads = 0, bool direct_io = false);
   ~Checkpoint();
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
@@ -142,6 +145,8 @@ class Checkpoint {
   const std::vector<TensorInfo>& tensors() const;
   const std::map<std::string, std::string>& metadata() const;
   long find(const std::string& name) const;  // index or -1
+  // True while frames are read with O_DIRECT (requested, and not refused).
+  bool direct_io() const;
 
   // Reads the requested tensors only: frames are read and decoded by
   // `threads` workers in parallel (the read of one overlaps the decode of

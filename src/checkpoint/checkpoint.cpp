@@ -25,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -854,6 +855,8 @@ struct Checkpoint::Impl {
   unsigned threads;
   std::vector<std::string> files;
   std::vector<int> fds;
+  std::vector<int> dfds;  // O_DIRECT descriptors (-1: not requested or refused)
+  std::atomic<bool> direct_ok{true};
   std::vector<TensorInfo> infos;
   std::vector<RTensor> tensors;
   std::map<std::string, size_t> by_name;
@@ -861,10 +864,12 @@ struct Checkpoint::Impl {
   ~Impl() {
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
+    for (int fd : dfds)
+      if (fd >= 0) ::close(fd);
   }
 };
 
-Checkpoint::Checkpoint(const std::string& dir, unsigned threads) : impl_(std::make_unique<Impl>()) {
+Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io) : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
   m.dir = dir;
   m.threads = resolve_threads(threads);
@@ -916,10 +921,16 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads) : impl_(std::ma
     const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail_errno(f, "open", errno);
     m.fds.push_back(fd);
+    m.dfds.push_back(direct_io ? ::open(f.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1);
   }
 }
 
 Checkpoint::~Checkpoint() = default;
+bool Checkpoint::direct_io() const {
+  bool d = impl_->direct_ok && !impl_->dfds.empty();
+  for (int fd : impl_->dfds) d = d && fd >= 0;
+  return d;
+}
 const std::vector<TensorInfo>& Checkpoint::tensors() const { return impl_->infos; }
 const std::map<std::string, std::string>& Checkpoint::metadata() const { return impl_->meta; }
 long Checkpoint::find(const std::string& name) const {
@@ -951,12 +962,20 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
   std::mutex mu;
   std::exception_ptr err;
   const unsigned n_workers = (unsigned)std::min<size_t>(m.threads, std::max<size_t>(1, jobs.size()));
+  bool direct = m.direct_ok;  // O_DIRECT reads bypass the page cache: no read-ahead hints then
+  for (int fd : m.dfds) direct = direct && fd >= 0;
   for (const auto& j : jobs)  // the first window of reads starts now
-    if (&j - jobs.data() >= (long)(2 * n_workers)) break;
+    if (direct || &j - jobs.data() >= (long)(2 * n_workers)) break;
     else ::posix_fadvise(m.fds[j.t->file], (off_t)j.f->offset, (off_t)j.f->size, POSIX_FADV_WILLNEED);
   auto worker = [&] {
     std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
     std::vector<uint8_t> buf, host;
+    void* dbuf = nullptr;  // O_DIRECT reads, 4 KiB aligned
+    uint64_t dbuf_cap = 0;
+    struct FreeDbuf {
+      void*& p;
+      ~FreeDbuf() { std::free(p); }
+    } free_dbuf{dbuf};
 #ifdef TZ_CHECKPOINT_CUDA
     cudaStream_t stream = nullptr;
     void* d_frame = nullptr;
@@ -973,15 +992,53 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
         const Job& jb = jobs[j];
         // Ask the kernel to start reading a few frames ahead, so the disk
         // stays busy while the workers decode.
-        if (const size_t ahead = j + 2 * n_workers; ahead < jobs.size())
+        if (const size_t ahead = j + 2 * n_workers; ahead < jobs.size() && !direct)
           ::posix_fadvise(m.fds[jobs[ahead].t->file], (off_t)jobs[ahead].f->offset, (off_t)jobs[ahead].f->size,
                           POSIX_FADV_WILLNEED);
         const std::string what = "tensor '" + jb.t->info.name + "' (" + m.files[jb.t->file] + ", frame at offset " +
                                  std::to_string(jb.f->offset) + ")";
-        if (buf.size() < jb.f->size) buf.resize(jb.f->size);
-        if (const int e = tz::io::pread_full(m.fds[jb.t->file], buf.data(), jb.f->size, jb.f->offset))
-          fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
-        if (XXH64(buf.data(), jb.f->size, 0) != jb.f->xxh64) fail(ErrorKind::kCorrupt, what + ": checksum mismatch");
+        const uint8_t* frame = nullptr;
+        const int dfd = m.dfds[jb.t->file];
+        if (dfd >= 0 && m.direct_ok.load(std::memory_order_relaxed)) {
+          // O_DIRECT: offset, length and buffer aligned to 4 KiB; the frame
+          // lies inside the aligned range (the read may stop at end of file).
+          constexpr uint64_t kAlign = 4096;
+          const uint64_t lo = jb.f->offset & ~(kAlign - 1);
+          const uint64_t need = jb.f->offset + jb.f->size - lo;
+          const uint64_t len = (need + kAlign - 1) & ~(kAlign - 1);
+          if (dbuf_cap < len) {
+            std::free(dbuf);
+            dbuf = nullptr;
+            dbuf_cap = 0;
+            if (::posix_memalign(&dbuf, kAlign, len) != 0) fail(ErrorKind::kInternal, "out of memory");
+            dbuf_cap = len;
+          }
+          uint64_t got = 0;
+          int e = 0;
+          while (got < need) {
+            const ssize_t r = ::pread(dfd, static_cast<uint8_t*>(dbuf) + got, len - got, (off_t)(lo + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) {
+              e = errno;
+              break;
+            }
+            if (r == 0) {
+              e = EIO;
+              break;
+            }
+            got += (uint64_t)r;
+          }
+          if (e == EINVAL) m.direct_ok = false;  // alignment refused here: buffered reads from now on
+          else if (e) fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
+          else frame = static_cast<const uint8_t*>(dbuf) + (jb.f->offset - lo);
+        }
+        if (!frame) {
+          if (buf.size() < jb.f->size) buf.resize(jb.f->size);
+          if (const int e = tz::io::pread_full(m.fds[jb.t->file], buf.data(), jb.f->size, jb.f->offset))
+            fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
+          frame = buf.data();
+        }
+        if (XXH64(frame, jb.f->size, 0) != jb.f->xxh64) fail(ErrorKind::kCorrupt, what + ": checksum mismatch");
         uint8_t* dst = static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off;
 #ifdef TZ_CHECKPOINT_CUDA
         const bool dev = jb.req->memory == Memory::kDevice;
@@ -998,7 +1055,7 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
             if (cudaMalloc(&d_frame, jb.f->size) != cudaSuccess) fail(ErrorKind::kInternal, what + ": cudaMalloc failed");
             d_frame_cap = jb.f->size;
           }
-          if (cudaMemcpyAsync(d_frame, buf.data(), jb.f->size, cudaMemcpyHostToDevice, stream) != cudaSuccess)
+          if (cudaMemcpyAsync(d_frame, frame, jb.f->size, cudaMemcpyHostToDevice, stream) != cudaSuccess)
             fail(ErrorKind::kInternal, what + ": cudaMemcpyAsync failed");
           const size_t g = tz_cuda_decompress_tensor(dst, jb.f->raw_size, d_frame, jb.f->size, stream);
           if (!tz_is_error(g) && g == jb.f->raw_size) continue;
@@ -1008,7 +1065,7 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
           dst = host.data();
         }
 #endif
-        const size_t r = tz_ctx_decompress(ctx.get(), dst, jb.f->raw_size, buf.data(), jb.f->size);
+        const size_t r = tz_ctx_decompress(ctx.get(), dst, jb.f->raw_size, frame, jb.f->size);
         if (tz_is_error(r) || r != jb.f->raw_size)
           fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
                                                                          tz_last_error_detail()

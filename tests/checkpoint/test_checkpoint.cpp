@@ -115,6 +115,10 @@ TEST_P(RoundTrip, RealTensorsByteIdentical) {
   ck::Checkpoint c(dir, 2);
   EXPECT_EQ(c.metadata().at("step"), "400");
   expect_identical(c, data);
+  ck::Checkpoint cd(dir, 2, /*direct_io=*/true);
+  expect_identical(cd, data);
+  RecordProperty("direct_io", cd.direct_io() ? "yes" : "no (refused by the file system)");
+  EXPECT_FALSE(ck::Checkpoint(dir, 2).direct_io());
   EXPECT_TRUE(c.verify().empty());
 
   // The rank file is a valid .tzip container: the container library verifies
@@ -268,8 +272,12 @@ TEST(Checkpoint, CorruptionNamesTheTensor) {
     EXPECT_EQ(e.kind(), ck::ErrorKind::kCorrupt);
     EXPECT_NE(std::string(e.what()).find("'" + data[victim].name + "'"), std::string::npos) << e.what();
   }
+  // Same with O_DIRECT reads (or their buffered fallback where refused).
+  ck::Checkpoint cd(dir, 2, /*direct_io=*/true);
+  EXPECT_EQ(cd.verify(), bad);
   for (const auto& t : data)
     if (t.name != data[victim].name) {
+      EXPECT_TRUE(cd.read(t.name) == t.bytes) << t.name;
       EXPECT_TRUE(c.read(t.name) == t.bytes) << t.name;
     }
 }
