@@ -167,16 +167,21 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
       const unsigned esz = bits / 8;
       const uint64_t n = t.raw_size() / esz;
       const SampleRuns sr = sample_runs(n);
-      sample.resize(sr.elems * esz);
-      {
+      // The tensor's own sample and its cost, read only when a candidate
+      // survives the probe (most tensors have none).
+      bool have_sample = false;
+      double best = 0;
+      auto ensure_sample = [&] {
+        if (have_sample) return;
+        have_sample = true;
+        sample.resize(sr.elems * esz);
         uint64_t o = 0;
         for (const auto& r : sr.runs) {
           src.pread_exact(st.data_start + t.data_begin + r.first * esz, sample.data() + o, r.second * esz);
           o += r.second * esz;
         }
-      }
-      const double base_cost = plane_cost(sample.data(), sr.elems, esz);
-      double best = base_cost * (1.0 - opt.min_gain);
+        best = plane_cost(sample.data(), sr.elems, esz) * (1.0 - opt.min_gain);
+      };
       const bool is_cast_target = (t.dtype == "BF16" || t.dtype == "F16");
       const int kind = t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16;
       if (is_cast_target) {
@@ -193,6 +198,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
           for (uint64_t i = 0; i < pn; ++i)
             hits += tz::predict::cast_f32(load_le32(c.probe.data() + 4 * i), kind) == load_le16(tprobe.data() + 2 * i);
           if (hits * 2 < pn) continue;  // fewer than half exact: not a cast of this tensor
+          ensure_sample();
           cand_bytes.resize(sr.elems * 4);
           uint64_t o = 0;
           for (const auto& r : sr.runs) {
