@@ -343,6 +343,10 @@ void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
   {
     auto cx = m.lease();
     for (size_t c = 0; c < t.frames.size(); ++c) {
+      if (t.frames[c].size == 0) {  // all-zero residual chunk (section 11.2)
+        std::memset(out + c * m.h.chunk_bytes, 0, t.frames[c].raw_size);
+        continue;
+      }
       buf.resize(t.frames[c].size);
       m.f->pread_exact(t.frames[c].offset, buf.data(), buf.size());
       m.decode_frame(cx.c, t, c, buf.data(), out + c * m.h.chunk_bytes);
@@ -383,6 +387,15 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t, uint64_t first
     const uint64_t c = b / bpc;
     const uint64_t lf = b - c * bpc;
     const uint64_t lc = std::min(last, (c + 1) * bpc) - b;
+    if (t.frames[c].size == 0) {  // all-zero residual chunk (section 11.2)
+      const uint64_t bb = t.block_bytes();
+      const uint64_t rsize = std::min((lf + lc) * bb, t.frames[c].raw_size) - lf * bb;
+      if (capacity - written < rsize) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
+      std::memset(out + written, 0, rsize);
+      written += rsize;
+      b += lc;
+      continue;
+    }
     m.read_prefix(t, c, &prefix);
     uint64_t off, size, roff, rsize;
     const size_t r = tz_frame_block_range(prefix.data(), prefix.size(), (unsigned)lf, (unsigned)lc, &off, &size, &roff, &rsize);
@@ -474,6 +487,13 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
         const PassUnit& u = units[i];
         const FrameRef& fr = u.seg->frames[u.c];
         const uint8_t* src = s.comp.p.get() + (fr.offset - u.read_from);
+        if (fr.size == 0) {  // all-zero residual chunk (section 11.2)
+          if (want_data) {
+            std::memset(s.raw.reserve(fr.raw_size), 0, fr.raw_size);
+            apply_prediction(*u.seg, u.c * h.chunk_bytes, s.raw.p.get(), fr.raw_size);
+          }
+          return;
+        }
         tz_frame_info info;
         const size_t r = tz_frame_inspect(src, fr.size, &info);
         if (tz_is_error(r)) {

@@ -335,6 +335,18 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             ps.reader->read_range(ps.index, u.seg_off, u.raw, tmp.data());
             tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
           }
+          // An exact prediction: the chunk's residual is all zero and is
+          // stored as a frame of size 0 (section 11.2), no codec call.
+          const uint8_t* r = s.raw.p.get();
+          uint64_t acc = 0;
+          size_t k = 0;
+          for (; k + 8 <= u.raw; k += 8) acc |= load_le64(r + k);
+          for (; k < u.raw; ++k) acc |= r[k];
+          if (acc == 0) {
+            s.comp_size = 0;
+            s.hash = XXH64(r, 0, 0);
+            return;
+          }
         }
         tz_params p{};
         p.dtype = u.seg->codec_dtype;

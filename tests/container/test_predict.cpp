@@ -242,11 +242,15 @@ TEST_F(Predict, CastWithinFileExactAndInexactRoundTrip) {
   EXPECT_EQ(wa.predict.kind, tc::PredictKind::kCast);
   EXPECT_EQ(wa.predict.source, "opt.m1");
   EXPECT_EQ(wa.predict.ref, -1);
-  EXPECT_LT(wa.compressed_size(), wa.raw_size() / 100);  // exact prediction: almost free
+  // Exact prediction: every residual chunk is all zero, stored as size-0 frames.
+  EXPECT_EQ(wa.compressed_size(), 0u);
+  ASSERT_EQ(wa.frames.size(), 2u);  // 1.4 MB in 1 MiB chunks
+  for (const auto& f : wa.frames) EXPECT_EQ(f.size, 0u);
   const auto& wb = entry(r, "weight_b");
   EXPECT_EQ(wb.predict.kind, tc::PredictKind::kCast);
   EXPECT_EQ(wb.predict.source, "opt.m2");
   EXPECT_LT(wb.compressed_size(), wb.raw_size() / 20);  // ~800 exceptions cost only their own bits
+  EXPECT_GT(wb.compressed_size(), 0u);
   EXPECT_EQ(entry(r, "half").predict.kind, tc::PredictKind::kCast);
   EXPECT_EQ(entry(r, "unrelated").predict.kind, tc::PredictKind::kNone);
   EXPECT_EQ(entry(r, "opt.m1").predict.kind, tc::PredictKind::kNone);
@@ -554,6 +558,8 @@ TEST_F(Predict, HeaderValidationOfPredictions) {
       {"reference without name", &good,
        [](J& j) { j["references"] = J::array({{{"file", ""}, {"xxh64", "0123456789abcdef"}}}); }},
       {"predict on a gap-less non-object", &good, [&](J& j) { w(j)["predict"] = 3; }},
+      {"empty frame of a plain tensor", &v1, [](J& j) { j["tensors"][0]["frames"][0]["size"] = 0; }},
+      {"empty frame, prediction removed", &good, [&](J& j) { w(j).erase("predict"); }},
   };
   for (const auto& [what, base, edit] : edits) {
     write_all(p("e.tzip"), with_header(*base, edit));

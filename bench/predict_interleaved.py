@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Interleaved timing of tzip compress / decompress with and without
+prediction on the fixture step-400 checkpoint (plain, cast, cast + delta),
+ROUNDS rounds of one run each, medians: steadier than best-of-N on a shared
+machine. usage: predict_interleaved.py TZIP FIXTURES WORKDIR [ROUNDS] [THREADS]"""
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+tz, fx, w = sys.argv[1], sys.argv[2], sys.argv[3]
+rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 15
+thr = ["-T", sys.argv[5]] if len(sys.argv) > 5 else []
+st = {s: [f"{fx}/gpt-small-step{s}-model-bf16.safetensors", f"{fx}/gpt-small-step{s}-optim-fp32.safetensors"]
+      for s in (200, 400)}
+for d in ("s200", "plain", "cast", "delta", "out"):
+    os.makedirs(f"{w}/{d}", exist_ok=True)
+subprocess.run([tz, "compress", "-q", "-f"] + st[200] + ["-o", f"{w}/s200"], check=True)
+refs = sum([["--ref", f"{w}/s200/" + os.path.basename(p).replace(".safetensors", ".tzip")] for p in st[200]], [])
+cfg = {"plain": ["--no-predict"], "cast": [], "delta": refs}
+
+
+def timed(cmd):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    el = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return el, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+
+
+res = {(k, op): [] for k in cfg for op in ("c", "d")}
+for _ in range(rounds):
+    for k, extra in cfg.items():
+        res[(k, "c")].append(timed([tz, "compress", "-q", "-f"] + thr + extra + st[400] + ["-o", f"{w}/{k}"]))
+        outs = [f"{w}/{k}/" + os.path.basename(p).replace(".safetensors", ".tzip") for p in st[400]]
+        res[(k, "d")].append(timed([tz, "decompress", "-q", "-f"] + thr + outs + ["-o", f"{w}/out"]))
+raw = sum(os.path.getsize(p) for p in st[400])
+print(f"{rounds} interleaved rounds, threads {thr[1] if thr else 'all'}; medians")
+print("| method | compress wall s | compress CPU s | decompress (checkpoint) wall s | decompress CPU s |")
+print("|---|---|---|---|---|")
+for k in cfg:
+    c, d = res[(k, "c")], res[(k, "d")]
+    print(f"| {k} | {statistics.median(x[0] for x in c):.3f} | {statistics.median(x[1] for x in c):.3f} | "
+          f"{statistics.median(x[0] for x in d):.3f} | {statistics.median(x[1] for x in d):.3f} |")
