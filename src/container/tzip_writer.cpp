@@ -152,6 +152,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             cands.push_back(Cand{other_files.back().get(), others[i].st.data_start + t.data_begin, &t, (int)i, {}});
       }
     }
+    if (!opt.ref.empty() && !opt.predict)
+      fail(ErrorKind::kUsage, "a previous checkpoint (--ref) needs prediction (drop --no-predict)");
     if (!opt.ref.empty()) {
       check_not_same_file(opt.ref, out_path);  // the new file would replace its own reference
       delta_ref = std::make_unique<Reader>(opt.ref, opt.threads);

@@ -466,6 +466,9 @@ def case_predict(tmp):
     j = json.loads(run(["inspect", "--json", os.path.join(tmp, "plain.tzip")], 0).stdout)
     check(j["format_version"] == "1.0" and all("predict" not in x for x in j["tensors"]), "--no-predict predicted")
     one_line_error(run(["rebase", mz], 1), "-o")
+    one_line_error(run(["compress", "--no-predict", "--ref", oz, optim2, "-o", os.path.join(tmp, "np.tzip")], 1),
+                   "--no-predict")
+    one_line_error(run(["compress", "--ref", oz2, optim2, "-o", oz2, "-f"], 1), "input")
     # Several .tzip files of one checkpoint in one decompress (sources first).
     shutil.copy(os.path.join(tmp, "keep.tzip"), oz)
     os.makedirs(os.path.join(tmp, "back"))
