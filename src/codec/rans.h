@@ -213,6 +213,40 @@ TZ_HD uint32_t rans_dec_sym(uint32_t& x, const uint32_t* dec) {
   return e & 0xFFu;
 }
 
+// Stores decoded symbols as bytes (the emitter of rans_decode).
+struct RansEmitBytes {
+  uint8_t* out;
+  TZ_HD void operator()(uint32_t i, uint32_t sym) const { out[i] = (uint8_t)sym; }
+};
+
+// Checked scalar decoding of steps [s, ceil(n/32)) from lane states x[32]
+// and word pointer p, then the end conditions (every word consumed, every
+// lane back at L). Shared by rans_decode and the SIMD decoder's tail so both
+// accept and reject exactly the same streams. emit(i, symbol) stores.
+template <class Emit>
+TZ_HD int rans_decode_tail(uint32_t* x, const uint8_t* p, const uint8_t* end, uint32_t s, uint32_t n,
+                           const uint32_t* dec, const Emit& emit) {
+  const uint32_t n_steps = (n + kLanes - 1) / kLanes;
+  for (; s < n_steps; ++s) {
+    const uint32_t base = s * kLanes;
+    const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
+    for (uint32_t l = 0; l < here; ++l) {
+      uint32_t xl = x[l];
+      emit(base + l, rans_dec_sym(xl, dec));
+      if (xl < kRansL) {
+        if (end - p < 2) return kErrCorruptBlock;
+        xl = (xl << 16) | load_le16(p);
+        p += 2;
+      }
+      x[l] = xl;
+    }
+  }
+  if (p != end) return kErrCorruptBlock;
+  for (int l = 0; l < kLanes; ++l)
+    if (x[l] != kRansL) return kErrCorruptBlock;
+  return kOk;
+}
+
 // Decodes n symbols from a payload of `size` bytes. Never reads outside
 // [in, in+size) nor writes outside [out, out+n). Returns kOk only if the
 // words are consumed exactly and every lane ends in the encoder's initial
@@ -240,25 +274,7 @@ TZ_HD_NOINLINE int rans_decode(const uint8_t* in, size_t size, uint32_t n, const
       x[l] = xl;
     }
   }
-  const uint32_t n_steps = (n + kLanes - 1) / kLanes;
-  for (; s < n_steps; ++s) {
-    const uint32_t base = s * kLanes;
-    const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
-    for (uint32_t l = 0; l < here; ++l) {
-      uint32_t xl = x[l];
-      out[base + l] = (uint8_t)rans_dec_sym(xl, dec);
-      if (xl < kRansL) {
-        if (end - p < 2) return kErrCorruptBlock;
-        xl = (xl << 16) | load_le16(p);
-        p += 2;
-      }
-      x[l] = xl;
-    }
-  }
-  if (p != end) return kErrCorruptBlock;
-  for (int l = 0; l < kLanes; ++l)
-    if (x[l] != kRansL) return kErrCorruptBlock;
-  return kOk;
+  return rans_decode_tail(x, p, end, s, n, dec, RansEmitBytes{out});
 }
 
 }  // namespace tz

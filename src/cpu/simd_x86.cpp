@@ -77,31 +77,13 @@ struct StreamDec {
     emit(base, 1, dec16(x1, dec, p));
     ++s;
   }
-  // Scalar tail with the same lane order and checks as tz::rans_decode.
+  // Scalar tail: the same code (and checks) as tz::rans_decode.
   TZ_AVX512 int finish() {
     while (fast()) step();
     alignas(64) uint32_t x[kLanes];
     _mm512_store_si512(x, x0);
     _mm512_store_si512(x + 16, x1);
-    const uint32_t n_steps = (n + kLanes - 1) / kLanes;
-    for (; s < n_steps; ++s) {
-      const uint32_t base = s * kLanes;
-      const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
-      for (uint32_t l = 0; l < here; ++l) {
-        uint32_t xl = x[l];
-        emit(base + l, rans_dec_sym(xl, dec));
-        if (xl < kRansL) {
-          if (end - p < 2) return kErrCorruptBlock;
-          xl = (xl << 16) | load_le16(p);
-          p += 2;
-        }
-        x[l] = xl;
-      }
-    }
-    if (p != end) return kErrCorruptBlock;
-    for (int l = 0; l < kLanes; ++l)
-      if (x[l] != kRansL) return kErrCorruptBlock;
-    return kOk;
+    return rans_decode_tail(x, p, end, s, n, dec, emit);
   }
 };
 
@@ -140,7 +122,7 @@ struct EmitBytes {
   TZ_AVX512 void operator()(uint32_t base, int half, __m512i sym) const {
     _mm_storeu_si128((__m128i*)(out + base + 16 * half), _mm512_cvtepi32_epi8(sym));
   }
-  TZ_AVX512 void operator()(uint32_t i, uint32_t sym) const { out[i] = (uint8_t)sym; }
+  void operator()(uint32_t i, uint32_t sym) const { out[i] = (uint8_t)sym; }
 };
 
 struct EmitBF16 {
@@ -154,7 +136,7 @@ struct EmitBF16 {
         _mm512_and_si512(m, _mm512_set1_epi32(0x7F)));
     _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)i), _mm512_cvtepi32_epi16(v));
   }
-  TZ_AVX512 void operator()(uint32_t i, uint32_t sym) const {
+  void operator()(uint32_t i, uint32_t sym) const {
     store_le16(out + 2 * (size_t)i, merge_elem_bf16((uint8_t)sym, mant[i]));
   }
 };
