@@ -82,7 +82,10 @@ size_t tz_compress_bound(size_t src_size);
 size_t tz_compress(void* dst, size_t dst_capacity, const void* src, size_t src_size, const tz_params* params);
 
 /* Decompresses exactly one frame (src_size must be the frame's size) into
- * dst. Every block's checksum is verified. Returns the decompressed size. */
+ * dst. Every block's checksum is verified. Returns the decompressed size.
+ * Untrusted input: a valid frame of a few hundred bytes may decode to many
+ * MiB (constant data costs almost nothing), so read raw_size with
+ * tz_frame_inspect and apply your own limit before allocating dst. */
 size_t tz_decompress(void* dst, size_t dst_capacity, const void* src, size_t src_size, unsigned threads);
 
 /* Frame description, read from the header without decoding. */
