@@ -1,0 +1,337 @@
+"""tensorzip.dcp: PyTorch Distributed Checkpoint StorageWriter / StorageReader.
+
+Single-process save/load of a trained model + AdamW state, a 2-rank gloo save
+(DTensor shards and plain tensors) loaded by one process, corruption detection
+and size against DCP's default FileSystemWriter.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():  # pragma: no cover - depends on the build
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+dcp = pytest.importorskip("torch.distributed.checkpoint")
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
+
+import tensorzip  # noqa: E402
+import tensorzip.dcp as tzdcp  # noqa: E402
+
+
+def _make(seed: int, dtype=torch.float32):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).to(dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    return model, opt
+
+
+def _train(model, opt, steps: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    dtype = next(model.parameters()).dtype
+    for _ in range(steps):
+        x = torch.randn(16, 64, generator=g).to(dtype)
+        y = torch.randn(16, 32, generator=g).to(dtype)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _flat(obj, prefix=""):
+    """Flattens nested dicts/lists into {path: leaf}."""
+    out = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            out.update(_flat(v, f"{prefix}{i}."))
+    else:
+        out[prefix[:-1]] = obj
+    return out
+
+
+def _tensor_bytes(t) -> bytes:
+    t = t.detach().cpu().contiguous().reshape(-1)
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def _assert_identical(expected, actual):
+    fe, fa = _flat(expected), _flat(actual)
+    assert sorted(fe) == sorted(fa)
+    n_tensors = 0
+    for k, v in fe.items():
+        w = fa[k]
+        if isinstance(v, torch.Tensor):
+            n_tensors += 1
+            assert isinstance(w, torch.Tensor), k
+            assert (v.dtype, tuple(v.shape)) == (w.dtype, tuple(w.shape)), k
+            assert _tensor_bytes(v) == _tensor_bytes(w), f"{k}: tensor bytes differ"
+        else:
+            assert v == w, k
+    return n_tensors
+
+
+def _dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    # DCP warns when run without a process group; that is the single-process use here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_save_load_model_and_adamw(tmp_path, dtype):
+    model, opt = _make(0, dtype)
+    _train(model, opt, 3, seed=1)
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd, "step": 3, "extra": {"note": "hello", "blob": b"\x00\x01"}}
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path / "ckpt"))
+    files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert ".metadata" in files and any(f.endswith(tzdcp.SUFFIX) for f in files), files
+
+    # A different model with a different AdamW state: everything must be overwritten.
+    model2, opt2 = _make(7, dtype)
+    _train(model2, opt2, 1, seed=9)
+    msd2, osd2 = get_state_dict(model2, opt2)
+    state2 = {"model": msd2, "optim": osd2, "step": 0, "extra": {"note": "", "blob": b""}}
+    dcp.load(state2, storage_reader=tzdcp.StorageReader(tmp_path / "ckpt"))
+    set_state_dict(model2, opt2, model_state_dict=state2["model"], optim_state_dict=state2["optim"])
+    assert state2["step"] == 3 and state2["extra"] == {"note": "hello", "blob": b"\x00\x01"}
+
+    n = _assert_identical({"model": msd, "optim": osd}, dict(zip(("model", "optim"), get_state_dict(model2, opt2))))
+    assert n >= 4 * 3 + 1  # 4 params + exp_avg/exp_avg_sq/step each (step may be shared per group)
+
+    # Training continues identically from the restored state.
+    _train(model, opt, 2, seed=5)
+    _train(model2, opt2, 2, seed=5)
+    for (k, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
+        assert _tensor_bytes(a) == _tensor_bytes(b), k
+
+
+def test_async_save(tmp_path):
+    state = _big_state()
+    expected = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in _flat(state).items()}
+    fut = dcp.async_save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
+    state["emb"].add_(1)  # the state was staged (copied) before async_save returned
+    fut.result(timeout=60)
+    out = _big_state(seed=3)
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
+    _assert_identical(expected, _flat(out))
+
+
+def test_bad_level_is_refused(tmp_path):
+    with pytest.raises(tensorzip.UsageError):
+        tzdcp.StorageWriter(tmp_path, level=9)
+
+
+def test_unsupported_dtype_and_scalars(tmp_path):
+    state = {"c": torch.randn(5, dtype=torch.complex64), "s": torch.tensor(2.5), "e": torch.zeros(0, 3),
+             "i": torch.arange(10, dtype=torch.int64), "b": torch.tensor([True, False])}
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
+    out = {k: torch.empty_like(v) for k, v in state.items()}
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
+    _assert_identical(state, out)
+
+
+def _big_state(seed=0):
+    model, opt = _make(seed, torch.bfloat16)
+    _train(model, opt, 2, seed=seed + 1)
+    torch.manual_seed(seed)
+    emb = (torch.randn(2048, 256) * 0.02).to(torch.bfloat16)  # LLM-like weights, 1 MiB
+    msd, osd = get_state_dict(model, opt)
+    return {"model": msd, "optim": osd, "emb": emb}
+
+
+def test_smaller_than_filesystemwriter(tmp_path):
+    state = _big_state()
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path / "tz"))
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(tmp_path / "fs"))
+    tz, fs = _dir_size(tmp_path / "tz"), _dir_size(tmp_path / "fs")
+    # The bf16 embedding dominates; tensorzip codes its exponents, DCP stores it raw.
+    assert tz < 0.85 * fs, (tz, fs)
+    # And the default reader reads DCP's own checkpoint through StorageReader too.
+    out = _big_state(seed=3)
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path / "fs"))
+    _assert_identical(state, out)
+
+
+def test_plain_reader_refuses_tensorzip_checkpoint(tmp_path):
+    state = {"w": torch.randn(100, 100)}
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
+    msg = _load_error({"w": torch.empty(100, 100)}, dcp.FileSystemReader(tmp_path))
+    assert "Unknown extension" in msg and "tensorzip" in msg, msg
+
+
+def _load_error(state, reader) -> str:
+    """dcp.load's error text; DCP wraps each rank's exception in a CheckpointException (a BaseException)."""
+    try:
+        dcp.load(state, storage_reader=reader)
+    except CheckpointException as e:
+        return str(e) + "".join(f"\n{type(f[0]).__name__}: {f[0]}" for f in e.failures.values())
+    raise AssertionError("dcp.load succeeded on a bad checkpoint")
+
+
+def _largest_item(path: Path):
+    with open(path / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    index, info = max(md.storage_data.items(), key=lambda kv: kv[1].length)
+    return index.fqn, info
+
+
+@pytest.mark.parametrize("where", ["middle", "last"])
+def test_corruption_detected_with_tensor_name(tmp_path, where):
+    state = _big_state()
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
+    fqn, info = _largest_item(tmp_path)
+    assert fqn == "emb"
+    pos = info.offset + (info.length // 2 if where == "middle" else info.length - 1)
+    data_file = tmp_path / info.relative_path
+    raw = bytearray(data_file.read_bytes())
+    raw[pos] ^= 0x10
+    data_file.write_bytes(bytes(raw))
+    msg = _load_error(_big_state(seed=3), tzdcp.StorageReader(tmp_path))
+    assert "CorruptDataError" in msg and "emb" in msg and info.relative_path in msg, msg
+
+
+def test_corrupt_non_tensor_item_detected(tmp_path):
+    # BYTE_IO items are stored raw: only the per-item CRC-32 protects them.
+    state = {"w": torch.randn(64, 64), "blob": bytes(range(256)) * 8}
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
+    with open(tmp_path / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    (info,) = [v for k, v in md.storage_data.items() if k.fqn == "blob"]
+    data_file = tmp_path / info.relative_path
+    raw = bytearray(data_file.read_bytes())
+    raw[info.offset + info.length // 2] ^= 0x01
+    data_file.write_bytes(bytes(raw))
+    msg = _load_error({"w": torch.empty(64, 64), "blob": b""}, tzdcp.StorageReader(tmp_path))
+    assert "CorruptDataError" in msg and "CRC-32" in msg and "'blob'" in msg, msg
+
+
+def test_truncated_file_detected(tmp_path):
+    state = _big_state()
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
+    fqn, info = _largest_item(tmp_path)
+    data_file = tmp_path / info.relative_path
+    with open(data_file, "r+b") as f:
+        f.truncate(info.offset + 100)
+    msg = _load_error(_big_state(seed=3), tzdcp.StorageReader(tmp_path))
+    assert "CorruptDataError" in msg and "truncated" in msg and "'emb'" in msg, msg
+
+
+# ---- several processes (gloo on CPU) ----------------------------------------------------
+
+_WORKER = textwrap.dedent('''
+    import os, sys, warnings
+    warnings.simplefilter("ignore")
+    import torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    import tensorzip.dcp
+
+    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(0)  # same model and data on every rank (replicated training)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Tanh(), torch.nn.Linear(96, 16))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(8, 64, generator=g), torch.randn(8, 16, generator=g)
+        opt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()
+    msd, osd = get_state_dict(model, opt)
+    full = (torch.randn(1000, 48, generator=g) * 0.02).to(torch.bfloat16)
+    state = {"model": msd, "optim": osd, "sharded": distribute_tensor(full, mesh, [Shard(0)]),
+             "rank_count": world}
+    dcp.save(state, storage_writer=tensorzip.dcp.StorageWriter(os.path.join(out, "ckpt")))
+    if rank == 0:
+        torch.save({"model": msd, "optim": osd, "sharded": full}, os.path.join(out, "expected.pt"))
+    dist.barrier()
+    # Resharded read: load into Shard(1) columns; every rank reads part of both stored row shards.
+    other = {"sharded": distribute_tensor(torch.zeros(1000, 48, dtype=torch.bfloat16), mesh, [Shard(1)])}
+    dcp.load(other, storage_reader=tensorzip.dcp.StorageReader(os.path.join(out, "ckpt")))
+    mine = other["sharded"].to_local()
+    want = full[:, rank * 24:(rank + 1) * 24]
+    assert mine.shape == want.shape and torch.equal(mine.view(torch.int16), want.view(torch.int16))
+    print("resharded-ok", rank, flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+''')
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_rank_save_one_rank_load(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    env = dict(os.environ)
+    # The worker must import the same tensorzip as this test.
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(tensorzip.__file__).parents[1]), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only; hostname may not resolve in CI
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(port), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env) for r in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0].decode(errors="replace"))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("2-rank save timed out")
+    for p, o in zip(procs, outs):
+        assert p.returncode == 0, o[-4000:]
+
+    files = sorted(f.name for f in (tmp_path / "ckpt").iterdir())
+    assert [f for f in files if f.endswith(tzdcp.SUFFIX)] == ["__0_0.tzdcp", "__1_0.tzdcp"], files
+    # Each rank wrote its shard of the DTensor into its own file.
+    with open(tmp_path / "ckpt" / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    shard_files = {info.relative_path for idx, info in md.storage_data.items() if idx.fqn == "sharded"}
+    assert shard_files == {"__0_0.tzdcp", "__1_0.tzdcp"}
+
+    expected = torch.load(tmp_path / "expected.pt", weights_only=True)
+    # Load with one process (no process group): the two shards are assembled into one plain tensor.
+    model, opt = _make_worker_model()
+    msd, osd = get_state_dict(model, opt)
+    out = {"model": msd, "optim": osd, "sharded": torch.zeros(1000, 48, dtype=torch.bfloat16), "rank_count": 0}
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path / "ckpt"))
+    assert out["rank_count"] == 2
+    _assert_identical(expected, {k: out[k] for k in expected})
+
+    assert "resharded-ok" in outs[0] and "resharded-ok" in outs[1], outs
+
+
+def _make_worker_model():
+    torch.manual_seed(123)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Tanh(), torch.nn.Linear(96, 16))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    _x = torch.randn(2, 64)
+    opt.zero_grad()
+    model(_x).sum().backward()
+    opt.step()
+    return model, opt
