@@ -540,11 +540,11 @@ int cmd_decompress(const Args& a) {
   return kExitOk;
 }
 
-std::vector<std::string> tzip_files_of(const std::string& in) {
+// Files of `in` (itself if it is not a folder) whose names end in `suffix`,
+// top level and subfolders, in the same order as the folder commands.
+std::vector<std::string> files_with_suffix(const std::string& in, const std::string& suffix) {
   if (tc::path_kind(in) != tc::PathKind::kDir) return {in};
-  std::vector<std::string> v;
-  // Top level and subfolders, same order as the folder commands.
-  std::vector<std::string> stack{in};
+  std::vector<std::string> v, stack{in};
   while (!stack.empty()) {
     const std::string d = stack.back();
     stack.pop_back();
@@ -558,11 +558,14 @@ std::vector<std::string> tzip_files_of(const std::string& in) {
       if (n == "." || n == "..") continue;
       const std::string p = d + "/" + n;
       if (tc::path_kind(p) == tc::PathKind::kDir) stack.push_back(p);
-      else if (n.size() > 5 && n.compare(n.size() - 5, 5, ".tzip") == 0) v.push_back(p);
+      else if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+        v.push_back(p);
     }
   }
   return v;
 }
+
+std::vector<std::string> tzip_files_of(const std::string& in) { return files_with_suffix(in, ".tzip"); }
 
 std::string shape_str(const std::vector<uint64_t>& s) {
   std::string r = "[";
@@ -730,27 +733,7 @@ struct BenchUnit {
   size_t comp_size = 0;
 };
 
-std::vector<std::string> safetensors_files_of(const std::string& in) {
-  if (tc::path_kind(in) != tc::PathKind::kDir) return {in};
-  std::vector<std::string> v, stack{in};
-  while (!stack.empty()) {
-    const std::string d = stack.back();
-    stack.pop_back();
-    std::vector<std::string> names;
-    if (auto* dp = opendir(d.c_str())) {
-      while (auto* e = readdir(dp)) names.push_back(e->d_name);
-      closedir(dp);
-    }
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) {
-      if (n == "." || n == "..") continue;
-      const std::string p = d + "/" + n;
-      if (tc::path_kind(p) == tc::PathKind::kDir) stack.push_back(p);
-      else if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0) v.push_back(p);
-    }
-  }
-  return v;
-}
+std::vector<std::string> safetensors_files_of(const std::string& in) { return files_with_suffix(in, ".safetensors"); }
 
 template <class F>
 double parallel_time(size_t n, unsigned threads, F&& f) {
