@@ -158,7 +158,14 @@ TEST(Corruption, BadMagicAndVersion) {
   const uint8_t zstd_magic[40] = {0x28, 0xB5, 0x2F, 0xFD};
   EXPECT_EQ(tz_get_error_code(tz_decompress(out.data(), out.size(), zstd_magic, sizeof zstd_magic, 1)),
             TZ_ERROR_BAD_MAGIC);
-  for (uint8_t v : {0, 2, 3, 0x81, 255}) {
+  // Version 2 is valid (lane contexts, test_lane_ctx.cpp): relabelling this
+  // frame as version 2 is caught by the header CRC instead.
+  {
+    Bytes f = s.frame;
+    f[4] = 2;
+    EXPECT_EQ(tz_get_error_code(tz_decompress(out.data(), out.size(), f.data(), f.size(), 1)), TZ_ERROR_CHECKSUM);
+  }
+  for (uint8_t v : {0, 3, 4, 0x81, 255}) {
     Bytes f = s.frame;
     f[4] = v;
     EXPECT_EQ(tz_get_error_code(tz_decompress(out.data(), out.size(), f.data(), f.size(), 1)), TZ_ERROR_BAD_VERSION)

@@ -66,7 +66,9 @@ const char* tz_last_error_detail(void);
 typedef struct {
   tz_dtype dtype;        /* how to interpret the bytes */
   int level;             /* 0 default (1); 1 fast: code a field only when it saves >= 1%;
-                            2 code every field that shrinks; 3 also stronger zstd for bytes;
+                            2 code every field that shrinks; 3 strongest: level 2 plus lane-context
+                            tables for the exponent field (frames of format version 2; decoded by the
+                            CPU and GPU, encoded by the CPU only) and zstd 19 for bytes;
                             -1 store (no entropy coding) */
   unsigned block_elems;  /* elements per block, power of two in [4096, 2^20]; 0 = 65536
                             (262144 for TZ_DTYPE_BYTES) */
@@ -98,7 +100,7 @@ typedef struct {
   uint64_t raw_size;          /* decompressed bytes */
   uint64_t prefix_size;       /* header + tables + block index */
   uint64_t frame_size;        /* whole frame; 0 if src held only the prefix */
-  uint8_t stream_kind[4];     /* 0 stored, 1 rANS, 2 zstd */
+  uint8_t stream_kind[4];     /* 0 stored, 1 rANS, 2 zstd, 3 rANS with lane contexts */
 } tz_frame_info;
 
 /* Bytes of the frame needed to call tz_frame_inspect: give it at least 32. */

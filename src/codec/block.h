@@ -9,12 +9,14 @@ namespace tz {
 
 struct BlockEncTables {
   uint8_t kind[kMaxStreams];          // StreamKind per stream
-  const RansEncSym* enc[kMaxStreams];  // non-null where kind == kKindRans
+  const RansEncSym* enc[kMaxStreams];  // ctx[k].n x 256 entries where kind_is_rans(kind)
+  RansCtx ctx[kMaxStreams];            // n = 1 unless kind == kKindRansCtx
 };
 
 struct BlockDecTables {
   uint8_t kind[kMaxStreams];
-  const uint32_t* dec[kMaxStreams];  // kProbScale entries where kind == kKindRans
+  const uint32_t* dec[kMaxStreams];  // ctx[k].n x kProbScale entries where kind_is_rans(kind)
+  RansCtx ctx[kMaxStreams];
 };
 
 // Worst-case encoded size of a block of n elements: every stream raw.
@@ -34,7 +36,7 @@ struct ScalarStreamEncoder {
     split_fields(dtype, src, n, streams);
   }
   TZ_HD size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
-    return rans_encode(sym, n, t->enc[k], words, out, limit);
+    return rans_encode_ctx(sym, n, t->enc[k], t->ctx[k], words, out, limit);
   }
 };
 
@@ -59,7 +61,7 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
   for (int k = 0; k < K; ++k) {
     size_t size = 0;
     uint8_t mode = kModeRaw;
-    if (t.kind[k] == kKindRans) {
+    if (kind_is_rans(t.kind[k])) {
       size = coder(k, streams[k], n, words, out + pos, n);
       if (size) mode = kModeRans;
     }
@@ -109,7 +111,7 @@ TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* blk, size_t blk
     if (mode == kModeRaw) {
       if (size != n) return kErrCorruptBlock;
     } else if (mode == kModeRans) {
-      if (kind[k] != kKindRans) return kErrCorruptBlock;
+      if (!kind_is_rans(kind[k])) return kErrCorruptBlock;
     } else if (mode == kModeZstd) {
       if (kind[k] != kKindZstd) return kErrCorruptBlock;
     } else {
@@ -141,7 +143,7 @@ TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const ui
       streams[k] = v.payload[k];
     } else if (v.mode[k] == kModeRans) {
       uint8_t* s = scratch + (size_t)k * align4(n);
-      const int st = rans_decode(v.payload[k], v.size[k], n, t.dec[k], s);
+      const int st = rans_decode_ctx(v.payload[k], v.size[k], n, t.dec[k], t.ctx[k], s);
       if (st != kOk) return st;
       streams[k] = s;
     } else {

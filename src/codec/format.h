@@ -10,7 +10,8 @@ constexpr uint8_t kFrameMagic[4] = {'T', 'Z', 'F', 'R'};
 // Byte i of kFrameMagic. Device code cannot index a host constexpr array at
 // run time; a string literal works on both sides.
 TZ_HD uint8_t frame_magic(int i) { return (uint8_t)"TZFR"[i]; }
-constexpr uint8_t kFormatVersion = 1;
+constexpr uint8_t kFormatVersion = 1;     // written when no stream uses lane contexts
+constexpr uint8_t kFormatVersionCtx = 2;  // written when a stream uses lane contexts (kind 3)
 constexpr size_t kFrameHeaderSize = 32;
 
 // Entropy coder parameters (fixed by the format, not per frame).
@@ -27,6 +28,14 @@ constexpr uint32_t kMaxBlockElems = 1u << 20;
 constexpr uint32_t kDefaultBlockElems = 1u << 16;
 constexpr uint32_t kDefaultBytesBlockElems = 1u << 18;  // generic byte frames
 constexpr size_t kFreqTableMaxBytes = 32 + 256 * 2;
+// Lane contexts (kind kKindRansCtx): a stream may carry 2..kMaxContexts
+// tables; symbol i is coded with table ctx_of(symbol i - 32) (doc/format.md 5.5).
+constexpr uint32_t kMaxContexts = 4;
+// Frequency tables in one frame, over all streams (bounds decoder table memory:
+// 8 x 16 KiB fits a GPU's shared memory).
+constexpr uint32_t kMaxFrameTables = 8;
+// Largest table section: every stream contextual with kMaxContexts tables.
+constexpr size_t kMaxTablesSize = kMaxStreams * (3 + kMaxContexts * kFreqTableMaxBytes) + 4;
 
 // Element types of a frame. Values are part of the format.
 enum DType : uint8_t {
@@ -40,7 +49,8 @@ enum DType : uint8_t {
 };
 
 // Tensor-level kind of a stream (in the table section).
-enum StreamKind : uint8_t { kKindRaw = 0, kKindRans = 1, kKindZstd = 2 };
+enum StreamKind : uint8_t { kKindRaw = 0, kKindRans = 1, kKindZstd = 2, kKindRansCtx = 3 };
+TZ_HD bool kind_is_rans(uint8_t kind) { return kind == kKindRans || kind == kKindRansCtx; }
 // Per-block mode of a stream (top two bits of the block's stream word).
 enum BlockMode : uint8_t { kModeRaw = 0, kModeRans = 1, kModeZstd = 2 };
 
@@ -112,7 +122,7 @@ TZ_HD int parse_frame_header(const uint8_t* p, size_t n, FrameHeader* h) {
   for (int i = 0; i < 4; ++i)
     if (p[i] != frame_magic(i)) return kErrBadMagic;
   h->version = p[4];
-  if (h->version != kFormatVersion) return kErrBadVersion;
+  if (h->version != kFormatVersion && h->version != kFormatVersionCtx) return kErrBadVersion;
   h->dtype = p[5];
   h->n_streams = p[6];
   h->flags = p[7];
@@ -131,7 +141,7 @@ TZ_HD int parse_frame_header(const uint8_t* p, size_t n, FrameHeader* h) {
   if (h->raw_size % es != 0) return kErrCorruptHeader;
   if (h->raw_size > (UINT64_C(1) << 56)) return kErrCorruptHeader;
   if (frame_n_blocks(h->raw_size / es, h->block_elems) != h->n_blocks) return kErrCorruptHeader;
-  if (h->tables_size % 4 != 0 || h->tables_size > (uint32_t)(kMaxStreams * (1 + kFreqTableMaxBytes) + 4))
+  if (h->tables_size % 4 != 0 || h->tables_size > (uint32_t)kMaxTablesSize)
     return kErrCorruptHeader;
   return kOk;
 }

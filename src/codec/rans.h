@@ -26,6 +26,19 @@ TZ_HD uint32_t rans_dec_entry(uint32_t sym, uint32_t freq, uint32_t off) {
   return sym | ((freq - 1u) << 8) | (off << 20);
 }
 
+// Lane contexts (format version 2, stream kind 3): symbol i of a stream is
+// coded with table ctx_of(symbol i - 32), the symbol its lane coded one step
+// earlier; symbols of the first step use table 0. A stream of kind 1 is the
+// case n = 1.
+struct RansCtx {
+  uint32_t base = 0;  // first symbol value with its own context
+  uint32_t n = 1;     // number of contexts (tables), 1..kMaxContexts
+};
+TZ_HD uint32_t rans_ctx_of(uint32_t prev_sym, const RansCtx& c) {
+  const uint32_t d = prev_sym > c.base ? prev_sym - c.base : 0u;
+  return d < c.n ? d : c.n - 1u;
+}
+
 // Normalises a histogram to frequencies summing to kProbScale, every present
 // symbol >= 1. Integer-only and deterministic: CPU and GPU encoders must
 // produce identical tables. Returns the number of present symbols (0 if the
@@ -182,9 +195,10 @@ TZ_HD uint32_t rans_enc_put(uint32_t x, const RansEncSym& e, uint16_t** wp) {
 // Encodes n symbols into out: 32 u32 final states, then u16 words.
 // `words` is scratch of at least n u16. Returns the payload size, or 0 if
 // it would not be smaller than `limit` bytes (the caller then stores raw).
-// Every symbol must have freq != 0 in enc.
-TZ_HD_NOINLINE size_t rans_encode(const uint8_t* sym, uint32_t n, const RansEncSym* enc,
-                                  uint16_t* words, uint8_t* out, size_t limit) {
+// `enc` holds ctx.n tables of 256 entries (table c at enc + 256 c); every
+// symbol must have freq != 0 in the table of its context.
+TZ_HD_NOINLINE size_t rans_encode_ctx(const uint8_t* sym, uint32_t n, const RansEncSym* enc, const RansCtx& ctx,
+                                      uint16_t* words, uint8_t* out, size_t limit) {
   uint32_t x[kLanes];
   for (int l = 0; l < kLanes; ++l) x[l] = kRansL;
   uint16_t* const wend = words + n;
@@ -194,7 +208,11 @@ TZ_HD_NOINLINE size_t rans_encode(const uint8_t* sym, uint32_t n, const RansEncS
     const uint32_t base = s * kLanes;
     const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
     const uint8_t* sp = sym + base;
-    for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put(x[l], enc[sp[l]], &wp);
+    if (ctx.n > 1 && s > 0) {
+      for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put(x[l], enc[256 * rans_ctx_of(sym[base - kLanes + l], ctx) + sp[l]], &wp);
+    } else {
+      for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put(x[l], enc[sp[l]], &wp);
+    }
   }
   const size_t n_words = (size_t)(wend - wp);
   const size_t size = kRansStateBytes + 2 * n_words;
@@ -202,6 +220,11 @@ TZ_HD_NOINLINE size_t rans_encode(const uint8_t* sym, uint32_t n, const RansEncS
   for (int l = 0; l < kLanes; ++l) store_le32(out + 4 * l, x[l]);
   memcpy(out + kRansStateBytes, wp, 2 * n_words);
   return size;
+}
+
+TZ_HD size_t rans_encode(const uint8_t* sym, uint32_t n, const RansEncSym* enc, uint16_t* words, uint8_t* out,
+                         size_t limit) {
+  return rans_encode_ctx(sym, n, enc, RansCtx{}, words, out, limit);
 }
 
 // One decode step for lane state x: returns the symbol, updates x, and pulls
@@ -223,16 +246,22 @@ struct RansEmitBytes {
 // and word pointer p, then the end conditions (every word consumed, every
 // lane back at L). Shared by rans_decode and the SIMD decoder's tail so both
 // accept and reject exactly the same streams. emit(i, symbol) stores.
+// With contexts (ctx.n > 1), cx[l] is the context of lane l's next symbol
+// (table at dec + kProbScale * cx[l]); it is updated as symbols decode.
 template <class Emit>
 TZ_HD int rans_decode_tail(uint32_t* x, const uint8_t* p, const uint8_t* end, uint32_t s, uint32_t n,
-                           const uint32_t* dec, const Emit& emit) {
+                           const uint32_t* dec, const Emit& emit, const RansCtx& ctx = RansCtx{},
+                           uint32_t* cx = nullptr) {
   const uint32_t n_steps = (n + kLanes - 1) / kLanes;
   for (; s < n_steps; ++s) {
     const uint32_t base = s * kLanes;
     const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
     for (uint32_t l = 0; l < here; ++l) {
       uint32_t xl = x[l];
-      emit(base + l, rans_dec_sym(xl, dec));
+      const uint32_t* d = ctx.n > 1 ? dec + (size_t)kProbScale * cx[l] : dec;
+      const uint32_t sym = rans_dec_sym(xl, d);
+      emit(base + l, sym);
+      if (ctx.n > 1) cx[l] = rans_ctx_of(sym, ctx);
       if (xl < kRansL) {
         if (end - p < 2) return kErrCorruptBlock;
         xl = (xl << 16) | load_le16(p);
@@ -251,30 +280,56 @@ TZ_HD int rans_decode_tail(uint32_t* x, const uint8_t* p, const uint8_t* end, ui
 // [in, in+size) nor writes outside [out, out+n). Returns kOk only if the
 // words are consumed exactly and every lane ends in the encoder's initial
 // state L, which catches most corruption before the checksum does.
-TZ_HD_NOINLINE int rans_decode(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
-                               uint8_t* out) {
+// `dec` holds ctx.n tables of kProbScale entries.
+TZ_HD_NOINLINE int rans_decode_ctx(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                                   const RansCtx& ctx, uint8_t* out) {
   if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
   uint32_t x[kLanes];
-  for (int l = 0; l < kLanes; ++l) x[l] = load_le32(in + 4 * l);
+  uint32_t cx[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    x[l] = load_le32(in + 4 * l);
+    cx[l] = 0;
+  }
   const uint8_t* p = in + kRansStateBytes;
   const uint8_t* const end = in + size;
   const uint32_t full_steps = n / kLanes;
   uint32_t s = 0;
   // Fast path: while at least one word per lane remains, a step cannot
   // overrun, so the per-word check is skipped.
-  for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s) {
-    uint8_t* op = out + (size_t)s * kLanes;
-    for (int l = 0; l < kLanes; ++l) {
-      uint32_t xl = x[l];
-      op[l] = (uint8_t)rans_dec_sym(xl, dec);
-      if (xl < kRansL) {
-        xl = (xl << 16) | load_le16(p);
-        p += 2;
+  if (ctx.n > 1) {
+    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s) {
+      uint8_t* op = out + (size_t)s * kLanes;
+      for (int l = 0; l < kLanes; ++l) {
+        uint32_t xl = x[l];
+        const uint32_t sym = rans_dec_sym(xl, dec + (size_t)kProbScale * cx[l]);
+        op[l] = (uint8_t)sym;
+        cx[l] = rans_ctx_of(sym, ctx);
+        if (xl < kRansL) {
+          xl = (xl << 16) | load_le16(p);
+          p += 2;
+        }
+        x[l] = xl;
       }
-      x[l] = xl;
+    }
+  } else {
+    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s) {
+      uint8_t* op = out + (size_t)s * kLanes;
+      for (int l = 0; l < kLanes; ++l) {
+        uint32_t xl = x[l];
+        op[l] = (uint8_t)rans_dec_sym(xl, dec);
+        if (xl < kRansL) {
+          xl = (xl << 16) | load_le16(p);
+          p += 2;
+        }
+        x[l] = xl;
+      }
     }
   }
-  return rans_decode_tail(x, p, end, s, n, dec, RansEmitBytes{out});
+  return rans_decode_tail(x, p, end, s, n, dec, RansEmitBytes{out}, ctx, cx);
+}
+
+TZ_HD int rans_decode(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out) {
+  return rans_decode_ctx(in, size, n, dec, RansCtx{}, out);
 }
 
 }  // namespace tz

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <bit>
 #include <cstdio>
 #include <mutex>
@@ -67,7 +68,7 @@ size_t compress_bound(size_t n) {
   // Every block raw: header (<= 20 B), <= 3 B padding per stream, a 4 B index
   // entry; blocks hold >= kMinBlockElems bytes.
   const size_t max_blocks = n / kMinBlockElems + 1;
-  const size_t tables = kMaxStreams * (1 + kFreqTableMaxBytes) + 4;
+  const size_t tables = kMaxTablesSize;
   return kFrameHeaderSize + tables + max_blocks * (4 + block_header_size(kMaxStreams) + 3 * kMaxStreams) + n;
 }
 
@@ -164,12 +165,122 @@ size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8
   return hdr + padded;
 }
 
+
+// Lane contexts for stream 0 (the exponent-carrying field) at level 3
+// (doc/format.md 5.5): symbol i is coded with table ctx_of(symbol i - 32).
+// Takes the joint histogram of (previous symbol of the lane, symbol), then
+// searches base and number of contexts with an entropy estimate and keeps
+// the best candidate only if its exact coded size (tables included) beats
+// the single table's by at least 0.5% of the stream (every context costs
+// decode-time cache). On success fills *rc and ctx_freq (rc->n tables).
+constexpr uint64_t kCtxMinElems = 1u << 14;
+
+double entropy_bytes(const uint64_t* counts, const int* syms, int n_syms) {
+  double total = 0, acc = 0;
+  for (int j = 0; j < n_syms; ++j) {
+    const double c = (double)counts[syms[j]];
+    if (c > 0) acc += c * std::log2(c);
+    total += c;
+  }
+  return total > 0 ? (total * std::log2(total) - acc) / 8.0 : 0.0;
+}
+
+bool choose_lane_contexts(Context& ctx, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
+                          uint32_t n_blocks, uint64_t plain_coded, RansCtx* rc, std::vector<uint32_t>* ctx_freq) {
+  constexpr int kRows = 257;  // previous symbol 0..255; row 256: first step of a block (context 0)
+  const unsigned W = ctx.pool.size();
+  std::vector<uint64_t> joint((size_t)W * kRows * 256, 0);
+  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
+  const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+  ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+    uint64_t* J = joint.data() + (size_t)w * kRows * 256;
+    const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
+    std::vector<uint8_t> sym;
+    for (uint64_t b = t * per_task; b < b1; ++b) {
+      const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
+      sym.resize((size_t)(e1 - e0));
+      for (uint64_t i = e0; i < e1; ++i) sym[(size_t)(i - e0)] = stream_byte(dtype, src, i, 0);
+      const size_t n = sym.size();
+      for (size_t i = 0; i < n && i < (size_t)kLanes; ++i) ++J[256 * 256 + sym[i]];
+      for (size_t i = kLanes; i < n; ++i) ++J[(size_t)sym[i - kLanes] * 256 + sym[i]];
+    }
+  });
+  for (unsigned w = 1; w < W; ++w)
+    for (size_t i = 0; i < (size_t)kRows * 256; ++i) joint[i] += joint[(size_t)w * kRows * 256 + i];
+  // Present symbols, and prefix sums over rows 0..255: P[r][s] = sum of rows < r.
+  int syms[256], n_syms = 0;
+  uint64_t row_mass[256] = {};
+  for (int sy = 0; sy < 256; ++sy) {
+    uint64_t c = joint[256 * 256 + sy];
+    for (int r = 0; r < 256; ++r) c += joint[(size_t)r * 256 + sy];
+    if (c) syms[n_syms++] = sy;
+  }
+  for (int r = 0; r < 256; ++r)
+    for (int j = 0; j < n_syms; ++j) row_mass[r] += joint[(size_t)r * 256 + syms[j]];
+  if (n_syms < 2) return false;
+  std::vector<uint64_t> P((size_t)257 * 256, 0);
+  for (int r = 0; r < 256; ++r)
+    for (int j = 0; j < n_syms; ++j)
+      P[(size_t)(r + 1) * 256 + syms[j]] = P[(size_t)r * 256 + syms[j]] + joint[(size_t)r * 256 + syms[j]];
+  // Counts of context c for (base, nc): rows [lo, hi) plus, for context 0, the first-step row.
+  auto ctx_counts = [&](uint32_t base, uint32_t nc, uint32_t c, uint64_t* out) {
+    const uint32_t lo = c == 0 ? 0 : base + c, hi = c == 0 ? base + 1 : (c == nc - 1 ? 256 : base + c + 1);
+    for (int j = 0; j < n_syms; ++j) {
+      const int sy = syms[j];
+      out[sy] = P[(size_t)std::min<uint32_t>(hi, 256) * 256 + sy] - P[(size_t)std::min<uint32_t>(lo, 256) * 256 + sy] +
+                (c == 0 ? joint[256 * 256 + sy] : 0);
+    }
+  };
+  // Candidate bases: previous-symbol values holding at least 0.1% of the mass.
+  uint64_t mass = 0;
+  for (int r = 0; r < 256; ++r) mass += row_mass[r];
+  int rlo = 256, rhi = -1;
+  for (int r = 0; r < 256; ++r)
+    if (row_mass[r] * 1000 >= mass && row_mass[r] > 0) rlo = std::min(rlo, r), rhi = std::max(rhi, r);
+  if (rhi < 0) return false;
+  double best = 1e300;
+  uint32_t best_base = 0, best_n = 1;
+  uint64_t cnt[256] = {};
+  for (uint32_t nc = 2; nc <= kMaxContexts; ++nc) {
+    for (int b = std::max(0, rlo - 1); b <= rhi && b + (int)nc - 1 <= 255; ++b) {
+      double est = 2;
+      bool ok = true;
+      for (uint32_t c = 0; c < nc && ok; ++c) {
+        ctx_counts((uint32_t)b, nc, c, cnt);
+        uint64_t tot = 0;
+        int present = 0;
+        for (int j = 0; j < n_syms; ++j) tot += cnt[syms[j]], present += cnt[syms[j]] != 0;
+        ok = tot > 0;
+        est += entropy_bytes(cnt, syms, n_syms) + 32 + 1.5 * present;
+      }
+      if (ok && est < best) best = est, best_base = (uint32_t)b, best_n = nc;
+    }
+  }
+  if (best_n < 2) return false;
+  // Exact size of the best candidate with normalised tables.
+  rc->base = best_base;
+  rc->n = best_n;
+  ctx_freq->assign((size_t)best_n * 256, 0);
+  uint64_t coded = 2 + (uint64_t)n_blocks * (kRansStateBytes + 2) + 1;
+  for (uint32_t c = 0; c < best_n; ++c) {
+    uint64_t counts[256] = {};
+    ctx_counts(best_base, best_n, c, counts);
+    uint32_t* f = ctx_freq->data() + 256 * c;
+    if (rans_normalize(counts, f) == 0) return false;
+    uint8_t tbuf[kFreqTableMaxBytes];
+    coded += coded_stream_bytes(counts, f, 0, rans_write_table(f, tbuf)) - 2;
+  }
+  return coded * 1000 < plain_coded * 995;
+}
+
 struct SimdCoder {
   const SimdEncTable* t;
+  const BlockEncTables* et;  // context streams (level >= 2) use the portable encoder
   void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
     split_fields_simd(dtype, src, n, streams);
   }
   size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
+    if (et->ctx[k].n > 1) return rans_encode_ctx(sym, n, et->enc[k], et->ctx[k], words, out, limit);
     return rans_encode_simd(sym, n, t[k], words, out, limit);
   }
 };
@@ -203,6 +314,8 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   // Tensor-level stream kinds and tables.
   uint8_t kind[kMaxStreams] = {};
   uint32_t freq[kMaxStreams][256] = {};
+  RansCtx rctx0{};                  // lane contexts of stream 0 (kind kKindRansCtx)
+  std::vector<uint32_t> ctx_freq0;  // rctx0.n tables of 256
   std::vector<uint8_t> tables;
   if (level >= 1 && dtype == kBytes) {
     kind[0] = kKindZstd;
@@ -314,6 +427,9 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
         const size_t tbytes = rans_write_table(freq[k], tbuf);
         const uint64_t coded = coded_stream_bytes(counts, freq[k], n_blocks, tbytes);
         if (stream_pays(level, coded, n_elems)) kind[k] = kKindRans;
+        if (k == 0 && kind[0] == kKindRans && level >= 3 && n_elems >= kCtxMinElems &&
+            choose_lane_contexts(ctx, dtype, src, n_elems, block_elems, n_blocks, coded, &rctx0, &ctx_freq0))
+          kind[0] = kKindRansCtx;
       }
     }
   }
@@ -323,6 +439,14 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       uint8_t tbuf[kFreqTableMaxBytes];
       const size_t tbytes = rans_write_table(freq[k], tbuf);
       tables.insert(tables.end(), tbuf, tbuf + tbytes);
+    } else if (kind[k] == kKindRansCtx) {
+      tables.push_back((uint8_t)rctx0.base);
+      tables.push_back((uint8_t)rctx0.n);
+      for (uint32_t c = 0; c < rctx0.n; ++c) {
+        uint8_t tbuf[kFreqTableMaxBytes];
+        const size_t tbytes = rans_write_table(ctx_freq0.data() + 256 * c, tbuf);
+        tables.insert(tables.end(), tbuf, tbuf + tbytes);
+      }
     }
   }
   tables.resize(align4(tables.size()), 0);
@@ -333,6 +457,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
 
   BlockEncTables et{};
   std::vector<RansEncSym> enc((size_t)K * 256);
+  std::vector<RansEncSym> enc_ctx0((size_t)rctx0.n * 256);
   std::vector<SimdEncTable> senc(K);
   const bool simd = simd_available();
   for (int k = 0; k < K; ++k) {
@@ -341,8 +466,14 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       rans_build_enc(freq[k], enc.data() + (size_t)k * 256);
       et.enc[k] = enc.data() + (size_t)k * 256;
       build_simd_enc(freq[k], &senc[k]);
+    } else if (kind[k] == kKindRansCtx) {
+      for (uint32_t c = 0; c < rctx0.n; ++c) rans_build_enc(ctx_freq0.data() + 256 * c, enc_ctx0.data() + 256 * c);
+      et.enc[k] = enc_ctx0.data();
+      et.ctx[k] = rctx0;
     }
   }
+  bool any_ctx = false;
+  for (int k = 0; k < K; ++k) any_ctx |= kind[k] == kKindRansCtx;
 
   // Blocks: tasks are runs of blocks handed out in order. A worker encodes
   // its run into its own reusable buffer, waits for its turn (the previous
@@ -372,7 +503,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       const uint8_t* sb = src + (uint64_t)b * block_elems * es;
       const uint32_t crc = block_checksum(sb, (size_t)nb * es) ^ block_checksum_salt(b);
       const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, kind[0], sb, nb, crc, o + pos)
-                        : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{senc.data()})
+                        : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{senc.data(), &et})
                                : encode_block(dtype, et, sb, nb, crc, scratch, o + pos);
       sizes[b] = (uint32_t)sz;
       pos += sz;
@@ -393,7 +524,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
                                                        std::to_string(total) + " bytes)");
 
   FrameHeader h{};
-  h.version = kFormatVersion;
+  h.version = any_ctx ? kFormatVersionCtx : kFormatVersion;
   h.dtype = dtype;
   h.n_streams = (uint8_t)K;
   h.raw_size = n;
@@ -419,22 +550,39 @@ size_t parse_prefix(const uint8_t* src, size_t n, FramePrefix* fp) {
   if (st == kErrBadMagic) return make_error(st, "not a tensorzip frame (bad magic)");
   if (st == kErrBadVersion)
     return make_error(st, "frame format version " + std::to_string(src[4]) + " is not supported (this build reads " +
-                              std::to_string(kFormatVersion) + ")");
+                              std::to_string(kFormatVersion) + " and " + std::to_string(kFormatVersionCtx) + ")");
   if (st != kOk) return make_error(st, "corrupt frame header");
   const uint64_t prefix = frame_prefix_size(h);
   if (n < prefix) return make_error(kErrSrcTruncated, "frame truncated inside its header/index");
   const uint8_t* p = src + kFrameHeaderSize;
   const uint8_t* end = p + h.tables_size;
+  uint32_t n_tables = 0;
   for (int k = 0; k < h.n_streams; ++k) {
     if (p >= end) return make_error(kErrCorruptHeader, "stream table missing");
     const uint8_t kind = *p++;
-    const bool ok = kind == kKindRaw || (h.dtype == kBytes ? kind == kKindZstd : kind == kKindRans);
+    const bool ok = kind == kKindRaw || (h.dtype == kBytes ? kind == kKindZstd
+                                                           : (kind == kKindRans ||
+                                                              (kind == kKindRansCtx && h.version >= kFormatVersionCtx)));
     if (!ok) return make_error(kErrCorruptHeader, "invalid stream kind");
     fp->kind[k] = kind;
-    if (kind == kKindRans) {
-      const size_t r = rans_read_table(p, (size_t)(end - p), fp->freq[k]);
-      if (!r) return make_error(kErrCorruptHeader, "corrupt frequency table");
-      p += r;
+    fp->ctx[k] = RansCtx{};
+    if (kind == kKindRansCtx) {
+      if (end - p < 2) return make_error(kErrCorruptHeader, "stream table missing");
+      fp->ctx[k].base = p[0];
+      fp->ctx[k].n = p[1];
+      p += 2;
+      if (fp->ctx[k].n < 2 || fp->ctx[k].n > kMaxContexts)
+        return make_error(kErrCorruptHeader, "invalid number of lane contexts");
+    }
+    if (kind_is_rans(kind)) {
+      n_tables += fp->ctx[k].n;
+      if (n_tables > kMaxFrameTables) return make_error(kErrCorruptHeader, "too many frequency tables");
+      fp->freq[k].assign((size_t)fp->ctx[k].n * 256, 0);
+      for (uint32_t c = 0; c < fp->ctx[k].n; ++c) {
+        const size_t r = rans_read_table(p, (size_t)(end - p), fp->freq[k].data() + 256 * c);
+        if (!r) return make_error(kErrCorruptHeader, "corrupt frequency table");
+        p += r;
+      }
     }
   }
   if (end - p >= 4) return make_error(kErrCorruptHeader, "trailing bytes in table section");
@@ -458,12 +606,20 @@ namespace {
 struct DecTables {
   BlockDecTables t{};
   std::vector<uint32_t> dec;
-  explicit DecTables(const FramePrefix& fp) : dec((size_t)fp.h.n_streams * kProbScale) {
+  explicit DecTables(const FramePrefix& fp) {
+    size_t total = 0, off[kMaxStreams] = {};
+    for (int k = 0; k < fp.h.n_streams; ++k) {
+      off[k] = total;
+      if (kind_is_rans(fp.kind[k])) total += (size_t)fp.ctx[k].n * kProbScale;
+    }
+    dec.resize(total);
     for (int k = 0; k < fp.h.n_streams; ++k) {
       t.kind[k] = fp.kind[k];
-      if (fp.kind[k] == kKindRans) {
-        rans_build_dec(fp.freq[k], dec.data() + (size_t)k * kProbScale);
-        t.dec[k] = dec.data() + (size_t)k * kProbScale;
+      t.ctx[k] = fp.ctx[k];
+      if (kind_is_rans(fp.kind[k])) {
+        for (uint32_t c = 0; c < fp.ctx[k].n; ++c)
+          rans_build_dec(fp.freq[k].data() + 256 * c, dec.data() + off[k] + (size_t)c * kProbScale);
+        t.dec[k] = dec.data() + off[k];
       }
     }
   }
@@ -502,7 +658,7 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
   if (pst != kOk) return pst;
   *stored = v.checksum;
   if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw)
-    return rans_decode_bf16_simd(v.payload[0], v.size[0], n, t.dec[0], v.payload[1], dst);
+    return rans_decode_bf16_simd(v.payload[0], v.size[0], n, t.dec[0], v.payload[1], dst, t.ctx[0]);
   const uint8_t* streams[kMaxStreams];
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {
@@ -518,8 +674,8 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
       const int j = pending;
       pending = -1;
       int sa, sb;
-      rans_decode2_simd(RansStream{v.payload[j], v.size[j], n, t.dec[j], scratch + (size_t)j * align4(n)}, &sa,
-                        RansStream{v.payload[k], v.size[k], n, t.dec[k], s}, &sb);
+      rans_decode2_simd(RansStream{v.payload[j], v.size[j], n, t.dec[j], scratch + (size_t)j * align4(n), t.ctx[j]},
+                        &sa, RansStream{v.payload[k], v.size[k], n, t.dec[k], s, t.ctx[k]}, &sb);
       if (sa != kOk) return sa;
       if (sb != kOk) return sb;
     } else {
@@ -528,7 +684,7 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
   }
   if (pending >= 0) {
     const int st = rans_decode_simd(v.payload[pending], v.size[pending], n, t.dec[pending],
-                                    scratch + (size_t)pending * align4(n));
+                                    scratch + (size_t)pending * align4(n), t.ctx[pending]);
     if (st != kOk) return st;
   }
   merge_fields_simd(dtype, streams, n, dst);
@@ -582,8 +738,9 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
           uint8_t* oa = out_of(i, 0);
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
-          rans_decode2_bf16_simd(RansStream{va.payload[0], va.size[0], na, dt.t.dec[0], oa}, va.payload[1], &sta,
-                                 RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec[0], ob}, vb.payload[1], &stb);
+          rans_decode2_bf16_simd(RansStream{va.payload[0], va.size[0], na, dt.t.dec[0], oa, dt.t.ctx[0]}, va.payload[1],
+                                 &sta, RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec[0], ob, dt.t.ctx[0]},
+                                 vb.payload[1], &stb);
           if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
             sta = kErrChecksum;
           if (stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(first + i + 1)) != vb.checksum)

@@ -22,7 +22,8 @@ inline bool is_error(size_t r) { return r > (size_t)-TZ_ERROR_MAX_CODE; }
 struct FramePrefix {
   FrameHeader h{};
   uint8_t kind[kMaxStreams] = {};
-  uint32_t freq[kMaxStreams][256] = {};
+  RansCtx ctx[kMaxStreams] = {};          // lane contexts (n = 1 unless kind 3)
+  std::vector<uint32_t> freq[kMaxStreams];  // ctx[k].n tables of 256 where kind_is_rans(kind[k])
   const uint8_t* index = nullptr;  // n_blocks LE32 block sizes
 };
 

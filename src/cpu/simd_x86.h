@@ -5,17 +5,20 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "codec/rans.h"
+
 namespace tz::cpu {
 
 bool simd_available();
 
-// As tz::rans_decode.
-int rans_decode_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out);
+// As tz::rans_decode_ctx (ctx.n == 1: tz::rans_decode).
+int rans_decode_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out,
+                     const RansCtx& ctx = RansCtx{});
 
 // BF16 with the exponent stream rANS coded and the sign|mantissa stream raw:
 // decodes the exponents and merges them with `mant` into n LE16 values.
 int rans_decode_bf16_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const uint8_t* mant,
-                          uint8_t* out);
+                          uint8_t* out, const RansCtx& ctx = RansCtx{});
 
 // Two independent streams decoded in lockstep (more instruction-level
 // parallelism); each gets its own status, as from tz::rans_decode.
@@ -25,6 +28,7 @@ struct RansStream {
   uint32_t n;
   const uint32_t* dec;
   uint8_t* out;
+  RansCtx ctx{};  // lane contexts of the stream (n = 1: none)
 };
 void rans_decode2_simd(const RansStream& a, int* st_a, const RansStream& b, int* st_b);
 // The BF16 fused form of two blocks at once (see rans_decode_bf16_simd).

@@ -31,7 +31,11 @@ constexpr int kWarpsPerCta = 8;  // one codec block per warp, 8 blocks per CTA (
 constexpr int kCtaThreads = kWarpsPerCta * 32;
 constexpr uint32_t kFull = 0xFFFFFFFFu;
 constexpr size_t kTablesMax = kMaxStreams * (1 + kFreqTableMaxBytes) + 4;
-constexpr size_t kDecSmem = (size_t)kMaxStreams * kProbScale * 4 + 8 * 256 * 4;  // dec tables + CRC tables
+// Decode kernel shared memory: dec tables + CRC tables. Frames with lane
+// contexts (more tables than streams) go to a second launch with room for
+// kMaxFrameTables tables, so plain frames keep the smaller footprint.
+constexpr size_t kDecSmem = (size_t)kMaxStreams * kProbScale * 4 + 8 * 256 * 4;
+constexpr size_t kDecSmemCtx = (size_t)kMaxFrameTables * kProbScale * 4 + 8 * 256 * 4;
 
 size_t err(int code) { return (size_t) - (ptrdiff_t)code; }
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -139,8 +143,12 @@ struct DState {
   int status;
   uint8_t dtype;
   uint8_t n_streams;
+  uint8_t n_tables;                 // frequency tables over all streams
   uint8_t kind[kMaxStreams];
-  uint32_t freq[kMaxStreams][256];
+  uint8_t tab0[kMaxStreams];        // index of stream k's first table
+  uint8_t ctx_base[kMaxStreams];    // lane contexts (kind 3)
+  uint8_t ctx_n[kMaxStreams];       // 1 unless kind 3
+  uint32_t freq[kMaxFrameTables][256];
 };
 
 // ------------------------------------------------------------- helpers --
@@ -627,18 +635,36 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
     if (st == kOk) {
       const uint8_t* p = it.src + kFrameHeaderSize;
       const uint8_t* const end = p + h.tables_size;
+      uint32_t n_tables = 0;
       for (int k = 0; k < h.n_streams && st == kOk; ++k) {
         if (p >= end) { st = kErrCorruptHeader; break; }
         const uint8_t kind = *p++;
-        const bool ok = kind == kKindRaw || (h.dtype == kBytes ? kind == kKindZstd : kind == kKindRans);
+        const bool ok = kind == kKindRaw ||
+                        (h.dtype == kBytes ? kind == kKindZstd
+                                           : (kind == kKindRans || (kind == kKindRansCtx && h.version >= kFormatVersionCtx)));
         if (!ok) { st = kErrCorruptHeader; break; }
         S.kind[k] = kind;
-        if (kind == kKindRans) {
-          const size_t r = rans_read_table(p, (size_t)(end - p), S.freq[k]);
-          if (!r) { st = kErrCorruptHeader; break; }
-          p += r;
+        S.ctx_base[k] = 0;
+        S.ctx_n[k] = 1;
+        S.tab0[k] = (uint8_t)n_tables;
+        if (kind == kKindRansCtx) {
+          if (end - p < 2) { st = kErrCorruptHeader; break; }
+          S.ctx_base[k] = p[0];
+          S.ctx_n[k] = p[1];
+          p += 2;
+          if (S.ctx_n[k] < 2 || S.ctx_n[k] > kMaxContexts) { st = kErrCorruptHeader; break; }
+        }
+        if (kind_is_rans(kind)) {
+          n_tables += S.ctx_n[k];
+          if (n_tables > kMaxFrameTables) { st = kErrCorruptHeader; break; }
+          for (uint32_t c = 0; c < S.ctx_n[k] && st == kOk; ++c) {
+            const size_t r = rans_read_table(p, (size_t)(end - p), S.freq[S.tab0[k] + c]);
+            if (!r) st = kErrCorruptHeader;
+            p += r;
+          }
         }
       }
+      S.n_tables = (uint8_t)n_tables;
       if (st == kOk && end - p >= 4) st = kErrCorruptHeader;
       for (; st == kOk && p < end; ++p)
         if (*p) st = kErrCorruptHeader;
@@ -709,7 +735,8 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
 // fields merge straight into dst, then the segmented checksum of dst.
 template <int DT>
 __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t n, const uint8_t* kind,
-                                 const uint32_t* dec, const uint32_t* crc_t, uint8_t* dst, uint32_t lane,
+                                 const uint32_t* dec, const uint8_t* tab0, const uint8_t* ctx_base,
+                                 const uint8_t* ctx_n, const uint32_t* crc_t, uint8_t* dst, uint32_t lane,
                                  uint32_t salt) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
@@ -735,7 +762,7 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
       if (size != n) return kErrCorruptBlock;
       coded[k] = false;
     } else if (mode == kModeRans) {
-      if (kind[k] != kKindRans) return kErrCorruptBlock;
+      if (!kind_is_rans(kind[k])) return kErrCorruptBlock;
       if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
       coded[k] = true;
     } else if (mode == kModeZstd) {
@@ -747,11 +774,15 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
   }
   if (pos != blk_size) return kErrCorruptBlock;
 
-  uint32_t x[K], p[K];
+  uint32_t x[K], p[K], coff[K];  // coff: this lane's table offset (lane context x kProbScale)
+  RansCtx rc[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     x[k] = coded[k] ? ((const uint32_t*)pay[k])[lane] : 0;
     p[k] = kRansStateBytes;
+    coff[k] = 0;
+    rc[k].base = ctx_base[k];
+    rc[k].n = ctx_n[k];
   }
   const uint32_t n_steps = (n + 31) / 32;
   for (uint32_t s = 0; s < n_steps; ++s) {
@@ -764,7 +795,8 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
         uint32_t sym = 0;
         bool need = false;
         if (active) {
-          sym = rans_dec_sym(x[k], dec + (size_t)k * kProbScale);
+          sym = rans_dec_sym(x[k], dec + (size_t)tab0[k] * kProbScale + coff[k]);
+          if (rc[k].n > 1) coff[k] = rans_ctx_of(sym, rc[k]) * kProbScale;
           need = x[k] < kRansL;
         }
         const uint32_t b = __ballot_sync(kFull, need);
@@ -788,37 +820,46 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
   return kOk;
 }
 
+// ctx_launch: this launch decodes the frames with more tables than
+// kMaxStreams (lane contexts) and has kDecSmemCtx bytes of shared memory;
+// the other launch decodes every other frame with kDecSmem.
 __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* items, uint32_t n_items,
-                                                               DState* states, const uint64_t* offs) {
+                                                               DState* states, const uint64_t* offs, int ctx_launch) {
   TZ_DYNAMIC_SMEM(uint32_t, smem);
-  uint32_t* dec = smem;                                   // kMaxStreams x kProbScale entries
-  uint32_t* crc_t = smem + kMaxStreams * kProbScale;      // 8 x 256
-  __shared__ uint32_t cum[kMaxStreams][257];
-  __shared__ uint8_t kind[kMaxStreams];
+  const uint32_t max_tables = ctx_launch ? kMaxFrameTables : kMaxStreams;
+  uint32_t* dec = smem;                                   // max_tables x kProbScale entries
+  uint32_t* crc_t = smem + max_tables * kProbScale;       // 8 x 256
+  __shared__ uint32_t cum[kMaxFrameTables][257];
+  __shared__ uint8_t kind[kMaxStreams], tab0[kMaxStreams], ctx_base[kMaxStreams], ctx_n[kMaxStreams];
   const uint32_t chunk = blockIdx.x;
   const uint32_t ii = find_item(items, n_items, chunk);
   const DItem it = items[ii];
   DState& S = states[ii];
   if (S.status != kOk) return;
+  if ((S.n_tables > kMaxStreams) != (ctx_launch != 0)) return;
   const uint32_t nb = S.n_blocks;
   const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
   if (b0 >= nb) return;
   const int K = S.n_streams;
+  const uint32_t T = S.n_tables;
   if (threadIdx.x < (uint32_t)K) {
     const uint32_t k = threadIdx.x;
     kind[k] = S.kind[k];
-    if (S.kind[k] == kKindRans) {
-      uint32_t c = 0;
-      for (int s = 0; s < 256; ++s) {
-        cum[k][s] = c;
-        c += S.freq[k][s];
-      }
-      cum[k][256] = c;
+    tab0[k] = S.tab0[k];
+    ctx_base[k] = S.ctx_base[k];
+    ctx_n[k] = S.ctx_n[k];
+  }
+  if (threadIdx.x < T) {
+    const uint32_t k = threadIdx.x;
+    uint32_t c = 0;
+    for (int s = 0; s < 256; ++s) {
+      cum[k][s] = c;
+      c += S.freq[k][s];
     }
+    cum[k][256] = c;
   }
   build_crc_tables(crc_t);  // syncs
-  for (int k = 0; k < K; ++k) {
-    if (kind[k] != kKindRans) continue;
+  for (uint32_t k = 0; k < T; ++k) {
     for (uint32_t j = threadIdx.x; j < kProbScale; j += blockDim.x) {
       uint32_t lo = 0, hi = 256;  // largest s with cum[s] <= j; its frequency is non-zero
       while (hi - lo > 1) {
@@ -843,11 +884,11 @@ __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* item
   uint8_t* dst = it.dst + (uint64_t)b * h.block_elems * es;
   int st;
   switch (h.dtype) {
-    case kBF16: st = warp_decode_block<kBF16>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
-    case kF16: st = warp_decode_block<kF16>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
-    case kF32: st = warp_decode_block<kF32>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
-    case kBytes: st = warp_decode_block<kBytes>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
-    default: st = warp_decode_block<kF8E4M3>(blk, bsz, n, kind, dec, crc_t, dst, lane, block_checksum_salt(b)); break;
+    case kBF16: st = warp_decode_block<kBF16>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
+    case kF16: st = warp_decode_block<kF16>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
+    case kF32: st = warp_decode_block<kF32>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
+    case kBytes: st = warp_decode_block<kBytes>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
+    default: st = warp_decode_block<kF8E4M3>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
   }
   if (st != kOk && lane == 0) atomicMin(&S.bad, ((unsigned long long)b << 8) | (unsigned)st);
 }
@@ -877,6 +918,10 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
   tz_params p{};
   if (params) p = *params;
   if (p.level < -1 || p.level > 3) return err(kErrBadParam);
+  // Level 3 adds lane-context tables (src/cpu/frame.cpp, choose_lane_contexts),
+  // which this encoder does not build: refused rather than producing frames
+  // that differ from the CPU's. Its frames decode here like any other.
+  if (p.level == 3) return err(kErrUnsupported);
   P->level = p.level == 0 ? 1 : p.level;
   const uint32_t be = p.block_elems ? p.block_elems : kDefaultBlockElems;
   if (be < kMinBlockElems || be > kMaxBlockElems || (be & (be - 1))) return err(kErrBadParam);
@@ -1061,10 +1106,11 @@ extern "C" size_t tz_cuda_decompress(const tz_cuda_decompress_item* items, size_
   if (size_t e = launch_status(upload<DItem, kDBatch>(P.items, d_items, stream))) return e;
   TZ_LAUNCH((n + 7) / 8, 256, 0, stream, d_parse_kernel)(d_items, n, states, offs);
   if (P.total_chunks) {
-    if (cudaFuncSetAttribute((const void*)d_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kDecSmem) !=
-        cudaSuccess)
+    if (cudaFuncSetAttribute((const void*)d_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)kDecSmemCtx) != cudaSuccess)
       return err(kErrGeneric);
-    TZ_LAUNCH(P.total_chunks, kCtaThreads, kDecSmem, stream, d_decode_kernel)(d_items, n, states, offs);
+    TZ_LAUNCH(P.total_chunks, kCtaThreads, kDecSmem, stream, d_decode_kernel)(d_items, n, states, offs, 0);
+    TZ_LAUNCH(P.total_chunks, kCtaThreads, kDecSmemCtx, stream, d_decode_kernel)(d_items, n, states, offs, 1);
   }
   TZ_LAUNCH((n + 255) / 256, 256, 0, stream, d_finish_kernel)(states, n, d_out_sizes, d_status);
   return launch_status(cudaGetLastError());

@@ -205,7 +205,7 @@ const tz_dtype kFloatTypes[] = {TZ_DTYPE_BF16, TZ_DTYPE_F16, TZ_DTYPE_F32, TZ_DT
 TEST(CudaGpu, RandomSizesEveryDtype) {
   REQUIRE_GPU();
   std::mt19937 rng(42);
-  for (int level : {-1, 1, 2, 3}) {
+  for (int level : {-1, 1, 2}) {  // level 3 (lane contexts) is CPU-encoded only: LaneContextFrames
     for (unsigned be : {0u, 4096u, 16384u}) {
       std::vector<std::pair<tz_dtype, Bytes>> batch;
       for (tz_dtype dt : kFloatTypes) {
@@ -242,6 +242,41 @@ TEST(CudaGpu, SpecialValues) {
     batch.push_back({dt, tzt::hash_stream(b.size(), (uint64_t)dt)});  // incompressible: raw blocks
   }
   roundtrip_batch(batch, tz_params{});
+}
+
+// Level-3 CPU frames (lane contexts, format version 2) decode on the GPU;
+// the GPU encoder refuses level 3.
+TEST(CudaGpu, LaneContextFrames) {
+  REQUIRE_GPU();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(300000);
+  float scale = 1.0f;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i % 256 == 0) scale = std::ldexp(1.0f, -(int)(rng() % 24));
+    const float g = nd(rng);
+    v[i] = g * g * scale;
+  }
+  for (tz_dtype dt : {TZ_DTYPE_F32, TZ_DTYPE_BF16}) {
+    Bytes b = dt == TZ_DTYPE_BF16 ? tzt::to_bf16(v) : Bytes(v.size() * 4);
+    if (dt == TZ_DTYPE_F32) memcpy(b.data(), v.data(), b.size());
+    tz_params p{};
+    p.dtype = dt;
+    p.level = 3;
+    Bytes f(tz_compress_bound(b.size()));
+    const size_t fs = tz_compress(f.data(), f.size(), b.data(), b.size(), &p);
+    ASSERT_FALSE(tz_is_error(fs));
+    f.resize(fs);
+    ASSERT_EQ(f[4], 2) << "expected a lane-context frame";
+    DevBuf src(f.size()), dst(b.size());
+    src.put(f);
+    ASSERT_EQ(tz_cuda_decompress_tensor(dst.p(), b.size(), src.p(), f.size(), nullptr), b.size());
+    EXPECT_TRUE(dst.get(b.size()) == b);
+    EXPECT_TRUE(dst.guards_intact());
+    DevBuf out(f.size());
+    EXPECT_EQ(tz_get_error_code(tz_cuda_compress_tensor(out.p(), f.size(), dst.p(), b.size(), &p, nullptr)),
+              TZ_ERROR_UNSUPPORTED);
+  }
 }
 
 TEST(CudaGpu, UnsupportedItemsInBatch) {

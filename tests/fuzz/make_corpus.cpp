@@ -7,6 +7,7 @@
 //                fuzz_roundtrip compresses as every dtype
 // Usage: tz_make_corpus OUT_DIR   (e.g. tests/fuzz/corpus)
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -123,6 +124,38 @@ int main(int argc, char** argv) {
       f = frame;
       for (int k = 0; k < 4; ++k) std::swap(f[pr - 8 + k], f[pr - 4 + k]);  // index entries swapped
       mut("index-swap", f);
+    }
+  }
+  // Lane-context frames (format version 2, stream kind 3): Adam-v-like rows
+  // of squared values with a per-row scale, at level 3, and damaged copies.
+  {
+    std::vector<float> v(20000);
+    uint64_t h = 1;
+    float scale = 1.0f;
+    for (size_t i = 0; i < v.size(); ++i) {
+      h = tzt::splitmix64(h);
+      if (i % 256 == 0) scale = std::ldexp(1.0f, -(int)(h % 24));
+      const float g = (float)((double)(h >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
+      v[i] = g * g * scale;
+    }
+    Bytes f32(v.size() * 4);
+    memcpy(f32.data(), v.data(), f32.size());
+    const std::pair<tz_dtype, Bytes> ctx_inputs[] = {{TZ_DTYPE_F32, f32}, {TZ_DTYPE_BF16, tzt::to_bf16(v)}};
+    for (const auto& [dt, in] : ctx_inputs) {
+      const std::string name = tz_dtype_name(dt);
+      const Bytes frame = compress(in, dt, 3, 4096);
+      write("decompress", "valid-ctx-" + name, frame);
+      ++n_files;
+      Bytes f = frame;
+      f[33] ^= 0x01;  // context base
+      write("decompress", "mut-ctx-base-" + name, f);
+      f = frame;
+      f[34] = 7;  // context count out of range
+      write("decompress", "mut-ctx-n-" + name, f);
+      f = frame;
+      f[frame.size() / 2] ^= 0x10;
+      write("decompress", "mut-ctx-payload-" + name, f);
+      n_files += 3;
     }
   }
   // Round-trip inputs: control byte (level = c % 5 - 1, block 4096 << ((c >> 3) & 3)).

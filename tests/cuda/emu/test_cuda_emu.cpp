@@ -151,6 +151,34 @@ void roundtrip_batch(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, con
 
 const tz_dtype kFloatTypes[] = {TZ_DTYPE_BF16, TZ_DTYPE_F16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3, TZ_DTYPE_F8_E5M2};
 
+// Compresses each tensor on the CPU with p, decodes the frames in one
+// emulated GPU batch and checks the bytes. Returns how many frames use
+// lane contexts (format version 2).
+size_t cpu_frames_decode(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, const tz_params& p) {
+  std::vector<std::unique_ptr<Buf>> frames, outs;
+  std::vector<tz_cuda_decompress_item> items;
+  size_t n_ctx = 0;
+  for (auto& [dt, data] : tensors) {
+    tz_params cp = p;
+    cp.dtype = dt;
+    const Bytes f = cpu_compress(data, cp);
+    n_ctx += f.size() > 4 && f[4] == 2;
+    frames.push_back(std::make_unique<Buf>(f.size()));
+    frames.back()->put(f);
+    outs.push_back(std::make_unique<Buf>(data.size()));
+    items.push_back({frames.back()->p(), f.size(), outs.back()->p(), data.size()});
+  }
+  const Result r = emu_decompress(items);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    SCOPED_TRACE("item " + std::to_string(i));
+    EXPECT_EQ(r.status[i], TZ_OK);
+    EXPECT_EQ(r.size[i], tensors[i].second.size());
+    EXPECT_TRUE(outs[i]->get(tensors[i].second.size()) == tensors[i].second);
+    EXPECT_TRUE(outs[i]->guards_intact());
+  }
+  return n_ctx;
+}
+
 TEST(CudaEmu, SmallBlocksEveryDtypeAndLevel) {
   uint32_t seed = 1;
   for (int level : {-1, 1, 2}) {
@@ -223,7 +251,39 @@ TEST(CudaEmu, SpecialValuesZerosAndNoise) {
   p.block_elems = 4096;
   roundtrip_batch(batch, p);
   p.level = 3;
-  roundtrip_batch(batch, p);
+  cpu_frames_decode(batch, p);
+}
+
+// Level 3 (lane contexts, format version 2) is encoded by the CPU only: the
+// GPU encoder refuses it, and the GPU decoder decodes the CPU's frames, in
+// a batch that mixes plain frames (first decode launch) and context frames
+// (second launch, larger shared memory).
+TEST(CudaEmu, LaneContextFramesDecode) {
+  std::vector<std::pair<tz_dtype, Bytes>> batch;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (tz_dtype dt : {TZ_DTYPE_F32, TZ_DTYPE_BF16, TZ_DTYPE_F16}) {
+    std::vector<float> v(20000 + 7 * dt);
+    float scale = 1.0f;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i % 256 == 0) scale = std::ldexp(1.0f, -(int)(rng() % 24));
+      const float g = nd(rng);
+      v[i] = g * g * scale;
+    }
+    Bytes b = dt == TZ_DTYPE_BF16 ? tzt::to_bf16(v) : dt == TZ_DTYPE_F16 ? tzt::to_f16(v) : Bytes(v.size() * 4);
+    if (dt == TZ_DTYPE_F32) memcpy(b.data(), v.data(), b.size());
+    batch.push_back({dt, b});
+    batch.push_back({dt, make_tensor(dt, 5000, 9)});
+  }
+  tz_params p{};
+  p.level = 3;
+  p.block_elems = 4096;
+  const size_t n_ctx = cpu_frames_decode(batch, p);
+  EXPECT_GE(n_ctx, 2u) << "the row-scaled tensors should use lane contexts";
+  // The GPU encoder refuses level 3.
+  Buf src(16), dst(1024);
+  std::vector<tz_cuda_compress_item> items{{src.p(), 16, TZ_DTYPE_F32, dst.p(), 1024}};
+  EXPECT_EQ(tz_get_error_code(tz_cuda_compress_temp_size(items.data(), 1, &p)), TZ_ERROR_UNSUPPORTED);
 }
 
 TEST(CudaEmu, FixtureSliceTensors) {
