@@ -195,12 +195,21 @@ bool choose_lane_contexts(Context& ctx, uint8_t dtype, const uint8_t* src, uint6
   ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
     uint64_t* J = joint.data() + (size_t)w * kRows * 256;
     const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
-    std::vector<uint8_t> sym;
+    const int K = dtype_stream_count(dtype);
+    const size_t es = dtype_elem_size(dtype);
+    std::vector<uint8_t> buf((size_t)K * align4(block_elems));
+    uint8_t* streams[kMaxStreams];
+    for (int k = 0; k < K; ++k) streams[k] = buf.data() + (size_t)k * align4(block_elems);
+    const uint8_t* const sym = streams[0];
+    const bool simd = simd_available();
     for (uint64_t b = t * per_task; b < b1; ++b) {
       const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
-      sym.resize((size_t)(e1 - e0));
-      for (uint64_t i = e0; i < e1; ++i) sym[(size_t)(i - e0)] = stream_byte(dtype, src, i, 0);
-      const size_t n = sym.size();
+      const uint32_t nb = (uint32_t)(e1 - e0);
+      if (simd)
+        split_fields_simd(dtype, src + e0 * es, nb, streams);
+      else
+        split_fields(dtype, src + e0 * es, nb, streams);
+      const size_t n = nb;
       for (size_t i = 0; i < n && i < (size_t)kLanes; ++i) ++J[256 * 256 + sym[i]];
       for (size_t i = kLanes; i < n; ++i) ++J[(size_t)sym[i - kLanes] * 256 + sym[i]];
     }
