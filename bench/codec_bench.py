@@ -319,7 +319,7 @@ class ZipNN:
         pass
 
 
-CODECS = ["tz", "tz2", "zstd3", "zstd19", "lz4", "zipnn"]
+CODECS = ["tz", "tz2", "tz3", "zstd3", "zstd19", "lz4", "zipnn"]
 QUICK_CODECS = ["tz", "tz2", "zstd3", "lz4", "zipnn"]  # zstd -19 (~2-4 MB/s) alone would take minutes
 
 
@@ -328,6 +328,8 @@ def make_codec(key: str, threads: int, lib: Path):
         return TensorZip(lib, 0, threads)
     if key == "tz2":
         return TensorZip(lib, 2, threads)
+    if key == "tz3":
+        return TensorZip(lib, 3, threads)
     if key == "zstd3":
         return Zstd(3, threads)
     if key == "zstd19":
@@ -612,7 +614,7 @@ def main() -> int:
         "Order-0 bound: per tensor, sum over tensorzip's byte planes (BF16: exponent, sign|mantissa7; FP16: high, "
         "low byte; FP32: exponent, sign|mantissa[22:16], mantissa[15:8], mantissa[7:0]; FP8: the byte) of "
         "n·H0(plane) bits, without any table or header cost. 'size vs H0 bound' = compressed size / bound − 1.",
-        "tensorzip = default level (1); tensorzip L2 = level 2. zstd uses libzstd worker threads for the "
+        "tensorzip = default level (1); tensorzip L2 = level 2; tensorzip L3 = level 3 (lane contexts). zstd uses libzstd worker threads for the "
         "all-threads compress columns (decompression is single-threaded in libzstd); lz4 has no thread option (—). "
         "ZipNN: byte input with bytearray_dtype set to the tensor's dtype, default method, threads=1 or "
         f"{threads}.",
