@@ -10,35 +10,41 @@ Usage::
 
 Layout of a checkpoint directory (one per ``path``):
 
-- ``__<rank>_0.tzdcp``: one file per rank, written by that rank only. It is a
-  plain concatenation of items: each tensor chunk as one :func:`tensorzip.compress`
-  payload (dtype, shape and a codec checksum included), tensors of a dtype the
-  codec does not support as ``torch.save`` bytes, and non-tensor items
-  (``BYTE_IO``: optimizer param groups, ints, pickled objects) as the raw bytes
-  DCP hands over.
+- ``__<rank>_<save id>.tzdcp``: one file per rank, written by that rank only;
+  the save id is chosen by the coordinator while planning, so every save writes
+  new names. A file is a plain concatenation of items: each tensor chunk as one
+  :func:`tensorzip.compress` payload (dtype, shape, codec block index and block
+  checksums included), tensors of a dtype the codec does not support as
+  ``torch.save`` bytes, and non-tensor items (``BYTE_IO``: optimizer param
+  groups, ints, pickled objects) as the raw bytes DCP hands over.
 - ``.metadata``: DCP's own pickled :class:`~torch.distributed.checkpoint.metadata.Metadata`,
-  written by the coordinator in :meth:`StorageWriter.finish` (temporary file,
-  then rename, as DCP's ``FileSystemWriter`` does). Each item's storage entry
-  records file, offset, length, how it was encoded and a CRC-32 of the stored
-  bytes, so a damaged file is reported with the name of the damaged item.
+  written last by the coordinator in :meth:`StorageWriter.finish` (temporary
+  file, fsync, atomic rename). Each item's storage entry records file, offset,
+  length, encoding, a CRC-32 of the stored bytes and, for tensorzip payloads,
+  the chunk shape and the size and CRC-32 of its head (wrapper header + frame
+  prefix), so a damaged file is reported with the name of the damaged item.
+
+Crash safety: data files of earlier saves into the directory are deleted only
+after the new ``.metadata`` is in place, so a save that dies half-way leaves the
+previous checkpoint loadable; a directory where no save finished is refused at
+load with a clear error.
+
+Resharding: a load that needs part of a stored chunk reads the chunk's head and
+then only the codec blocks that hold the requested elements (see
+:class:`StorageReader`); :func:`read_stats` counts what was read and decoded.
 
 Both classes subclass DCP's ``FileSystemWriter`` / ``FileSystemReader`` and
-override only how item bytes are written and read; planning, metadata,
-``reset``/``checkpoint_id`` and the async staging of ``FileSystemWriter`` are
-DCP's.
+override how item bytes are written and read, how files are named and how
+``.metadata`` is committed; planning, ``reset``/``checkpoint_id`` and the async
+staging of ``FileSystemWriter`` are DCP's.
 
-Limits of this first version:
+Limits:
 
-- Reads decode whole stored chunks: a rank that loads a slice of a stored
-  chunk (resharding) decodes the whole chunk, then narrows it. Block-level
-  partial reads are not implemented yet.
 - Tensors are copied to the CPU and encoded there (no GPU encode yet).
 - ``thread_count`` and ``single_file_per_rank`` of ``FileSystemWriter`` are
   ignored: each rank writes exactly one file; tensorzip itself codes with
   ``threads`` threads (0 = all hardware threads).
-- Tested with plain tensors, DTensor shards on CPU/gloo, AdamW state and a
-  single-process ``dcp.async_save`` (``FileSystemWriter``'s staging); FSDP2,
-  multi-rank ``async_save`` and CUDA tensors are not tested yet.
+- Local file systems only (``os.replace``/``os.fsync``); one save at a time per directory.
 - ``.metadata`` pickles this module's storage entries, so reading a checkpoint
   needs tensorzip installed.
 """
