@@ -397,6 +397,8 @@ class StorageReader(FileSystemReader):
                         continue
                     key = req.storage_index
                     tensor = cache.get(key)
+                    if tensor is None and self._decode_into_target(stream, info, req, path, planner):
+                        continue
                     if tensor is None:
                         tensor = self._read_part(stream, info, req, path) if self.partial_reads else None
                         if tensor is None:
@@ -442,6 +444,44 @@ class StorageReader(FileSystemReader):
             raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path}: {e}") from e
         raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path}: "
                                f"unknown encoding {info.codec!r}")
+
+    def _decode_into_target(self, stream: Any, info: _TzStorageInfo, req: Any, path: Any, planner: Any) -> bool:
+        """Whole stored chunk into a contiguous CPU target of the same dtype: decodes straight into it
+        (no temporary tensor, no copy). False when that does not apply."""
+        if info.codec != _CODEC_TZ or info.shape is None or any(int(o) for o in req.storage_offsets):
+            return False
+        if tuple(int(x) for x in req.lengths) != tuple(info.shape):
+            return False
+        target = planner.resolve_tensor(req).detach()
+        if target.device.type != "cpu" or not target.is_contiguous() or target.numel() == 0 \
+                or tuple(target.shape) != tuple(info.shape):
+            return False
+        try:
+            _dtypes.name_of_torch(target.dtype)
+        except ValueError:
+            return False
+        payload = self._read(stream, info, req, path)
+        name = _item_name(req.storage_index)
+        try:
+            dtype, shape, _, frame_offset = _core.parse_wrapper(payload)
+            if _dtypes.torch_dtype(dtype) != target.dtype or tuple(shape) != tuple(target.shape):
+                return self._copy_decoded(self._decode(payload, info, req, path), target, req, planner)
+            flat = target.reshape(-1).view(torch.uint8).numpy()
+            _C.decompress_into(payload, frame_offset, flat, self.threads)
+        except CorruptDataError as e:
+            raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: {e}") from e
+        _STATS["whole_decodes"] += 1
+        planner.commit_tensor(req, target)
+        return True
+
+    @staticmethod
+    def _copy_decoded(tensor: Any, target: Any, req: Any, planner: Any) -> bool:
+        if tensor.size() != target.size():
+            raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)}: stored size "
+                                   f"{tuple(tensor.size())}, expected {tuple(target.size())}")
+        target.copy_(tensor)
+        planner.commit_tensor(req, target)
+        return True
 
     def _read_part(self, stream: Any, info: _TzStorageInfo, req: Any, path: Any) -> Optional[Any]:
         """The stored chunk with (at least) the requested elements decoded, or None to decode it whole.
