@@ -309,6 +309,8 @@ class StorageWriter(FileSystemWriter):
         per_rank = not self.use_collectives and self.rank is not None
         final = self._get_metadata_path(self.rank if per_rank else None)
         tmp = f"{final}.{uuid.uuid4().hex[:8]}.tmp"
+        if self.sync_files:
+            _fsync_dir(self.path)  # the new data files' names are durable before .metadata points at them
         try:
             with open(tmp, "wb") as f:
                 pickle.dump(metadata, f)
@@ -383,12 +385,10 @@ class StorageReader(FileSystemReader):
             path = self.fs.concat_path(self.path, relative_path)
             reqs.sort(key=lambda r: self.storage_data[r.storage_index].offset)
             cache: Dict[Any, Any] = {}  # storage_index -> decoded tensor, for several reads of one chunk
-            try:
-                stream_cm = self.fs.create_stream(path, "rb")
-            except FileNotFoundError:
+            if not os.path.exists(path):
                 raise CorruptDataError(f"tensorzip.dcp: data file {path} of item "
-                                       f"{_item_name(reqs[0].storage_index)} is missing") from None
-            with stream_cm as stream:
+                                       f"{_item_name(reqs[0].storage_index)} is missing")
+            with self.fs.create_stream(path, "rb") as stream:
                 for req in reqs:
                     info: _TzStorageInfo = self.storage_data[req.storage_index]
                     if req.type == LoadItemType.BYTE_IO:

@@ -550,3 +550,23 @@ def test_cuda_tensors_nccl_single_rank(tmp_path):
     procs = _spawn("cuda", 1, tmp_path)
     (out,) = _wait_all(procs, 240)
     assert procs[0].returncode == 0 and "ok cuda" in out, out[-6000:]
+
+
+def test_missing_data_file_named(tmp_path):
+    dcp.save({"w": torch.randn(64, 64)}, storage_writer=tzdcp.StorageWriter(tmp_path))
+    (data_file,) = tmp_path.glob("*" + tzdcp.SUFFIX)
+    data_file.unlink()
+    msg = _load_error({"w": torch.empty(64, 64)}, tzdcp.StorageReader(tmp_path))
+    assert "CorruptDataError" in msg and "missing" in msg and "'w'" in msg and data_file.name in msg, msg
+
+
+def test_second_save_replaces_first(tmp_path):
+    # Same directory, twice: the second checkpoint is loaded and only its file is left.
+    dcp.save({"w": torch.zeros(10), "n": 1}, storage_writer=tzdcp.StorageWriter(tmp_path))
+    first = {f.name for f in tmp_path.glob("*" + tzdcp.SUFFIX)}
+    dcp.save({"w": torch.arange(10.0), "n": 2}, storage_writer=tzdcp.StorageWriter(tmp_path))
+    files = {f.name for f in tmp_path.iterdir()}
+    assert len([f for f in files if f.endswith(tzdcp.SUFFIX)]) == 1 and not files & first, files
+    out = {"w": torch.empty(10), "n": 0}
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
+    assert torch.equal(out["w"], torch.arange(10.0)) and out["n"] == 2
