@@ -570,3 +570,30 @@ def test_second_save_replaces_first(tmp_path):
     out = {"w": torch.empty(10), "n": 0}
     dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
     assert torch.equal(out["w"], torch.arange(10.0)) and out["n"] == 2
+
+
+def test_block_range_bindings():
+    # The module functions the partial reads use: block i of a frame decodes to bytes of block i.
+    import numpy as np
+    import tensorzip._tensorzip as C
+
+    x = (torch.randn(10 * 4096 + 100, generator=torch.Generator().manual_seed(8)) * 0.02).to(torch.bfloat16)
+    payload = tensorzip.compress(x, block_elems=4096)
+    start = tensorzip._core.parse_wrapper(payload)[3]  # the codec frame follows the wrapper header
+    info = C.frame_info(payload, start)
+    assert info["n_blocks"] == 11 and C.frame_prefix_size(payload, start) == info["prefix_size"]
+    prefix = payload[start:start + info["prefix_size"]]
+    raw = x.view(torch.uint8).numpy()
+    for first, count in [(0, 1), (3, 4), (10, 1), (0, 11)]:
+        off, size, raw_off, raw_len = C.frame_block_range(prefix, first, count)
+        assert raw_off == first * 8192 and raw_len == min(count * 8192, raw.size - raw_off)
+        out = np.zeros(raw.size, dtype=np.uint8)
+        blocks = payload[start + off:start + off + size]
+        assert C.decompress_blocks_into(prefix, blocks, first, count, out, raw_off) == raw_len
+        assert out[raw_off:raw_off + raw_len].tobytes() == raw[raw_off:raw_off + raw_len].tobytes()
+    with pytest.raises(tensorzip.TensorZipError):
+        C.frame_block_range(prefix, 10, 2)  # past the last block
+    with pytest.raises(tensorzip.CorruptDataError):
+        bad = bytearray(payload[start + off:start + off + size])
+        bad[len(bad) // 2] ^= 0x40
+        C.decompress_blocks_into(prefix, bytes(bad), 0, 11, np.zeros(raw.size, dtype=np.uint8))
