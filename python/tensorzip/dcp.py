@@ -92,6 +92,8 @@ _METADATA = ".metadata"
 # Data files written by StorageWriter: __<rank>_<save id>.tzdcp (the first version wrote __<rank>_0.tzdcp).
 _DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) + r"$")
 
+_RANK_METADATA = re.compile(r"^__\d+\.metadata$")  # written by saves with use_collectives=False
+
 # How an item's bytes were encoded (stored in the checkpoint metadata).
 _CODEC_TZ = "tensorzip"      # tensorzip.compress payload of a tensor
 _CODEC_PT = "torch.save"     # torch.save bytes of a tensor of a dtype tensorzip does not code
@@ -366,8 +368,10 @@ class StorageReader(FileSystemReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))
         if not os.path.exists(path) and os.path.isdir(self.path):
-            leftovers = sorted(n for n in os.listdir(self.path) if _DATA_FILE.match(n))
-            if leftovers:
+            names = os.listdir(self.path)
+            leftovers = sorted(n for n in names if _DATA_FILE.match(n))
+            per_rank = kwargs.get("rank") is None and any(_RANK_METADATA.match(n) for n in names)
+            if leftovers and not per_rank:  # (a save without collectives has __<rank>.metadata: DCP falls back)
                 shown = ", ".join(leftovers[:4]) + (", ..." if len(leftovers) > 4 else "")
                 raise CorruptDataError(
                     f"tensorzip.dcp: {self.path} holds no finished checkpoint: {os.path.basename(path)} is missing "

@@ -597,3 +597,15 @@ def test_block_range_bindings():
         bad = bytearray(payload[start + off:start + off + size])
         bad[len(bad) // 2] ^= 0x40
         C.decompress_blocks_into(prefix, bytes(bad), 0, 11, np.zeros(raw.size, dtype=np.uint8))
+
+
+def test_save_without_collectives(tmp_path):
+    # use_collectives=False: each rank writes __<rank>.metadata; saves into one directory replace each other.
+    for i in range(2):
+        dcp.save({"w": torch.arange(10.0) + i, "n": i}, storage_writer=tzdcp.StorageWriter(tmp_path),
+                 use_collectives=False)
+    files = sorted(f.name for f in tmp_path.iterdir())
+    assert "__0.metadata" in files and len([f for f in files if f.endswith(tzdcp.SUFFIX)]) == 1, files
+    out = {"w": torch.zeros(10), "n": -1}
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
+    assert torch.equal(out["w"], torch.arange(10.0) + 1) and out["n"] == 1
