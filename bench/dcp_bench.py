@@ -147,6 +147,17 @@ def main() -> None:
         worker(args)
         return
 
+    if "fs+zstd" in args.storages.split(","):
+        try:
+            from torch.distributed.checkpoint._extension import ZStandard
+
+            available = ZStandard.is_available()
+        except ImportError:  # a PyTorch without DCP stream extensions
+            available = False
+        if not available:
+            print("dcp_bench: DCP's ZStandard extension is unavailable (no torch.distributed.checkpoint._extension, "
+                  "or neither zstandard nor pyzstd installed): fs+zstd left out", file=sys.stderr)
+            args.storages = ",".join(k for k in args.storages.split(",") if k != "fs+zstd")
     os.makedirs(args.dir, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
