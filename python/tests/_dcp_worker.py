@@ -190,8 +190,12 @@ def reshard(rank: int, world: int, out: str) -> None:
     model, opt = fsdp_model(meshes[4])
     msd, osd = get_state_dict(model, opt)
     assert isinstance(msd["0.weight"], DTensor) and msd["0.weight"].placements == (Shard(0),)
-    expected = mapped({"model": msd, "optim": osd},
-                      lambda x: x.full_tensor() if isinstance(x, DTensor) else (x.clone() if isinstance(x, torch.Tensor) else x))
+    def gathered(x):
+        if isinstance(x, DTensor):
+            return x.full_tensor()
+        return x.clone() if isinstance(x, torch.Tensor) else x
+
+    expected = mapped({"model": msd, "optim": osd}, gathered)
     dcp.save({"model": msd, "optim": osd}, storage_writer=tzdcp.StorageWriter(os.path.join(out, "fsdp")))
     dist.barrier()
     if rank < 2:
