@@ -219,6 +219,40 @@ nb::dict frame_info(nb::handle src_obj, size_t offset) {
   return d;
 }
 
+// Byte range of codec blocks [first, first+count) of a frame, from its prefix
+// (header + tables + block index, tz_frame_prefix_size bytes):
+// (offset, size) of their compressed bytes relative to the frame start and
+// (raw_offset, raw_size) of their decoded bytes. Lets a reader fetch only the
+// blocks that cover a byte range of a tensor (tensorzip.dcp partial reads).
+nb::tuple frame_block_range(nb::handle prefix_obj, unsigned first, unsigned count) {
+  BufferView prefix(prefix_obj, false, "prefix");
+  uint64_t off = 0, size = 0, raw_off = 0, raw_size = 0;
+  const size_t r = tz_frame_block_range(prefix.data(), prefix.size(), first, count, &off, &size, &raw_off, &raw_size);
+  if (tz_is_error(r)) throw_codec(r, "invalid block range");
+  return nb::make_tuple(off, size, raw_off, raw_size);
+}
+
+// Decodes blocks [first, first+count) of a frame (given its prefix and the
+// compressed bytes of exactly those blocks) into out[out_offset:], checking
+// each block's checksum. Returns the number of bytes written.
+size_t decompress_blocks_into(nb::handle prefix_obj, nb::handle blocks_obj, unsigned first, unsigned count,
+                              nb::handle dst_obj, size_t out_offset, unsigned threads) {
+  BufferView prefix(prefix_obj, false, "prefix");
+  BufferView blocks(blocks_obj, false, "blocks");
+  BufferView dst(dst_obj, true, "out");
+  if (out_offset > dst.size()) throw PyErrorOf(g_usage, "out_offset past the end of out");
+  size_t r;
+  unsigned bad = 0;
+  {
+    nb::gil_scoped_release nogil;
+    auto lease = ctx_pool().take(threads);
+    r = tz_ctx_decompress_blocks_ex(lease.ctx, dst.wdata() + out_offset, dst.size() - out_offset, prefix.data(),
+                                    prefix.size(), blocks.data(), blocks.size(), first, count, &bad);
+  }
+  if (tz_is_error(r)) throw_codec(r, ("decoding block " + std::to_string(bad) + " failed").c_str());
+  return r;
+}
+
 #ifdef TZ_PY_HAVE_CONTAINER
 namespace tc = tz::container;
 
@@ -428,6 +462,18 @@ NB_MODULE(_tensorzip, m) {
   m.def("decompress_into", &decompress_into, "data"_a, "offset"_a, "out"_a, "threads"_a = 0u,
         "Decodes the frame data[offset:] into the writable buffer out (GIL released).");
   m.def("frame_info", &frame_info, "data"_a, "offset"_a = 0, "Header fields of the frame at data[offset:].");
+  m.def("frame_prefix_size", [](nb::handle src_obj, size_t offset) {
+        BufferView src(src_obj, false, "data");
+        if (offset > src.size()) throw PyErrorOf(g_corrupt, "truncated input: frame offset past the end");
+        const size_t r = tz_frame_prefix_size(src.data() + offset, src.size() - offset);
+        if (tz_is_error(r)) throw_codec(r, "invalid frame");
+        return r;
+      }, "data"_a, "offset"_a = 0, "Bytes of the frame at data[offset:] up to the end of its block index (give >= 32).");
+  m.def("frame_block_range", &frame_block_range, "prefix"_a, "first"_a, "count"_a,
+        "(offset, size, raw_offset, raw_size) of blocks [first, first+count) of a frame, from its prefix.");
+  m.def("decompress_blocks_into", &decompress_blocks_into, "prefix"_a, "blocks"_a, "first"_a, "count"_a, "out"_a,
+        "out_offset"_a = 0, "threads"_a = 0u,
+        "Decodes blocks [first, first+count) of a frame into out[out_offset:] (GIL released).");
 
 #ifdef TZ_PY_HAVE_CONTAINER
   m.def("compress_file", &container_compress_file, "src"_a, "dst"_a, "level"_a = 0, "block_elems"_a = 0u,

@@ -10,51 +10,68 @@ Usage::
 
 Layout of a checkpoint directory (one per ``path``):
 
-- ``__<rank>_0.tzdcp``: one file per rank, written by that rank only. It is a
-  plain concatenation of items: each tensor chunk as one :func:`tensorzip.compress`
-  payload (dtype, shape and a codec checksum included), tensors of a dtype the
-  codec does not support as ``torch.save`` bytes, and non-tensor items
-  (``BYTE_IO``: optimizer param groups, ints, pickled objects) as the raw bytes
-  DCP hands over.
+- ``__<rank>_<save id>.tzdcp``: one file per rank, written by that rank only;
+  the save id is chosen by the coordinator while planning, so every save writes
+  new names. A file is a plain concatenation of items: each tensor chunk as one
+  :func:`tensorzip.compress` payload (dtype, shape, codec block index and block
+  checksums included), tensors of a dtype the codec does not support as
+  ``torch.save`` bytes, and non-tensor items (``BYTE_IO``: optimizer param
+  groups, ints, pickled objects) as the raw bytes DCP hands over.
 - ``.metadata``: DCP's own pickled :class:`~torch.distributed.checkpoint.metadata.Metadata`,
-  written by the coordinator in :meth:`StorageWriter.finish` (temporary file,
-  then rename, as DCP's ``FileSystemWriter`` does). Each item's storage entry
-  records file, offset, length, how it was encoded and a CRC-32 of the stored
-  bytes, so a damaged file is reported with the name of the damaged item.
+  written last by the coordinator in :meth:`StorageWriter.finish` (temporary
+  file, fsync, atomic rename). Each item's storage entry records file, offset,
+  length, encoding, a CRC-32 of the stored bytes and, for tensorzip payloads,
+  the chunk shape and the size and CRC-32 of its head (wrapper header + frame
+  prefix), so a damaged file is reported with the name of the damaged item.
+
+Crash safety: data files of earlier saves into the directory are deleted only
+after the new ``.metadata`` is in place, so a save that dies half-way leaves the
+previous checkpoint loadable; a directory where no save finished is refused at
+load with a clear error.
+
+Resharding: a load that needs part of a stored chunk reads the chunk's head and
+then only the codec blocks that hold the requested elements (see
+:class:`StorageReader`); :func:`read_stats` counts what was read and decoded.
 
 Both classes subclass DCP's ``FileSystemWriter`` / ``FileSystemReader`` and
-override only how item bytes are written and read; planning, metadata,
-``reset``/``checkpoint_id`` and the async staging of ``FileSystemWriter`` are
-DCP's.
+override how item bytes are written and read, how files are named and how
+``.metadata`` is committed; planning, ``reset``/``checkpoint_id`` and the async
+staging of ``FileSystemWriter`` are DCP's.
 
-Limits of this first version:
+Limits:
 
-- Reads decode whole stored chunks: a rank that loads a slice of a stored
-  chunk (resharding) decodes the whole chunk, then narrows it. Block-level
-  partial reads are not implemented yet.
 - Tensors are copied to the CPU and encoded there (no GPU encode yet).
 - ``thread_count`` and ``single_file_per_rank`` of ``FileSystemWriter`` are
   ignored: each rank writes exactly one file; tensorzip itself codes with
   ``threads`` threads (0 = all hardware threads).
-- Tested with plain tensors, DTensor shards on CPU/gloo, AdamW state and a
-  single-process ``dcp.async_save`` (``FileSystemWriter``'s staging); FSDP2,
-  multi-rank ``async_save`` and CUDA tensors are not tested yet.
+- Local file systems only (``os.replace``/``os.fsync``); one save at a time per directory.
 - ``.metadata`` pickles this module's storage entries, so reading a checkpoint
   needs tensorzip installed.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
+import math
 import os
+import pickle
+import re
+import time
+import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 try:
     import torch
+    import torch.distributed as dist
     from torch.distributed._shard._utils import narrow_tensor_by_index
     from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+    from torch.distributed.checkpoint import filesystem as _dcp_fs
     from torch.distributed.checkpoint.filesystem import _StorageInfo, _StoragePrefix
+    from torch.distributed.checkpoint.metadata import Metadata
     from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, SavePlan, SavePlanner
     from torch.distributed.checkpoint.planner import WriteItemType
     from torch.distributed.checkpoint.storage import WriteResult
@@ -63,12 +80,19 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("tensorzip.dcp needs PyTorch >= 2.4 with torch.distributed: pip install torch") from e
 
 from . import _core, _dtypes
+from . import _tensorzip as _C
 from ._core import CorruptDataError
 
-__all__ = ["StorageWriter", "StorageReader", "SUFFIX"]
+__all__ = ["StorageWriter", "StorageReader", "SUFFIX", "read_stats", "reset_read_stats"]
 
 #: Suffix of the per-rank data files.
 SUFFIX = ".tzdcp"
+
+_METADATA = ".metadata"
+# Data files written by StorageWriter: __<rank>_<save id>.tzdcp (the first version wrote __<rank>_0.tzdcp).
+_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) + r"$")
+
+_RANK_METADATA = re.compile(r"^__\d+\.metadata$")  # written by saves with use_collectives=False
 
 # How an item's bytes were encoded (stored in the checkpoint metadata).
 _CODEC_TZ = "tensorzip"      # tensorzip.compress payload of a tensor
@@ -79,13 +103,56 @@ _CODEC_RAW = "raw"           # BYTE_IO item, as given by DCP
 # FileSystemReader fails with "Unknown extension" instead of misreading bytes.
 _DESCRIPTOR = "tensorzip/1"
 
+# Test hook (tests/test_dcp.py): "<rank>:<bytes>:<marker path>" makes that rank's
+# writer stop for good once it has written at least <bytes> bytes of its data
+# file (flushed), after creating <marker path>, so that a test can kill it mid-save.
+_STALL_ENV = "TENSORZIP_DCP_TEST_STALL"
+
+# A partial read is used when it decodes at most this fraction of a chunk's blocks.
+_PARTIAL_MAX_FRACTION = 0.75
+# More element runs than this (a request strided over many rows) decodes the whole chunk.
+_PARTIAL_MAX_RUNS = 1 << 20
+
 
 @dataclass
 class _TzStorageInfo(_StorageInfo):
-    """DCP's per-item storage entry, plus the encoding and a CRC-32 of the stored bytes."""
+    """DCP's per-item storage entry, plus how the item is encoded.
+
+    ``crc32`` covers the whole stored item. For a tensorzip payload, ``head``
+    is the byte count of the wrapper header + the codec frame prefix (header,
+    tables, block index) and ``head_crc32`` its CRC-32: a partial read fetches
+    the head and then only the codec blocks it needs (each block carries its
+    own checksum). ``shape`` is the stored chunk's shape.
+    """
 
     codec: str = _CODEC_RAW
     crc32: int = 0
+    head: int = 0
+    head_crc32: int = 0
+    frame_offset: int = 0
+    shape: Optional[Tuple[int, ...]] = None
+
+
+# Counters of the reads done in this process (tests and benchmarks look at them).
+_STATS: Dict[str, int] = {}
+
+
+def reset_read_stats() -> None:
+    """Zeroes the counters returned by :func:`read_stats`."""
+    _STATS.update(bytes_read=0, whole_decodes=0, partial_decodes=0, blocks_decoded=0, blocks_skipped=0)
+
+
+def read_stats() -> Dict[str, int]:
+    """Counters of :class:`StorageReader` reads in this process since the last :func:`reset_read_stats`.
+
+    ``bytes_read``: bytes read from data files; ``whole_decodes`` / ``partial_decodes``:
+    tensor chunks decoded whole / decoded block by block (resharding);
+    ``blocks_decoded`` / ``blocks_skipped``: codec blocks decoded / not decoded by partial decodes.
+    """
+    return dict(_STATS)
+
+
+reset_read_stats()
 
 
 def _item_name(index: Any) -> str:
@@ -94,31 +161,76 @@ def _item_name(index: Any) -> str:
     return f"{fqn!r} (chunk offset {tuple(offset)})" if offset is not None and len(offset) else repr(fqn)
 
 
+def _new_save_id() -> str:
+    # Sortable by time (seconds, base 36) + random part: unique per save in practice.
+    return f"{np.base_repr(int(time.time()), 36).lower()}{uuid.uuid4().hex[:8]}"
+
+
+def _fsync_dir(path: Any) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class StorageWriter(FileSystemWriter):
     """DCP storage writer that stores every tensor chunk compressed by tensorzip.
+
+    Every save writes new files, ``__<rank>_<save id>.tzdcp`` (the save id is
+    chosen by the coordinator during planning), and the coordinator then
+    replaces ``.metadata`` atomically (temporary file, fsync, rename). Data files
+    of earlier saves into the same directory are deleted only after the new
+    ``.metadata`` is in place, so a save that dies half-way (a rank killed, a
+    full disk) leaves the previous checkpoint in that directory loadable.
 
     Args:
         path: checkpoint directory (created if missing).
         level: tensorzip level: 0 default, 1 fast, 2 code every field that shrinks, 3 strongest, -1 store.
         threads: coding threads per rank, 0 = all hardware threads (the output does not depend on it).
+        block_elems: codec block size in elements (power of two, 4096..2^20; 0 = codec default 65536).
+            Smaller blocks make resharded loads read less, at a small cost in ratio.
         sync_files: fsync the data file before returning (as ``FileSystemWriter``).
         overwrite: allow writing over an existing checkpoint (as ``FileSystemWriter``).
         **kwargs: passed to ``FileSystemWriter`` (e.g. ``cache_staged_state_dict``);
             ``thread_count`` and ``single_file_per_rank`` have no effect.
     """
 
-    def __init__(self, path: Union[str, os.PathLike], *, level: int = 0, threads: int = 0,
+    def __init__(self, path: Union[str, os.PathLike], *, level: int = 0, threads: int = 0, block_elems: int = 0,
                  sync_files: bool = True, overwrite: bool = True, **kwargs: Any) -> None:
         super().__init__(path, sync_files=sync_files, overwrite=overwrite, **kwargs)
-        _core.compress(torch.zeros(1), level=level, threads=threads)  # UsageError now for a bad level/threads
+        # UsageError now for a bad level/threads/block_elems
+        _core.compress(torch.zeros(1), level=level, threads=threads, block_elems=block_elems)
         self.level = level
         self.threads = threads
+        self.block_elems = block_elems
 
-    def _encode(self, item: Any, data: Any) -> Tuple[bytes, str]:
+    # ---- planning: one save id per save, agreed through the global plan ----
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        plan = super().prepare_local_plan(plan)
+        if plan.storage_data is not None:  # no collectives: each rank names its own files
+            rank = self.rank if self.rank is not None else 0
+            plan = dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{rank}_{_new_save_id()}"))
+        return plan
+
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        save_id = _new_save_id()
+        return [dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{i}_{save_id}"))
+                if plan.storage_data is None else plan for i, plan in enumerate(plans)]
+
+    # ---- data ----
+
+    def _encode(self, item: Any, data: Any) -> Tuple[bytes, str, Optional[Any]]:
         if item.type == WriteItemType.BYTE_IO:
             if isinstance(data, io.BytesIO):
-                return bytes(data.getbuffer()), _CODEC_RAW
-            return bytes(data), _CODEC_RAW
+                return bytes(data.getbuffer()), _CODEC_RAW, None
+            return bytes(data), _CODEC_RAW, None
         tensor = data.detach()
         if tensor.device.type != "cpu":
             tensor = tensor.cpu()
@@ -129,19 +241,21 @@ class StorageWriter(FileSystemWriter):
             # dtype the codec does not support (complex, ...): stored as DCP would store it.
             buf = io.BytesIO()
             torch.save(tensor, buf)
-            return buf.getvalue(), _CODEC_PT
-        return _core.compress(tensor, level=self.level, threads=self.threads, block_elems=0), _CODEC_TZ
+            return buf.getvalue(), _CODEC_PT, tensor
+        return (_core.compress(tensor, level=self.level, threads=self.threads, block_elems=self.block_elems),
+                _CODEC_TZ, tensor)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
         storage_plan: _StoragePrefix = plan.storage_data
-        file_name = f"{storage_plan.prefix}0{SUFFIX}"
+        file_name = f"{storage_plan.prefix}{SUFFIX}"
         path = self.fs.concat_path(self.path, file_name)
+        stall = self._stall_hook()
         results: List[WriteResult] = []
         with self.fs.create_stream(path, "wb") as stream:
             offset = 0
             for item in plan.items:
                 data = planner.resolve_data(item)
-                payload, codec = self._encode(item, data)
+                payload, codec, tensor = self._encode(item, data)
                 stream.write(payload)
                 if item.type == WriteItemType.BYTE_IO:
                     size_in_bytes = len(payload)
@@ -151,8 +265,15 @@ class StorageWriter(FileSystemWriter):
                 info.transform_descriptors = [_DESCRIPTOR]
                 info.codec = codec
                 info.crc32 = zlib.crc32(payload)
+                if codec == _CODEC_TZ:
+                    info.shape = tuple(int(x) for x in tensor.shape)
+                    info.frame_offset = _core.parse_wrapper(payload)[3]
+                    info.head = info.frame_offset + _C.frame_prefix_size(payload, info.frame_offset)
+                    info.head_crc32 = zlib.crc32(memoryview(payload)[:info.head])
                 results.append(WriteResult(index=item.index, size_in_bytes=size_in_bytes, storage_data=info))
                 offset += len(payload)
+                if stall is not None and offset >= stall[0]:
+                    self._stall(stream, stall[1])
             if self.sync_files:
                 stream.flush()
                 os.fsync(stream.fileno())
@@ -160,26 +281,103 @@ class StorageWriter(FileSystemWriter):
         fut.set_result(results)
         return fut
 
+    def _stall_hook(self) -> Optional[Tuple[int, str]]:
+        spec = os.environ.get(_STALL_ENV)
+        if not spec:
+            return None
+        rank_s, nbytes, marker = spec.split(":", 2)
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        return (int(nbytes), marker) if int(rank_s) == rank else None
+
+    @staticmethod
+    def _stall(stream: Any, marker: str) -> None:  # pragma: no cover - the test kills the process here
+        stream.flush()
+        os.fsync(stream.fileno())
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        while True:
+            time.sleep(3600)
+
+    # ---- commit ----
+
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
+        """Writes ``.metadata`` (temporary file, fsync, atomic rename), then deletes older data files."""
+        metadata.version = getattr(_dcp_fs, "CURRENT_DCP_VERSION", metadata.version)
+        storage_md = {}
+        for wr_list in results:
+            storage_md.update({wr.index: wr.storage_data for wr in wr_list})
+        metadata.storage_data = storage_md
+        metadata.storage_meta = self.storage_meta()
+        per_rank = not self.use_collectives and self.rank is not None
+        final = self._get_metadata_path(self.rank if per_rank else None)
+        tmp = f"{final}.{uuid.uuid4().hex[:8]}.tmp"
+        if self.sync_files:
+            _fsync_dir(self.path)  # the new data files' names are durable before .metadata points at them
+        try:
+            with open(tmp, "wb") as f:
+                pickle.dump(metadata, f)
+                f.flush()
+                if self.sync_files:
+                    os.fsync(f.fileno())
+            os.replace(tmp, final)  # atomic: readers see the old or the new checkpoint, never none
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        if self.sync_files:
+            _fsync_dir(self.path)
+        # Only now may data files of earlier (finished or interrupted) saves go.
+        keep = {getattr(info, "relative_path", None) for info in storage_md.values()}
+        mine = f"__{self.rank}_" if per_rank else None
+        for name in os.listdir(self.path):
+            if name in keep or not _DATA_FILE.match(name) or (mine and not name.startswith(mine)):
+                continue
+            try:
+                os.unlink(os.path.join(self.path, name))
+            except OSError:
+                pass
+
 
 class StorageReader(FileSystemReader):
     """DCP storage reader for checkpoints written by :class:`StorageWriter`.
 
-    Checks each item's CRC-32 and tensorzip checksum; a damaged item raises
+    Checks each item's CRC-32 and tensorzip checksums; a damaged item raises
     :class:`tensorzip.CorruptDataError` naming the item (state-dict key) and
     the file. Checkpoints written by DCP's own ``FileSystemWriter`` are read
     through ``FileSystemReader``.
 
-    A load that needs only part of a stored chunk (resharding) decodes the whole
-    chunk, then copies the needed part.
+    A load that needs only part of a stored chunk (resharding) reads the
+    chunk's head (wrapper + frame prefix with the block index) and then only
+    the codec blocks that hold the requested elements, and decodes only those;
+    when the request covers most of the chunk (more than 3/4 of its blocks),
+    or is a strided selection of more than 2^20 runs, the whole chunk is read.
 
     Args:
         path: checkpoint directory.
         threads: decoding threads, 0 = all hardware threads.
+        partial_reads: decode only the needed blocks of a stored chunk (default True).
     """
 
-    def __init__(self, path: Union[str, os.PathLike], *, threads: int = 0) -> None:
+    def __init__(self, path: Union[str, os.PathLike], *, threads: int = 0, partial_reads: bool = True) -> None:
         super().__init__(path)
         self.threads = threads
+        self.partial_reads = partial_reads
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = self._get_metadata_path(kwargs.get("rank"))
+        if not os.path.exists(path) and os.path.isdir(self.path):
+            names = os.listdir(self.path)
+            leftovers = sorted(n for n in names if _DATA_FILE.match(n))
+            per_rank = kwargs.get("rank") is None and any(_RANK_METADATA.match(n) for n in names)
+            if leftovers and not per_rank:  # (a save without collectives has __<rank>.metadata: DCP falls back)
+                shown = ", ".join(leftovers[:4]) + (", ..." if len(leftovers) > 4 else "")
+                raise CorruptDataError(
+                    f"tensorzip.dcp: {self.path} holds no finished checkpoint: {os.path.basename(path)} is missing "
+                    f"but data files of an unfinished save are there ({shown}); that save was interrupted "
+                    f"before it wrote its metadata, so there is nothing to load")
+        return super().read_metadata(*args, **kwargs)
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
         if not all(isinstance(self.storage_data[r.storage_index], _TzStorageInfo) for r in plan.items):
@@ -191,6 +389,9 @@ class StorageReader(FileSystemReader):
             path = self.fs.concat_path(self.path, relative_path)
             reqs.sort(key=lambda r: self.storage_data[r.storage_index].offset)
             cache: Dict[Any, Any] = {}  # storage_index -> decoded tensor, for several reads of one chunk
+            if not os.path.exists(path):
+                raise CorruptDataError(f"tensorzip.dcp: data file {path} of item "
+                                       f"{_item_name(reqs[0].storage_index)} is missing")
             with self.fs.create_stream(path, "rb") as stream:
                 for req in reqs:
                     info: _TzStorageInfo = self.storage_data[req.storage_index]
@@ -200,9 +401,13 @@ class StorageReader(FileSystemReader):
                         continue
                     key = req.storage_index
                     tensor = cache.get(key)
+                    if tensor is None and self._decode_into_target(stream, info, req, path, planner):
+                        continue
                     if tensor is None:
-                        tensor = self._decode(self._read(stream, info, req, path), info, req, path)
-                        cache[key] = tensor
+                        tensor = self._read_part(stream, info, req, path) if self.partial_reads else None
+                        if tensor is None:
+                            tensor = self._decode(self._read(stream, info, req, path), info, req, path)
+                            cache[key] = tensor
                     tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
                     target = planner.resolve_tensor(req).detach()
                     if target.size() != tensor.size():
@@ -215,12 +420,18 @@ class StorageReader(FileSystemReader):
         return fut
 
     @staticmethod
-    def _read(stream: Any, info: _TzStorageInfo, req: Any, path: Any) -> bytes:
-        stream.seek(info.offset)
-        payload = stream.read(info.length)
-        if len(payload) != info.length:
+    def _read_at(stream: Any, offset: int, length: int, req: Any, path: Any) -> bytes:
+        stream.seek(offset)
+        data = stream.read(length)
+        _STATS["bytes_read"] += len(data)
+        if len(data) != length:
             raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)}: {path} is truncated "
-                                   f"(needs bytes {info.offset}..{info.offset + info.length})")
+                                   f"(needs bytes {offset}..{offset + length})")
+        return data
+
+    @classmethod
+    def _read(cls, stream: Any, info: _TzStorageInfo, req: Any, path: Any) -> bytes:
+        payload = cls._read_at(stream, info.offset, info.length, req, path)
         if zlib.crc32(payload) != info.crc32:
             raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path} is corrupt "
                                    f"(CRC-32 mismatch at bytes {info.offset}..{info.offset + info.length})")
@@ -229,6 +440,7 @@ class StorageReader(FileSystemReader):
     def _decode(self, payload: bytes, info: _TzStorageInfo, req: Any, path: Any) -> Any:
         try:
             if info.codec == _CODEC_TZ:
+                _STATS["whole_decodes"] += 1
                 return _core.decompress(payload, framework="pt", device="cpu", threads=self.threads)
             if info.codec == _CODEC_PT:
                 return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
@@ -236,3 +448,140 @@ class StorageReader(FileSystemReader):
             raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path}: {e}") from e
         raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path}: "
                                f"unknown encoding {info.codec!r}")
+
+    def _decode_into_target(self, stream: Any, info: _TzStorageInfo, req: Any, path: Any, planner: Any) -> bool:
+        """Whole stored chunk into a contiguous CPU target of the same dtype: decodes straight into it
+        (no temporary tensor, no copy). False when that does not apply."""
+        if info.codec != _CODEC_TZ or info.shape is None or any(int(o) for o in req.storage_offsets):
+            return False
+        if tuple(int(x) for x in req.lengths) != tuple(info.shape):
+            return False
+        target = planner.resolve_tensor(req).detach()
+        if target.device.type != "cpu" or not target.is_contiguous() or target.numel() == 0 \
+                or tuple(target.shape) != tuple(info.shape):
+            return False
+        try:
+            _dtypes.name_of_torch(target.dtype)
+        except ValueError:
+            return False
+        payload = self._read(stream, info, req, path)
+        name = _item_name(req.storage_index)
+        try:
+            dtype, shape, _, frame_offset = _core.parse_wrapper(payload)
+            if _dtypes.torch_dtype(dtype) != target.dtype or tuple(shape) != tuple(target.shape):
+                return self._copy_decoded(self._decode(payload, info, req, path), target, req, planner)
+            flat = target.reshape(-1).view(torch.uint8).numpy()
+            _C.decompress_into(payload, frame_offset, flat, self.threads)
+        except CorruptDataError as e:
+            raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: {e}") from e
+        _STATS["whole_decodes"] += 1
+        planner.commit_tensor(req, target)
+        return True
+
+    @staticmethod
+    def _copy_decoded(tensor: Any, target: Any, req: Any, planner: Any) -> bool:
+        if tensor.size() != target.size():
+            raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)}: stored size "
+                                   f"{tuple(tensor.size())}, expected {tuple(target.size())}")
+        target.copy_(tensor)
+        planner.commit_tensor(req, target)
+        return True
+
+    def _read_part(self, stream: Any, info: _TzStorageInfo, req: Any, path: Any) -> Optional[Any]:
+        """The stored chunk with (at least) the requested elements decoded, or None to decode it whole.
+
+        Reads the chunk's head, then for each run of needed codec blocks their
+        compressed bytes, and decodes them in place into a chunk-sized buffer
+        whose other bytes stay unwritten (never touched: the OS does not even
+        commit those pages). Only the requested sub-range of the result is valid.
+        """
+        shape = info.shape
+        if info.codec != _CODEC_TZ or not info.head or shape is None or len(shape) == 0:
+            return None
+        offs = [int(x) for x in req.storage_offsets]
+        lens = [int(x) for x in req.lengths]
+        if len(offs) != len(shape) or lens == list(shape):
+            return None  # whole chunk wanted
+        if any(o < 0 or n < 0 or o + n > s for o, n, s in zip(offs, lens, shape)):
+            raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path}: request "
+                                   f"{offs}+{lens} is outside the stored chunk {list(shape)}")
+        runs = _element_runs(shape, offs, lens)
+        if runs is None:
+            return None
+        starts, run_len = runs
+        name = _item_name(req.storage_index)
+        head = self._read_at(stream, info.offset, info.head, req, path)
+        if zlib.crc32(head) != info.head_crc32:
+            raise CorruptDataError(f"tensorzip.dcp: item {name} in {path} is corrupt "
+                                   f"(CRC-32 mismatch in the header, bytes {info.offset}..{info.offset + info.head})")
+        try:
+            dtype, wshape, _, frame_offset = _core.parse_wrapper(head)
+            prefix = memoryview(head)[frame_offset:]
+            finfo = _C.frame_info(prefix)
+        except CorruptDataError as e:
+            raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: {e}") from e
+        itemsize = _dtypes.lookup(dtype).itemsize
+        raw_size = math.prod(wshape) * itemsize
+        if tuple(wshape) != tuple(shape) or finfo["raw_size"] != raw_size or frame_offset != info.frame_offset:
+            raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: stored header does not match the "
+                                   f"metadata ({dtype}{list(wshape)}, frame of {finfo['raw_size']} bytes)")
+        n_blocks = int(finfo["n_blocks"])
+        block_bytes = int(finfo["block_elems"]) * itemsize
+        if n_blocks == 0 or block_bytes == 0:
+            return None
+        if starts.size == 0 or run_len == 0:
+            ranges: List[Tuple[int, int]] = []
+        else:
+            first = (starts * itemsize) // block_bytes
+            last = ((starts + run_len) * itemsize - 1) // block_bytes
+            mark = np.zeros(n_blocks + 1, dtype=np.int64)
+            np.add.at(mark, first, 1)
+            np.add.at(mark, last + 1, -1)
+            needed = np.cumsum(mark[:n_blocks]) > 0
+            if needed.sum() > _PARTIAL_MAX_FRACTION * n_blocks:
+                return None
+            edges = np.flatnonzero(np.diff(np.concatenate(([0], needed.astype(np.int8), [0]))))
+            ranges = [(int(a), int(b - a)) for a, b in zip(edges[0::2], edges[1::2])]
+        out, flat = _core.empty_output(dtype, tuple(shape), "pt")
+        base = info.offset + frame_offset
+        n_decoded = 0
+        for first_block, count in ranges:
+            try:
+                off, size, raw_off, raw_len = _C.frame_block_range(prefix, first_block, count)
+                blocks = self._read_at(stream, base + off, size, req, path)
+                if off + size > info.length - frame_offset:
+                    raise CorruptDataError(f"block range {first_block}+{count} ends past the stored item")
+                got = _C.decompress_blocks_into(prefix, blocks, first_block, count, flat, raw_off, self.threads)
+                if got != raw_len:
+                    raise CorruptDataError(f"blocks {first_block}+{count} decoded to {got} bytes, not {raw_len}")
+            except CorruptDataError as e:
+                raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: {e}") from e
+            n_decoded += count
+        _STATS["partial_decodes"] += 1
+        _STATS["blocks_decoded"] += n_decoded
+        _STATS["blocks_skipped"] += n_blocks - n_decoded
+        return out
+
+
+def _element_runs(shape: Sequence[int], offs: Sequence[int], lens: Sequence[int]) -> Optional[Tuple[Any, int]]:
+    """Flat element offsets of the contiguous runs of a sub-box of a C-order array, and the run length.
+
+    A dim-0 slice is one run; a column slice of a matrix is one run per row.
+    None when there are more than _PARTIAL_MAX_RUNS runs.
+    """
+    nd = len(shape)
+    strides = [math.prod(shape[j + 1:]) for j in range(nd)]
+    k = nd - 1  # innermost dim that is not fully covered; dims after it are whole
+    while k > 0 and offs[k] == 0 and lens[k] == shape[k]:
+        k -= 1
+    run_len = lens[k] * strides[k]
+    n_runs = math.prod(lens[:k])
+    if n_runs > _PARTIAL_MAX_RUNS:
+        return None
+    starts = np.array([offs[k] * strides[k]], dtype=np.int64)
+    for j in range(k):
+        if lens[j] == 0:
+            return np.zeros(0, dtype=np.int64), 0
+        add = (offs[j] + np.arange(lens[j], dtype=np.int64)) * strides[j]
+        starts = (starts[:, None] + add[None, :]).reshape(-1)
+    return starts, run_len

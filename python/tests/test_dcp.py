@@ -1,8 +1,11 @@
 """tensorzip.dcp: PyTorch Distributed Checkpoint StorageWriter / StorageReader.
 
-Single-process save/load of a trained model + AdamW state, a 2-rank gloo save
-(DTensor shards and plain tensors) loaded by one process, corruption detection
-and size against DCP's default FileSystemWriter.
+Single-process save/load of a trained model + AdamW state, block-level partial
+reads (counters prove that only the needed codec blocks were read and decoded),
+corruption detection, size against DCP's FileSystemWriter; several gloo
+processes (python/tests/_dcp_worker.py): N -> M rank resharding of DTensor
+model + optimizer state, multi-rank async_save, FSDP2, a rank killed mid-save;
+CUDA tensors over NCCL when a GPU is present.
 """
 from __future__ import annotations
 
@@ -307,12 +310,13 @@ def test_two_rank_save_one_rank_load(tmp_path):
         assert p.returncode == 0, o[-4000:]
 
     files = sorted(f.name for f in (tmp_path / "ckpt").iterdir())
-    assert [f for f in files if f.endswith(tzdcp.SUFFIX)] == ["__0_0.tzdcp", "__1_0.tzdcp"], files
+    data_files = sorted(f for f in files if f.endswith(tzdcp.SUFFIX))
+    assert len(data_files) == 2 and data_files[0].startswith("__0_") and data_files[1].startswith("__1_"), files
     # Each rank wrote its shard of the DTensor into its own file.
     with open(tmp_path / "ckpt" / ".metadata", "rb") as f:
         md = pickle.load(f)
     shard_files = {info.relative_path for idx, info in md.storage_data.items() if idx.fqn == "sharded"}
-    assert shard_files == {"__0_0.tzdcp", "__1_0.tzdcp"}
+    assert shard_files == set(data_files)
 
     expected = torch.load(tmp_path / "expected.pt", weights_only=True)
     # Load with one process (no process group): the two shards are assembled into one plain tensor.
@@ -335,3 +339,273 @@ def _make_worker_model():
     model(_x).sum().backward()
     opt.step()
     return model, opt
+
+
+# ---- block-level partial reads (resharding) ---------------------------------------------
+
+class _SliceLoader:
+    """Minimal LoadPlanner for StorageReader.read_data: every request goes to one target tensor."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def resolve_tensor(self, req):
+        return self.target
+
+    def commit_tensor(self, req, tensor):
+        pass
+
+
+def _read_box(reader, fqn, offs, lens, dtype):
+    from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+
+    (index,) = [k for k in reader.storage_data if k.fqn == fqn]
+    req = ReadItem(type=LoadItemType.TENSOR, dest_index=index, dest_offsets=torch.Size([0] * len(offs)),
+                   storage_index=index, storage_offsets=torch.Size(offs), lengths=torch.Size(lens))
+    target = torch.full(tuple(lens), 7, dtype=dtype)
+    tzdcp.reset_read_stats()
+    reader.read_data(LoadPlan([req]), _SliceLoader(target)).wait()
+    return target, tzdcp.read_stats()
+
+
+def _open_reader(path, **kw):
+    reader = tzdcp.StorageReader(path, **kw)
+    reader.set_up_storage_reader(reader.read_metadata(), True)
+    return reader
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_partial_read_decodes_only_needed_blocks(tmp_path, dtype):
+    g = torch.Generator().manual_seed(4)
+    state = {"rows": (torch.randn(512, 256, generator=g) * 0.02).to(dtype),      # 32 blocks of 16 rows
+             "wide": (torch.randn(16, 16384, generator=g) * 0.02).to(dtype),     # 4 blocks per row
+             "cube": (torch.randn(8, 64, 512, generator=g) * 0.02).to(dtype)}    # 8 blocks per [i]
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path, block_elems=4096))
+    reader = _open_reader(tmp_path)
+    whole_file = sum(f.stat().st_size for f in tmp_path.iterdir() if f.suffix == tzdcp.SUFFIX)
+    cases = [
+        ("rows", (100, 0), (50, 256), 4),          # dim-0 slice: one contiguous run, rows 100..149 -> blocks 6..9
+        ("rows", (0, 0), (1, 256), 1),             # first row
+        ("rows", (511, 0), (1, 256), 1),           # last row
+        ("rows", (17, 3), (2, 5), 1),              # small box inside one block
+        ("wide", (0, 4096), (16, 4096), 16),       # column slice: one block per row
+        ("wide", (3, 100), (9, 5000), 18),         # columns 100..5099 span blocks 0-1 of rows 3..11
+        ("cube", (2, 0, 0), (3, 64, 512), 24),     # dim-0 slice of a 3-D chunk
+        ("cube", (0, 8, 0), (8, 8, 512), 8),       # middle dim slice: one block per [i]
+    ]
+    for fqn, offs, lens, blocks in cases:
+        got, st = _read_box(reader, fqn, offs, lens, dtype)
+        want = state[fqn][tuple(slice(o, o + n) for o, n in zip(offs, lens))]
+        assert _tensor_bytes(got) == _tensor_bytes(want), (fqn, offs, lens)
+        # It really decoded and read only part of the chunk: a whole decode would fail these.
+        assert st["partial_decodes"] == 1 and st["whole_decodes"] == 0, (fqn, offs, st)
+        assert st["blocks_decoded"] == blocks, (fqn, offs, st)
+        n_blocks = st["blocks_decoded"] + st["blocks_skipped"]
+        assert n_blocks == state[fqn].numel() // 4096
+        info = reader.storage_data[[k for k in reader.storage_data if k.fqn == fqn][0]]
+        assert st["bytes_read"] < info.head + info.length * (blocks + 1) / n_blocks + 4096, (fqn, st, info.length)
+        assert st["bytes_read"] < whole_file
+    # A request covering most blocks (all rows of a column slice of "rows") decodes the chunk whole.
+    got, st = _read_box(reader, "rows", (0, 64), (512, 64), dtype)
+    assert _tensor_bytes(got) == _tensor_bytes(state["rows"][:, 64:128])
+    assert st["whole_decodes"] == 1 and st["partial_decodes"] == 0
+    # partial_reads=False: always whole chunks, same bytes.
+    got, st = _read_box(_open_reader(tmp_path, partial_reads=False), "rows", (100, 0), (50, 256), dtype)
+    assert _tensor_bytes(got) == _tensor_bytes(state["rows"][100:150]) and st["whole_decodes"] == 1
+
+
+def test_partial_read_detects_corrupt_block(tmp_path):
+    full = (torch.randn(512, 256, generator=torch.Generator().manual_seed(5)) * 0.02).to(torch.bfloat16)
+    dcp.save({"w": full}, storage_writer=tzdcp.StorageWriter(tmp_path, block_elems=4096))
+    reader = _open_reader(tmp_path)
+    (info,) = reader.storage_data.values()
+    # Damage a byte inside block 20 (rows 320..335): a partial read of those rows must fail, naming 'w';
+    # a partial read of other rows still works (the damage is outside what it reads).
+    import tensorzip._tensorzip as C
+    data_file = tmp_path / info.relative_path
+    raw = bytearray(data_file.read_bytes())
+    prefix = bytes(raw[info.offset + info.frame_offset:info.offset + info.head])
+    off, size, _, _ = C.frame_block_range(prefix, 20, 1)
+    raw[info.offset + info.frame_offset + off + size // 2] ^= 0x04
+    data_file.write_bytes(bytes(raw))
+    got, st = _read_box(reader, "w", (0, 0), (16, 256), torch.bfloat16)
+    assert _tensor_bytes(got) == _tensor_bytes(full[:16]) and st["partial_decodes"] == 1
+    with pytest.raises(tensorzip.CorruptDataError, match=r"'w'.*" + info.relative_path):
+        _read_box(reader, "w", (320, 0), (16, 256), torch.bfloat16)
+    # Damage in the head (block index) is caught by its CRC-32.
+    raw[info.offset + info.head - 2] ^= 0x01
+    data_file.write_bytes(bytes(raw))
+    with pytest.raises(tensorzip.CorruptDataError, match=r"'w'.*header"):
+        _read_box(reader, "w", (0, 0), (16, 256), torch.bfloat16)
+
+
+# ---- several processes: resharding N -> M ranks, async_save, FSDP2, crash safety -----------
+
+_WORKER_FILE = Path(__file__).with_name("_dcp_worker.py")
+
+
+def _worker_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(tensorzip.__file__).parents[1]), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    env.pop(tzdcp._STALL_ENV, None)
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
+
+
+def _spawn(scenario: str, world: int, out: Path):
+    port = _free_port()
+    return [subprocess.Popen([sys.executable, str(_WORKER_FILE), scenario, str(r), str(world), str(port), str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_worker_env())
+            for r in range(world)]
+
+
+def _wait_all(procs, timeout: float):
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=timeout)[0].decode(errors="replace"))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"worker timed out: {p.args}")
+    return outs
+
+
+def test_reshard_save_n_load_m_async_fsdp2(tmp_path):
+    """4 gloo processes: save with 4/3/2 ranks, load with 2/2/4/4 ranks (rows <-> columns), model + AdamW
+    + non-tensor items byte-identical; multi-rank async_save loaded by 3 ranks; FSDP2 4 -> 2 ranks."""
+    procs = _spawn("reshard", 4, tmp_path)
+    outs = _wait_all(procs, 240)
+    for p, o in zip(procs, outs):
+        assert p.returncode == 0, o[-6000:]
+    for check, ranks in [("load-r4-on-2-cols", 2), ("load-c3-on-2-rows", 2), ("load-r2-on-4-rows", 4),
+                         ("load-c3-on-4-cols", 4), ("async_save-4-load-3", 3), ("fsdp2-4-load-2", 2)]:
+        assert all(f"ok {check}" in outs[r] for r in range(ranks)), (check, outs[0][-3000:])
+    # The 3-rank save wrote three files, and a checkpoint is readable by one process as plain tensors.
+    assert len(list((tmp_path / "c3").glob("*" + tzdcp.SUFFIX))) == 3
+    out = {"emb": torch.zeros(2048, 64, dtype=torch.bfloat16), "step_count": 0, "blob": b"",
+           "cfg": {"name": "", "sizes": [], "ratio": 0.0}}
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path / "c3"))
+    g = torch.Generator().manual_seed(2)
+    assert _tensor_bytes(out["emb"]) == _tensor_bytes((torch.randn(2048, 64, generator=g) * 0.02).to(torch.bfloat16))
+    assert out["step_count"] == 3 and out["blob"] == bytes([0, 0, 255]) * 5
+    assert out["cfg"] == {"name": "run-0", "sizes": [64, 256], "ratio": 0.5}
+
+
+def _wait_for(path: Path, procs, timeout: float):
+    import time
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        dead = [p for p in procs if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            for q in procs:
+                q.kill()
+            outs = [q.communicate()[0].decode(errors="replace") for q in procs]
+            pytest.fail(f"worker did not reach {path.name}: " + "\n---\n".join(o[-3000:] for o in outs))
+        time.sleep(0.05)
+
+
+def test_rank_killed_mid_save_leaves_previous_checkpoint(tmp_path):
+    import signal
+
+    fresh = tmp_path / "single"
+    fresh.mkdir()
+    procs = _spawn("crash", 2, tmp_path)
+    single = subprocess.Popen([sys.executable, str(_WORKER_FILE), "single_crash", "0", "1", "0", str(fresh)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_worker_env())
+    _wait_for(tmp_path / "stalled", procs, 120)
+    procs[1].send_signal(signal.SIGKILL)  # rank 1 dies with its new data file half-written
+    procs[1].wait()
+    procs[0].kill()  # the job dies with it (rank 0 would wait on rank 1 until the gloo timeout)
+    procs[0].wait()
+    _wait_for(fresh / "stalled-fresh", [single], 120)
+    single.send_signal(signal.SIGKILL)
+    single.wait()
+
+    # Reused directory: the new save's files are there, .metadata is still the previous save's.
+    ckpt = tmp_path / "ckpt"
+    data_files = sorted(f.name for f in ckpt.glob("*" + tzdcp.SUFFIX))
+    assert len(data_files) == 4, data_files  # 2 of the finished save, 2 of the interrupted one
+    expected = torch.load(tmp_path / "expected_a.pt", weights_only=True)
+    out = {"model": {k: torch.zeros_like(v) for k, v in expected["model"].items()},
+           "emb": torch.zeros_like(expected["emb"]), "step_count": 0, "blob": b""}
+    dcp.load(out, storage_reader=tzdcp.StorageReader(ckpt))
+    _assert_identical({k: expected[k] for k in out}, out)
+
+    # The next save into that directory succeeds and removes every older data file.
+    dcp.save({"w": torch.ones(3)}, storage_writer=tzdcp.StorageWriter(ckpt))
+    left = sorted(f.name for f in ckpt.iterdir())
+    assert len([f for f in left if f.endswith(tzdcp.SUFFIX)]) == 1 and not set(left) & set(data_files), left
+    assert not [f for f in left if f.endswith(".tmp")], left
+
+    # Fresh directory: nothing to load, and the error says why.
+    msg = _load_error({"emb": torch.zeros(2048, 64, dtype=torch.bfloat16)}, tzdcp.StorageReader(fresh / "fresh"))
+    assert "no finished checkpoint" in msg and "interrupted" in msg and str(fresh / "fresh") in msg, msg
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not dist.is_nccl_available(), reason="needs a CUDA GPU and NCCL")
+def test_cuda_tensors_nccl_single_rank(tmp_path):
+    procs = _spawn("cuda", 1, tmp_path)
+    (out,) = _wait_all(procs, 240)
+    assert procs[0].returncode == 0 and "ok cuda" in out, out[-6000:]
+
+
+def test_missing_data_file_named(tmp_path):
+    dcp.save({"w": torch.randn(64, 64)}, storage_writer=tzdcp.StorageWriter(tmp_path))
+    (data_file,) = tmp_path.glob("*" + tzdcp.SUFFIX)
+    data_file.unlink()
+    msg = _load_error({"w": torch.empty(64, 64)}, tzdcp.StorageReader(tmp_path))
+    assert "CorruptDataError" in msg and "missing" in msg and "'w'" in msg and data_file.name in msg, msg
+
+
+def test_second_save_replaces_first(tmp_path):
+    # Same directory, twice: the second checkpoint is loaded and only its file is left.
+    dcp.save({"w": torch.zeros(10), "n": 1}, storage_writer=tzdcp.StorageWriter(tmp_path))
+    first = {f.name for f in tmp_path.glob("*" + tzdcp.SUFFIX)}
+    dcp.save({"w": torch.arange(10.0), "n": 2}, storage_writer=tzdcp.StorageWriter(tmp_path))
+    files = {f.name for f in tmp_path.iterdir()}
+    assert len([f for f in files if f.endswith(tzdcp.SUFFIX)]) == 1 and not files & first, files
+    out = {"w": torch.empty(10), "n": 0}
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
+    assert torch.equal(out["w"], torch.arange(10.0)) and out["n"] == 2
+
+
+def test_block_range_bindings():
+    # The module functions the partial reads use: block i of a frame decodes to bytes of block i.
+    import numpy as np
+    import tensorzip._tensorzip as C
+
+    x = (torch.randn(10 * 4096 + 100, generator=torch.Generator().manual_seed(8)) * 0.02).to(torch.bfloat16)
+    payload = tensorzip.compress(x, block_elems=4096)
+    start = tensorzip._core.parse_wrapper(payload)[3]  # the codec frame follows the wrapper header
+    info = C.frame_info(payload, start)
+    assert info["n_blocks"] == 11 and C.frame_prefix_size(payload, start) == info["prefix_size"]
+    prefix = payload[start:start + info["prefix_size"]]
+    raw = x.view(torch.uint8).numpy()
+    for first, count in [(0, 1), (3, 4), (10, 1), (0, 11)]:
+        off, size, raw_off, raw_len = C.frame_block_range(prefix, first, count)
+        assert raw_off == first * 8192 and raw_len == min(count * 8192, raw.size - raw_off)
+        out = np.zeros(raw.size, dtype=np.uint8)
+        blocks = payload[start + off:start + off + size]
+        assert C.decompress_blocks_into(prefix, blocks, first, count, out, raw_off) == raw_len
+        assert out[raw_off:raw_off + raw_len].tobytes() == raw[raw_off:raw_off + raw_len].tobytes()
+    with pytest.raises(tensorzip.TensorZipError):
+        C.frame_block_range(prefix, 10, 2)  # past the last block
+    with pytest.raises(tensorzip.CorruptDataError):
+        bad = bytearray(payload[start + off:start + off + size])
+        bad[len(bad) // 2] ^= 0x40
+        C.decompress_blocks_into(prefix, bytes(bad), 0, 11, np.zeros(raw.size, dtype=np.uint8))
+
+
+def test_save_without_collectives(tmp_path):
+    # use_collectives=False: each rank writes __<rank>.metadata; saves into one directory replace each other.
+    for i in range(2):
+        dcp.save({"w": torch.arange(10.0) + i, "n": i}, storage_writer=tzdcp.StorageWriter(tmp_path),
+                 use_collectives=False)
+    files = sorted(f.name for f in tmp_path.iterdir())
+    assert "__0.metadata" in files and len([f for f in files if f.endswith(tzdcp.SUFFIX)]) == 1, files
+    out = {"w": torch.zeros(10), "n": -1}
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
+    assert torch.equal(out["w"], torch.arange(10.0) + 1) and out["n"] == 1
