@@ -68,6 +68,16 @@ struct SaveOptions {
   unsigned slots = 0;                // chunks in flight; 0 = threads + 4. Memory ~ slots x chunk
   Io io = Io::kAuto;
   unsigned io_threads = 2;           // posix back end
+  // Cast prediction: a BF16/F16 host tensor of this save that is the
+  // round-to-nearest-even cast of an FP32 host tensor of the same shape
+  // (mixed precision: BF16 weights + FP32 masters) is stored as the XOR
+  // residual against that cast (doc/container.md section 11), where a
+  // sample says it pays. Restore returns the same bytes either way.
+  bool predict = true;
+  // O_DIRECT writes: frames gathered into 4 KiB-aligned staging buffers and
+  // written bypassing the page cache; buffered where the file system refuses
+  // (SaveStats::io then lacks "+O_DIRECT").
+  bool direct_io = false;
   int rank = 0;
   int world_size = 1;                // > 1: call commit() once every rank has saved
   std::map<std::string, std::string> metadata;
@@ -80,8 +90,9 @@ struct SaveStats {
   double seconds = 0;            // whole save, from call to manifest
   double stall_seconds = 0;      // time the caller was blocked (async: staging copy)
   std::string codec;             // "raw", "fast", "strong"
-  std::string io;                // back end used
+  std::string io;                // back end used, e.g. "io_uring+O_DIRECT"
   std::string model;             // time model of the codec choice
+  uint64_t predicted = 0;        // tensors stored as cast residuals (SaveOptions::predict)
 };
 
 // Synchronous save of this rank's tensors into `dir` (created if missing;
@@ -158,6 +169,7 @@ class Checkpoint {
   std::vector<std::string> verify();
 
  private:
+  void run_load(std::span<const LoadRequest> requests, const std::map<size_t, const uint8_t*>& src_bytes);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "../io/write_queue.hpp"
+#include "codec/predict.h"
 #include "plan.hpp"
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip.h"
@@ -86,10 +87,6 @@ const char* codec_dtype_str(tz_dtype d) {
     case TZ_DTYPE_F8_E5M2: return "f8_e5m2";
     default: return "bytes";
   }
-}
-
-void put_le(uint8_t* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = (uint8_t)(v >> (8 * i));
 }
 
 uint64_t align64(uint64_t x) { return (x + 63) & ~uint64_t{63}; }
@@ -221,31 +218,17 @@ double probe_storage_gibps(const std::string& dir) {
 // ===========================================================================
 namespace {
 
-struct FrameOut {
-  uint64_t offset = 0, size = 0, raw_size = 0, xxh64 = 0;
-};
-
 struct Seg {
   const TensorView* t = nullptr;
   tz_dtype cd = TZ_DTYPE_BYTES;
   unsigned block_elems = 0;
   uint64_t data_begin = 0;
-  std::vector<FrameOut> frames;
 };
 
 struct Unit {
   size_t seg;
   uint64_t off;
   size_t n;
-};
-
-struct Slot {
-  std::vector<uint8_t> comp;  // frame + zero padding to 64
-  std::vector<uint8_t> raw;   // device tensors only: host copy of the chunk
-  size_t frame_size = 0;
-  uint64_t frame_hash = 0;
-  size_t allowed = 0;         // the unit that may use this slot next
-  bool encoded = false;
 };
 
 void validate(std::span<const TensorView> tensors, std::vector<Seg>& segs) {
@@ -277,45 +260,6 @@ void validate(std::span<const TensorView> tensors, std::vector<Seg>& segs) {
     pos += t.size;
     segs.push_back(std::move(s));
   }
-}
-
-// safetensors header and .tzip header of the rank file (doc/container.md 3).
-std::string tzip_header(const std::vector<Seg>& segs, uint64_t chunk, uint64_t data_size, int level,
-                        const std::map<std::string, std::string>& meta) {
-  json st = json::object();
-  if (!meta.empty()) st["__metadata__"] = meta;
-  std::vector<const Seg*> order;
-  for (const auto& s : segs) {
-    st[s.t->name] = {{"dtype", s.t->dtype}, {"shape", s.t->shape}, {"data_offsets", {s.data_begin, s.data_begin + s.t->size}}};
-    order.push_back(&s);
-  }
-  std::stable_sort(order.begin(), order.end(), [](const Seg* a, const Seg* b) {
-    const uint64_t ea = a->data_begin + a->t->size, eb = b->data_begin + b->t->size;
-    if (a->data_begin != b->data_begin) return a->data_begin < b->data_begin;
-    if (ea != eb) return ea < eb;
-    return a->t->name < b->t->name;
-  });
-  json tensors = json::array();
-  for (const Seg* s : order) {
-    json fr = json::array();
-    for (const auto& f : s->frames) fr.push_back({{"offset", f.offset}, {"size", f.size}, {"xxh64", hex64(f.xxh64)}});
-    tensors.push_back({{"name", s->t->name},
-                       {"dtype", s->t->dtype},
-                       {"shape", s->t->shape},
-                       {"data_offsets", {s->data_begin, s->data_begin + s->t->size}},
-                       {"codec", {{"dtype", codec_dtype_str(s->cd)}, {"level", level}, {"block_elems", s->block_elems}}},
-                       {"frames", fr}});
-  }
-  json h = {{"format", "tzip"},
-            {"version", 1},
-            {"created_by", "tensorzip checkpoint"},
-            {"chunk_bytes", chunk},
-            {"data_size", data_size},
-            {"metadata", meta},
-            {"safetensors_header", st.dump()},
-            {"tensors", tensors},
-            {"gaps", json::array()}};
-  return h.dump();
 }
 
 struct Choice {
@@ -417,7 +361,102 @@ std::string parent_of(const std::string& p) {
   return s == std::string::npos ? "." : s == 0 ? "/" : p.substr(0, s);
 }
 
-// Writes this rank's .tzip file; returns the rank's manifest entry.
+// The storage back end (src/io) as the container writer's sink.
+class QueueSink final : public tz::container::Sink {
+ public:
+  QueueSink(int fd, tz::io::Backend b, unsigned threads, unsigned depth) : q_(fd, b, threads, depth) {}
+  void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
+    q_.submit(off, p, n, std::move(done));
+  }
+  int drain() override { return q_.drain(); }
+  int error() const override { return q_.error(); }
+  std::string name() const override { return tz::io::backend_name(q_.backend()); }
+
+ private:
+  tz::io::WriteQueue q_;
+};
+
+[[noreturn]] void rethrow_container(const tz::container::Error& e) {
+  using CK = tz::container::ErrorKind;
+  const int en = e.sys_errno();
+  ErrorKind k = ErrorKind::kInternal;
+  switch (e.kind()) {
+    case CK::kUsage:
+    case CK::kBadInput: k = ErrorKind::kUsage; break;
+    case CK::kIO:
+    case CK::kExists: k = (en == ENOSPC || en == EFBIG || en == EDQUOT) ? ErrorKind::kNoSpace : ErrorKind::kIO; break;
+    default: k = ErrorKind::kInternal;
+  }
+  throw Error(k, e.what());
+}
+
+#ifdef TZ_CHECKPOINT_CUDA
+// Per-thread GPU resources of the device-tensor encoders (the container
+// writer calls them from its worker threads).
+struct GpuEncodeRes {
+  std::mutex mu;
+  struct Res {
+    cudaStream_t stream = nullptr;
+    void* d_comp = nullptr;
+    size_t cap = 0;
+    std::vector<uint8_t> host;
+    std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx{nullptr, &tz_ctx_free};
+  };
+  std::map<std::thread::id, std::unique_ptr<Res>> by_thread;
+  Res& get() {
+    std::lock_guard<std::mutex> lk(mu);
+    auto& r = by_thread[std::this_thread::get_id()];
+    if (!r) r = std::make_unique<Res>();
+    return *r;
+  }
+  ~GpuEncodeRes() {
+    for (auto& [id, r] : by_thread) {
+      if (r->d_comp) cudaFree(r->d_comp);
+      if (r->stream) cudaStreamDestroy(r->stream);
+    }
+  }
+};
+
+// Frame of chunk k of a device tensor: GPU encode where the codec supports
+// the dtype there (same bitstream as the CPU), else a copy to the host and
+// a CPU encode.
+size_t encode_device_chunk(GpuEncodeRes& res, const Seg& sg, int level, uint64_t chunk, uint64_t k, uint8_t* dst,
+                           size_t cap) {
+  auto& r = res.get();
+  const uint64_t off = k * chunk, n = std::min<uint64_t>(chunk, sg.t->size - off);
+  const uint8_t* src = static_cast<const uint8_t*>(sg.t->data) + off;
+  tz_params p{};
+  p.dtype = sg.cd;
+  p.level = level;
+  p.block_elems = sg.block_elems;
+  if (sg.cd != TZ_DTYPE_BYTES && n % (tz::container::dtype_bits(sg.t->dtype) / 8) == 0) {
+    if (!r.stream && cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking) != cudaSuccess)
+      fail(ErrorKind::kInternal, "cudaStreamCreate failed");
+    if (r.cap < cap) {
+      if (r.d_comp) cudaFree(r.d_comp);
+      r.d_comp = nullptr;
+      r.cap = 0;
+      if (cudaMalloc(&r.d_comp, cap) != cudaSuccess) fail(ErrorKind::kInternal, "cudaMalloc failed");
+      r.cap = cap;
+    }
+    const size_t g = tz_cuda_compress_tensor(r.d_comp, cap, src, n, &p, r.stream);
+    if (!tz_is_error(g)) {
+      if (cudaMemcpy(dst, r.d_comp, g, cudaMemcpyDeviceToHost) != cudaSuccess)
+        fail(ErrorKind::kInternal, "cudaMemcpy failed");
+      return g;
+    }
+  }
+  if (r.host.size() < n) r.host.resize(n);
+  if (cudaMemcpy(r.host.data(), src, n, cudaMemcpyDeviceToHost) != cudaSuccess)
+    fail(ErrorKind::kInternal, "tensor '" + sg.t->name + "': cudaMemcpy failed");
+  if (!r.ctx) r.ctx.reset(tz_ctx_create(1));
+  return tz_ctx_compress(r.ctx.get(), dst, cap, r.host.data(), n, &p);
+}
+#endif
+
+// Writes this rank's .tzip file with the container's TensorWriter (encode
+// over a thread pool into a bounded ring of buffers, writes queued on the
+// src/io back end, temp + fsync + rename); returns the rank's manifest entry.
 json write_rank_file(const std::string& dir, std::span<const TensorView> tensors, const SaveOptions& opt,
                      SaveStats& stats) {
   const uint64_t chunk = opt.chunk_bytes;
@@ -435,184 +474,67 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   const unsigned threads = resolve_threads(opt.threads);
   double cal_gibps = 0;  // level-1 calibration (kAuto only)
   const Choice choice = pick_codec(dir, segs, units, data_size, opt, threads, &cal_gibps);
+  (void)cal_gibps;
   const auto t_pipe = Clock::now();
-  std::atomic<uint64_t> encode_ns{0};  // summed over workers
   stats.codec = choice.name;
   stats.model = choice.model;
   if (opt.log) opt.log("codec " + choice.name + ": " + choice.model);
 
   const std::string fin = dir + "/" + rank_file(opt.rank);
-  const std::string tmp = dir + "/." + rank_file(opt.rank) + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_errno(tmp, "create", errno);
-  struct Cleanup {
-    int fd;
-    std::string tmp;
-    bool keep = false;
-    ~Cleanup() {
-      if (fd >= 0) ::close(fd);
-      if (!keep) ::unlink(tmp.c_str());
-    }
-  } cleanup{fd, tmp};
-
-  XXH64_state_t* fh = XXH64_createState();
-  XXH64_reset(fh, 0);
-  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> fh_guard(fh, &XXH64_freeState);
-
-  uint8_t pre[64] = {'T', 'Z', 'I', 'P'};
-  put_le(pre + 4, 1, 2);
-  put_le(pre + 6, 0, 2);
-  XXH64_update(fh, pre, 64);
-
-  const size_t n_slots = std::max<size_t>(2, opt.slots ? opt.slots : threads + 4);
-  std::vector<Slot> slots(n_slots);
-  for (size_t i = 0; i < n_slots; ++i) slots[i].allowed = i;
-  const size_t cap = tz_compress_bound(chunk) + 64;
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<size_t> next{0};
-  bool stop = false;
-  std::exception_ptr error;
-  auto set_error = [&](std::exception_ptr e) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (!error) error = e;
-    stop = true;
-    cv.notify_all();
+  tz::container::TensorWriterOptions wo;
+  wo.level = choice.level;
+  wo.threads = threads;
+  wo.chunk_bytes = chunk;
+  wo.slots = (unsigned)std::max<size_t>(2, opt.slots ? opt.slots : threads + 4);
+  wo.force = true;  // a rank file of an interrupted save (no manifest) is replaced
+  wo.metadata = opt.metadata;
+  wo.created_by = "tensorzip checkpoint";
+  wo.predict = opt.predict;
+  wo.direct_io = opt.direct_io;
+  const tz::io::Backend be = opt.io == Io::kPosix  ? tz::io::Backend::kPosix
+                             : opt.io == Io::kUring ? tz::io::Backend::kUring
+                                                    : tz::io::Backend::kAuto;
+  const unsigned io_threads = std::max(1u, opt.io_threads);
+  const unsigned depth = (unsigned)std::min<size_t>(std::max<size_t>(wo.slots, 4), 64);
+  wo.sink = [be, io_threads, depth](int fd, bool) -> std::unique_ptr<tz::container::Sink> {
+    return std::make_unique<QueueSink>(fd, be, io_threads, depth);
   };
-
-  const Io io = opt.io;
-  tz::io::WriteQueue wq(fd, io == Io::kPosix ? tz::io::Backend::kPosix
-                            : io == Io::kUring ? tz::io::Backend::kUring
-                                               : tz::io::Backend::kAuto,
-                        std::max(1u, opt.io_threads), (unsigned)std::min<size_t>(n_slots, 64));
-  stats.io = tz::io::backend_name(wq.backend());
-  {
-    // The preamble goes first (synchronously, small).
-    const int e = tz::io::pwrite_full(fd, pre, 64, 0);
-    if (e) fail_errno(tmp, "write", e);
-  }
-
-  std::vector<std::thread> workers;
-  for (unsigned w = 0; w < threads; ++w) {
-    workers.emplace_back([&] {
-      std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
-#ifdef TZ_CHECKPOINT_CUDA
-      void* d_comp = nullptr;
-      cudaStream_t stream = nullptr;
-#endif
-      try {
-        if (!ctx) fail(ErrorKind::kInternal, "cannot create a codec context");
-        for (;;) {
-          const size_t u = next.fetch_add(1);
-          if (u >= units.size()) break;
-          Slot& s = slots[u % n_slots];
-          {
-            std::unique_lock<std::mutex> lk(mu);
-            cv.wait(lk, [&] { return stop || s.allowed == u; });
-            if (stop) break;
-          }
-          const Unit& un = units[u];
-          const Seg& sg = segs[un.seg];
-          if (s.comp.size() < cap) s.comp.resize(cap);
-          tz_params p{};
-          p.dtype = sg.cd;
-          p.level = choice.level;
-          p.block_elems = sg.block_elems;
-          const uint8_t* src = static_cast<const uint8_t*>(sg.t->data) + un.off;
-          size_t r = 0;
-          bool done = false;
-#ifdef TZ_CHECKPOINT_CUDA
-          if (sg.t->memory == Memory::kDevice) {
-            // GPU encode when the codec supports the dtype there (same bitstream
-            // as the CPU), else copy the chunk to the host and encode on the CPU.
-            if (sg.cd != TZ_DTYPE_BYTES && un.n % (tz::container::dtype_bits(sg.t->dtype) / 8) == 0) {
-              if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
-                fail(ErrorKind::kInternal, "cudaStreamCreate failed");
-              if (!d_comp && cudaMalloc(&d_comp, cap) != cudaSuccess) fail(ErrorKind::kInternal, "cudaMalloc failed");
-              r = tz_cuda_compress_tensor(d_comp, cap, src, un.n, &p, stream);
-              if (!tz_is_error(r)) {
-                if (cudaMemcpy(s.comp.data(), d_comp, r, cudaMemcpyDeviceToHost) != cudaSuccess)
-                  fail(ErrorKind::kInternal, "cudaMemcpy failed");
-                done = true;
-              }
-            }
-            if (!done) {
-              if (s.raw.size() < un.n) s.raw.resize(un.n);
-              if (cudaMemcpy(s.raw.data(), src, un.n, cudaMemcpyDeviceToHost) != cudaSuccess)
-                fail(ErrorKind::kInternal, "cudaMemcpy failed");
-              src = s.raw.data();
-            }
-          }
-#endif
-          if (!done) {
-            const auto te = Clock::now();
-            r = tz_ctx_compress(ctx.get(), s.comp.data(), cap - 64, src, un.n, &p);
-            encode_ns += (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - te).count();
-          }
-          if (tz_is_error(r))
-            fail(ErrorKind::kInternal, "tensor '" + sg.t->name + "': " + tz_get_error_name(r) + ": " +
-                                           tz_last_error_detail());
-          const size_t padded = align64(r);
-          std::memset(s.comp.data() + r, 0, padded - r);
-          const uint64_t h = XXH64(s.comp.data(), r, 0);  // frame hash here, in parallel
-          std::lock_guard<std::mutex> lk(mu);
-          s.frame_size = r;
-          s.frame_hash = h;
-          s.encoded = true;
-          cv.notify_all();
-        }
-      } catch (...) {
-        set_error(std::current_exception());
-      }
-#ifdef TZ_CHECKPOINT_CUDA
-      if (d_comp) cudaFree(d_comp);
-      if (stream) cudaStreamDestroy(stream);
-#endif
-    });
-  }
-
-  // Writer: data order, offsets, hashes, queue the writes.
-  uint64_t pos = 64;
+  tz::container::TensorWriterStats ws;
+  std::vector<tz::container::TensorEntry> stored;
   try {
-    for (size_t u = 0; u < units.size(); ++u) {
-      Slot& s = slots[u % n_slots];
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return stop || (s.allowed == u && s.encoded); });
-        if (stop) break;
+#ifdef TZ_CHECKPOINT_CUDA
+    GpuEncodeRes gpu;
+#endif
+    tz::container::TensorWriter w(fin, wo);
+    for (const auto& s : segs) {
+#ifdef TZ_CHECKPOINT_CUDA
+      if (s.t->memory == Memory::kDevice) {
+        const Seg* sp = &s;
+        const int level = choice.level;
+        w.add_encoder(
+            s.t->name, s.t->dtype, s.t->shape, s.t->size,
+            [&gpu, sp, level, chunk](uint64_t k, uint8_t* dst, size_t cap) {
+              return encode_device_chunk(gpu, *sp, level, chunk, k, dst, cap);
+            },
+            level, s.block_elems);
+        continue;
       }
-      if (const int e = wq.error()) fail_errno(tmp, "write", e);
-      const size_t padded = align64(s.frame_size);
-      Seg& sg = segs[units[u].seg];
-      sg.frames.push_back({pos, s.frame_size, units[u].n, s.frame_hash});
-      XXH64_update(fh, s.comp.data(), padded);
-      wq.submit(pos, s.comp.data(), padded, [&, u] {
-        std::lock_guard<std::mutex> lk(mu);
-        Slot& sl = slots[u % n_slots];
-        sl.encoded = false;
-        sl.allowed = u + n_slots;
-        cv.notify_all();
-      });
-      pos += padded;
+#endif
+      w.add(s.t->name, s.t->dtype, s.t->shape, s.t->data, s.t->size);
     }
-  } catch (...) {
-    set_error(std::current_exception());
+    ws = w.finish();
+    stored = w.tensors();
+  } catch (const tz::container::Error& e) {
+    rethrow_container(e);
   }
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (error) stop = true;
-    cv.notify_all();
-  }
-  for (auto& t : workers) t.join();
-  const int werr = wq.drain();
-  if (error) std::rethrow_exception(error);
-  if (werr) fail_errno(tmp, "write", werr);
+  stats.io = ws.io;
+  stats.predicted = ws.predicted;
+  stats.raw_bytes = data_size;
+  stats.file_bytes = ws.file_bytes;
   // Feedback for later kAuto choices: level-1 throughput per worker that
   // this save achieved, over the whole pipeline's time (encode is what
   // limits a CPU-bound save; an I/O-bound one understates it, which only
   // makes later choices more cautious).
-  (void)cal_gibps;
   if (choice.level == 1 && data_size >= (64u << 20)) {
     const double wall = secs(t_pipe, Clock::now());
     const double achieved = (double)data_size / kGiB / wall / threads;
@@ -620,51 +542,30 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
     g_enc_obs = achieved;
   }
   if (opt.log && choice.level >= 0)
-    opt.log("encode: " + std::to_string(threads) + " workers, " + std::to_string(encode_ns.load() / 1000000) +
-            " ms of encode time in total for " + std::to_string(data_size) + " bytes");
-
-  // Header + trailer.
-  std::string tail = tzip_header(segs, chunk, data_size, choice.level, opt.metadata);
-  const uint64_t header_off = pos, header_size = tail.size();
-  uint8_t tr[48] = {};
-  put_le(tr + 0, header_off, 8);
-  put_le(tr + 8, header_size, 8);
-  put_le(tr + 16, XXH64(tail.data(), tail.size(), 0), 8);
-  put_le(tr + 24, 1, 2);
-  put_le(tr + 26, 0, 2);
-  XXH64_update(fh, tail.data(), tail.size());
-  XXH64_update(fh, tr, 32);
-  const uint64_t file_hash = XXH64_digest(fh);
-  put_le(tr + 32, file_hash, 8);
-  tr[44] = 'P', tr[45] = 'I', tr[46] = 'Z', tr[47] = 'T';
-  tail.append(reinterpret_cast<const char*>(tr), 48);
-  if (const int e = tz::io::pwrite_full(fd, tail.data(), tail.size(), header_off)) fail_errno(tmp, "write", e);
-  if (::fsync(fd) != 0) fail_errno(tmp, "fsync", errno);
-  ::close(cleanup.fd);
-  cleanup.fd = -1;
-  if (::rename(tmp.c_str(), fin.c_str()) != 0) fail_errno(fin, "rename", errno);
-  cleanup.keep = true;
-  fsync_path(dir, true);
-  stats.raw_bytes = data_size;
-  stats.file_bytes = header_off + tail.size();
+    opt.log("encode: " + std::to_string(threads) + " workers, " + std::to_string((uint64_t)(ws.encode_seconds * 1000)) +
+            " ms of encode time in total for " + std::to_string(data_size) + " bytes; " +
+            std::to_string(ws.predicted) + " tensors stored as cast residuals; io " + ws.io);
 
   json jt = json::array();
-  for (const auto& s : segs) {
+  for (const auto& t : stored) {
     json fr = json::array();
-    for (const auto& f : s.frames)
+    for (const auto& f : t.frames)
       fr.push_back({{"offset", f.offset}, {"size", f.size}, {"raw_size", f.raw_size}, {"xxh64", hex64(f.xxh64)}});
-    jt.push_back({{"name", s.t->name},
-                  {"dtype", s.t->dtype},
-                  {"shape", s.t->shape},
-                  {"size", s.t->size},
-                  {"codec_dtype", codec_dtype_str(s.cd)},
-                  {"level", choice.level},
-                  {"frames", fr}});
+    json e = {{"name", t.name},
+              {"dtype", t.dtype},
+              {"shape", t.shape},
+              {"size", t.raw_size()},
+              {"codec_dtype", codec_dtype_str(t.codec_dtype)},
+              {"level", t.level},
+              {"frames", fr}};
+    if (t.predict.kind == tz::container::PredictKind::kCast)
+      e["predict"] = {{"kind", "cast"}, {"source", t.predict.source}};
+    jt.push_back(std::move(e));
   }
   return json{{"rank", opt.rank},
               {"file", rank_file(opt.rank)},
               {"file_size", stats.file_bytes},
-              {"file_xxh64", hex64(file_hash)},
+              {"file_xxh64", hex64(ws.file_xxh64)},
               {"chunk_bytes", chunk},
               {"codec", choice.name},
               {"time_model", choice.model},
@@ -847,6 +748,10 @@ struct RTensor {
   size_t file;  // index into Impl::files
   tz_dtype cd;
   std::vector<RFrame> frames;
+  // Cast prediction: frames hold value XOR cast(source), source an FP32
+  // tensor of the same shape in the same rank file; -1: none.
+  int cast_kind = -1;
+  std::string cast_source;
 };
 }  // namespace
 
@@ -908,11 +813,30 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io)
           rt.frames.push_back(f);
         }
         if (raw_off != rt.info.size) fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': frames do not cover it");
+        if (t.contains("predict")) {
+          const json& pr = t.at("predict");
+          if (pr.at("kind").get<std::string>() != "cast" || (rt.info.dtype != "BF16" && rt.info.dtype != "F16"))
+            fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': bad prediction");
+          rt.cast_kind = rt.info.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16;
+          rt.cast_source = pr.at("source").get<std::string>();
+        }
+        for (const auto& f : rt.frames)
+          if (f.size == 0 && (rt.cast_kind < 0 || f.xxh64 != XXH64(nullptr, 0, 0)))
+            fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': empty frame");
         if (!m.by_name.emplace(rt.info.name, m.tensors.size()).second)
           fail(ErrorKind::kCorrupt, mp + ": duplicate tensor '" + rt.info.name + "'");
         m.infos.push_back(rt.info);
         m.tensors.push_back(std::move(rt));
       }
+    }
+    for (const auto& t : m.tensors) {
+      if (t.cast_kind < 0) continue;
+      const auto it = m.by_name.find(t.cast_source);
+      const RTensor* src = it == m.by_name.end() ? nullptr : &m.tensors[it->second];
+      if (!src || src->info.dtype != "F32" || src->info.shape != t.info.shape || src->file != t.file ||
+          src->cast_kind >= 0)
+        fail(ErrorKind::kCorrupt, mp + ": tensor '" + t.info.name + "': cast source '" + t.cast_source +
+                                      "' is not an FP32 tensor of the same shape in its file");
     }
   } catch (const json::exception& e) {
     fail(ErrorKind::kCorrupt, mp + ": malformed manifest: " + e.what());
@@ -940,12 +864,14 @@ long Checkpoint::find(const std::string& name) const {
 
 void Checkpoint::load(std::span<const LoadRequest> requests) {
   auto& m = *impl_;
-  struct Job {
-    const RTensor* t;
-    const RFrame* f;
-    const LoadRequest* req;
-  };
-  std::vector<Job> jobs;
+  // Phase 1: plain tensors and the FP32 sources of requested cast tensors
+  // (into the caller's buffer when it asked for the source in host memory,
+  // else into a temporary); phase 2: the cast tensors, residual XOR cast.
+  std::vector<LoadRequest> first;
+  std::vector<const LoadRequest*> second;
+  std::map<size_t, const uint8_t*> src_bytes;
+  std::vector<std::unique_ptr<uint8_t[]>> temps;
+  first.reserve(requests.size() * 2);
   for (const auto& r : requests) {
     const long i = find(r.name);
     if (i < 0) fail(ErrorKind::kNotFound, m.dir + ": no tensor '" + r.name + "'");
@@ -956,7 +882,40 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
 #ifndef TZ_CHECKPOINT_CUDA
     if (r.memory == Memory::kDevice) fail(ErrorKind::kUsage, "device destinations need a CUDA build");
 #endif
-    for (const auto& f : t.frames) jobs.push_back({&t, &f, &r});
+    if (t.cast_kind < 0) {
+      first.push_back(r);
+      if (r.memory == Memory::kHost) src_bytes.emplace((size_t)i, static_cast<const uint8_t*>(r.dst));
+    } else {
+      second.push_back(&r);
+    }
+  }
+  for (const LoadRequest* r : second) {
+    const size_t s = m.by_name.at(m.tensors[(size_t)find(r->name)].cast_source);
+    if (src_bytes.count(s)) continue;
+    const uint64_t n = m.tensors[s].info.size;
+    temps.emplace_back(new uint8_t[n ? n : 1]);
+    first.push_back({m.tensors[s].info.name, temps.back().get(), n, Memory::kHost});
+    src_bytes[s] = temps.back().get();
+  }
+  run_load(first, src_bytes);
+  std::vector<LoadRequest> casts;
+  for (const LoadRequest* r : second) casts.push_back(*r);
+  run_load(casts, src_bytes);
+}
+
+void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<size_t, const uint8_t*>& src_bytes) {
+  auto& m = *impl_;
+  struct Job {
+    const RTensor* t;
+    const RFrame* f;
+    const LoadRequest* req;
+    const uint8_t* cast_src;  // FP32 source bytes of a cast tensor
+  };
+  std::vector<Job> jobs;
+  for (const auto& r : requests) {
+    const RTensor& t = m.tensors[(size_t)find(r.name)];
+    const uint8_t* cs = t.cast_kind >= 0 ? src_bytes.at(m.by_name.at(t.cast_source)) : nullptr;
+    for (const auto& f : t.frames) jobs.push_back({&t, &f, &r, cs});
   }
   std::atomic<size_t> next{0};
   std::mutex mu;
@@ -999,7 +958,7 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
                                  std::to_string(jb.f->offset) + ")";
         const uint8_t* frame = nullptr;
         const int dfd = m.dfds[jb.t->file];
-        if (dfd >= 0 && m.direct_ok.load(std::memory_order_relaxed)) {
+        if (jb.f->size && dfd >= 0 && m.direct_ok.load(std::memory_order_relaxed)) {
           // O_DIRECT: offset, length and buffer aligned to 4 KiB; the frame
           // lies inside the aligned range (the read may stop at end of file).
           constexpr uint64_t kAlign = 4096;
@@ -1032,7 +991,7 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
           else if (e) fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
           else frame = static_cast<const uint8_t*>(dbuf) + (jb.f->offset - lo);
         }
-        if (!frame) {
+        if (!frame && jb.f->size) {
           if (buf.size() < jb.f->size) buf.resize(jb.f->size);
           if (const int e = tz::io::pread_full(m.fds[jb.t->file], buf.data(), jb.f->size, jb.f->offset))
             fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
@@ -1040,6 +999,31 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
         }
         if (XXH64(frame, jb.f->size, 0) != jb.f->xxh64) fail(ErrorKind::kCorrupt, what + ": checksum mismatch");
         uint8_t* dst = static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off;
+        if (jb.cast_src) {
+          // Cast-predicted: decode the residual on the CPU (an empty frame is
+          // an all-zero residual), then XOR the cast of the FP32 source.
+          uint8_t* out = dst;
+          const bool to_dev = jb.req->memory == Memory::kDevice;
+          if (to_dev) {
+            if (host.size() < jb.f->raw_size) host.resize(jb.f->raw_size);
+            out = host.data();
+          }
+          if (jb.f->size == 0) {
+            std::memset(out, 0, jb.f->raw_size);
+          } else {
+            const size_t r = tz_ctx_decompress(ctx.get(), out, jb.f->raw_size, frame, jb.f->size);
+            if (tz_is_error(r) || r != jb.f->raw_size)
+              fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
+                                                                             tz_last_error_detail()
+                                                                       : std::string("wrong decoded size")));
+          }
+          tz::predict::cast_xor(jb.cast_src + jb.f->raw_off * 2, out, jb.f->raw_size / 2, jb.t->cast_kind);
+#ifdef TZ_CHECKPOINT_CUDA
+          if (to_dev && cudaMemcpy(dst, out, jb.f->raw_size, cudaMemcpyHostToDevice) != cudaSuccess)
+            fail(ErrorKind::kInternal, what + ": cudaMemcpy failed");
+#endif
+          continue;
+        }
 #ifdef TZ_CHECKPOINT_CUDA
         const bool dev = jb.req->memory == Memory::kDevice;
         if (dev) {

@@ -204,6 +204,7 @@ TEST(Checkpoint, LoadsOnlyRequestedTensors) {
   TempDir d;
   ck::SaveOptions o;
   o.codec = ck::Codec::kFast;
+  o.predict = false;  // every tensor stands alone (cast tensors also read their source)
   ck::save(d.path + "/c", views(data), o);
   // Damage every frame of every tensor but the two requested: loading those
   // two still works, so nothing else was read (or checked).
@@ -449,4 +450,76 @@ TEST(Checkpoint, KillNineLeavesPreviousCheckpointRestorable) {
   }
   std::printf("kill -9 loop: %d of 12 saves killed before they finished, %d left a partial temporary file "
               "(one save: %.3f s)\n", killed_mid_save, partial_files, t_save);
+}
+
+// Mixed-precision checkpoint (the fixture: BF16 weights, FP32 masters + Adam
+// state): every BF16 weight is the RNE cast of its master and is stored as
+// the XOR residual against it. Restores are byte-identical: all tensors, a
+// cast tensor alone, a cast tensor with its source, and with perturbed
+// masters (inexact predictions).
+TEST(Checkpoint, CastPredictionOnFixture) {
+  const std::string fx = TZ_SHARED_FIXTURES_DIR;
+  if (!fs::exists(fx + "/gpt-small-step400-model-bf16.safetensors")) GTEST_SKIP() << "no shared fixtures";
+  auto data = load_safetensors(fx + "/gpt-small-step400-model-bf16.safetensors");
+  const size_t n_model = data.size();
+  for (auto& t : load_safetensors(fx + "/gpt-small-step400-optim-fp32.safetensors")) data.push_back(std::move(t));
+  TempDir d;
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  o.threads = 2;
+  o.chunk_bytes = 1u << 20;
+  o.predict = false;
+  const auto plain = ck::save(d.path + "/plain", views(data), o);
+  o.predict = true;
+  const auto pred = ck::save(d.path + "/pred", views(data), o);
+  EXPECT_EQ(plain.predicted, 0u);
+  EXPECT_EQ(pred.predicted, n_model);
+  EXPECT_LT(pred.file_bytes + plain.raw_bytes / 200, plain.file_bytes);
+  {
+    ck::Checkpoint c(d.path + "/pred", 2);
+    expect_identical(c, data);
+    EXPECT_TRUE(c.verify().empty());
+    // A cast tensor alone, then with its source in the same call.
+    const Owned& w = data[0];
+    EXPECT_TRUE(ck::Checkpoint(d.path + "/pred").read(w.name) == w.bytes);
+    const long si = c.find("master." + w.name);
+    ASSERT_GE(si, 0);
+    std::vector<uint8_t> a(w.bytes.size()), b(c.tensors()[(size_t)si].size);
+    const ck::LoadRequest req[] = {{w.name, a.data(), a.size()}, {"master." + w.name, b.data(), b.size()}};
+    c.load(req);
+    EXPECT_TRUE(a == w.bytes);
+    // The rank file is a valid version-2 .tzip with in-file casts.
+    tz::container::Reader rd(d.path + "/pred/rank-00000.tzip", 1);
+    EXPECT_EQ(rd.version_major(), tz::container::kTzipVersionMajorPredicted);
+    tz::container::ReadOptions ro;
+    ro.threads = 2;
+    rd.verify("", ro);
+    EXPECT_TRUE(rd.read_tensor(w.name) == w.bytes);
+  }
+  // Perturbed masters: the casts are right almost everywhere, not exactly.
+  for (auto& t : data)
+    if (t.name.rfind("master.", 0) == 0)
+      for (size_t i = 0; i < t.bytes.size(); i += 4 * 89) t.bytes[i + 2] ^= 0x01;
+  const auto pert = ck::save(d.path + "/pert", views(data), o);
+  EXPECT_GT(pert.predicted, 0u);
+  ck::Checkpoint c(d.path + "/pert", 2);
+  expect_identical(c, data);
+  for (size_t i = 0; i < n_model; i += 7) EXPECT_TRUE(ck::Checkpoint(d.path + "/pert").read(data[i].name) == data[i].bytes);
+  // Damage to a master is reported when its cast tensor alone is loaded.
+  {
+    tz::container::Reader rd(d.path + "/pert/rank-00000.tzip", 1);
+    const auto& src = rd.tensors()[(size_t)rd.find("master." + data[0].name)];
+    const int fd = ::open((d.path + "/pert/rank-00000.tzip").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const uint8_t junk[4] = {0xde, 0xad, 0xbe, 0xef};
+    ASSERT_EQ(::pwrite(fd, junk, 4, (off_t)(src.frames[0].offset + src.frames[0].size / 2)), 4);
+    ::close(fd);
+    try {
+      ck::Checkpoint(d.path + "/pert").read(data[0].name);
+      ADD_FAILURE() << "damage not detected";
+    } catch (const ck::Error& e) {
+      EXPECT_EQ(e.kind(), ck::ErrorKind::kCorrupt);
+      EXPECT_NE(std::string(e.what()).find("master." + data[0].name), std::string::npos) << e.what();
+    }
+  }
 }
