@@ -148,7 +148,10 @@ class Checkpoint {
   // direct_io: read frames with O_DIRECT (4 KiB-aligned ranges around each
   // frame; frames are 64-byte aligned in the file), bypassing the page
   // cache; falls back to buffered reads where the file system refuses it.
-  explicit Checkpoint(const std::string& dir, unsigned threads = 0, bool direct_io = false);
+  // io: read back end (src/io): kUring reads through io_uring where the
+  // build and kernel allow it, kPosix with pread threads; kAuto = io_uring,
+  // else pread. Reads run ahead of the decode workers into a bounded ring.
+  explicit Checkpoint(const std::string& dir, unsigned threads = 0, bool direct_io = false, Io io = Io::kAuto);
   ~Checkpoint();
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
@@ -158,6 +161,8 @@ class Checkpoint {
   long find(const std::string& name) const;  // index or -1
   // True while frames are read with O_DIRECT (requested, and not refused).
   bool direct_io() const;
+  // Read back end of the last load(): "io_uring", "posix" ("none" before).
+  std::string io() const;
 
   // Reads the requested tensors only: frames are read and decoded by
   // `threads` workers in parallel (the read of one overlaps the decode of

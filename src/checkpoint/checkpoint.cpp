@@ -32,6 +32,7 @@
 #include <set>
 #include <thread>
 
+#include "../io/read_queue.hpp"
 #include "../io/write_queue.hpp"
 #include "codec/predict.h"
 #include "plan.hpp"
@@ -758,6 +759,8 @@ struct RTensor {
 struct Checkpoint::Impl {
   std::string dir;
   unsigned threads;
+  tz::io::Backend io = tz::io::Backend::kAuto;
+  std::string io_name = "none";  // read back end of the last load
   std::vector<std::string> files;
   std::vector<int> fds;
   std::vector<int> dfds;  // O_DIRECT descriptors (-1: not requested or refused)
@@ -774,9 +777,13 @@ struct Checkpoint::Impl {
   }
 };
 
-Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io) : impl_(std::make_unique<Impl>()) {
+Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io, Io io)
+    : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
   m.dir = dir;
+  m.io = io == Io::kPosix ? tz::io::Backend::kPosix : io == Io::kUring ? tz::io::Backend::kUring : tz::io::Backend::kAuto;
+  // TZ_TEST_REFUSE_O_DIRECT=1: behave as on a file system refusing O_DIRECT.
+  if (const char* r = std::getenv("TZ_TEST_REFUSE_O_DIRECT"); r && *r == '1') direct_io = false;
   m.threads = resolve_threads(threads);
   const std::string mp = dir + "/" + kManifest;
   struct stat st {};
@@ -850,6 +857,7 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io)
 }
 
 Checkpoint::~Checkpoint() = default;
+std::string Checkpoint::io() const { return impl_->io_name; }
 bool Checkpoint::direct_io() const {
   bool d = impl_->direct_ok && !impl_->dfds.empty();
   for (int fd : impl_->dfds) d = d && fd >= 0;
@@ -917,162 +925,226 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
     const uint8_t* cs = t.cast_kind >= 0 ? src_bytes.at(m.by_name.at(t.cast_source)) : nullptr;
     for (const auto& f : t.frames) jobs.push_back({&t, &f, &r, cs});
   }
+  if (jobs.empty()) return;
+  // Reads are issued in job order by a reader thread through the src/io
+  // read queue (io_uring, or pread threads) into a ring of `n_slots`
+  // 4 KiB-aligned buffers; workers take jobs in the same order, wait for
+  // their frame, check and decode it, and free the slot. So the reads of
+  // frames k+1.. are in flight while frame k is decoded, and memory is
+  // bounded by the ring.
   std::atomic<size_t> next{0};
   std::mutex mu;
+  std::condition_variable cv;
   std::exception_ptr err;
+  bool stop = false;
   const unsigned n_workers = (unsigned)std::min<size_t>(m.threads, std::max<size_t>(1, jobs.size()));
-  bool direct = m.direct_ok;  // O_DIRECT reads bypass the page cache: no read-ahead hints then
-  for (int fd : m.dfds) direct = direct && fd >= 0;
-  for (const auto& j : jobs)  // the first window of reads starts now
-    if (direct || &j - jobs.data() >= (long)(2 * n_workers)) break;
-    else ::posix_fadvise(m.fds[j.t->file], (off_t)j.f->offset, (off_t)j.f->size, POSIX_FADV_WILLNEED);
-  auto worker = [&] {
-    std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
-    std::vector<uint8_t> buf, host;
-    void* dbuf = nullptr;  // O_DIRECT reads, 4 KiB aligned
-    uint64_t dbuf_cap = 0;
-    struct FreeDbuf {
-      void*& p;
-      ~FreeDbuf() { std::free(p); }
-    } free_dbuf{dbuf};
-#ifdef TZ_CHECKPOINT_CUDA
-    cudaStream_t stream = nullptr;
-    void* d_frame = nullptr;
-    size_t d_frame_cap = 0;
-#endif
-    try {
-      for (;;) {
-        {
-          std::lock_guard<std::mutex> lk(mu);
-          if (err) return;
-        }
-        const size_t j = next.fetch_add(1);
-        if (j >= jobs.size()) return;
-        const Job& jb = jobs[j];
-        // Ask the kernel to start reading a few frames ahead, so the disk
-        // stays busy while the workers decode.
-        if (const size_t ahead = j + 2 * n_workers; ahead < jobs.size() && !direct)
-          ::posix_fadvise(m.fds[jobs[ahead].t->file], (off_t)jobs[ahead].f->offset, (off_t)jobs[ahead].f->size,
-                          POSIX_FADV_WILLNEED);
-        const std::string what = "tensor '" + jb.t->info.name + "' (" + m.files[jb.t->file] + ", frame at offset " +
-                                 std::to_string(jb.f->offset) + ")";
-        const uint8_t* frame = nullptr;
-        const int dfd = m.dfds[jb.t->file];
-        if (jb.f->size && dfd >= 0 && m.direct_ok.load(std::memory_order_relaxed)) {
+  const size_t n_slots = std::min<size_t>(jobs.size(), std::max<size_t>(4, 2 * (size_t)n_workers));
+  struct RSlot {
+    void* buf = nullptr;
+    uint64_t cap = 0;
+    size_t job = 0;
+    bool ready = false;    // read completed (or failed: rerr)
+    int rerr = 0;
+    uint64_t got = 0;
+    uint64_t lo = 0;       // file offset of buf[0]
+    bool direct = false;   // read with O_DIRECT
+    ~RSlot() { std::free(buf); }
+  };
+  std::vector<RSlot> slots(n_slots);
+  for (size_t i = 0; i < n_slots; ++i) slots[i].job = i;
+  constexpr uint64_t kAlign = 4096;
+  auto set_error = [&](std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!err) err = e;
+    stop = true;
+    cv.notify_all();
+  };
+  {
+    tz::io::ReadQueue rq(m.io, 2, (unsigned)std::min<size_t>(n_slots, 64));
+    m.io_name = tz::io::backend_name(rq.backend());
+    std::thread reader([&] {
+      struct Drain {  // this thread's io_uring reads complete through it: stay until they have
+        tz::io::ReadQueue& q;
+        ~Drain() { q.drain(); }
+      } drain{rq};
+      try {
+        for (size_t j = 0; j < jobs.size(); ++j) {
+          RSlot& sl = slots[j % n_slots];
+          {
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] { return stop || (sl.job == j && !sl.ready); });
+            if (stop) return;
+          }
+          const Job& jb = jobs[j];
+          const int dfd = m.dfds[jb.t->file];
+          const bool direct = dfd >= 0 && m.direct_ok.load(std::memory_order_relaxed);
           // O_DIRECT: offset, length and buffer aligned to 4 KiB; the frame
           // lies inside the aligned range (the read may stop at end of file).
-          constexpr uint64_t kAlign = 4096;
-          const uint64_t lo = jb.f->offset & ~(kAlign - 1);
+          const uint64_t lo = direct ? jb.f->offset & ~(kAlign - 1) : jb.f->offset;
           const uint64_t need = jb.f->offset + jb.f->size - lo;
-          const uint64_t len = (need + kAlign - 1) & ~(kAlign - 1);
-          if (dbuf_cap < len) {
-            std::free(dbuf);
-            dbuf = nullptr;
-            dbuf_cap = 0;
-            if (::posix_memalign(&dbuf, kAlign, len) != 0) fail(ErrorKind::kInternal, "out of memory");
-            dbuf_cap = len;
+          const uint64_t len = direct ? (need + kAlign - 1) & ~(kAlign - 1) : need;
+          if (sl.cap < len) {
+            std::free(sl.buf);
+            sl.buf = nullptr;
+            sl.cap = 0;
+            if (::posix_memalign(&sl.buf, kAlign, len) != 0) fail(ErrorKind::kInternal, "out of memory");
+            sl.cap = len;
           }
-          uint64_t got = 0;
-          int e = 0;
-          while (got < need) {
-            const ssize_t r = ::pread(dfd, static_cast<uint8_t*>(dbuf) + got, len - got, (off_t)(lo + got));
-            if (r < 0 && errno == EINTR) continue;
-            if (r < 0) {
-              e = errno;
-              break;
-            }
-            if (r == 0) {
-              e = EIO;
-              break;
-            }
-            got += (uint64_t)r;
+          sl.lo = lo;
+          sl.direct = direct;
+          if (len == 0) {  // empty frame (exact cast prediction): nothing to read
+            std::lock_guard<std::mutex> lk(mu);
+            sl.ready = true, sl.rerr = 0, sl.got = 0;
+            cv.notify_all();
+            continue;
           }
-          if (e == EINVAL) m.direct_ok = false;  // alignment refused here: buffered reads from now on
-          else if (e) fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
-          else frame = static_cast<const uint8_t*>(dbuf) + (jb.f->offset - lo);
+          rq.submit(direct ? dfd : m.fds[jb.t->file], lo, sl.buf, len, [&, j](int e, size_t got) {
+            std::lock_guard<std::mutex> lk(mu);
+            RSlot& s2 = slots[j % n_slots];
+            s2.ready = true, s2.rerr = e, s2.got = got;
+            cv.notify_all();
+          });
         }
-        if (!frame && jb.f->size) {
-          if (buf.size() < jb.f->size) buf.resize(jb.f->size);
-          if (const int e = tz::io::pread_full(m.fds[jb.t->file], buf.data(), jb.f->size, jb.f->offset))
-            fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
-          frame = buf.data();
-        }
-        if (XXH64(frame, jb.f->size, 0) != jb.f->xxh64) fail(ErrorKind::kCorrupt, what + ": checksum mismatch");
-        uint8_t* dst = static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off;
-        if (jb.cast_src) {
-          // Cast-predicted: decode the residual on the CPU (an empty frame is
-          // an all-zero residual), then XOR the cast of the FP32 source.
-          uint8_t* out = dst;
-          const bool to_dev = jb.req->memory == Memory::kDevice;
-          if (to_dev) {
-            if (host.size() < jb.f->raw_size) host.resize(jb.f->raw_size);
-            out = host.data();
-          }
-          if (jb.f->size == 0) {
-            std::memset(out, 0, jb.f->raw_size);
-          } else {
-            const size_t r = tz_ctx_decompress(ctx.get(), out, jb.f->raw_size, frame, jb.f->size);
-            if (tz_is_error(r) || r != jb.f->raw_size)
-              fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
-                                                                             tz_last_error_detail()
-                                                                       : std::string("wrong decoded size")));
-          }
-          tz::predict::cast_xor(jb.cast_src + jb.f->raw_off * 2, out, jb.f->raw_size / 2, jb.t->cast_kind);
+      } catch (...) {
+        set_error(std::current_exception());
+      }
+    });
+    auto worker = [&] {
+      std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
+      std::vector<uint8_t> buf, host;
 #ifdef TZ_CHECKPOINT_CUDA
-          if (to_dev && cudaMemcpy(dst, out, jb.f->raw_size, cudaMemcpyHostToDevice) != cudaSuccess)
+      cudaStream_t stream = nullptr;
+      void* d_frame = nullptr;
+      size_t d_frame_cap = 0;
+#endif
+      try {
+        for (;;) {
+          const size_t j = next.fetch_add(1);
+          if (j >= jobs.size()) break;
+          RSlot& sl = slots[j % n_slots];
+          {
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] { return stop || (sl.job == j && sl.ready); });
+            if (stop) break;
+          }
+          // The slot goes to job j + n_slots once this one is decoded.
+          struct Release {
+            std::mutex& mu;
+            std::condition_variable& cv;
+            RSlot& sl;
+            size_t n;
+            ~Release() {
+              std::lock_guard<std::mutex> lk(mu);
+              sl.ready = false;
+              sl.job += n;
+              cv.notify_all();
+            }
+          } release{mu, cv, sl, n_slots};
+          const Job& jb = jobs[j];
+          const std::string what = "tensor '" + jb.t->info.name + "' (" + m.files[jb.t->file] + ", frame at offset " +
+                                   std::to_string(jb.f->offset) + ")";
+          const uint8_t* frame = nullptr;
+          if (jb.f->size) {
+            const uint64_t need = jb.f->offset + jb.f->size - sl.lo;
+            if (sl.rerr == EINVAL && sl.direct) {
+              m.direct_ok = false;  // alignment refused here: buffered reads from now on
+            } else if (sl.rerr) {
+              fail(sl.rerr == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO,
+                   what + ": read failed: " + std::strerror(sl.rerr));
+            } else if (sl.got < need) {
+              fail(ErrorKind::kCorrupt, what + ": read failed: file truncated");
+            } else {
+              frame = static_cast<const uint8_t*>(sl.buf) + (jb.f->offset - sl.lo);
+            }
+            if (!frame) {
+              if (buf.size() < jb.f->size) buf.resize(jb.f->size);
+              if (const int e = tz::io::pread_full(m.fds[jb.t->file], buf.data(), jb.f->size, jb.f->offset))
+                fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
+              frame = buf.data();
+            }
+          }
+          if (XXH64(frame, jb.f->size, 0) != jb.f->xxh64) fail(ErrorKind::kCorrupt, what + ": checksum mismatch");
+          uint8_t* dst = static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off;
+          if (jb.cast_src) {
+            // Cast-predicted: decode the residual on the CPU (an empty frame is
+            // an all-zero residual), then XOR the cast of the FP32 source.
+            uint8_t* out = dst;
+            const bool to_dev = jb.req->memory == Memory::kDevice;
+            if (to_dev) {
+              if (host.size() < jb.f->raw_size) host.resize(jb.f->raw_size);
+              out = host.data();
+            }
+            if (jb.f->size == 0) {
+              std::memset(out, 0, jb.f->raw_size);
+            } else {
+              const size_t r = tz_ctx_decompress(ctx.get(), out, jb.f->raw_size, frame, jb.f->size);
+              if (tz_is_error(r) || r != jb.f->raw_size)
+                fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
+                                                                               tz_last_error_detail()
+                                                                         : std::string("wrong decoded size")));
+            }
+            tz::predict::cast_xor(jb.cast_src + jb.f->raw_off * 2, out, jb.f->raw_size / 2, jb.t->cast_kind);
+#ifdef TZ_CHECKPOINT_CUDA
+            if (to_dev && cudaMemcpy(dst, out, jb.f->raw_size, cudaMemcpyHostToDevice) != cudaSuccess)
+              fail(ErrorKind::kInternal, what + ": cudaMemcpy failed");
+#endif
+            continue;
+          }
+#ifdef TZ_CHECKPOINT_CUDA
+          const bool dev = jb.req->memory == Memory::kDevice;
+          if (dev) {
+            // GPU decode (same bitstream, block checksums checked on the GPU).
+            // Frames the GPU codec does not take (zstd streams of TZ_DTYPE_BYTES)
+            // are decoded on the CPU below and copied.
+            if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+              fail(ErrorKind::kInternal, what + ": cudaStreamCreate failed");
+            if (d_frame_cap < jb.f->size) {
+              if (d_frame) cudaFree(d_frame);
+              d_frame = nullptr;
+              d_frame_cap = 0;
+              if (cudaMalloc(&d_frame, jb.f->size) != cudaSuccess) fail(ErrorKind::kInternal, what + ": cudaMalloc failed");
+              d_frame_cap = jb.f->size;
+            }
+            if (cudaMemcpyAsync(d_frame, frame, jb.f->size, cudaMemcpyHostToDevice, stream) != cudaSuccess)
+              fail(ErrorKind::kInternal, what + ": cudaMemcpyAsync failed");
+            const size_t g = tz_cuda_decompress_tensor(dst, jb.f->raw_size, d_frame, jb.f->size, stream);
+            if (!tz_is_error(g) && g == jb.f->raw_size) continue;
+            if (tz_get_error_code(g) != TZ_ERROR_UNSUPPORTED)
+              fail(ErrorKind::kCorrupt, what + ": GPU decode: " + tz_get_error_name(g));
+            if (host.size() < jb.f->raw_size) host.resize(jb.f->raw_size);
+            dst = host.data();
+          }
+#endif
+          const size_t r = tz_ctx_decompress(ctx.get(), dst, jb.f->raw_size, frame, jb.f->size);
+          if (tz_is_error(r) || r != jb.f->raw_size)
+            fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
+                                                                           tz_last_error_detail()
+                                                                     : std::string("wrong decoded size")));
+#ifdef TZ_CHECKPOINT_CUDA
+          if (dev && cudaMemcpy(static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off, host.data(), r,
+                                cudaMemcpyHostToDevice) != cudaSuccess)
             fail(ErrorKind::kInternal, what + ": cudaMemcpy failed");
 #endif
-          continue;
         }
-#ifdef TZ_CHECKPOINT_CUDA
-        const bool dev = jb.req->memory == Memory::kDevice;
-        if (dev) {
-          // GPU decode (same bitstream, block checksums checked on the GPU).
-          // Frames the GPU codec does not take (zstd streams of TZ_DTYPE_BYTES)
-          // are decoded on the CPU below and copied.
-          if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
-            fail(ErrorKind::kInternal, what + ": cudaStreamCreate failed");
-          if (d_frame_cap < jb.f->size) {
-            if (d_frame) cudaFree(d_frame);
-            d_frame = nullptr;
-            d_frame_cap = 0;
-            if (cudaMalloc(&d_frame, jb.f->size) != cudaSuccess) fail(ErrorKind::kInternal, what + ": cudaMalloc failed");
-            d_frame_cap = jb.f->size;
-          }
-          if (cudaMemcpyAsync(d_frame, frame, jb.f->size, cudaMemcpyHostToDevice, stream) != cudaSuccess)
-            fail(ErrorKind::kInternal, what + ": cudaMemcpyAsync failed");
-          const size_t g = tz_cuda_decompress_tensor(dst, jb.f->raw_size, d_frame, jb.f->size, stream);
-          if (!tz_is_error(g) && g == jb.f->raw_size) continue;
-          if (tz_get_error_code(g) != TZ_ERROR_UNSUPPORTED)
-            fail(ErrorKind::kCorrupt, what + ": GPU decode: " + tz_get_error_name(g));
-          if (host.size() < jb.f->raw_size) host.resize(jb.f->raw_size);
-          dst = host.data();
-        }
-#endif
-        const size_t r = tz_ctx_decompress(ctx.get(), dst, jb.f->raw_size, frame, jb.f->size);
-        if (tz_is_error(r) || r != jb.f->raw_size)
-          fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
-                                                                         tz_last_error_detail()
-                                                                   : std::string("wrong decoded size")));
-#ifdef TZ_CHECKPOINT_CUDA
-        if (dev && cudaMemcpy(static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off, host.data(), r,
-                              cudaMemcpyHostToDevice) != cudaSuccess)
-          fail(ErrorKind::kInternal, what + ": cudaMemcpy failed");
-#endif
+      } catch (...) {
+        set_error(std::current_exception());
       }
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(mu);
-      if (!err) err = std::current_exception();
-    }
 #ifdef TZ_CHECKPOINT_CUDA
-    if (d_frame) cudaFree(d_frame);
-    if (stream) cudaStreamDestroy(stream);
+      if (d_frame) cudaFree(d_frame);
+      if (stream) cudaStreamDestroy(stream);
 #endif
-  };
-  std::vector<std::thread> th;
-  for (unsigned i = 1; i < n_workers; ++i) th.emplace_back(worker);
-  worker();
-  for (auto& t : th) t.join();
+    };
+    std::vector<std::thread> th;
+    for (unsigned i = 1; i < n_workers; ++i) th.emplace_back(worker);
+    worker();
+    for (auto& t : th) t.join();
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;  // the reader may wait for a slot no worker will free
+      cv.notify_all();
+    }
+    reader.join();
+  }  // rq drains before the slots go away
   if (err) std::rethrow_exception(err);
 }
 

@@ -379,7 +379,11 @@ TensorWriterStats TensorWriter::Impl::finish() {
       if (fd >= 0) ::close(fd);
     }
   } close_dfd{dfd};
-  if (opt.direct_io) {
+  // TZ_TEST_REFUSE_O_DIRECT=1 makes this process behave as on a file system
+  // that refuses O_DIRECT (tests of the fallback on machines where every
+  // file system accepts it).
+  const char* refuse = std::getenv("TZ_TEST_REFUSE_O_DIRECT");
+  if (opt.direct_io && !(refuse && *refuse == '1')) {
     dfd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
     if (dfd >= 0) {
       // Probe: one aligned block at offset 0 (overwritten by the preamble's

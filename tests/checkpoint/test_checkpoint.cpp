@@ -523,3 +523,55 @@ TEST(Checkpoint, CastPredictionOnFixture) {
     }
   }
 }
+
+// O_DIRECT writes (aligned staging buffers) on each write back end, and
+// restore through each read back end (io_uring or pread threads), with and
+// without O_DIRECT reads.
+TEST(Checkpoint, DirectWritesAndReadBackEnds) {
+  const auto data = real_tensors();
+  TempDir d;
+  int k = 0;
+  for (ck::Io io : {ck::Io::kPosix, ck::Io::kUring}) {
+    for (bool direct : {false, true}) {
+      ck::SaveOptions o;
+      o.codec = ck::Codec::kFast;
+      o.io = io;
+      o.direct_io = direct;
+      o.threads = 2;
+      o.chunk_bytes = 1u << 20;
+      const std::string dir = d.path + "/c" + std::to_string(k++);
+      const auto st = ck::save(dir, views(data), o);
+      RecordProperty("save_io_" + std::to_string(k), st.io);
+      if (!direct) EXPECT_EQ(st.io.find("O_DIRECT"), std::string::npos);
+      if (io == ck::Io::kPosix) EXPECT_EQ(st.io.rfind("posix", 0), 0u) << st.io;
+      for (bool rdirect : {false, true}) {
+        ck::Checkpoint c(dir, 2, rdirect, io);
+        expect_identical(c, data);
+        if (io == ck::Io::kPosix) EXPECT_EQ(c.io(), "posix");
+        else EXPECT_TRUE(c.io() == "io_uring" || c.io() == "posix") << c.io();
+        RecordProperty("read_io_" + std::to_string(k) + (rdirect ? "_direct" : ""), c.io());
+      }
+      tz::container::Reader rd(dir + "/rank-00000.tzip", 1);
+      tz::container::ReadOptions ro;
+      ro.threads = 1;
+      rd.verify("", ro);
+    }
+  }
+}
+
+// A file system that refuses O_DIRECT (simulated): saves fall back to
+// buffered writes and say so; restores fall back to buffered reads.
+TEST(Checkpoint, DirectIoRefusedFallsBack) {
+  const auto data = real_tensors();
+  TempDir d;
+  ::setenv("TZ_TEST_REFUSE_O_DIRECT", "1", 1);
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  o.direct_io = true;
+  const auto st = ck::save(d.path + "/c", views(data), o);
+  ck::Checkpoint c(d.path + "/c", 2, /*direct_io=*/true);
+  ::unsetenv("TZ_TEST_REFUSE_O_DIRECT");
+  EXPECT_EQ(st.io.find("O_DIRECT"), std::string::npos) << st.io;
+  EXPECT_FALSE(c.direct_io());
+  expect_identical(c, data);
+}

@@ -377,6 +377,23 @@ TEST(TensorWriter, DirectIoAndFallback) {
   }
 }
 
+// Where the file system refuses O_DIRECT, the writer falls back to
+// buffered writes and says so.
+TEST(TensorWriter, DirectIoRefusedFallsBackToBuffered) {
+  const auto data = mixed_tensors();
+  TempDir d(TZ_BINARY_DIR);
+  ::setenv("TZ_TEST_REFUSE_O_DIRECT", "1", 1);
+  tc::TensorWriterOptions o;
+  o.direct_io = true;
+  tc::TensorWriter w(d.path + "/r.tzip", o);
+  for (const auto& t : data) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+  const auto st = w.finish();
+  ::unsetenv("TZ_TEST_REFUSE_O_DIRECT");
+  EXPECT_FALSE(st.direct);
+  EXPECT_EQ(st.io, "pwrite");
+  expect_file_holds(d.path + "/r.tzip", data);
+}
+
 // A sink that records what it is asked to write (the writer's contract with
 // an I/O back end: file order, completion callbacks, alignment when direct).
 TEST(TensorWriter, CustomSinkSeesAlignedOrderedWrites) {
