@@ -56,7 +56,12 @@ struct TensorView {
 };
 
 enum class Codec { kAuto = 0, kRaw = 1, kFast = 2, kStrong = 3 };
-enum class Io { kAuto = 0, kPosix = 1, kUring = 2 };
+// Storage back end. kAuto: io_uring where the build and kernel allow it,
+// else a pread/pwrite thread pool. kGds: GPUDirect Storage (cuFile, loaded
+// with dlopen("libcufile.so.0")) for frames restored into device memory;
+// where the library, its driver or a GPU is missing, kAuto is used and
+// SaveStats::io / Checkpoint::io() say why.
+enum class Io { kAuto = 0, kPosix = 1, kUring = 2, kGds = 3 };
 
 struct SaveOptions {
   Codec codec = Codec::kAuto;

@@ -39,9 +39,11 @@
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip.h"
 
+#include "../io/cufile.hpp"
 #ifdef TZ_CHECKPOINT_CUDA
 #include <cuda_runtime_api.h>
 
+#include "checkpoint_gpu.hpp"
 #include "tensorzip/tensorzip_cuda.h"
 #endif
 
@@ -391,69 +393,20 @@ class QueueSink final : public tz::container::Sink {
   throw Error(k, e.what());
 }
 
+// GPUDirect Storage for this save or restore: requested with Io::kGds, and
+// the cuFile library, its driver and a GPU present (else POSIX/io_uring and
+// the reason is reported).
+tz::io::GdsDecision gds_decision(Io io) {
+  tz::io::GdsDecision d;
+  if (io != Io::kGds) return d;
 #ifdef TZ_CHECKPOINT_CUDA
-// Per-thread GPU resources of the device-tensor encoders (the container
-// writer calls them from its worker threads).
-struct GpuEncodeRes {
-  std::mutex mu;
-  struct Res {
-    cudaStream_t stream = nullptr;
-    void* d_comp = nullptr;
-    size_t cap = 0;
-    std::vector<uint8_t> host;
-    std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx{nullptr, &tz_ctx_free};
-  };
-  std::map<std::thread::id, std::unique_ptr<Res>> by_thread;
-  Res& get() {
-    std::lock_guard<std::mutex> lk(mu);
-    auto& r = by_thread[std::this_thread::get_id()];
-    if (!r) r = std::make_unique<Res>();
-    return *r;
-  }
-  ~GpuEncodeRes() {
-    for (auto& [id, r] : by_thread) {
-      if (r->d_comp) cudaFree(r->d_comp);
-      if (r->stream) cudaStreamDestroy(r->stream);
-    }
-  }
-};
-
-// Frame of chunk k of a device tensor: GPU encode where the codec supports
-// the dtype there (same bitstream as the CPU), else a copy to the host and
-// a CPU encode.
-size_t encode_device_chunk(GpuEncodeRes& res, const Seg& sg, int level, uint64_t chunk, uint64_t k, uint8_t* dst,
-                           size_t cap) {
-  auto& r = res.get();
-  const uint64_t off = k * chunk, n = std::min<uint64_t>(chunk, sg.t->size - off);
-  const uint8_t* src = static_cast<const uint8_t*>(sg.t->data) + off;
-  tz_params p{};
-  p.dtype = sg.cd;
-  p.level = level;
-  p.block_elems = sg.block_elems;
-  if (sg.cd != TZ_DTYPE_BYTES && n % (tz::container::dtype_bits(sg.t->dtype) / 8) == 0) {
-    if (!r.stream && cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking) != cudaSuccess)
-      fail(ErrorKind::kInternal, "cudaStreamCreate failed");
-    if (r.cap < cap) {
-      if (r.d_comp) cudaFree(r.d_comp);
-      r.d_comp = nullptr;
-      r.cap = 0;
-      if (cudaMalloc(&r.d_comp, cap) != cudaSuccess) fail(ErrorKind::kInternal, "cudaMalloc failed");
-      r.cap = cap;
-    }
-    const size_t g = tz_cuda_compress_tensor(r.d_comp, cap, src, n, &p, r.stream);
-    if (!tz_is_error(g)) {
-      if (cudaMemcpy(dst, r.d_comp, g, cudaMemcpyDeviceToHost) != cudaSuccess)
-        fail(ErrorKind::kInternal, "cudaMemcpy failed");
-      return g;
-    }
-  }
-  if (r.host.size() < n) r.host.resize(n);
-  if (cudaMemcpy(r.host.data(), src, n, cudaMemcpyDeviceToHost) != cudaSuccess)
-    fail(ErrorKind::kInternal, "tensor '" + sg.t->name + "': cudaMemcpy failed");
-  if (!r.ctx) r.ctx.reset(tz_ctx_create(1));
-  return tz_ctx_compress(r.ctx.get(), dst, cap, r.host.data(), n, &p);
-}
+  const char* lib = std::getenv("TZ_CUFILE_LIB");
+  return tz::io::decide_gds(true, gpu::device_count(), lib && *lib ? lib : "libcufile.so.0");
+#else
+  d.reason = "built without CUDA";
+  return d;
 #endif
+}
 
 // Writes this rank's .tzip file with the container's TensorWriter (encode
 // over a thread pool into a bounded ring of buffers, writes queued on the
@@ -494,7 +447,7 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   wo.direct_io = opt.direct_io;
   const tz::io::Backend be = opt.io == Io::kPosix  ? tz::io::Backend::kPosix
                              : opt.io == Io::kUring ? tz::io::Backend::kUring
-                                                    : tz::io::Backend::kAuto;
+                                                    : tz::io::Backend::kAuto;  // kAuto, kGds
   const unsigned io_threads = std::max(1u, opt.io_threads);
   const unsigned depth = (unsigned)std::min<size_t>(std::max<size_t>(wo.slots, 4), 64);
   wo.sink = [be, io_threads, depth](int fd, bool) -> std::unique_ptr<tz::container::Sink> {
@@ -504,20 +457,40 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   std::vector<tz::container::TensorEntry> stored;
   try {
 #ifdef TZ_CHECKPOINT_CUDA
-    GpuEncodeRes gpu;
+    // Device tensors: batched GPU encode into pinned buffers, handed to the
+    // writer chunk by chunk as pre-encoded frames.
+    std::vector<gpu::DevChunk> dev_chunks;
+    std::vector<size_t> dev_base(segs.size(), 0);
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const Seg& s = segs[i];
+      if (s.t->memory != Memory::kDevice) continue;
+      dev_base[i] = dev_chunks.size();
+      const unsigned esz = std::max(1u, tz::container::dtype_bits(s.t->dtype) / 8);
+      for (uint64_t off = 0; off < s.t->size; off += chunk)
+        dev_chunks.push_back({static_cast<const uint8_t*>(s.t->data) + off, std::min<uint64_t>(chunk, s.t->size - off),
+                              s.cd, s.block_elems, esz});
+    }
+    std::unique_ptr<gpu::BatchEncoder> genc;
+    if (!dev_chunks.empty()) genc = std::make_unique<gpu::BatchEncoder>(std::move(dev_chunks), choice.level);
 #endif
     tz::container::TensorWriter w(fin, wo);
-    for (const auto& s : segs) {
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const Seg& s = segs[i];
 #ifdef TZ_CHECKPOINT_CUDA
       if (s.t->memory == Memory::kDevice) {
-        const Seg* sp = &s;
-        const int level = choice.level;
+        gpu::BatchEncoder* ge = genc.get();
+        const size_t base = dev_base[i];
+        const std::string name = s.t->name;
         w.add_encoder(
             s.t->name, s.t->dtype, s.t->shape, s.t->size,
-            [&gpu, sp, level, chunk](uint64_t k, uint8_t* dst, size_t cap) {
-              return encode_device_chunk(gpu, *sp, level, chunk, k, dst, cap);
+            [ge, base, name](uint64_t k, uint8_t* dst, size_t cap) -> size_t {
+              try {
+                return ge->encode(base + k, dst, cap);
+              } catch (const std::runtime_error& e) {
+                throw Error(ErrorKind::kInternal, "tensor '" + name + "': " + e.what());
+              }
             },
-            level, s.block_elems);
+            choice.level, s.block_elems);
         continue;
       }
 #endif
@@ -529,6 +502,13 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
     rethrow_container(e);
   }
   stats.io = ws.io;
+  if (opt.io == Io::kGds) {
+    const auto g = gds_decision(opt.io);
+    stats.io += g.use ? " (cuFile available; frames are checksummed in host memory, so they are written from pinned "
+                        "host buffers)"
+                      : " (cuFile not used: " + g.reason + ")";
+    if (opt.log) opt.log("io: " + stats.io);
+  }
   stats.predicted = ws.predicted;
   stats.raw_bytes = data_size;
   stats.file_bytes = ws.file_bytes;
@@ -623,8 +603,26 @@ void commit(const std::string& dir, int world_size) {
 // Async save
 // ===========================================================================
 struct AsyncSaver::Impl {
-  std::unique_ptr<uint8_t[]> arena;  // staging, reused across saves (not zero-filled)
+  // Staging, reused across saves (not zero-filled); pinned (cudaHostAlloc,
+  // from the process's pinned pool) when device tensors are staged, so the
+  // device-to-host copies run at full DMA speed.
+  uint8_t* arena = nullptr;
   uint64_t arena_size = 0;
+  bool arena_pinned = false;
+  void free_arena() {
+    if (!arena) return;
+#ifdef TZ_CHECKPOINT_CUDA
+    if (arena_pinned) gpu::pinned_put(arena);
+    else
+#endif
+      delete[] arena;
+    arena = nullptr;
+    arena_size = 0;
+  }
+  ~Impl() {
+    join();
+    free_arena();
+  }
   std::vector<TensorView> staged;
   std::thread th;
   mutable std::mutex mu;
@@ -646,11 +644,24 @@ void AsyncSaver::save(const std::string& dir, std::span<const TensorView> tensor
   const auto t0 = Clock::now();
   uint64_t total = 0;
   for (const auto& t : tensors) total += align64(t.size);
-  if (impl_->arena_size < total) {
-    impl_->arena.reset();
-    impl_->arena_size = 0;
-    impl_->arena.reset(new uint8_t[total]);
+  bool want_pinned = false;
+#ifdef TZ_CHECKPOINT_CUDA
+  for (const auto& t : tensors) want_pinned = want_pinned || t.memory == Memory::kDevice;
+#endif
+  if (impl_->arena_size < total || impl_->arena_pinned != want_pinned) {
+    impl_->free_arena();
+#ifdef TZ_CHECKPOINT_CUDA
+    if (want_pinned) {
+      try {
+        impl_->arena = static_cast<uint8_t*>(gpu::pinned_get(total));
+      } catch (const std::runtime_error& e) {
+        fail(ErrorKind::kInternal, e.what());
+      }
+    } else
+#endif
+      impl_->arena = new uint8_t[total ? total : 1];
     impl_->arena_size = total;
+    impl_->arena_pinned = want_pinned;
   }
   impl_->staged.assign(tensors.begin(), tensors.end());
   // Copy with `threads` threads, each taking a contiguous run of tensors of
@@ -658,7 +669,7 @@ void AsyncSaver::save(const std::string& dir, std::span<const TensorView> tensor
   std::vector<uint8_t*> dst(impl_->staged.size());
   {
     uint64_t off = 0;
-    for (size_t i = 0; i < impl_->staged.size(); ++i) dst[i] = impl_->arena.get() + off, off += align64(impl_->staged[i].size);
+    for (size_t i = 0; i < impl_->staged.size(); ++i) dst[i] = impl_->arena + off, off += align64(impl_->staged[i].size);
   }
   const unsigned nt = (unsigned)std::max<size_t>(1, std::min<size_t>(resolve_threads(opt.threads), impl_->staged.size()));
   std::vector<std::exception_ptr> errs(nt);
@@ -666,7 +677,7 @@ void AsyncSaver::save(const std::string& dir, std::span<const TensorView> tensor
     try {
       const uint64_t lo = total * w / nt, hi = total * (w + 1) / nt;
       for (size_t i = 0; i < impl_->staged.size(); ++i) {
-        const uint64_t at = (uint64_t)(dst[i] - impl_->arena.get());
+        const uint64_t at = (uint64_t)(dst[i] - impl_->arena);
         if (at < lo || at >= hi) continue;
         const TensorView& t = impl_->staged[i];
 #ifdef TZ_CHECKPOINT_CUDA
@@ -761,6 +772,7 @@ struct Checkpoint::Impl {
   unsigned threads;
   tz::io::Backend io = tz::io::Backend::kAuto;
   std::string io_name = "none";  // read back end of the last load
+  tz::io::GdsDecision gds;       // Io::kGds: cuFile for device destinations
   std::vector<std::string> files;
   std::vector<int> fds;
   std::vector<int> dfds;  // O_DIRECT descriptors (-1: not requested or refused)
@@ -782,6 +794,7 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io,
   auto& m = *impl_;
   m.dir = dir;
   m.io = io == Io::kPosix ? tz::io::Backend::kPosix : io == Io::kUring ? tz::io::Backend::kUring : tz::io::Backend::kAuto;
+  m.gds = gds_decision(io);
   // TZ_TEST_REFUSE_O_DIRECT=1: behave as on a file system refusing O_DIRECT.
   if (const char* r = std::getenv("TZ_TEST_REFUSE_O_DIRECT"); r && *r == '1') direct_io = false;
   m.threads = resolve_threads(threads);
@@ -857,7 +870,11 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io,
 }
 
 Checkpoint::~Checkpoint() = default;
-std::string Checkpoint::io() const { return impl_->io_name; }
+std::string Checkpoint::io() const {
+  const auto& m = *impl_;
+  if (!m.gds.use && !m.gds.reason.empty()) return m.io_name + " (cuFile not used: " + m.gds.reason + ")";
+  return m.io_name;
+}
 bool Checkpoint::direct_io() const {
   bool d = impl_->direct_ok && !impl_->dfds.empty();
   for (int fd : impl_->dfds) d = d && fd >= 0;
@@ -925,6 +942,43 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
     const uint8_t* cs = t.cast_kind >= 0 ? src_bytes.at(m.by_name.at(t.cast_source)) : nullptr;
     for (const auto& f : t.frames) jobs.push_back({&t, &f, &r, cs});
   }
+#ifdef TZ_CHECKPOINT_CUDA
+  {
+    // Device destinations (not cast-predicted): read in batches (cuFile
+    // straight into device memory with Io::kGds, else through pinned
+    // buffers) and decoded on the GPU in batches.
+    std::vector<gpu::DevFrame> dev;
+    std::vector<Job> rest;
+    for (const auto& j : jobs) {
+      if (j.req->memory != Memory::kDevice || j.cast_src) {
+        rest.push_back(j);
+        continue;
+      }
+      gpu::DevFrame f;
+      f.fd = m.fds[j.t->file];
+      f.dfd = m.dfds[j.t->file];
+      f.offset = j.f->offset;
+      f.size = j.f->size;
+      f.xxh64 = j.f->xxh64;
+      f.dst = static_cast<uint8_t*>(j.req->dst) + j.f->raw_off;
+      f.raw_size = j.f->raw_size;
+      f.what = "tensor '" + j.t->info.name + "' (" + m.files[j.t->file] + ", frame at offset " +
+               std::to_string(j.f->offset) + ")";
+      dev.push_back(std::move(f));
+    }
+    if (!dev.empty()) {
+      try {
+        gpu::load_frames(dev, m.gds.use);
+      } catch (const std::runtime_error& e) {
+        const std::string w = e.what();
+        if (w.rfind("corrupt: ", 0) == 0) fail(ErrorKind::kCorrupt, w.substr(9));
+        fail(ErrorKind::kIO, w);
+      }
+      m.io_name = m.gds.use ? "cuFile" : "pread+pinned";
+    }
+    jobs.swap(rest);
+  }
+#endif
   if (jobs.empty()) return;
   // Reads are issued in job order by a reader thread through the src/io
   // read queue (io_uring, or pread threads) into a ring of `n_slots`
@@ -1012,11 +1066,6 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
     auto worker = [&] {
       std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
       std::vector<uint8_t> buf, host;
-#ifdef TZ_CHECKPOINT_CUDA
-      cudaStream_t stream = nullptr;
-      void* d_frame = nullptr;
-      size_t d_frame_cap = 0;
-#endif
       try {
         for (;;) {
           const size_t j = next.fetch_add(1);
@@ -1090,49 +1139,15 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
 #endif
             continue;
           }
-#ifdef TZ_CHECKPOINT_CUDA
-          const bool dev = jb.req->memory == Memory::kDevice;
-          if (dev) {
-            // GPU decode (same bitstream, block checksums checked on the GPU).
-            // Frames the GPU codec does not take (zstd streams of TZ_DTYPE_BYTES)
-            // are decoded on the CPU below and copied.
-            if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
-              fail(ErrorKind::kInternal, what + ": cudaStreamCreate failed");
-            if (d_frame_cap < jb.f->size) {
-              if (d_frame) cudaFree(d_frame);
-              d_frame = nullptr;
-              d_frame_cap = 0;
-              if (cudaMalloc(&d_frame, jb.f->size) != cudaSuccess) fail(ErrorKind::kInternal, what + ": cudaMalloc failed");
-              d_frame_cap = jb.f->size;
-            }
-            if (cudaMemcpyAsync(d_frame, frame, jb.f->size, cudaMemcpyHostToDevice, stream) != cudaSuccess)
-              fail(ErrorKind::kInternal, what + ": cudaMemcpyAsync failed");
-            const size_t g = tz_cuda_decompress_tensor(dst, jb.f->raw_size, d_frame, jb.f->size, stream);
-            if (!tz_is_error(g) && g == jb.f->raw_size) continue;
-            if (tz_get_error_code(g) != TZ_ERROR_UNSUPPORTED)
-              fail(ErrorKind::kCorrupt, what + ": GPU decode: " + tz_get_error_name(g));
-            if (host.size() < jb.f->raw_size) host.resize(jb.f->raw_size);
-            dst = host.data();
-          }
-#endif
           const size_t r = tz_ctx_decompress(ctx.get(), dst, jb.f->raw_size, frame, jb.f->size);
           if (tz_is_error(r) || r != jb.f->raw_size)
             fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
                                                                            tz_last_error_detail()
                                                                      : std::string("wrong decoded size")));
-#ifdef TZ_CHECKPOINT_CUDA
-          if (dev && cudaMemcpy(static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off, host.data(), r,
-                                cudaMemcpyHostToDevice) != cudaSuccess)
-            fail(ErrorKind::kInternal, what + ": cudaMemcpy failed");
-#endif
         }
       } catch (...) {
         set_error(std::current_exception());
       }
-#ifdef TZ_CHECKPOINT_CUDA
-      if (d_frame) cudaFree(d_frame);
-      if (stream) cudaStreamDestroy(stream);
-#endif
     };
     std::vector<std::thread> th;
     for (unsigned i = 1; i < n_workers; ++i) th.emplace_back(worker);

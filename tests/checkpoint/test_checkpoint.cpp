@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "cufile.hpp"  // src/io: the GPUDirect Storage decision
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
 
@@ -542,13 +543,20 @@ TEST(Checkpoint, DirectWritesAndReadBackEnds) {
       const std::string dir = d.path + "/c" + std::to_string(k++);
       const auto st = ck::save(dir, views(data), o);
       RecordProperty("save_io_" + std::to_string(k), st.io);
-      if (!direct) EXPECT_EQ(st.io.find("O_DIRECT"), std::string::npos);
-      if (io == ck::Io::kPosix) EXPECT_EQ(st.io.rfind("posix", 0), 0u) << st.io;
+      if (!direct) {
+        EXPECT_EQ(st.io.find("O_DIRECT"), std::string::npos);
+      }
+      if (io == ck::Io::kPosix) {
+        EXPECT_EQ(st.io.rfind("posix", 0), 0u) << st.io;
+      }
       for (bool rdirect : {false, true}) {
         ck::Checkpoint c(dir, 2, rdirect, io);
         expect_identical(c, data);
-        if (io == ck::Io::kPosix) EXPECT_EQ(c.io(), "posix");
-        else EXPECT_TRUE(c.io() == "io_uring" || c.io() == "posix") << c.io();
+        if (io == ck::Io::kPosix) {
+          EXPECT_EQ(c.io(), "posix");
+        } else {
+          EXPECT_TRUE(c.io() == "io_uring" || c.io() == "posix") << c.io();
+        }
         RecordProperty("read_io_" + std::to_string(k) + (rdirect ? "_direct" : ""), c.io());
       }
       tz::container::Reader rd(dir + "/rank-00000.tzip", 1);
@@ -574,4 +582,36 @@ TEST(Checkpoint, DirectIoRefusedFallsBack) {
   EXPECT_EQ(st.io.find("O_DIRECT"), std::string::npos) << st.io;
   EXPECT_FALSE(c.direct_io());
   expect_identical(c, data);
+}
+
+// GPUDirect Storage (cuFile through dlopen): without the library, a GPU or
+// a CUDA build, saves and restores fall back to POSIX/io_uring and say why.
+TEST(Checkpoint, GdsFallsBackWhereCuFileIsMissing) {
+  auto d0 = tz::io::decide_gds(true, 1, "libtz-no-such-cufile.so.0");
+  EXPECT_FALSE(d0.use);
+  EXPECT_NE(d0.reason.find("libtz-no-such-cufile.so.0"), std::string::npos) << d0.reason;
+  auto d1 = tz::io::decide_gds(true, 0);
+  EXPECT_FALSE(d1.use);
+  EXPECT_EQ(d1.reason, "no CUDA device");
+  EXPECT_FALSE(tz::io::decide_gds(false, 1).use);
+  // A library that loads but is not cuFile.
+  auto d2 = tz::io::decide_gds(true, 1, "libc.so.6");
+  EXPECT_FALSE(d2.use);
+  EXPECT_NE(d2.reason.find("lacks cuFile symbols"), std::string::npos) << d2.reason;
+
+  const auto data = real_tensors();
+  TempDir d;
+  ::setenv("TZ_CUFILE_LIB", "libtz-no-such-cufile.so.0", 1);
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  o.io = ck::Io::kGds;
+  std::string logged;
+  o.log = [&](const std::string& s) { logged += s + "\n"; };
+  const auto st = ck::save(d.path + "/c", views(data), o);
+  EXPECT_NE(st.io.find("cuFile not used"), std::string::npos) << st.io;
+  EXPECT_NE(logged.find("cuFile not used"), std::string::npos) << logged;
+  ck::Checkpoint c(d.path + "/c", 2, false, ck::Io::kGds);
+  expect_identical(c, data);
+  EXPECT_NE(c.io().find("cuFile not used"), std::string::npos) << c.io();
+  ::unsetenv("TZ_CUFILE_LIB");
 }
