@@ -314,11 +314,20 @@ TensorWriterStats TensorWriter::Impl::finish() {
 
   // ---- cast prediction discovery ------------------------------------------
   if (opt.predict) {
-    std::vector<size_t> cands;
+    // FP32 host tensors by shape. Candidates of a target are tried with the
+    // ones whose name ends with the target's name first (master.x for x),
+    // and the search stops at the first candidate that matches the probe
+    // exactly and passes the cost test: a save holding many FP32 tensors of
+    // one shape (Adam m and v, other layers) stays linear in its size.
+    std::map<std::vector<uint64_t>, std::vector<size_t>> by_shape;
     for (size_t j = 0; j < items.size(); ++j)
-      if (items[j].src == Src::kHost && items[j].e.dtype == "F32" && items[j].e.raw_size() > 0) cands.push_back(j);
+      if (items[j].src == Src::kHost && items[j].e.dtype == "F32" && items[j].e.raw_size() > 0)
+        by_shape[items[j].e.shape].push_back(j);
+    auto ends_with = [](const std::string& a, const std::string& b) {
+      return a.size() > b.size() && a.compare(a.size() - b.size(), b.size(), b) == 0;
+    };
     std::vector<uint8_t> sample, cand_bytes, resid;
-    for (size_t i = 0; i < items.size() && !cands.empty(); ++i) {
+    for (size_t i = 0; i < items.size() && !by_shape.empty(); ++i) {
       Item& t = items[i];
       if (t.src != Src::kHost || t.e.raw_size() == 0 || (t.e.dtype != "BF16" && t.e.dtype != "F16")) continue;
       const int kind = t.e.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16;
@@ -328,9 +337,15 @@ TensorWriterStats TensorWriter::Impl::finish() {
       const auto runs = sample_runs(n, &elems);
       bool have_sample = false;
       double best = 0;
+      const auto shp = by_shape.find(t.e.shape);
+      if (shp == by_shape.end()) continue;
+      std::vector<size_t> cands;
+      for (size_t j : shp->second)
+        if (ends_with(items[j].e.name, t.e.name)) cands.push_back(j);
+      for (size_t j : shp->second)
+        if (!ends_with(items[j].e.name, t.e.name)) cands.push_back(j);
       for (size_t j : cands) {
         const Item& c = items[j];
-        if (c.e.shape != t.e.shape) continue;
         uint64_t hits = 0;
         for (uint64_t e = pa; e < pa + pn; ++e)
           hits += tz::predict::cast_f32(load_le32(c.data + 4 * e), kind) == load_le16(t.data + 2 * e);
@@ -352,6 +367,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
         if (cost < best) {
           best = cost;
           t.cast_from = (long)j;
+          if (hits == pn) break;  // exact on the probe: good enough, stop searching
         }
       }
       if (t.cast_from >= 0) {
