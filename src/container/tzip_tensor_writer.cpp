@@ -595,8 +595,8 @@ TensorWriterStats TensorWriter::Impl::finish() {
   }
 
   uint64_t pos = kAlign, done_raw = 0;
-  if (opt.progress) opt.progress(0, data_size);
   try {
+    if (opt.progress) opt.progress(0, data_size);
     for (size_t ui = 0; ui < units.size(); ++ui) {
       Slot& s = slots[ui % n_slots];
       {
