@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -95,6 +96,19 @@ void expect_file_holds(const std::string& file, const std::vector<Owned>& ref,
   }
   EXPECT_EQ(tc::read_safetensors_info(st).metadata, meta);
   fs::remove(st);
+#ifdef TZ_TZIP_BIN
+  // The tzip CLI too: verify, and export to a safetensors file that is
+  // byte-identical to the library's export.
+  const std::string cmd = std::string(TZ_TZIP_BIN) + " verify '" + file + "' > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string st2 = file + ".cli.safetensors";
+  const std::string dc = std::string(TZ_TZIP_BIN) + " decompress '" + file + "' -o '" + st2 + "' > /dev/null";
+  EXPECT_EQ(std::system(dc.c_str()), 0) << dc;
+  const auto back2 = load_safetensors(st2);
+  ASSERT_EQ(back2.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(back2[i].bytes == ref[i].bytes) << ref[i].name;
+  fs::remove(st2);
+#endif
 }
 
 }  // namespace
