@@ -6,7 +6,8 @@
 // ("Checkpoint I/O"); bench/io_bench.py measures torch.save and the
 // safetensors library on the same data.
 //
-//   tz_io_bench --fixtures DIR --gib 4 --dir /path/on/disk [--dir /dev/shm/x] [--threads N]
+//   tz_io_bench --fixtures DIR --gib 4 --dir /path/on/disk [--dir /dev/shm/x] [--threads N] [--gpu]
+//   (--gpu, CUDA builds: save from / load into GPU memory, with and without Io::kGds)
 //
 // Every save ends with fsync of its files (and of the folder); before each
 // load the files are dropped from the page cache (posix_fadvise DONTNEED) so
@@ -21,6 +22,10 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#ifdef TZ_IO_BENCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
@@ -73,6 +78,82 @@ void row(const char* where, const char* what, double bytes, double secs, double 
   std::fflush(stdout);
 }
 
+// --gpu (CUDA builds): the same tensors in device memory; save from it
+// (batched GPU encode) and load into it (batched GPU decode), with the
+// POSIX/io_uring back end and with Io::kGds (cuFile where present).
+bool gpu_rows(const std::vector<std::string>& dirs, const std::vector<ck::TensorView>& host,
+              std::vector<std::vector<uint8_t>>& mem, const std::vector<Owned>& base, double S, unsigned threads) {
+#ifdef TZ_IO_BENCH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("--gpu: no CUDA device\n");
+    return false;
+  }
+  std::vector<void*> dev(host.size(), nullptr);
+  std::vector<ck::TensorView> dv = host;
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (cudaMalloc(&dev[i], host[i].size ? host[i].size : 1) != cudaSuccess ||
+        cudaMemcpy(dev[i], host[i].data, host[i].size, cudaMemcpyHostToDevice) != cudaSuccess) {
+      std::printf("--gpu: cudaMalloc/cudaMemcpy failed\n");
+      return false;
+    }
+    dv[i].data = dev[i];
+    dv[i].memory = ck::Memory::kDevice;
+  }
+  bool ok = true;
+  for (const auto& root : dirs) {
+    fs::create_directories(root);
+    const std::string where = root.rfind("/dev/shm", 0) == 0 ? "tmpfs" : "disk";
+    for (ck::Io io : {ck::Io::kAuto, ck::Io::kGds}) {
+      const std::string dir = root + "/tz-gpu";
+      fs::remove_all(dir);
+      ck::SaveOptions o;
+      o.codec = ck::Codec::kFast;
+      o.threads = threads;
+      o.io = io;
+      const auto st = ck::save(dir, dv, o);
+      const double ratio = (double)st.raw_bytes / (double)st.file_bytes;
+      row(where.c_str(), io == ck::Io::kGds ? "tensorzip sync save from GPU memory, fast, Io::kGds" : "tensorzip sync save from GPU memory, fast",
+          S, st.seconds, st.stall_seconds, ratio, st.io);
+      ck::AsyncSaver saver;
+      for (int rep = 0; rep < 2; ++rep) {
+        fs::remove_all(dir);
+        const auto t1 = Clock::now();
+        saver.save(dir, dv, o);
+        const double stall = since(t1);
+        const auto ast = saver.wait();
+        if (rep) row(where.c_str(), "tensorzip async save from GPU memory (pinned staging reused)", S, ast.seconds, stall,
+                     ratio, ast.io);
+      }
+      drop_cache(dir + "/rank-00000.tzip");
+      ck::Checkpoint c(dir, threads, false, io);
+      for (size_t i = 0; i < dev.size(); ++i) cudaMemset(dev[i], 0x5a, dv[i].size);
+      std::vector<ck::LoadRequest> req;
+      for (size_t i = 0; i < dv.size(); ++i) req.push_back({dv[i].name, dev[i], dv[i].size, ck::Memory::kDevice});
+      const auto t0 = Clock::now();
+      c.load(req);
+      cudaDeviceSynchronize();
+      const double tl = since(t0);
+      bool same = true;
+      for (size_t i = 0; i < dv.size() && same; ++i) {
+        if (cudaMemcpy(mem[i].data(), dev[i], mem[i].size(), cudaMemcpyDeviceToHost) != cudaSuccess) same = false;
+        else same = std::memcmp(mem[i].data(), base[i % base.size()].bytes.data(), mem[i].size()) == 0;
+      }
+      ok = ok && same;
+      row(where.c_str(), io == ck::Io::kGds ? "tensorzip load into GPU memory, Io::kGds" : "tensorzip load into GPU memory",
+          S, tl, 0, ratio, c.io() + (same ? "; verified" : "; MISMATCH"));
+      fs::remove_all(dir);
+    }
+  }
+  for (void* p : dev) cudaFree(p);
+  return ok;
+#else
+  (void)dirs, (void)host, (void)mem, (void)base, (void)S, (void)threads;
+  std::printf("--gpu: this build has no CUDA backend\n");
+  return false;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,14 +161,16 @@ int main(int argc, char** argv) {
   double gib = 4;
   unsigned threads = 0;
   std::vector<std::string> dirs;
+  bool gpu = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--fixtures" && i + 1 < argc) fixtures = argv[++i];
     else if (a == "--gib" && i + 1 < argc) gib = std::stod(argv[++i]);
     else if (a == "--threads" && i + 1 < argc) threads = (unsigned)std::stoul(argv[++i]);
     else if (a == "--dir" && i + 1 < argc) dirs.push_back(argv[++i]);
+    else if (a == "--gpu") gpu = true;
     else {
-      std::fprintf(stderr, "usage: tz_io_bench --fixtures DIR [--gib N] [--threads N] --dir PATH...\n");
+      std::fprintf(stderr, "usage: tz_io_bench --fixtures DIR [--gib N] [--threads N] [--gpu] --dir PATH...\n");
       return 1;
     }
   }
@@ -127,6 +210,7 @@ int main(int argc, char** argv) {
   };
 
   std::printf("| storage | method | seconds | GB/s (raw bytes) | stall s | ratio | notes |\n|---|---|---|---|---|---|---|\n");
+  if (gpu) return gpu_rows(dirs, views, mem, base, S, threads) ? 0 : 1;
   for (const auto& root : dirs) {
     fs::create_directories(root);
     const std::string where = root.rfind("/dev/shm", 0) == 0 ? "tmpfs" : "disk";
