@@ -42,10 +42,20 @@ Pool& pool() {
 // Device scratch of one batch call, freed with the stream.
 struct DevMem {
   void* p = nullptr;
+  size_t cap = 0;
   ~DevMem() {
     if (p) cudaFree(p);
   }
   void alloc(size_t n, const char* what) { ck(cudaMalloc(&p, n ? n : 256), what); }
+  // Grows only (cudaFree synchronises the device: avoided while batches overlap).
+  void ensure(size_t n, const char* what) {
+    if (n <= cap && p) return;
+    if (p) cudaFree(p);
+    p = nullptr;
+    cap = 0;
+    ck(cudaMalloc(&p, n ? n : 256), what);
+    cap = n ? n : 256;
+  }
 };
 
 struct Stream {
@@ -250,87 +260,159 @@ size_t BatchEncoder::encode(size_t i, uint8_t* dst, size_t cap) {
 }
 
 // ---- batched decode into device memory -----------------------------------
+// Two batches in flight: while the GPU decodes batch b (and its frames are
+// copied to the device), the host reads batch b+1 into the other pinned
+// buffer (or cuFile reads it into the other device buffer).
+namespace {
+struct PinnedBuf {
+  void* p = nullptr;
+  size_t cap = 0;
+  ~PinnedBuf() { pinned_put(p); }
+  void ensure(size_t n) {
+    if (n <= cap && p) return;
+    pinned_put(p);
+    p = nullptr;
+    cap = 0;
+    p = pinned_get(n);
+    cap = n;
+  }
+};
+// One of the two batches in flight; its buffers are kept and reused by the
+// batch after next (they only grow).
+struct DecodeBatch {
+  size_t first = 0, last = 0;  // frames [first, last)
+  std::vector<uint64_t> off;
+  uint64_t total = 0;
+  bool host = false;           // frames read into `pinned` (not cuFile)
+  PinnedBuf pinned, meta;      // meta: per-frame decoded sizes, then statuses
+  DevMem d_in, d_temp, d_sizes, d_status;
+  std::vector<tz_cuda_decompress_item> items;
+  cudaEvent_t done = nullptr;  // recorded after the decode and the copy of `meta`
+  size_t* h_sizes() const { return static_cast<size_t*>(meta.p); }
+  int* h_status() const { return reinterpret_cast<int*>(static_cast<size_t*>(meta.p) + items.size()); }
+  ~DecodeBatch() {
+    if (done) cudaEventDestroy(done);
+  }
+};
+
+// Reads frames [first, last) (host: pread + xxh64 into pinned memory; GDS:
+// cuFileRead into device memory) and queues copy + decode on the stream.
+void launch_batch(DecodeBatch& b, std::vector<DevFrame>& frames, bool gds,
+                  std::map<int, std::unique_ptr<tz::io::GdsFile>>& gfiles, cudaStream_t stream) {
+  b.off.resize(b.last - b.first);
+  b.items.clear();
+  b.total = 0;
+  b.host = !gds;
+  for (size_t k = b.first; k < b.last; ++k) b.off[k - b.first] = b.total, b.total += up256(frames[k].size);
+  b.d_in.ensure(b.total, "cudaMalloc (frames)");
+  if (gds) {
+    for (size_t k = b.first; k < b.last; ++k) {
+      DevFrame& f = frames[k];
+      const int fd = f.dfd >= 0 ? f.dfd : f.fd;
+      auto& g = gfiles[fd];
+      if (!g) g = std::make_unique<tz::io::GdsFile>(fd);
+      if (const int e = g->read(static_cast<uint8_t*>(b.d_in.p) + b.off[k - b.first], f.size, f.offset))
+        throw std::runtime_error(f.what + ": cuFileRead failed: " + std::strerror(e));
+    }
+  } else {
+    b.pinned.ensure(b.total);
+    for (size_t k = b.first; k < b.last; ++k) {
+      DevFrame& f = frames[k];
+      uint8_t* p = static_cast<uint8_t*>(b.pinned.p) + b.off[k - b.first];
+      if (const int e = tz::io::pread_full(f.fd, p, f.size, f.offset))
+        throw std::runtime_error(f.what + ": read failed: " + std::strerror(e));
+      if (XXH64(p, f.size, 0) != f.xxh64) throw std::runtime_error("corrupt: " + f.what + ": checksum mismatch");
+    }
+    ck(cudaMemcpyAsync(b.d_in.p, b.pinned.p, b.total, cudaMemcpyHostToDevice, stream), "cudaMemcpy (frames)");
+  }
+  for (size_t k = b.first; k < b.last; ++k)
+    b.items.push_back({static_cast<uint8_t*>(b.d_in.p) + b.off[k - b.first], frames[k].size, frames[k].dst,
+                       frames[k].raw_size});
+  const size_t temp = tz_cuda_decompress_temp_size(b.items.data(), b.items.size());
+  b.d_temp.ensure(temp, "cudaMalloc (decode temp)");
+  b.d_sizes.ensure(b.items.size() * sizeof(size_t), "cudaMalloc");
+  b.d_status.ensure(b.items.size() * sizeof(int), "cudaMalloc");
+  const size_t r = tz_cuda_decompress(b.items.data(), b.items.size(), b.d_temp.p, temp,
+                                      static_cast<size_t*>(b.d_sizes.p), static_cast<int*>(b.d_status.p), stream);
+  if (tz_is_error(r)) throw std::runtime_error(std::string("GPU decode: ") + tz_get_error_name(r));
+  // Results to pinned memory (so these copies do not block the host) and
+  // an event: finish_batch waits for this batch only, not for the next one.
+  const size_t n = b.items.size();
+  b.meta.ensure(n * (sizeof(size_t) + sizeof(int)));
+  ck(cudaMemcpyAsync(b.h_sizes(), b.d_sizes.p, n * sizeof(size_t), cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
+  ck(cudaMemcpyAsync(b.h_status(), b.d_status.p, n * sizeof(int), cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
+  if (!b.done) ck(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming), "cudaEventCreate");
+  ck(cudaEventRecord(b.done, stream), "cudaEventRecord");
+}
+
+// Waits for the batch, checks every frame's status; frames the GPU cannot
+// take (zstd streams) are decoded on the CPU and copied.
+void finish_batch(DecodeBatch& b, std::vector<DevFrame>& frames) {
+  ck(cudaEventSynchronize(b.done), "GPU decode");
+  const size_t* sizes = b.h_sizes();
+  const int* status = b.h_status();
+  std::vector<uint8_t> host_frame, host_raw;
+  for (size_t k = b.first; k < b.last; ++k) {
+    const DevFrame& f = frames[k];
+    const int s = status[k - b.first];
+    if (s == TZ_OK && sizes[k - b.first] == f.raw_size) continue;
+    if (s != TZ_ERROR_UNSUPPORTED)
+      throw std::runtime_error("corrupt: " + f.what + ": GPU decode: " + tz_error_code_name((tz_error_code)s));
+    const uint8_t* src;
+    if (b.host) {
+      src = static_cast<uint8_t*>(b.pinned.p) + b.off[k - b.first];
+    } else {
+      host_frame.resize(f.size);
+      ck(cudaMemcpy(host_frame.data(), b.items[k - b.first].src, f.size, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      if (XXH64(host_frame.data(), f.size, 0) != f.xxh64)
+        throw std::runtime_error("corrupt: " + f.what + ": checksum mismatch");
+      src = host_frame.data();
+    }
+    host_raw.resize(f.raw_size);
+    const size_t d = tz_decompress(host_raw.data(), f.raw_size, src, f.size, 1);
+    if (tz_is_error(d) || d != f.raw_size)
+      throw std::runtime_error("corrupt: " + f.what + ": " + (tz_is_error(d) ? tz_get_error_name(d) : "wrong size"));
+    ck(cudaMemcpy(f.dst, host_raw.data(), f.raw_size, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+}
+}  // namespace
+
 void load_frames(std::vector<DevFrame>& frames, bool gds) {
   constexpr uint64_t kBatch = 256ull << 20;  // compressed bytes per batch
+  if (frames.empty()) return;
   Stream st;
   std::map<int, std::unique_ptr<tz::io::GdsFile>> gfiles;
-  size_t i = 0;
-  while (i < frames.size()) {
+  auto next_range = [&](size_t i) {
     size_t j = i;
     uint64_t total = 0;
     while (j < frames.size() && (j == i || total + up256(frames[j].size) <= kBatch)) total += up256(frames[j++].size);
-    std::vector<uint64_t> off(j - i);
-    uint64_t at = 0;
-    for (size_t k = i; k < j; ++k) off[k - i] = at, at += up256(frames[k].size);
-    DevMem d_in;
-    d_in.alloc(total, "cudaMalloc (frames)");
-    void* pinned = nullptr;
-    struct PutBack {
-      void*& p;
-      ~PutBack() { pinned_put(p); }
-    } put_back{pinned};
-    if (gds) {
-      for (size_t k = i; k < j; ++k) {
-        DevFrame& f = frames[k];
-        const int fd = f.dfd >= 0 ? f.dfd : f.fd;
-        auto& g = gfiles[fd];
-        if (!g) g = std::make_unique<tz::io::GdsFile>(fd);
-        if (const int e = g->read(static_cast<uint8_t*>(d_in.p) + off[k - i], f.size, f.offset))
-          throw std::runtime_error(f.what + ": cuFileRead failed: " + std::strerror(e));
+    return j;
+  };
+  DecodeBatch batch[2];
+  DecodeBatch* cur = &batch[0];
+  DecodeBatch* nxt = &batch[1];
+  try {
+    cur->first = 0;
+    cur->last = next_range(0);
+    launch_batch(*cur, frames, gds, gfiles, st.s);
+    for (;;) {
+      const bool more = cur->last < frames.size();
+      if (more) {
+        // Read the next batch while the GPU decodes this one (the stream
+        // runs the next decode after this one's).
+        nxt->first = cur->last;
+        nxt->last = next_range(cur->last);
+        launch_batch(*nxt, frames, gds, gfiles, st.s);
       }
-    } else {
-      pinned = pinned_get(total);
-      for (size_t k = i; k < j; ++k) {
-        DevFrame& f = frames[k];
-        uint8_t* p = static_cast<uint8_t*>(pinned) + off[k - i];
-        if (const int e = tz::io::pread_full(f.fd, p, f.size, f.offset))
-          throw std::runtime_error(f.what + ": read failed: " + std::strerror(e));
-        if (XXH64(p, f.size, 0) != f.xxh64) throw std::runtime_error("corrupt: " + f.what + ": checksum mismatch");
-      }
-      ck(cudaMemcpyAsync(d_in.p, pinned, total, cudaMemcpyHostToDevice, st.s), "cudaMemcpy (frames)");
+      finish_batch(*cur, frames);
+      if (!more) break;
+      std::swap(cur, nxt);
     }
-    std::vector<tz_cuda_decompress_item> items;
-    for (size_t k = i; k < j; ++k)
-      items.push_back({static_cast<uint8_t*>(d_in.p) + off[k - i], frames[k].size, frames[k].dst, frames[k].raw_size});
-    DevMem d_temp, d_sizes, d_status;
-    const size_t temp = tz_cuda_decompress_temp_size(items.data(), items.size());
-    d_temp.alloc(temp, "cudaMalloc (decode temp)");
-    d_sizes.alloc(items.size() * sizeof(size_t), "cudaMalloc");
-    d_status.alloc(items.size() * sizeof(int), "cudaMalloc");
-    const size_t r = tz_cuda_decompress(items.data(), items.size(), d_temp.p, temp, static_cast<size_t*>(d_sizes.p),
-                                        static_cast<int*>(d_status.p), st.s);
-    if (tz_is_error(r)) throw std::runtime_error(std::string("GPU decode: ") + tz_get_error_name(r));
-    std::vector<size_t> sizes(items.size());
-    std::vector<int> status(items.size());
-    ck(cudaMemcpyAsync(sizes.data(), d_sizes.p, sizes.size() * sizeof(size_t), cudaMemcpyDeviceToHost, st.s), "cudaMemcpy");
-    ck(cudaMemcpyAsync(status.data(), d_status.p, status.size() * sizeof(int), cudaMemcpyDeviceToHost, st.s), "cudaMemcpy");
-    ck(cudaStreamSynchronize(st.s), "GPU decode");
-    std::vector<uint8_t> host_frame, host_raw;
-    for (size_t k = i; k < j; ++k) {
-      const DevFrame& f = frames[k];
-      const int s = status[k - i];
-      if (s == TZ_OK && sizes[k - i] == f.raw_size) continue;
-      if (s != TZ_ERROR_UNSUPPORTED)
-        throw std::runtime_error("corrupt: " + f.what + ": GPU decode: " + tz_error_code_name((tz_error_code)s));
-      // zstd streams: CPU decode, then copy.
-      const uint8_t* src;
-      if (pinned) {
-        src = static_cast<uint8_t*>(pinned) + off[k - i];
-      } else {
-        host_frame.resize(f.size);
-        ck(cudaMemcpy(host_frame.data(), items[k - i].src, f.size, cudaMemcpyDeviceToHost), "cudaMemcpy");
-        if (XXH64(host_frame.data(), f.size, 0) != f.xxh64)
-          throw std::runtime_error("corrupt: " + f.what + ": checksum mismatch");
-        src = host_frame.data();
-      }
-      host_raw.resize(f.raw_size);
-      const size_t d = tz_decompress(host_raw.data(), f.raw_size, src, f.size, 1);
-      if (tz_is_error(d) || d != f.raw_size)
-        throw std::runtime_error("corrupt: " + f.what + ": " + (tz_is_error(d) ? tz_get_error_name(d) : "wrong size"));
-      ck(cudaMemcpy(f.dst, host_raw.data(), f.raw_size, cudaMemcpyHostToDevice), "cudaMemcpy");
-    }
-    i = j;
+  } catch (...) {
+    cudaStreamSynchronize(st.s);  // nothing in flight may outlive its buffers
+    throw;
   }
+  ck(cudaStreamSynchronize(st.s), "GPU decode");
 }
 
 }  // namespace tz::checkpoint::gpu
