@@ -967,14 +967,22 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
       dev.push_back(std::move(f));
     }
     if (!dev.empty()) {
-      try {
-        gpu::load_frames(dev, m.gds.use);
-      } catch (const std::runtime_error& e) {
-        const std::string w = e.what();
-        if (w.rfind("corrupt: ", 0) == 0) fail(ErrorKind::kCorrupt, w.substr(9));
-        fail(ErrorKind::kIO, w);
+      std::string note;
+      for (bool use_gds = m.gds.use;; use_gds = false) {
+        try {
+          gpu::load_frames(dev, use_gds);
+          m.io_name = use_gds ? "cuFile" : "pread+pinned" + note;
+          break;
+        } catch (const std::runtime_error& e) {
+          const std::string w = e.what();
+          if (w.rfind("corrupt: ", 0) == 0) fail(ErrorKind::kCorrupt, w.substr(9));
+          // cuFile refused this file (registration or a read): POSIX reads,
+          // as KvikIO's compatibility mode does. The destinations are simply
+          // written again.
+          if (!use_gds) fail(ErrorKind::kIO, w);
+          note = " (cuFile failed: " + w + ")";
+        }
       }
-      m.io_name = m.gds.use ? "cuFile" : "pread+pinned";
     }
     jobs.swap(rest);
   }
