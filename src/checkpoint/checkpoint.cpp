@@ -155,10 +155,16 @@ std::string read_small(const std::string& path, ErrorKind missing_kind) {
 
 // The manifest wraps its body with a hash of the body's canonical dump, so a
 // torn or edited manifest is detected before any of it is used.
+// Version 2 when any tensor is cast-predicted: a version-1 reader (which
+// would return the stored residuals as the values) refuses it instead.
 std::string wrap_manifest(const json& body) {
   const std::string d = body.dump();
-  return json{{"format", "tensorzip-checkpoint"}, {"version", 1}, {"body_xxh64", hex64(XXH64(d.data(), d.size(), 0))},
-              {"body", body}}
+  int version = 1;
+  for (const auto& r : body.at("ranks"))
+    for (const auto& t : r.at("tensors"))
+      if (t.contains("predict")) version = 2;
+  return json{{"format", "tensorzip-checkpoint"}, {"version", version},
+              {"body_xxh64", hex64(XXH64(d.data(), d.size(), 0))}, {"body", body}}
              .dump(1) +
          "\n";
 }
@@ -173,7 +179,8 @@ json unwrap_manifest(const std::string& text, const std::string& what) {
   if (!j.is_object() || j.value("format", "") != "tensorzip-checkpoint" || !j.contains("body") ||
       !j["body"].is_object() || !j.contains("body_xxh64") || !j["body_xxh64"].is_string())
     fail(ErrorKind::kCorrupt, what + ": not a tensorzip checkpoint manifest");
-  if (j.value("version", 0) != 1) fail(ErrorKind::kCorrupt, what + ": unsupported manifest version");
+  const int version = j.value("version", 0);
+  if (version != 1 && version != 2) fail(ErrorKind::kCorrupt, what + ": unsupported manifest version");
   const std::string d = j["body"].dump();
   if (XXH64(d.data(), d.size(), 0) != parse_hex64(j["body_xxh64"].get<std::string>()))
     fail(ErrorKind::kCorrupt, what + ": manifest checksum mismatch");

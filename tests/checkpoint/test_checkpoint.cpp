@@ -475,6 +475,14 @@ TEST(Checkpoint, CastPredictionOnFixture) {
   const auto pred = ck::save(d.path + "/pred", views(data), o);
   EXPECT_EQ(plain.predicted, 0u);
   EXPECT_EQ(pred.predicted, n_model);
+  // Manifest version 2 when tensors are predicted (version-1 readers refuse it).
+  auto manifest_version = [](const std::string& dir) {
+    std::ifstream f(dir + "/manifest.json");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return text.find("\"version\": 2") != std::string::npos ? 2 : text.find("\"version\": 1") != std::string::npos ? 1 : 0;
+  };
+  EXPECT_EQ(manifest_version(d.path + "/plain"), 1);
+  EXPECT_EQ(manifest_version(d.path + "/pred"), 2);
   EXPECT_LT(pred.file_bytes + plain.raw_bytes / 200, plain.file_bytes);
   {
     ck::Checkpoint c(d.path + "/pred", 2);
