@@ -65,6 +65,11 @@ struct WriteOptions {
   std::string ref;            // previous checkpoint's .tzip: tensors of the same name, dtype and
                               // shape are stored as XOR residuals where that pays (delta)
   double min_gain = 0.03;     // a prediction must cut the sampled order-0 cost by this fraction
+  std::string ref_original;   // optional: the safetensors file `ref` decodes to (e.g. the verified
+                              // export of the previous checkpoint, or the file it was compressed
+                              // from). Delta predictors are then read from it instead of decoding
+                              // `ref` (fast path); the caller vouches that it is ref's content
+                              // (its safetensors header and size are checked, not its data).
 };
 
 struct ReadOptions {
@@ -215,6 +220,11 @@ class Reader {
   // Uses `path` for whichever recorded reference has that file's checksum.
   // Throws kBadInput if it matches none ("is not a reference of this file").
   void add_reference_path(const std::string& path);
+  // Locations for a whole reference chain: each path is used for whichever
+  // reference of this file, or of a reference of it (recursively), has that
+  // file's checksum. check_references() then throws kBadInput for a path
+  // that matched no reference anywhere in the chain.
+  void add_reference_paths(const std::vector<std::string>& paths);
   // Declares `safetensors_path` to be the (already verified) export of the
   // referenced .tzip `tzip_path` (matched by checksum): predictors are then
   // read from it instead of decoding the reference again. Used by

@@ -42,6 +42,41 @@ struct Reader::Impl {
     SafetensorsInfo st;
   };
   std::vector<std::unique_ptr<Original>> originals;
+  // add_reference_paths: paths (with their checksums) not matching a direct
+  // reference, passed on to each reference when it is opened.
+  std::vector<std::pair<std::string, uint64_t>> chain_paths;
+  std::vector<std::pair<std::string, uint64_t>> given_paths;  // all of them, checked by check_references
+
+  // Uses each (path, checksum) for the direct reference it matches, else
+  // keeps it for the references (opened ones get it now).
+  void add_paths(const std::vector<std::pair<std::string, uint64_t>>& v) {
+    std::vector<std::pair<std::string, uint64_t>> deeper;
+    std::vector<bool> fresh(refs.size(), false);
+    for (const auto& ps : v) {
+      bool direct = false;
+      for (size_t i = 0; i < h.references.size() && !direct; ++i)
+        if (h.references[i].xxh64 == ps.second) {
+          std::unique_ptr<Reader> rd(new Reader(ps.first, threads));
+          std::lock_guard<std::mutex> lk(mu);
+          ref_paths[i] = ps.first;
+          refs[i] = std::move(rd);
+          fresh[i] = true;
+          direct = true;
+        }
+      if (!direct) deeper.push_back(ps);
+    }
+    chain_paths.insert(chain_paths.end(), deeper.begin(), deeper.end());
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (!refs[i]) continue;
+      const auto& give = fresh[i] ? chain_paths : deeper;
+      if (!give.empty()) refs[i]->impl_->add_paths(give);
+    }
+  }
+  void pass_chain(Reader& rd) {
+    if (!chain_paths.empty()) rd.impl_->add_paths(chain_paths);
+  }
+  // Checksums of every reference reachable from this file (opens them).
+  void collect_sums(std::vector<uint64_t>* out);
 
   ~Impl() {
     for (auto* c : pool) tz_ctx_free(c);
@@ -75,7 +110,7 @@ struct Reader::Impl {
       const std::string& p = ref_paths[i];
       if (path_kind(p) == PathKind::kMissing)
         fail(ErrorKind::kIO, path + ": needs reference file " + p + " (recorded as '" + r.file +
-                                 "'), which is missing; give its location with --ref");
+                                 "'), which is missing; give its location (tzip --ref, Python refs=)");
       std::unique_ptr<Reader> rd;
       try {
         rd = std::make_unique<Reader>(p, threads);
@@ -85,6 +120,7 @@ struct Reader::Impl {
       if (rd->file_checksum() != r.xxh64)
         fail(ErrorKind::kBadInput, path + ": reference file " + p + " is not the file it was compressed against (checksum " +
                                        hex64(rd->file_checksum()) + ", recorded " + hex64(r.xxh64) + ")");
+      pass_chain(*rd);
       refs[i] = std::move(rd);
     }
     return *refs[i];
@@ -249,9 +285,31 @@ void Reader::add_reference_path(const std::string& p) {
   fail(ErrorKind::kBadInput, m.path + ": " + p + " is not a reference of this file (it needs: " + names + ")");
 }
 
+void Reader::add_reference_paths(const std::vector<std::string>& paths) {
+  Impl& m = *impl_;
+  std::vector<std::pair<std::string, uint64_t>> v;
+  for (const auto& p : paths) v.push_back({p, Reader(p, 1).file_checksum()});
+  m.given_paths.insert(m.given_paths.end(), v.begin(), v.end());
+  m.add_paths(v);
+}
+
+void Reader::Impl::collect_sums(std::vector<uint64_t>* out) {
+  for (size_t i = 0; i < h.references.size(); ++i) {
+    out->push_back(h.references[i].xxh64);
+    if (!originals[i]) reference(i).impl_->collect_sums(out);
+  }
+}
+
 void Reader::check_references() {
   for (size_t i = 0; i < impl_->h.references.size(); ++i)
     if (!impl_->originals[i]) impl_->reference(i).check_references();
+  if (!impl_->given_paths.empty()) {
+    std::vector<uint64_t> sums;
+    impl_->collect_sums(&sums);
+    for (const auto& gp : impl_->given_paths)
+      if (std::find(sums.begin(), sums.end(), gp.second) == sums.end())
+        fail(ErrorKind::kBadInput, impl_->path + ": " + gp.first + " is not a reference of this file or of its references");
+  }
 }
 
 void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t* io, uint64_t n) {

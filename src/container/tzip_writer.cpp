@@ -42,6 +42,8 @@ struct PredSrc {
   Reader* reader = nullptr;      // delta: previous checkpoint's .tzip
   size_t index = 0;              //   tensor index there
   std::shared_ptr<std::vector<uint8_t>> cached;  //   or its whole decoded tensor
+  const InFile* orig = nullptr;  //   or its safetensors original (WriteOptions::ref_original)
+  uint64_t orig_off = 0;         //   absolute offset of the tensor in that file
 };
 
 // Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
@@ -130,6 +132,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   std::vector<PredSrc> pred(h.tensors.size());
   std::vector<std::unique_ptr<InFile>> other_files;
   std::unique_ptr<Reader> delta_ref;
+  std::unique_ptr<InFile> ref_orig;  // WriteOptions::ref_original
+  SafetensorsInfo ref_orig_info;
   std::map<size_t, int> other_ref_index;  // others[i] -> references index, when used
   int delta_ref_index = -1;
   uint64_t delta_cached = 0;
@@ -157,6 +161,17 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
     if (!opt.ref.empty()) {
       check_not_same_file(opt.ref, out_path);  // the new file would replace its own reference
       delta_ref = std::make_unique<Reader>(opt.ref, opt.threads);
+      if (!opt.ref_original.empty()) {
+        // Fast path: the reference's raw bytes from its safetensors original.
+        ref_orig_info = read_safetensors_info(opt.ref_original);
+        ref_orig = std::make_unique<InFile>(opt.ref_original);
+        if (ref_orig_info.header_bytes != delta_ref->safetensors_header() ||
+            ref_orig->size() != delta_ref->original_size())
+          fail(ErrorKind::kUsage, opt.ref_original + ": is not the safetensors file " + opt.ref +
+                                      " decodes to (header or size differs)");
+      }
+    } else if (!opt.ref_original.empty()) {
+      fail(ErrorKind::kUsage, "ref_original (--ref-original) needs a previous checkpoint (--ref)");
     }
     // Probe: 64 elements from the middle of the tensor (cheap first filter).
     auto probe_at = [](uint64_t n) { return n > 64 ? (n - 64) / 2 : 0; };
@@ -215,7 +230,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             t.predict.kind = PredictKind::kCast;
             t.predict.source = c.t->name;
             t.predict.ref = c.other;  // mapped to a references index below
-            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0};
+            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, nullptr, 0};
           }
         }
       }
@@ -232,7 +247,16 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             src.pread_exact(st.data_start + t.data_begin + dr.runs[0].first * esz, cur.data(), cur.size());
             std::shared_ptr<Bytes1> whole;
             const uint8_t* refp;
-            if (rt.raw_size() <= (1u << 20) && delta_cached + rt.raw_size() <= (256u << 20)) {
+            const TensorEntry* ot = nullptr;  // the tensor in ref_original (fast path)
+            if (ref_orig)
+              for (const auto& e : ref_orig_info.tensors)
+                if (e.name == t.name && e.dtype == t.dtype && e.shape == t.shape) ot = &e;
+            if (ot) {
+              cand_bytes.resize(dr.elems * esz);
+              ref_orig->pread_exact(ref_orig_info.data_start + ot->data_begin + dr.runs[0].first * esz,
+                                    cand_bytes.data(), cand_bytes.size());
+              refp = cand_bytes.data();
+            } else if (rt.raw_size() <= (1u << 20) && delta_cached + rt.raw_size() <= (256u << 20)) {
               whole = std::make_shared<Bytes1>(rt.raw_size());
               delta_ref->read_tensor((size_t)ri, whole->data(), whole->size());
               refp = whole->data() + dr.runs[0].first * esz;
@@ -247,7 +271,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             if (cost < dbase * (1.0 - opt.min_gain)) {
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
-              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, whole};
+              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, whole, ot ? ref_orig.get() : nullptr,
+                                 ot ? ref_orig_info.data_start + ot->data_begin : 0};
               if (whole) delta_cached += whole->size();
             }
           }
@@ -332,6 +357,10 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
                                   u.seg->dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
           } else if (ps.cached) {
             tz::predict::xor_bytes(ps.cached->data() + u.seg_off, s.raw.p.get(), u.raw);
+          } else if (ps.orig) {
+            tmp.resize(u.raw);
+            ps.orig->pread_exact(ps.orig_off + u.seg_off, tmp.data(), tmp.size());
+            tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
           } else {
             tmp.resize(u.raw);
             ps.reader->read_range(ps.index, u.seg_off, u.raw, tmp.data());
