@@ -178,9 +178,18 @@ PassStats compress_file(const std::string& in, const std::string& out, const Wri
 // tensor of another, recorded as a reference to that file's .tzip (relative
 // path + checksum). Files holding no BF16/F16 tensors are written first so
 // they can serve as sources. refs[i] (optional, empty or same size as ins):
-// previous checkpoint's .tzip for ins[i] (delta). Returns totals.
+// previous checkpoint's .tzip for ins[i] (delta); ref_originals[i]
+// (optional): its safetensors content (WriteOptions::ref_original, per
+// input; opt.ref and opt.ref_original must be empty). Returns totals.
+//
+// All or nothing: the outputs are written under temporary names and renamed
+// into place together at the end. On any failure (bad input, I/O error such
+// as a full disk, request_cancel()) every temporary and every output already
+// renamed by this call is removed, and files an output replaced (force) are
+// restored. Without force, an existing output is refused before any work.
 PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::vector<std::string>& outs,
-                              const WriteOptions& opt, const std::vector<std::string>& refs = {});
+                              const WriteOptions& opt, const std::vector<std::string>& refs = {},
+                              const std::vector<std::string>& ref_originals = {});
 
 // Restores the .tzip files of one checkpoint (outs[i] from ins[i]). Files
 // that others reference are restored first; their restored bytes (verified

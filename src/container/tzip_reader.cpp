@@ -585,7 +585,7 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
 
 PassStats Reader::export_safetensors(const std::string& out_path, const ReadOptions& opt) {
   Impl& m = *impl_;
-  for (const auto& r : opt.refs) add_reference_path(r);
+  if (!opt.refs.empty()) add_reference_paths(opt.refs);
   check_references();
   check_not_same_file(m.path, out_path);
   OutFile out(out_path, opt.force);
@@ -601,7 +601,7 @@ PassStats Reader::export_safetensors(const std::string& out_path, const ReadOpti
 
 PassStats Reader::verify(const std::string& original, const ReadOptions& opt) {
   Impl& m = *impl_;
-  for (const auto& r : opt.refs) add_reference_path(r);
+  if (!opt.refs.empty()) add_reference_paths(opt.refs);
   check_references();
   if (original.empty()) return m.pass(nullptr, opt);
   InFile orig(original);
