@@ -226,6 +226,8 @@ const char* help_for(const std::string& cmd) {
            "  -o, --output OUT     output (default: x.tzip -> x.safetensors, folder x.tzip -> x)\n"
            "      --ref FILE       a .tzip file this one was predicted from (repeatable; matched by\n"
            "                       checksum). Default: the recorded path, relative to the file\n"
+           "      --ref-original S the safetensors content of the --ref file (one per --ref): its\n"
+           "                       tensors are read instead of decoding --ref (faster)\n"
            "  -T, --threads N      worker threads (default: all cores)\n"
            "  -f, --force          overwrite an existing output\n"
            "  -q, --quiet / -v, --verbose\n";
@@ -346,7 +348,8 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--ref" && (a.command == "compress" || a.command == "decompress" || a.command == "verify" ||
                               a.command == "rebase"))
       a.refs.push_back(value());
-    else if (s == "--ref-original" && a.command == "compress") a.ref_origs.push_back(value());
+    else if (s == "--ref-original" && (a.command == "compress" || a.command == "decompress"))
+      a.ref_origs.push_back(value());
     else if (s == "--no-predict" && (a.command == "compress" || a.command == "rebase")) flag(), a.no_predict = true;
     else if (s == "--meta" && a.command == "compress") {
       const std::string kv = value();
@@ -519,6 +522,7 @@ int cmd_decompress(const Args& a) {
     o.threads = a.threads;
     o.force = a.force;
     o.refs = a.refs;
+    o.ref_originals = a.ref_origs;
     const double t0 = now_s();
     const tc::PassStats st = tc::decompress_checkpoint(a.inputs, outs, o);
     const double el = now_s() - t0;
@@ -538,6 +542,7 @@ int cmd_decompress(const Args& a) {
   o.threads = a.threads;
   o.force = a.force;
   o.refs = a.refs;
+  o.ref_originals = a.ref_origs;
   Progress bar(in);
   o.progress = bar.fn();
   const double t0 = now_s();

@@ -78,6 +78,11 @@ struct ReadOptions {
   // sources), matched to the recorded references by whole-file checksum;
   // references not given here are looked up by their recorded relative path.
   std::vector<std::string> refs;
+  // Optional, paired with refs by position (same size): the safetensors
+  // content of refs[i] (the file it was made from, or its verified export).
+  // Predictors are then read from it instead of decoding refs[i] (fast
+  // path, Reader::add_reference_original). Its header and size are checked.
+  std::vector<std::string> ref_originals;
   bool force = false;
   ProgressFn progress;
 };
@@ -237,7 +242,8 @@ class Reader {
   // Declares `safetensors_path` to be the (already verified) export of the
   // referenced .tzip `tzip_path` (matched by checksum): predictors are then
   // read from it instead of decoding the reference again. Used by
-  // decompress_checkpoint; the caller vouches for the safetensors file.
+  // decompress_checkpoint and ReadOptions::ref_originals; the caller vouches
+  // for the data (header and size are checked: kUsage if they differ).
   void add_reference_original(const std::string& tzip_path, const std::string& safetensors_path);
   // Opens every reference (recursively) and checks its checksum; throws a
   // one-line error naming this file and the missing or wrong reference.

@@ -201,11 +201,16 @@ PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::
     }
     if (pick == ins.size()) fail(ErrorKind::kBadInput, ins[0] + ": references between the files form a cycle");
     Reader r(ins[pick], opt.threads);
-    for (const auto& p : opt.refs) {
+    if (!opt.ref_originals.empty() && opt.ref_originals.size() != opt.refs.size())
+      fail(ErrorKind::kUsage, "reference originals: give one per reference file (--ref-original pairs with --ref)");
+    for (size_t k = 0; k < opt.refs.size(); ++k) {
+      const std::string& p = opt.refs[k];
       const uint64_t sum = Reader(p, 1).file_checksum();
       for (const auto& ref : r.references())
         if (ref.xxh64 == sum) {
           r.add_reference_path(p);
+          if (!opt.ref_originals.empty() && !opt.ref_originals[k].empty())
+            r.add_reference_original(p, opt.ref_originals[k]);
           break;
         }
     }
@@ -214,6 +219,7 @@ PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::
         r.add_reference_original(ins[j], outs[j]);
     ReadOptions o = opt;
     o.refs.clear();
+    o.ref_originals.clear();
     const PassStats st = r.export_safetensors(outs[pick], o);
     total.raw_bytes += st.raw_bytes;
     total.file_bytes += st.file_bytes;

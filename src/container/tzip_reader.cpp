@@ -197,6 +197,7 @@ struct Reader::Impl {
   }
 
   PassStats pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink, const ReadOptions& opt);
+  static void apply_ref_options(Reader& self, const ReadOptions& opt);
 };
 
 Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
@@ -254,12 +255,16 @@ Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
 
 void Reader::add_reference_original(const std::string& tzip_path, const std::string& st_path) {
   Impl& m = *impl_;
-  const uint64_t sum = Reader(tzip_path, 1).file_checksum();
+  Reader ref(tzip_path, 1);
+  const uint64_t sum = ref.file_checksum();
   for (size_t i = 0; i < m.h.references.size(); ++i)
     if (m.h.references[i].xxh64 == sum) {
       auto o = std::make_unique<Impl::Original>();
       o->st = read_safetensors_info(st_path);
       o->f = std::make_unique<InFile>(st_path);
+      if (o->st.header_bytes != ref.safetensors_header() || o->f->size() != ref.original_size())
+        fail(ErrorKind::kUsage, st_path + ": is not the safetensors file " + tzip_path +
+                                    " decodes to (header or size differs)");
       std::lock_guard<std::mutex> lk(m.mu);
       m.originals[i] = std::move(o);
     }
@@ -583,9 +588,17 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
   return PassStats{total, f->size()};
 }
 
+void Reader::Impl::apply_ref_options(Reader& self, const ReadOptions& opt) {
+  if (!opt.ref_originals.empty() && opt.ref_originals.size() != opt.refs.size())
+    fail(ErrorKind::kUsage, "reference originals: give one per reference file (--ref-original pairs with --ref)");
+  if (!opt.refs.empty()) self.add_reference_paths(opt.refs);
+  for (size_t i = 0; i < opt.ref_originals.size(); ++i)
+    if (!opt.ref_originals[i].empty()) self.add_reference_original(opt.refs[i], opt.ref_originals[i]);
+}
+
 PassStats Reader::export_safetensors(const std::string& out_path, const ReadOptions& opt) {
   Impl& m = *impl_;
-  if (!opt.refs.empty()) add_reference_paths(opt.refs);
+  m.apply_ref_options(*this, opt);
   check_references();
   check_not_same_file(m.path, out_path);
   OutFile out(out_path, opt.force);
@@ -601,7 +614,7 @@ PassStats Reader::export_safetensors(const std::string& out_path, const ReadOpti
 
 PassStats Reader::verify(const std::string& original, const ReadOptions& opt) {
   Impl& m = *impl_;
-  if (!opt.refs.empty()) add_reference_paths(opt.refs);
+  m.apply_ref_options(*this, opt);
   check_references();
   if (original.empty()) return m.pass(nullptr, opt);
   InFile orig(original);

@@ -44,6 +44,8 @@ struct PredSrc {
   std::shared_ptr<std::vector<uint8_t>> cached;  //   or its whole decoded tensor
   const InFile* orig = nullptr;  //   or its safetensors original (WriteOptions::ref_original)
   uint64_t orig_off = 0;         //   absolute offset of the tensor in that file
+  std::shared_ptr<std::vector<uint8_t>> blk;  //   the reference block decoded for the sample
+  uint64_t blk_off = 0;                       //   its byte offset in the tensor
 };
 
 // Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
@@ -230,7 +232,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             t.predict.kind = PredictKind::kCast;
             t.predict.source = c.t->name;
             t.predict.ref = c.other;  // mapped to a references index below
-            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, nullptr, 0};
+            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, nullptr, 0, nullptr, 0};
           }
         }
       }
@@ -242,38 +244,56 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             // Small reference tensors (<= 1 MiB, 256 MiB in all) are decoded
             // whole once and kept for the encoder; larger ones are sampled on
             // one contiguous run (one or two reference blocks decoded).
-            const SampleRuns dr = sample_runs(n, 1);
-            Bytes1 cur(dr.elems * esz);
-            src.pread_exact(st.data_start + t.data_begin + dr.runs[0].first * esz, cur.data(), cur.size());
-            std::shared_ptr<Bytes1> whole;
+            // Small reference tensors (<= 1 MiB, 256 MiB in all) are decoded
+            // whole once and kept for the encoder, sampled on one run in
+            // the middle. Larger ones are sampled on their middle reference
+            // block, which is decoded once and kept too: every reference
+            // block is decoded at most once per call. With ref_original
+            // the same samples are read from it (same decisions, same file).
+            const bool small = rt.raw_size() <= (1u << 20) && delta_cached + rt.raw_size() <= (256u << 20);
+            uint64_t s_first, s_elems, blk_off = 0, blk_len = 0;
+            if (small) {
+              const SampleRuns dr = sample_runs(n, 1);
+              s_first = dr.runs[0].first;
+              s_elems = dr.elems;
+            } else {
+              const uint64_t rbb = rt.block_bytes();
+              blk_off = (rt.n_blocks() / 2) * rbb;
+              blk_len = std::min(rbb, rt.raw_size() - blk_off);
+              s_first = blk_off / esz;
+              s_elems = std::min<uint64_t>(16384, blk_len / esz);
+            }
+            Bytes1 cur(s_elems * esz);
+            src.pread_exact(st.data_start + t.data_begin + s_first * esz, cur.data(), cur.size());
+            std::shared_ptr<Bytes1> whole, blk;
             const uint8_t* refp;
             const TensorEntry* ot = nullptr;  // the tensor in ref_original (fast path)
             if (ref_orig)
               for (const auto& e : ref_orig_info.tensors)
                 if (e.name == t.name && e.dtype == t.dtype && e.shape == t.shape) ot = &e;
             if (ot) {
-              cand_bytes.resize(dr.elems * esz);
-              ref_orig->pread_exact(ref_orig_info.data_start + ot->data_begin + dr.runs[0].first * esz,
-                                    cand_bytes.data(), cand_bytes.size());
+              cand_bytes.resize(s_elems * esz);
+              ref_orig->pread_exact(ref_orig_info.data_start + ot->data_begin + s_first * esz, cand_bytes.data(),
+                                    cand_bytes.size());
               refp = cand_bytes.data();
-            } else if (rt.raw_size() <= (1u << 20) && delta_cached + rt.raw_size() <= (256u << 20)) {
+            } else if (small) {
               whole = std::make_shared<Bytes1>(rt.raw_size());
               delta_ref->read_tensor((size_t)ri, whole->data(), whole->size());
-              refp = whole->data() + dr.runs[0].first * esz;
+              refp = whole->data() + s_first * esz;
             } else {
-              cand_bytes.resize(dr.elems * esz);
-              delta_ref->read_range((size_t)ri, dr.runs[0].first * esz, dr.elems * esz, cand_bytes.data());
-              refp = cand_bytes.data();
+              blk = std::make_shared<Bytes1>(blk_len);
+              delta_ref->read_range((size_t)ri, blk_off, blk_len, blk->data());  // exactly one block
+              refp = blk->data();
             }
-            const double dbase = plane_cost(cur.data(), dr.elems, esz);
+            const double dbase = plane_cost(cur.data(), s_elems, esz);
             tz::predict::xor_bytes(refp, cur.data(), cur.size());
-            const double cost = plane_cost(cur.data(), dr.elems, esz);
+            const double cost = plane_cost(cur.data(), s_elems, esz);
             if (cost < dbase * (1.0 - opt.min_gain)) {
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
               pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, whole, ot ? ref_orig.get() : nullptr,
-                                 ot ? ref_orig_info.data_start + ot->data_begin : 0};
-              if (whole) delta_cached += whole->size();
+                                 ot ? ref_orig_info.data_start + ot->data_begin : 0, blk, blk_off};
+              if (small) delta_cached += rt.raw_size();
             }
           }
         }
@@ -362,8 +382,19 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             ps.orig->pread_exact(ps.orig_off + u.seg_off, tmp.data(), tmp.size());
             tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
           } else {
+            // Decode the reference's bytes of this chunk, except the block
+            // already decoded for the sample.
             tmp.resize(u.raw);
-            ps.reader->read_range(ps.index, u.seg_off, u.raw, tmp.data());
+            const uint64_t a = u.seg_off, b = u.seg_off + u.raw;
+            const uint64_t ba = ps.blk ? std::max(a, ps.blk_off) : b;
+            const uint64_t bb = ps.blk ? std::min(b, ps.blk_off + ps.blk->size()) : b;
+            if (ba < bb) {
+              if (a < ba) ps.reader->read_range(ps.index, a, ba - a, tmp.data());
+              std::memcpy(tmp.data() + (ba - a), ps.blk->data() + (ba - ps.blk_off), bb - ba);
+              if (bb < b) ps.reader->read_range(ps.index, bb, b - bb, tmp.data() + (bb - a));
+            } else {
+              ps.reader->read_range(ps.index, a, u.raw, tmp.data());
+            }
             tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
           }
           // An exact prediction: the chunk's residual is all zero and is

@@ -464,6 +464,12 @@ def case_predict(tmp):
     one_line_error(run(["compress", optim2, "--ref-original", optim, "-o", os.path.join(tmp, "bad.tzip")], 1),
                    "--ref-original")
     check(not os.path.exists(os.path.join(tmp, "bad.tzip")), "failed compress left an output")
+    # decompress --ref-original: the reference's tensors read, not decoded; same bytes.
+    run(["decompress", "-q", oz2, "--ref", oz, "--ref-original", optim, "-o", os.path.join(tmp, "o2f.out")], 0)
+    check(sha(optim2) == sha(os.path.join(tmp, "o2f.out")), "decompress --ref-original differs")
+    one_line_error(run(["decompress", oz2, "--ref", oz, "--ref-original", model, "-o",
+                        os.path.join(tmp, "o2g.out")], 1), "model.safetensors")
+    check(not os.path.exists(os.path.join(tmp, "o2g.out")), "failed decompress left an output")
     # A different file under the recorded name: refused (exit 2), naming both.
     shutil.copy(oz, os.path.join(tmp, "keep.tzip"))
     shutil.copy(os.path.join(tmp, "alone.tzip"), oz)

@@ -850,6 +850,17 @@ TEST_F(Predict, RefOriginalGivesTheSameFileAndIsChecked) {
   tc::Reader r(p("fast.tzip"));
   EXPECT_EQ(entry(r, "m").predict.kind, tc::PredictKind::kDelta);
   roundtrip(p("fast.tzip"), p("s2.safetensors"));
+  // Read side: the reference's content given as its safetensors file.
+  tc::ReadOptions ro;
+  ro.refs = {p("s1.tzip")};
+  ro.ref_originals = {p("s1.safetensors")};
+  roundtrip(p("fast.tzip"), p("s2.safetensors"), ro);
+  ro.ref_originals = {p("s1.tzip")};  // not a safetensors file of that header and size
+  EXPECT_THROW(roundtrip(p("fast.tzip"), p("s2.safetensors"), ro), tc::Error);
+  ro.ref_originals = {};
+  ro.refs.clear();
+  ro.ref_originals = {p("s1.safetensors")};  // without its --ref
+  EXPECT_THROW(roundtrip(p("fast.tzip"), p("s2.safetensors"), ro), tc::Error);
   // Another safetensors file as ref_original: refused (header/size check).
   o.ref_original = p("s2.safetensors");
   write_st(p("other.safetensors"), {{"m", "F32", "[3]", normal_f32(3, 1.f, 1)}});
