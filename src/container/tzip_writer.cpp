@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <map>
+#include <type_traits>
 
 #include "codec/predict.h"
 #include "tzc_internal.hpp"
@@ -51,13 +52,39 @@ struct PredSrc {
 // Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
 // plane (what the codec's per-plane coding approaches on float data).
 double plane_cost(const uint8_t* p, size_t n, unsigned esz) {
+  // One pass over the elements, one histogram per byte plane, each split
+  // in 4 copies (element i counts into copy i % 4) so that runs of equal
+  // bytes (exponents) do not serialize on one counter.
+  std::vector<uint32_t> h((size_t)esz * 256 * 4, 0);
+  uint32_t* hp = h.data();
+  auto count = [&](auto kesz) {
+    constexpr unsigned K = decltype(kesz)::value;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4, p += 4 * K)
+      for (unsigned b = 0; b < K; ++b) {
+        ++hp[(0 * K + b) * 256 + p[b]];
+        ++hp[(1 * K + b) * 256 + p[K + b]];
+        ++hp[(2 * K + b) * 256 + p[2 * K + b]];
+        ++hp[(3 * K + b) * 256 + p[3 * K + b]];
+      }
+    for (; i < n; ++i, p += K)
+      for (unsigned b = 0; b < K; ++b) ++hp[b * 256 + p[b]];
+  };
+  if (esz == 4) count(std::integral_constant<unsigned, 4>{});
+  else if (esz == 2) count(std::integral_constant<unsigned, 2>{});
+  else if (esz == 1) count(std::integral_constant<unsigned, 1>{});
+  else
+    for (size_t i = 0; i < n; ++i, p += esz)
+      for (unsigned b = 0; b < esz; ++b) ++hp[b * 256 + p[b]];
   double bits = 0;
-  for (unsigned b = 0; b < esz; ++b) {
-    uint32_t h[256] = {};
-    for (size_t i = 0; i < n; ++i) ++h[p[i * esz + b]];
-    for (unsigned v = 0; v < 256; ++v)
-      if (h[v]) bits -= h[v] * std::log2((double)h[v] / (double)n);
-  }
+  const double ln = std::log2((double)n);
+  const size_t plane = (size_t)esz * 256;
+  for (unsigned b = 0; b < esz; ++b)
+    for (unsigned v = 0; v < 256; ++v) {
+      const size_t k = b * 256 + v;
+      const uint64_t c = (uint64_t)hp[k] + hp[plane + k] + hp[2 * plane + k] + hp[3 * plane + k];
+      if (c) bits -= (double)c * (std::log2((double)c) - ln);
+    }
   return bits;
 }
 
