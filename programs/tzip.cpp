@@ -438,7 +438,7 @@ int cmd_compress(const Args& a) {
   if (!a.ref_origs.empty() && a.ref_origs.size() != a.refs.size())
     throw UsageError("--ref-original: give one per --ref (the previous checkpoint's safetensors content)");
   // Several safetensors files: one checkpoint, compressed together so that
-  // casts across files are found (doc/container.md section 11).
+  // casts across files are found (doc/container.md section 12).
   if (many && all_files) {
     std::vector<std::string> outs, refs, ref_origs;
     for (size_t i = 0; i < a.inputs.size(); ++i) {

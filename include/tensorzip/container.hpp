@@ -22,7 +22,7 @@ namespace tz::container {
 
 // Container format version written by this library (doc/container.md).
 // Files without predicted tensors are written as 1.0 (readable by every
-// version-1 reader); files with predicted tensors (section 11) as 2.0, which
+// version-1 reader); files with predicted tensors (section 12) as 2.0, which
 // version-1 readers refuse with "format version 2.0 is newer than this reader".
 constexpr uint16_t kTzipVersionMajor = 1;
 constexpr uint16_t kTzipVersionMinor = 0;
@@ -59,7 +59,7 @@ struct WriteOptions {
   bool force = false;         // replace an existing output
   std::map<std::string, std::string> user_metadata;  // stored in the .tzip header only
   ProgressFn progress;
-  // Checkpoint-aware coding (doc/container.md section 11).
+  // Checkpoint-aware coding (doc/container.md section 12).
   bool predict = true;        // discover cast tensors (BF16/F16 = RNE cast of an FP32 tensor) and use
                               // them where a sample says they pay; false: plain per-tensor coding
   std::string ref;            // previous checkpoint's .tzip: tensors of the same name, dtype and
@@ -102,7 +102,7 @@ struct FrameRef {
   uint64_t xxh64 = 0;     // of the compressed bytes
 };
 
-// How a predicted tensor's stored frames relate to its values (section 11):
+// How a predicted tensor's stored frames relate to its values (section 12):
 // value = residual XOR prediction.
 enum class PredictKind {
   kNone = 0,

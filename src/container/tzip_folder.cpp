@@ -218,7 +218,7 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
       fail_errno(out + "/" + e.rel, "cannot create folder", errno);
   {
     // All .tzip files as one checkpoint: referenced files are restored
-    // first and serve as predictors of the others (section 11).
+    // first and serve as predictors of the others (section 12).
     std::vector<std::string> ins, outs;
     for (const auto& e : entries) {
       if (e.dir || !ends_with(e.rel, ".tzip")) continue;

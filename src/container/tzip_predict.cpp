@@ -1,4 +1,4 @@
-// Checkpoint-aware coding across files (doc/container.md section 11):
+// Checkpoint-aware coding across files (doc/container.md section 12):
 // several safetensors files of one checkpoint compressed together so that
 // BF16/F16 tensors of one file may be predicted from FP32 tensors of another,
 // and rebase (a delta file made standalone).

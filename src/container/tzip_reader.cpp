@@ -34,7 +34,7 @@ struct Reader::Impl {
   // read functions are thread-safe; export/verify workers read predictors).
   std::mutex mu;
   std::vector<tz_ctx*> pool;
-  // References (section 11), opened on first use.
+  // References (section 12), opened on first use.
   std::vector<std::string> ref_paths;         // resolved or given path per reference
   std::vector<std::unique_ptr<Reader>> refs;  // opened and checksum-checked
   struct Original {                           // verified export of a reference
@@ -406,7 +406,7 @@ void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
   {
     auto cx = m.lease();
     for (size_t c = 0; c < t.frames.size(); ++c) {
-      if (t.frames[c].size == 0) {  // all-zero residual chunk (section 11.2)
+      if (t.frames[c].size == 0) {  // all-zero residual chunk (section 12.2)
         std::memset(out + c * m.h.chunk_bytes, 0, t.frames[c].raw_size);
         continue;
       }
@@ -450,7 +450,7 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t, uint64_t first
     const uint64_t c = b / bpc;
     const uint64_t lf = b - c * bpc;
     const uint64_t lc = std::min(last, (c + 1) * bpc) - b;
-    if (t.frames[c].size == 0) {  // all-zero residual chunk (section 11.2)
+    if (t.frames[c].size == 0) {  // all-zero residual chunk (section 12.2)
       const uint64_t bb = t.block_bytes();
       const uint64_t rsize = std::min((lf + lc) * bb, t.frames[c].raw_size) - lf * bb;
       if (capacity - written < rsize) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
@@ -550,7 +550,7 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
         const PassUnit& u = units[i];
         const FrameRef& fr = u.seg->frames[u.c];
         const uint8_t* src = s.comp.p.get() + (fr.offset - u.read_from);
-        if (fr.size == 0) {  // all-zero residual chunk (section 11.2)
+        if (fr.size == 0) {  // all-zero residual chunk (section 12.2)
           if (want_data) {
             std::memset(s.raw.reserve(fr.raw_size), 0, fr.raw_size);
             apply_prediction(*u.seg, u.c * h.chunk_bytes, s.raw.p.get(), fr.raw_size);

@@ -157,7 +157,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   for (auto& t : h.gaps) setup(t);
   h.chunk_bytes = chunk;
 
-  // ---- prediction discovery (doc/container.md section 11) ----------------
+  // ---- prediction discovery (doc/container.md section 12) ----------------
   std::vector<PredSrc> pred(h.tensors.size());
   std::vector<std::unique_ptr<InFile>> other_files;
   std::unique_ptr<Reader> delta_ref;
@@ -425,7 +425,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
           }
           // An exact prediction: the chunk's residual is all zero and is
-          // stored as a frame of size 0 (section 11.2), no codec call.
+          // stored as a frame of size 0 (section 12.2), no codec call.
           const uint8_t* r = s.raw.p.get();
           uint64_t acc = 0;
           size_t k = 0;

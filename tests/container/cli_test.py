@@ -398,7 +398,7 @@ def case_inspect(tmp):
 
 
 def bf16_rne(f32_bytes):
-    """FP32 -> BF16 round-to-nearest-even on bit patterns (doc/container.md 11.1)."""
+    """FP32 -> BF16 round-to-nearest-even on bit patterns (doc/container.md 12.1)."""
     n = len(f32_bytes) // 4
     out = bytearray(2 * n)
     for i, (x,) in enumerate(struct.iter_unpack("<I", f32_bytes)):

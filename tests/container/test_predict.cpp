@@ -1,4 +1,4 @@
-// Checkpoint-aware coding (doc/container.md section 11): the element-wise
+// Checkpoint-aware coding (doc/container.md section 12): the element-wise
 // predictors of src/codec/predict.h, cast and delta prediction in .tzip
 // files, references, rebase, and the real step200 -> step400 fixture pair.
 #include <dirent.h>
