@@ -329,12 +329,15 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
     const bool cast = t.predict.kind == PredictKind::kCast;
     if (!s || (cast ? (s->dtype != "F32" || s->shape != t.shape) : (s->dtype != t.dtype || s->shape != t.shape)))
       corrupt(t, "predictor tensor '" + sname + "' missing or of another dtype/shape in " + o.f->path());
-    std::vector<uint8_t> tmp(cast ? n * 2 : n);
-    o.f->pread_exact(o.st.data_start + s->data_begin + (cast ? off * 2 : off), tmp.data(), tmp.size());
+    // Per-thread scratch: grows to the largest chunk once, never zero-filled again.
+    static thread_local std::vector<uint8_t> scratch;
+    if (scratch.size() < (cast ? n * 2 : n)) scratch.resize(cast ? n * 2 : n);
+    uint8_t* tmp_p = scratch.data();
+    o.f->pread_exact(o.st.data_start + s->data_begin + (cast ? off * 2 : off), tmp_p, cast ? n * 2 : n);
     if (cast)
-      tz::predict::cast_xor(tmp.data(), io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+      tz::predict::cast_xor(tmp_p, io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
     else
-      tz::predict::xor_bytes(tmp.data(), io, n);
+      tz::predict::xor_bytes(tmp_p, io, n);
     return;
   }
   Reader* src_reader = nullptr;
@@ -349,28 +352,38 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
     if (list[i].name == sname) s = &list[i], sidx = i;
   const std::string where = self_src ? path : ref_paths[(size_t)t.predict.ref];
   if (!s) corrupt(t, "predictor tensor '" + sname + "' not found in " + where);
-  std::vector<uint8_t> tmp;
+  // Bytes [o, o + len) of the predictor tensor from another file: straight
+  // into the buffer when they are whole blocks (no bounce copy).
+  auto read_ref = [&](uint64_t o, uint64_t len, uint8_t* dst) {
+    const uint64_t bb = s->block_bytes();
+    if (o % bb == 0 && (len % bb == 0 || o + len == s->raw_size()))
+      src_reader->read_blocks(sidx, o / bb, (len + bb - 1) / bb, dst, len);
+    else
+      src_reader->read_range(sidx, o, len, dst);
+  };
+  std::unique_ptr<uint8_t[]> tmp_buf;  // not zero-filled
   if (t.predict.kind == PredictKind::kCast) {
     if (s->dtype != "F32" || s->shape != t.shape)
       corrupt(t, "cast source '" + sname + "' in " + where + " is not an FP32 tensor of the same shape");
-    tmp.resize(n * 2);
+    tmp_buf.reset(new uint8_t[n * 2]);
+    uint8_t* tmp = tmp_buf.get();
     if (self_src) {
       size_t w = 0;
       const uint64_t bb = s->block_bytes(), so = off * 2, se = so + n * 2;
       const uint64_t fb = so / bb, lb = (se - 1) / bb;
       std::vector<uint8_t> blk((lb - fb + 1) * bb);
       read_blocks_into(*s, sidx, fb, lb - fb + 1, blk.data(), blk.size(), &w);
-      std::memcpy(tmp.data(), blk.data() + (so - fb * bb), n * 2);
+      std::memcpy(tmp, blk.data() + (so - fb * bb), n * 2);
     } else {
-      src_reader->read_range(sidx, off * 2, n * 2, tmp.data());
+      read_ref(off * 2, n * 2, tmp);
     }
-    tz::predict::cast_xor(tmp.data(), io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+    tz::predict::cast_xor(tmp, io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
   } else {
     if (s->dtype != t.dtype || s->shape != t.shape)
       corrupt(t, "delta reference tensor in " + where + " has a different dtype or shape");
-    tmp.resize(n);
-    src_reader->read_range(sidx, off, n, tmp.data());
-    tz::predict::xor_bytes(tmp.data(), io, n);
+    tmp_buf.reset(new uint8_t[n]);
+    read_ref(off, n, tmp_buf.get());
+    tz::predict::xor_bytes(tmp_buf.get(), io, n);
   }
 }
 
