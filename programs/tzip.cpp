@@ -481,7 +481,6 @@ int cmd_compress(const Args& a) {
     o.ref_original = a.ref_origs.size() == a.inputs.size() ? a.ref_origs[ii]
                      : a.ref_origs.size() == 1                 ? a.ref_origs[0]
                                                                : std::string();
-    if (dir && !o.ref_original.empty()) throw UsageError("--ref-original applies to files, not folders");
     Progress bar(in);
     o.progress = bar.fn();
     const double t0 = now_s();

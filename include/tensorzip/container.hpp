@@ -276,6 +276,9 @@ class Reader {
 // Folders: every *.safetensors file becomes a .tzip, every other regular file
 // is copied byte for byte (subfolders kept). Output folder built under a
 // temporary name and renamed.
+// opt.ref: the previous checkpoint's compressed folder (files of the same
+// relative names are references); opt.ref_original: optionally its
+// original folder (safetensors files of the same relative names).
 void compress_folder(const std::string& in_dir, const std::string& out_dir, const WriteOptions& opt);
 void decompress_folder(const std::string& in_dir, const std::string& out_dir, const ReadOptions& opt);
 // Verifies every .tzip in a folder (and, with `original_dir`, compares every

@@ -921,3 +921,30 @@ TEST_F(Predict, ReferencePathsForAWholeChain) {
     }
   }
 }
+
+TEST_F(Predict, FolderWithRefOriginalFolderGivesTheSameFiles) {
+  mkdir(p("s1").c_str(), 0755);
+  mkdir(p("s2").c_str(), 0755);
+  const size_t n = 200000;
+  Bytes m1 = normal_f32(n, 0.02f, 21), m2 = m1;
+  for (size_t i = 0; i < n; i += 2) m2[4 * i] ^= 3;
+  write_st(p("s1/optim.safetensors"), {{"master", "F32", "[200000]", m1}});
+  write_st(p("s1/model.safetensors"), {{"w", "BF16", "[200000]", cast_of(m1, tp::kCastBF16)}});
+  write_st(p("s2/optim.safetensors"), {{"master", "F32", "[200000]", m2}});
+  write_st(p("s2/model.safetensors"), {{"w", "BF16", "[200000]", cast_of(m2, tp::kCastBF16)}});
+  tc::WriteOptions o;
+  tc::compress_folder(p("s1"), p("s1.tzip"), o);
+  o.ref = p("s1.tzip");
+  tc::compress_folder(p("s2"), p("a.tzip"), o);
+  o.ref_original = p("s1");
+  tc::compress_folder(p("s2"), p("b.tzip"), o);
+  EXPECT_EQ(read_all(p("a.tzip/optim.tzip")), read_all(p("b.tzip/optim.tzip")));
+  EXPECT_EQ(read_all(p("a.tzip/model.tzip")), read_all(p("b.tzip/model.tzip")));
+  EXPECT_EQ(entry(tc::Reader(p("b.tzip/optim.tzip")), "master").predict.kind, tc::PredictKind::kDelta);
+  tc::decompress_folder(p("b.tzip"), p("back"), tc::ReadOptions{});
+  EXPECT_EQ(read_all(p("back/optim.safetensors")), read_all(p("s2/optim.safetensors")));
+  // A file as the reference's original of a folder: refused.
+  o.ref_original = p("s1/optim.safetensors");
+  EXPECT_THROW(tc::compress_folder(p("s2"), p("c.tzip"), o), tc::Error);
+  EXPECT_FALSE(exists(p("c.tzip")));
+}
