@@ -42,7 +42,6 @@ struct PredSrc {
   uint64_t abs_off = 0;          //   absolute offset of the source tensor in that file
   Reader* reader = nullptr;      // delta: previous checkpoint's .tzip
   size_t index = 0;              //   tensor index there
-  std::shared_ptr<std::vector<uint8_t>> cached;  //   or its whole decoded tensor
   const InFile* orig = nullptr;  //   or its safetensors original (WriteOptions::ref_original)
   uint64_t orig_off = 0;         //   absolute offset of the tensor in that file
   std::shared_ptr<std::vector<uint8_t>> blk;  //   the reference block decoded for the sample
@@ -165,7 +164,6 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   SafetensorsInfo ref_orig_info;
   std::map<size_t, int> other_ref_index;  // others[i] -> references index, when used
   int delta_ref_index = -1;
-  uint64_t delta_cached = 0;
   {
     struct Cand {
       const InFile* file;
@@ -259,7 +257,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             t.predict.kind = PredictKind::kCast;
             t.predict.source = c.t->name;
             t.predict.ref = c.other;  // mapped to a references index below
-            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, nullptr, 0, nullptr, 0};
+            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, 0, nullptr, 0};
           }
         }
       }
@@ -268,31 +266,20 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
         if (ri >= 0) {
           const TensorEntry& rt = delta_ref->tensors()[(size_t)ri];
           if (rt.dtype == t.dtype && rt.shape == t.shape) {
-            // Small reference tensors (<= 1 MiB, 256 MiB in all) are decoded
-            // whole once and kept for the encoder; larger ones are sampled on
-            // one contiguous run (one or two reference blocks decoded).
-            // Small reference tensors (<= 1 MiB, 256 MiB in all) are decoded
-            // whole once and kept for the encoder, sampled on one run in
-            // the middle. Larger ones are sampled on their middle reference
-            // block, which is decoded once and kept too: every reference
-            // block is decoded at most once per call. With ref_original
-            // the same samples are read from it (same decisions, same file).
-            const bool small = rt.raw_size() <= (1u << 20) && delta_cached + rt.raw_size() <= (256u << 20);
-            uint64_t s_first, s_elems, blk_off = 0, blk_len = 0;
-            if (small) {
-              const SampleRuns dr = sample_runs(n, 1);
-              s_first = dr.runs[0].first;
-              s_elems = dr.elems;
-            } else {
-              const uint64_t rbb = rt.block_bytes();
-              blk_off = (rt.n_blocks() / 2) * rbb;
-              blk_len = std::min(rbb, rt.raw_size() - blk_off);
-              s_first = blk_off / esz;
-              s_elems = std::min<uint64_t>(16384, blk_len / esz);
-            }
+            // The sample: the first 16384 elements of the reference's middle
+            // block. Only that block is decoded here (kept for the encoder:
+            // every reference block is decoded at most once per call, and
+            // the rest only for tensors that take the delta, by the
+            // workers). With ref_original the same sample is read from it
+            // (same decisions, same file).
+            const uint64_t rbb = rt.block_bytes();
+            const uint64_t blk_off = (rt.n_blocks() / 2) * rbb;
+            const uint64_t blk_len = std::min(rbb, rt.raw_size() - blk_off);
+            const uint64_t s_first = blk_off / esz;
+            const uint64_t s_elems = std::min<uint64_t>(16384, blk_len / esz);
             Bytes1 cur(s_elems * esz);
             src.pread_exact(st.data_start + t.data_begin + s_first * esz, cur.data(), cur.size());
-            std::shared_ptr<Bytes1> whole, blk;
+            std::shared_ptr<Bytes1> blk;
             const uint8_t* refp;
             const TensorEntry* ot = nullptr;  // the tensor in ref_original (fast path)
             if (ref_orig)
@@ -303,10 +290,6 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
               ref_orig->pread_exact(ref_orig_info.data_start + ot->data_begin + s_first * esz, cand_bytes.data(),
                                     cand_bytes.size());
               refp = cand_bytes.data();
-            } else if (small) {
-              whole = std::make_shared<Bytes1>(rt.raw_size());
-              delta_ref->read_tensor((size_t)ri, whole->data(), whole->size());
-              refp = whole->data() + s_first * esz;
             } else {
               blk = std::make_shared<Bytes1>(blk_len);
               delta_ref->read_range((size_t)ri, blk_off, blk_len, blk->data());  // exactly one block
@@ -318,9 +301,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             if (cost < dbase * (1.0 - opt.min_gain)) {
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
-              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, whole, ot ? ref_orig.get() : nullptr,
+              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, ot ? ref_orig.get() : nullptr,
                                  ot ? ref_orig_info.data_start + ot->data_begin : 0, blk, blk_off};
-              if (small) delta_cached += rt.raw_size();
             }
           }
         }
@@ -402,8 +384,6 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             ps.file->pread_exact(ps.abs_off + u.seg_off * 2, tmp.data(), tmp.size());
             tz::predict::cast_xor(tmp.data(), s.raw.p.get(), u.raw / 2,
                                   u.seg->dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
-          } else if (ps.cached) {
-            tz::predict::xor_bytes(ps.cached->data() + u.seg_off, s.raw.p.get(), u.raw);
           } else if (ps.orig) {
             tmp.resize(u.raw);
             ps.orig->pread_exact(ps.orig_off + u.seg_off, tmp.data(), tmp.size());
