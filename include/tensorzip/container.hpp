@@ -68,8 +68,10 @@ struct WriteOptions {
   std::string ref_original;   // optional: the safetensors file `ref` decodes to (e.g. the verified
                               // export of the previous checkpoint, or the file it was compressed
                               // from). Delta predictors are then read from it instead of decoding
-                              // `ref` (fast path); the caller vouches that it is ref's content
-                              // (its safetensors header and size are checked, not its data).
+                              // `ref` (fast path). Its safetensors header and size are checked,
+                              // and for each tensor that takes the delta one block (the sampled
+                              // one) is decoded from `ref` and compared (kUsage if it differs);
+                              // the rest of its data is trusted.
 };
 
 struct ReadOptions {
@@ -81,7 +83,9 @@ struct ReadOptions {
   // Optional, paired with refs by position (same size): the safetensors
   // content of refs[i] (the file it was made from, or its verified export).
   // Predictors are then read from it instead of decoding refs[i] (fast
-  // path, Reader::add_reference_original). Its header and size are checked.
+  // path, Reader::add_reference_original). Its header and size are checked,
+  // and the middle block of each predictor tensor this file uses is decoded
+  // from refs[i] and compared (kUsage if it differs); the rest is trusted.
   std::vector<std::string> ref_originals;
   bool force = false;
   ProgressFn progress;
@@ -242,7 +246,8 @@ class Reader {
   // Declares `safetensors_path` to be the (already verified) export of the
   // referenced .tzip `tzip_path` (matched by checksum): predictors are then
   // read from it instead of decoding the reference again. Used by
-  // decompress_checkpoint and ReadOptions::ref_originals; the caller vouches
+  // decompress_checkpoint and ReadOptions::ref_originals (which also
+  // compares one decoded block per predictor tensor); the caller vouches
   // for the data (header and size are checked: kUsage if they differ).
   void add_reference_original(const std::string& tzip_path, const std::string& safetensors_path);
   // Opens every reference (recursively) and checks its checksum; throws a

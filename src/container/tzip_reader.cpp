@@ -605,8 +605,40 @@ void Reader::Impl::apply_ref_options(Reader& self, const ReadOptions& opt) {
   if (!opt.ref_originals.empty() && opt.ref_originals.size() != opt.refs.size())
     fail(ErrorKind::kUsage, "reference originals: give one per reference file (--ref-original pairs with --ref)");
   if (!opt.refs.empty()) self.add_reference_paths(opt.refs);
-  for (size_t i = 0; i < opt.ref_originals.size(); ++i)
-    if (!opt.ref_originals[i].empty()) self.add_reference_original(opt.refs[i], opt.ref_originals[i]);
+  for (size_t i = 0; i < opt.ref_originals.size(); ++i) {
+    if (opt.ref_originals[i].empty()) continue;
+    self.add_reference_original(opt.refs[i], opt.ref_originals[i]);
+    // The original is trusted for predictor bytes; a wrong file would give
+    // wrong values silently. Spot check: for every tensor of this file
+    // predicted from that reference, the predictor's middle block decoded
+    // from the reference must equal the original's bytes.
+    Impl& m = *self.impl_;
+    Reader ref(opt.refs[i], 1);
+    for (size_t k = 0; k < m.h.references.size(); ++k) {
+      if (m.h.references[k].xxh64 != ref.file_checksum() || !m.originals[k]) continue;
+      const Original& o = *m.originals[k];
+      for (const auto& t : m.h.tensors) {
+        if (t.predict.kind == PredictKind::kNone || t.predict.ref != (int)k) continue;
+        const std::string& sname = t.predict.kind == PredictKind::kCast ? t.predict.source : t.name;
+        const long ri = ref.find(sname);
+        const TensorEntry* ot = nullptr;
+        for (const auto& e : o.st.tensors)
+          if (e.name == sname) ot = &e;
+        if (ri < 0 || !ot || ref.tensors()[(size_t)ri].raw_size() != ot->raw_size())
+          fail(ErrorKind::kUsage, opt.ref_originals[i] + ": tensor '" + sname + "' missing or of another size");
+        const TensorEntry& rt = ref.tensors()[(size_t)ri];
+        if (rt.raw_size() == 0) continue;
+        const uint64_t rb = rt.block_bytes(), off = (rt.n_blocks() / 2) * rb;
+        const uint64_t len = std::min(rb, rt.raw_size() - off);
+        std::vector<uint8_t> a(len), b(len);
+        ref.read_range((size_t)ri, off, len, a.data());
+        o.f->pread_exact(o.st.data_start + ot->data_begin + off, b.data(), len);
+        if (a != b)
+          fail(ErrorKind::kUsage, opt.ref_originals[i] + ": tensor '" + sname + "' differs from " + opt.refs[i] +
+                                      " (checked on one block): not the content of the reference");
+      }
+    }
+  }
 }
 
 PassStats Reader::export_safetensors(const std::string& out_path, const ReadOptions& opt) {

@@ -299,6 +299,18 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             tz::predict::xor_bytes(refp, cur.data(), cur.size());
             const double cost = plane_cost(cur.data(), s_elems, esz);
             if (cost < dbase * (1.0 - opt.min_gain)) {
+              if (ot) {
+                // ref_original is trusted for the predictor bytes; a wrong
+                // file would make a file that decodes wrongly. Spot check:
+                // the sampled reference block, decoded, must equal it.
+                blk = std::make_shared<Bytes1>(blk_len);
+                delta_ref->read_range((size_t)ri, blk_off, blk_len, blk->data());
+                Bytes1 ob(blk_len);
+                ref_orig->pread_exact(ref_orig_info.data_start + ot->data_begin + blk_off, ob.data(), ob.size());
+                if (ob != *blk)
+                  fail(ErrorKind::kUsage, opt.ref_original + ": tensor '" + t.name + "' differs from " + opt.ref +
+                                              " (checked on one block): not the content of the reference");
+              }
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
               pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, ot ? ref_orig.get() : nullptr,
@@ -392,15 +404,24 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             // Decode the reference's bytes of this chunk, except the block
             // already decoded for the sample.
             tmp.resize(u.raw);
+            // Whole reference blocks decode straight into tmp (no bounce copy).
+            const TensorEntry& rt = ps.reader->tensors()[ps.index];
+            auto read_ref = [&](uint64_t o, uint64_t len, uint8_t* dst) {
+              const uint64_t rb = rt.block_bytes();
+              if (o % rb == 0 && (len % rb == 0 || o + len == rt.raw_size()))
+                ps.reader->read_blocks(ps.index, o / rb, (len + rb - 1) / rb, dst, len);
+              else
+                ps.reader->read_range(ps.index, o, len, dst);
+            };
             const uint64_t a = u.seg_off, b = u.seg_off + u.raw;
             const uint64_t ba = ps.blk ? std::max(a, ps.blk_off) : b;
             const uint64_t bb = ps.blk ? std::min(b, ps.blk_off + ps.blk->size()) : b;
             if (ba < bb) {
-              if (a < ba) ps.reader->read_range(ps.index, a, ba - a, tmp.data());
+              if (a < ba) read_ref(a, ba - a, tmp.data());
               std::memcpy(tmp.data() + (ba - a), ps.blk->data() + (ba - ps.blk_off), bb - ba);
-              if (bb < b) ps.reader->read_range(ps.index, bb, b - bb, tmp.data() + (bb - a));
+              if (bb < b) read_ref(bb, b - bb, tmp.data() + (bb - a));
             } else {
-              ps.reader->read_range(ps.index, a, u.raw, tmp.data());
+              read_ref(a, u.raw, tmp.data());
             }
             tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
           }

@@ -678,8 +678,11 @@ std::vector<std::string> list_dir(const std::string& d) {
 // A two-file checkpoint: FP32 master (optim) and its BF16 cast (model).
 void write_ckpt(const std::string& optim, const std::string& model, size_t n, uint32_t seed) {
   const Bytes m = normal_f32(n, 0.02f, seed);
-  write_st(optim, {{"opt.master", "F32", "[" + std::to_string(n) + "]", m}});
-  write_st(model, {{"model.w", "BF16", "[" + std::to_string(n) + "]", cast_of(m, tp::kCastBF16)}});
+  std::string shape = std::to_string(n);  // (not "[" + ...: GCC 12 -Wrestrict false positive)
+  shape.insert(0, 1, '[');
+  shape.push_back(']');
+  write_st(optim, {{"opt.master", "F32", shape, m}});
+  write_st(model, {{"model.w", "BF16", shape, cast_of(m, tp::kCastBF16)}});
 }
 }  // namespace
 
@@ -860,6 +863,31 @@ TEST_F(Predict, RefOriginalGivesTheSameFileAndIsChecked) {
   ro.ref_originals = {};
   ro.refs.clear();
   ro.ref_originals = {p("s1.safetensors")};  // without its --ref
+  EXPECT_THROW(roundtrip(p("fast.tzip"), p("s2.safetensors"), ro), tc::Error);
+  // A wrong original of the same layout (one byte of the sampled block of
+  // 'm' changed): caught by the spot check on both sides.
+  {
+    tc::Reader r1(p("s1.tzip"));
+    const tc::TensorEntry& e = entry(r1, "m");
+    const uint64_t at = tc::read_safetensors_info(p("s1.safetensors")).data_start + e.data_begin +
+                        (e.n_blocks() / 2) * e.block_bytes() + 10;
+    Bytes bad = read_all(p("s1.safetensors"));
+    bad[at] ^= 0x40;
+    write_all(p("bad1.safetensors"), bad);
+  }
+  tc::WriteOptions ob;
+  ob.chunk_bytes = 1u << 20;
+  ob.ref = p("s1.tzip");
+  ob.ref_original = p("bad1.safetensors");
+  try {
+    tc::compress_file(p("s2.safetensors"), p("y.tzip"), ob);
+    FAIL() << "a wrong ref_original must be refused";
+  } catch (const tc::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("differs from"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(exists(p("y.tzip")));
+  ro.refs = {p("s1.tzip")};
+  ro.ref_originals = {p("bad1.safetensors")};
   EXPECT_THROW(roundtrip(p("fast.tzip"), p("s2.safetensors"), ro), tc::Error);
   // Another safetensors file as ref_original: refused (header/size check).
   o.ref_original = p("s2.safetensors");
