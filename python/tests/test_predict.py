@@ -170,6 +170,18 @@ def test_ref_original_fast_path_same_file(tmp_path):
     # Same predictor bytes, same decisions: the same file.
     assert b1.read_bytes() == b2.read_bytes()
     check_all(tzn.load_file(b2), d2)
+    # A file of the same layout whose values differ a little (every 1000th master value in its
+    # lowest bit: the delta still pays on the sample, the spot check sees the difference): refused.
+    other = tmp_path / "other.safetensors"
+    d1x = dict(d1)
+    m = d1["master.w"].copy().view(np.uint32)
+    m[::1000] ^= 1
+    d1x["master.w"] = m.view(np.float32)
+    tzn.save_file(d1x, tmp_path / "other.tzip")
+    tensorzip.export_safetensors(tmp_path / "other.tzip", other)
+    with pytest.raises(tensorzip.UsageError, match="differs from"):
+        tzn.save_file(d2, tmp_path / "bad.tzip", ref=a, ref_original=other)
+    assert not (tmp_path / "bad.tzip").exists()
     # torch: same options.
     t2 = {k: torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if v.dtype == ml_dtypes.bfloat16
           else torch.from_numpy(v) for k, v in d2.items()}
