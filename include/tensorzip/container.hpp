@@ -69,9 +69,9 @@ struct WriteOptions {
                               // export of the previous checkpoint, or the file it was compressed
                               // from). Delta predictors are then read from it instead of decoding
                               // `ref` (fast path). Its safetensors header and size are checked,
-                              // and for each tensor that takes the delta one block (the sampled
-                              // one) is decoded from `ref` and compared (kUsage if it differs);
-                              // the rest of its data is trusted.
+                              // and every byte read from it is checked against `ref`'s stored
+                              // block checksums (CRC32C, no decoding; a predicted reference
+                              // tensor is decoded): kUsage "differs from" if it is not ref's content.
 };
 
 struct ReadOptions {
@@ -84,8 +84,8 @@ struct ReadOptions {
   // content of refs[i] (the file it was made from, or its verified export).
   // Predictors are then read from it instead of decoding refs[i] (fast
   // path, Reader::add_reference_original). Its header and size are checked,
-  // and the middle block of each predictor tensor this file uses is decoded
-  // from refs[i] and compared (kUsage if it differs); the rest is trusted.
+  // and every predictor range read from it is checked against refs[i]'s
+  // stored block checksums (Reader::check_bytes; kUsage if it differs).
   std::vector<std::string> ref_originals;
   bool force = false;
   ProgressFn progress;
@@ -246,9 +246,9 @@ class Reader {
   // Declares `safetensors_path` to be the (already verified) export of the
   // referenced .tzip `tzip_path` (matched by checksum): predictors are then
   // read from it instead of decoding the reference again. Used by
-  // decompress_checkpoint and ReadOptions::ref_originals (which also
-  // compares one decoded block per predictor tensor); the caller vouches
-  // for the data (header and size are checked: kUsage if they differ).
+  // decompress_checkpoint (the caller vouches for the data; header and size
+  // are checked: kUsage if they differ). ReadOptions::ref_originals uses it
+  // and also checks every range read against the reference's checksums.
   void add_reference_original(const std::string& tzip_path, const std::string& safetensors_path);
   // Opens every reference (recursively) and checks its checksum; throws a
   // one-line error naming this file and the missing or wrong reference.
@@ -266,6 +266,13 @@ class Reader {
   size_t read_blocks(size_t index, uint64_t first, uint64_t count, void* dst, size_t capacity);
   // Reads raw bytes [offset, offset+size) of a tensor (decodes only the blocks it needs).
   void read_range(size_t index, uint64_t offset, uint64_t size, void* dst);
+  // Checks that bytes supplied by read(off, len, dst) (offsets inside the
+  // tensor) are the tensor's bytes [offset, offset+size): for a tensor stored
+  // as itself, without decoding, by the codec's stored per-block checksums
+  // (CRC32C) of the blocks covering the range (read() is asked for whole
+  // blocks); a predicted tensor is decoded and compared. False on a mismatch.
+  bool check_bytes(size_t index, uint64_t offset, uint64_t size,
+                   const std::function<void(uint64_t off, uint64_t len, uint8_t* dst)>& read);
 
   // Writes the original safetensors file to `out` (atomic, byte-identical).
   PassStats export_safetensors(const std::string& out, const ReadOptions& opt);

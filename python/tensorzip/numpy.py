@@ -39,8 +39,8 @@ def save_file(tensor_dict: Dict[str, np.ndarray], filename: PathLike, metadata: 
             ``ref`` to load (recorded by relative path and checksum; see ``refs=`` of load_file).
         ref_original: optional safetensors file with the same content as ``ref`` (e.g. what the
             previous checkpoint was saved from): the predictors are read from it instead of
-            decoding ``ref`` (faster). Its header and size are checked against ``ref``, and one block per
-            delta tensor is decoded from ``ref`` and compared; the rest of its data is trusted.
+            decoding ``ref`` (faster). Its header, size and the bytes used are checked against
+            ``ref`` (its stored block checksums).
 
     The file is written under a temporary name and renamed, so a failure never
     leaves a partial file at ``filename``. ``tzip decompress`` turns it into the

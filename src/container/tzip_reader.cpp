@@ -9,7 +9,9 @@
 #include <memory>
 #include <mutex>
 
+#include "codec/checksum.h"
 #include "codec/predict.h"
+#include "cpu/checksum_cpu.h"
 
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
@@ -40,6 +42,7 @@ struct Reader::Impl {
   struct Original {                           // verified export of a reference
     std::unique_ptr<InFile> f;
     SafetensorsInfo st;
+    bool verify = false;                      // check its bytes against the reference's block checksums
   };
   std::vector<std::unique_ptr<Original>> originals;
   // add_reference_paths: paths (with their checksums) not matching a direct
@@ -329,11 +332,21 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
     const bool cast = t.predict.kind == PredictKind::kCast;
     if (!s || (cast ? (s->dtype != "F32" || s->shape != t.shape) : (s->dtype != t.dtype || s->shape != t.shape)))
       corrupt(t, "predictor tensor '" + sname + "' missing or of another dtype/shape in " + o.f->path());
-    // Per-thread scratch: grows to the largest chunk once, never zero-filled again.
-    static thread_local std::vector<uint8_t> scratch;
-    if (scratch.size() < (cast ? n * 2 : n)) scratch.resize(cast ? n * 2 : n);
-    uint8_t* tmp_p = scratch.data();
+    std::unique_ptr<uint8_t[]> scratch(new uint8_t[cast ? n * 2 : n]);  // not zero-filled
+    uint8_t* tmp_p = scratch.get();
     o.f->pread_exact(o.st.data_start + s->data_begin + (cast ? off * 2 : off), tmp_p, cast ? n * 2 : n);
+    if (o.verify) {
+      Reader& rr = reference((size_t)t.predict.ref);
+      const long ri = rr.find(sname);
+      const uint64_t so = cast ? off * 2 : off, sn = cast ? n * 2 : n;
+      const bool same = ri >= 0 && rr.check_bytes((size_t)ri, so, sn, [&](uint64_t q, uint64_t len, uint8_t* dst) {
+        if (q == so && len == sn) std::memcpy(dst, tmp_p, len);
+        else o.f->pread_exact(o.st.data_start + s->data_begin + q, dst, len);
+      });
+      if (!same)
+        fail(ErrorKind::kUsage, o.f->path() + ": tensor '" + sname + "' differs from " + ref_paths[(size_t)t.predict.ref] +
+                                    " (block checksums): not the content of the reference");
+    }
     if (cast)
       tz::predict::cast_xor(tmp_p, io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
     else
@@ -507,6 +520,48 @@ void Reader::read_range(size_t index, uint64_t offset, uint64_t size, void* dst)
   std::memcpy(dst, tmp.data() + (offset - fb * bb), size);
 }
 
+bool Reader::check_bytes(size_t index, uint64_t offset, uint64_t size,
+                         const std::function<void(uint64_t, uint64_t, uint8_t*)>& read) {
+  Impl& m = *impl_;
+  if (index >= m.h.tensors.size()) fail(ErrorKind::kUsage, m.path + ": tensor index out of range");
+  const TensorEntry& t = m.h.tensors[index];
+  uint64_t end;
+  if (!checked_add(offset, size, &end) || end > t.raw_size())
+    fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": byte range outside the tensor");
+  if (size == 0) return true;
+  const uint64_t bb = t.block_bytes();
+  const uint64_t fb = offset / bb, lb = (end - 1) / bb;  // covering blocks
+  const uint64_t a = fb * bb, z = std::min((lb + 1) * bb, t.raw_size());
+  std::unique_ptr<uint8_t[]> data(new uint8_t[z - a]);
+  read(a, z - a, data.get());
+  if (t.predict.kind != PredictKind::kNone) {  // checksums cover the residual: decode
+    std::unique_ptr<uint8_t[]> dec(new uint8_t[z - a]);
+    size_t w = 0;
+    m.read_blocks_into(t, index, fb, lb - fb + 1, dec.get(), z - a, &w);
+    return w == z - a && std::memcmp(dec.get(), data.get(), z - a) == 0;
+  }
+  const uint64_t bpc = m.blocks_per_chunk(t);
+  std::vector<uint8_t> prefix;
+  for (uint64_t b = fb; b <= lb;) {
+    const uint64_t c = b / bpc;
+    const FrameRef& fr = t.frames[c];
+    m.read_prefix(t, c, &prefix);
+    for (; b <= lb && b < (c + 1) * bpc; ++b) {
+      const unsigned lf = (unsigned)(b - c * bpc);
+      uint64_t boff, bsize, roff, rsize;
+      const size_t r = tz_frame_block_range(prefix.data(), prefix.size(), lf, 1, &boff, &bsize, &roff, &rsize);
+      if (tz_is_error(r) || bsize < 4 || boff + bsize > fr.size)
+        m.corrupt(t, "frame " + std::to_string(c) + " block index damaged (data corrupted)");
+      uint8_t word[4];
+      m.f->pread_exact(fr.offset + boff, word, 4);
+      const uint8_t* p = data.get() + (b * bb - a);
+      if (b * bb + rsize > z) return false;
+      if ((tz::cpu::block_checksum(p, rsize) ^ tz::block_checksum_salt(lf)) != get_le32(word)) return false;
+    }
+  }
+  return true;
+}
+
 namespace {
 struct PassUnit {
   const TensorEntry* seg;
@@ -608,36 +663,12 @@ void Reader::Impl::apply_ref_options(Reader& self, const ReadOptions& opt) {
   for (size_t i = 0; i < opt.ref_originals.size(); ++i) {
     if (opt.ref_originals[i].empty()) continue;
     self.add_reference_original(opt.refs[i], opt.ref_originals[i]);
-    // The original is trusted for predictor bytes; a wrong file would give
-    // wrong values silently. Spot check: for every tensor of this file
-    // predicted from that reference, the predictor's middle block decoded
-    // from the reference must equal the original's bytes.
+    // Given by the caller: every predictor range read from it is checked
+    // against the reference's block checksums (apply_prediction).
     Impl& m = *self.impl_;
-    Reader ref(opt.refs[i], 1);
-    for (size_t k = 0; k < m.h.references.size(); ++k) {
-      if (m.h.references[k].xxh64 != ref.file_checksum() || !m.originals[k]) continue;
-      const Original& o = *m.originals[k];
-      for (const auto& t : m.h.tensors) {
-        if (t.predict.kind == PredictKind::kNone || t.predict.ref != (int)k) continue;
-        const std::string& sname = t.predict.kind == PredictKind::kCast ? t.predict.source : t.name;
-        const long ri = ref.find(sname);
-        const TensorEntry* ot = nullptr;
-        for (const auto& e : o.st.tensors)
-          if (e.name == sname) ot = &e;
-        if (ri < 0 || !ot || ref.tensors()[(size_t)ri].raw_size() != ot->raw_size())
-          fail(ErrorKind::kUsage, opt.ref_originals[i] + ": tensor '" + sname + "' missing or of another size");
-        const TensorEntry& rt = ref.tensors()[(size_t)ri];
-        if (rt.raw_size() == 0) continue;
-        const uint64_t rb = rt.block_bytes(), off = (rt.n_blocks() / 2) * rb;
-        const uint64_t len = std::min(rb, rt.raw_size() - off);
-        std::vector<uint8_t> a(len), b(len);
-        ref.read_range((size_t)ri, off, len, a.data());
-        o.f->pread_exact(o.st.data_start + ot->data_begin + off, b.data(), len);
-        if (a != b)
-          fail(ErrorKind::kUsage, opt.ref_originals[i] + ": tensor '" + sname + "' differs from " + opt.refs[i] +
-                                      " (checked on one block): not the content of the reference");
-      }
-    }
+    const uint64_t sum = Reader(opt.refs[i], 1).file_checksum();
+    for (size_t k = 0; k < m.h.references.size(); ++k)
+      if (m.h.references[k].xxh64 == sum && m.originals[k]) m.originals[k]->verify = true;
   }
 }
 

@@ -299,18 +299,6 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             tz::predict::xor_bytes(refp, cur.data(), cur.size());
             const double cost = plane_cost(cur.data(), s_elems, esz);
             if (cost < dbase * (1.0 - opt.min_gain)) {
-              if (ot) {
-                // ref_original is trusted for the predictor bytes; a wrong
-                // file would make a file that decodes wrongly. Spot check:
-                // the sampled reference block, decoded, must equal it.
-                blk = std::make_shared<Bytes1>(blk_len);
-                delta_ref->read_range((size_t)ri, blk_off, blk_len, blk->data());
-                Bytes1 ob(blk_len);
-                ref_orig->pread_exact(ref_orig_info.data_start + ot->data_begin + blk_off, ob.data(), ob.size());
-                if (ob != *blk)
-                  fail(ErrorKind::kUsage, opt.ref_original + ": tensor '" + t.name + "' differs from " + opt.ref +
-                                              " (checked on one block): not the content of the reference");
-              }
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
               pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, ot ? ref_orig.get() : nullptr,
@@ -399,6 +387,19 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
           } else if (ps.orig) {
             tmp.resize(u.raw);
             ps.orig->pread_exact(ps.orig_off + u.seg_off, tmp.data(), tmp.size());
+            // ref_original is checked against the reference's stored block
+            // checksums (CRC32C, no decoding): a wrong file cannot make a
+            // file that decodes wrongly.
+            const bool same = ps.reader->check_bytes(ps.index, u.seg_off, u.raw,
+                                                     [&](uint64_t o, uint64_t len, uint8_t* dst) {
+                                                       if (o == u.seg_off && len == u.raw)
+                                                         std::memcpy(dst, tmp.data(), len);
+                                                       else
+                                                         ps.orig->pread_exact(ps.orig_off + o, dst, len);
+                                                     });
+            if (!same)
+              fail(ErrorKind::kUsage, opt.ref_original + ": tensor '" + u.seg->name + "' differs from " + opt.ref +
+                                          " (block checksums): not the content of the reference");
             tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
           } else {
             // Decode the reference's bytes of this chunk, except the block
