@@ -853,6 +853,24 @@ TEST_F(Predict, RefOriginalGivesTheSameFileAndIsChecked) {
   tc::Reader r(p("fast.tzip"));
   EXPECT_EQ(entry(r, "m").predict.kind, tc::PredictKind::kDelta);
   roundtrip(p("fast.tzip"), p("s2.safetensors"));
+  // Reader::check_bytes: by block checksums (s1, stored as itself) and by
+  // decoding (fast.tzip's 'm' is a delta), on an unaligned range.
+  {
+    for (const char* name : {"s1", "fast"}) {
+      tc::Reader r(p(std::string(name) + ".tzip"));
+      const Bytes st = read_all(p(std::string(name == std::string("s1") ? "s1" : "s2") + ".safetensors"));
+      const uint64_t base = tc::read_safetensors_info(p("s1.safetensors")).data_start + entry(r, "m").data_begin;
+      Bytes mine(st.begin() + base, st.begin() + base + 4 * n);
+      auto from = [&](const Bytes& b) {
+        return [&b](uint64_t o, uint64_t len, uint8_t* dst) { std::memcpy(dst, b.data() + o, len); };
+      };
+      const size_t mi = (size_t)r.find("m");
+      EXPECT_TRUE(r.check_bytes(mi, 1000, 700000, from(mine))) << name;
+      mine[900000] ^= 1;
+      EXPECT_TRUE(r.check_bytes(mi, 1000, 700000, from(mine))) << name;  // outside the covering blocks
+      EXPECT_FALSE(r.check_bytes(mi, 0, 4 * n, from(mine))) << name;
+    }
+  }
   // Read side: the reference's content given as its safetensors file.
   tc::ReadOptions ro;
   ro.refs = {p("s1.tzip")};
