@@ -10,6 +10,9 @@ Rows (step 400 = its BF16 model file + FP32 optimizer file, 69.1 MB):
   tzip --no-predict   plain per-tensor coding (both files)
   tzip                cast prediction (BF16 weights from the FP32 masters)
   tzip --ref step200  cast + delta against the step-200 .tzip files
+  tzip --ref step200 --ref-original step200.safetensors
+                      delta fast path: the previous checkpoint's tensors read from its
+                      safetensors files instead of decoded (compress and decompress; same file)
   zstd -3             whole files (CLI), and per tensor (python zstandard)
   ZipNN               per tensor (bench/codec_bench.py wrapper), if installed
 Speeds: best of --reps wall-clock runs of the CLI (includes reading the
@@ -66,7 +69,7 @@ def main():
     run(T + ["compress", "-q", "-f"] + thr + [str(p) for p in st[200]] + ["-o", str(w / "s200")])
     rows = []
 
-    def measure(label, d, extra):
+    def measure(label, d, extra, dextra=()):
         (w / d).mkdir(exist_ok=True)
         best = None
         for _ in range(a.reps):
@@ -81,7 +84,7 @@ def main():
         for _ in range(a.reps):
             el = cpu = 0.0
             for f in o:
-                e, c = run(T + ["decompress", "-q", "-f"] + thr + [str(f), "-o", str(w / (f.name + ".out"))])
+                e, c = run(T + ["decompress", "-q", "-f"] + thr + list(dextra) + [str(f), "-o", str(w / (f.name + ".out"))])
                 el += e
                 cpu += c
             dbest = (el, cpu) if dbest is None or el < dbest[0] else dbest
@@ -91,7 +94,8 @@ def main():
         cbest = None
         (w / (d + ".out")).mkdir(exist_ok=True)
         for _ in range(a.reps):
-            e, c = run(T + ["decompress", "-q", "-f"] + thr + [str(f) for f in o] + ["-o", str(w / (d + ".out"))])
+            e, c = run(T + ["decompress", "-q", "-f"] + thr + list(dextra) + [str(f) for f in o] +
+                       ["-o", str(w / (d + ".out"))])
             cbest = (e, c) if cbest is None or e < cbest[0] else cbest
         for src in st[400]:
             if (w / (d + ".out") / src.name).read_bytes() != src.read_bytes():
@@ -100,8 +104,16 @@ def main():
 
     measure("tzip --no-predict (plain per-tensor)", "plain", ["--no-predict"])
     measure("tzip (cast prediction, standalone)", "cast", [])
-    measure("tzip --ref step200 (cast + delta)", "delta",
-            ["--ref", str(outs("s200", 200)[0]), "--ref", str(outs("s200", 200)[1])])
+    refs = ["--ref", str(outs("s200", 200)[0]), "--ref", str(outs("s200", 200)[1])]
+    measure("tzip --ref step200 (cast + delta)", "delta", refs)
+    # Fast path: step 200's safetensors files stand in for decoding its .tzip files. The
+    # decompress side gets the optimizer pair (the model file references step 400's optimizer
+    # file, whose delta reference is step 200's).
+    measure("tzip --ref step200 --ref-original (delta, fast path)", "deltafast",
+            refs + ["--ref-original", str(st[200][0]), "--ref-original", str(st[200][1])],
+            ["--ref", str(outs("s200", 200)[1]), "--ref-original", str(st[200][1])])
+    if outs("delta", 400)[1].read_bytes() != outs("deltafast", 400)[1].read_bytes():
+        raise SystemExit("--ref-original changed the compressed file")
     # zstd -3, whole files
     zs = 0
     zt = None

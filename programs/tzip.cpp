@@ -156,6 +156,7 @@ struct Args {
   std::vector<int> levels;
   std::map<std::string, std::string> meta;
   std::vector<std::string> refs;  // --ref (repeatable)
+  std::vector<std::string> ref_origs;  // --ref-original (repeatable, pairs with --ref)
   bool no_predict = false;
 };
 
@@ -205,6 +206,10 @@ const char* help_for(const std::string& cmd) {
            "      --ref PREV       previous checkpoint (delta coding): a .tzip file for one input;\n"
            "                       with several inputs or a folder, the folder holding the previous\n"
            "                       .tzip files of the same names (or one --ref per input, in order)\n"
+           "      --ref-original S previous checkpoint's content as safetensors (the file it was made\n"
+           "                       from, or its export): delta predictors are read from it instead of\n"
+           "                       decoding --ref (faster, same output). Pairs with --ref: a file, or\n"
+           "                       a folder of .safetensors files named like the inputs\n"
            "      --no-predict     plain per-tensor coding: no cast or delta prediction. By default,\n"
            "                       BF16/F16 tensors that are round-to-nearest-even casts of FP32\n"
            "                       tensors (in the same file, or in another input file given in the\n"
@@ -222,6 +227,8 @@ const char* help_for(const std::string& cmd) {
            "  -o, --output OUT     output (default: x.tzip -> x.safetensors, folder x.tzip -> x)\n"
            "      --ref FILE       a .tzip file this one was predicted from (repeatable; matched by\n"
            "                       checksum). Default: the recorded path, relative to the file\n"
+           "      --ref-original S the safetensors content of the --ref file (one per --ref): its\n"
+           "                       tensors are read instead of decoding --ref (faster)\n"
            "  -T, --threads N      worker threads (default: all cores)\n"
            "  -f, --force          overwrite an existing output\n"
            "  -q, --quiet / -v, --verbose\n";
@@ -342,6 +349,8 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--ref" && (a.command == "compress" || a.command == "decompress" || a.command == "verify" ||
                               a.command == "rebase"))
       a.refs.push_back(value());
+    else if (s == "--ref-original" && (a.command == "compress" || a.command == "decompress"))
+      a.ref_origs.push_back(value());
     else if (s == "--no-predict" && (a.command == "compress" || a.command == "rebase")) flag(), a.no_predict = true;
     else if (s == "--meta" && a.command == "compress") {
       const std::string kv = value();
@@ -427,25 +436,34 @@ int cmd_compress(const Args& a) {
   for (const auto& in : a.inputs) all_files = all_files && tc::path_kind(in) == tc::PathKind::kFile;
   if (a.refs.size() > 1 && a.refs.size() != a.inputs.size())
     throw UsageError("--ref: give one previous checkpoint per input, or one (a file, or a folder of .tzip files)");
+  if (!a.ref_origs.empty() && a.ref_origs.size() != a.refs.size())
+    throw UsageError("--ref-original: give one per --ref (the previous checkpoint's safetensors content)");
   // Several safetensors files: one checkpoint, compressed together so that
-  // casts across files are found (doc/container.md section 11).
+  // casts across files are found (doc/container.md section 12).
   if (many && all_files) {
-    std::vector<std::string> outs, refs;
+    std::vector<std::string> outs, refs, ref_origs;
     for (size_t i = 0; i < a.inputs.size(); ++i) {
       outs.push_back(out_name(a.inputs[i], false));
       if (a.refs.size() == a.inputs.size()) {
         refs.push_back(a.refs[i]);
+        if (!a.ref_origs.empty()) ref_origs.push_back(a.ref_origs[i]);
       } else if (a.refs.size() == 1) {
         if (tc::path_kind(a.refs[0]) != tc::PathKind::kDir)
           throw UsageError("--ref: with several inputs, give a folder of .tzip files or one --ref per input");
         const std::string r = a.refs[0] + "/" + base_name(outs.back());
         refs.push_back(tc::path_kind(r) == tc::PathKind::kFile ? r : std::string());
+        if (!a.ref_origs.empty()) {
+          if (tc::path_kind(a.ref_origs[0]) != tc::PathKind::kDir)
+            throw UsageError("--ref-original: with a --ref folder, give a folder of .safetensors files");
+          const std::string ro = a.ref_origs[0] + "/" + base_name(a.inputs[i]);
+          ref_origs.push_back(!refs.back().empty() && tc::path_kind(ro) == tc::PathKind::kFile ? ro : std::string());
+        }
       }
     }
     Progress bar("checkpoint");
     o.progress = bar.fn();
     const double t0 = now_s();
-    const tc::PassStats st = tc::compress_checkpoint(a.inputs, outs, o, refs);
+    const tc::PassStats st = tc::compress_checkpoint(a.inputs, outs, o, refs, ref_origs);
     const double el = now_s() - t0;
     bar.finish();
     for (size_t i = 0; i < outs.size(); ++i) say(a.inputs[i] + " -> " + outs[i]);
@@ -461,6 +479,9 @@ int cmd_compress(const Args& a) {
     const bool dir = k == tc::PathKind::kDir;
     const std::string out = out_name(in, dir);
     o.ref = a.refs.size() == a.inputs.size() ? a.refs[ii] : a.refs.size() == 1 ? a.refs[0] : std::string();
+    o.ref_original = a.ref_origs.size() == a.inputs.size() ? a.ref_origs[ii]
+                     : a.ref_origs.size() == 1                 ? a.ref_origs[0]
+                                                               : std::string();
     Progress bar(in);
     o.progress = bar.fn();
     const double t0 = now_s();
@@ -501,6 +522,7 @@ int cmd_decompress(const Args& a) {
     o.threads = a.threads;
     o.force = a.force;
     o.refs = a.refs;
+    o.ref_originals = a.ref_origs;
     const double t0 = now_s();
     const tc::PassStats st = tc::decompress_checkpoint(a.inputs, outs, o);
     const double el = now_s() - t0;
@@ -520,6 +542,7 @@ int cmd_decompress(const Args& a) {
   o.threads = a.threads;
   o.force = a.force;
   o.refs = a.refs;
+  o.ref_originals = a.ref_origs;
   Progress bar(in);
   o.progress = bar.fn();
   const double t0 = now_s();

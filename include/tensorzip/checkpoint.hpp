@@ -76,7 +76,7 @@ struct SaveOptions {
   // Cast prediction: a BF16/F16 host tensor of this save that is the
   // round-to-nearest-even cast of an FP32 host tensor of the same shape
   // (mixed precision: BF16 weights + FP32 masters) is stored as the XOR
-  // residual against that cast (doc/container.md section 11), where a
+  // residual against that cast (doc/container.md section 12), where a
   // sample says it pays. Restore returns the same bytes either way.
   bool predict = true;
   // O_DIRECT writes: frames gathered into 4 KiB-aligned staging buffers and

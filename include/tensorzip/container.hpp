@@ -23,7 +23,7 @@ namespace tz::container {
 
 // Container format version written by this library (doc/container.md).
 // Files without predicted tensors are written as 1.0 (readable by every
-// version-1 reader); files with predicted tensors (section 11) as 2.0, which
+// version-1 reader); files with predicted tensors (section 12) as 2.0, which
 // version-1 readers refuse with "format version 2.0 is newer than this reader".
 constexpr uint16_t kTzipVersionMajor = 1;
 constexpr uint16_t kTzipVersionMinor = 0;
@@ -64,12 +64,19 @@ struct WriteOptions {
   bool force = false;         // replace an existing output
   std::map<std::string, std::string> user_metadata;  // stored in the .tzip header only
   ProgressFn progress;
-  // Checkpoint-aware coding (doc/container.md section 11).
+  // Checkpoint-aware coding (doc/container.md section 12).
   bool predict = true;        // discover cast tensors (BF16/F16 = RNE cast of an FP32 tensor) and use
                               // them where a sample says they pay; false: plain per-tensor coding
   std::string ref;            // previous checkpoint's .tzip: tensors of the same name, dtype and
                               // shape are stored as XOR residuals where that pays (delta)
   double min_gain = 0.03;     // a prediction must cut the sampled order-0 cost by this fraction
+  std::string ref_original;   // optional: the safetensors file `ref` decodes to (e.g. the verified
+                              // export of the previous checkpoint, or the file it was compressed
+                              // from). Delta predictors are then read from it instead of decoding
+                              // `ref` (fast path). Its safetensors header and size are checked,
+                              // and every byte read from it is checked against `ref`'s stored
+                              // block checksums (CRC32C, no decoding; a predicted reference
+                              // tensor is decoded): kUsage "differs from" if it is not ref's content.
 };
 
 struct ReadOptions {
@@ -78,6 +85,13 @@ struct ReadOptions {
   // sources), matched to the recorded references by whole-file checksum;
   // references not given here are looked up by their recorded relative path.
   std::vector<std::string> refs;
+  // Optional, paired with refs by position (same size): the safetensors
+  // content of refs[i] (the file it was made from, or its verified export).
+  // Predictors are then read from it instead of decoding refs[i] (fast
+  // path, Reader::add_reference_original). Its header and size are checked,
+  // and every predictor range read from it is checked against refs[i]'s
+  // stored block checksums (Reader::check_bytes; kUsage if it differs).
+  std::vector<std::string> ref_originals;
   bool force = false;
   ProgressFn progress;
 };
@@ -97,7 +111,7 @@ struct FrameRef {
   uint64_t xxh64 = 0;     // of the compressed bytes
 };
 
-// How a predicted tensor's stored frames relate to its values (section 11):
+// How a predicted tensor's stored frames relate to its values (section 12):
 // value = residual XOR prediction.
 enum class PredictKind {
   kNone = 0,
@@ -178,9 +192,18 @@ PassStats compress_file(const std::string& in, const std::string& out, const Wri
 // tensor of another, recorded as a reference to that file's .tzip (relative
 // path + checksum). Files holding no BF16/F16 tensors are written first so
 // they can serve as sources. refs[i] (optional, empty or same size as ins):
-// previous checkpoint's .tzip for ins[i] (delta). Returns totals.
+// previous checkpoint's .tzip for ins[i] (delta); ref_originals[i]
+// (optional): its safetensors content (WriteOptions::ref_original, per
+// input; opt.ref and opt.ref_original must be empty). Returns totals.
+//
+// All or nothing: the outputs are written under temporary names and renamed
+// into place together at the end. On any failure (bad input, I/O error such
+// as a full disk, request_cancel()) every temporary and every output already
+// renamed by this call is removed, and files an output replaced (force) are
+// restored. Without force, an existing output is refused before any work.
 PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::vector<std::string>& outs,
-                              const WriteOptions& opt, const std::vector<std::string>& refs = {});
+                              const WriteOptions& opt, const std::vector<std::string>& refs = {},
+                              const std::vector<std::string>& ref_originals = {});
 
 // Restores the .tzip files of one checkpoint (outs[i] from ins[i]). Files
 // that others reference are restored first; their restored bytes (verified
@@ -220,10 +243,17 @@ class Reader {
   // Uses `path` for whichever recorded reference has that file's checksum.
   // Throws kBadInput if it matches none ("is not a reference of this file").
   void add_reference_path(const std::string& path);
+  // Locations for a whole reference chain: each path is used for whichever
+  // reference of this file, or of a reference of it (recursively), has that
+  // file's checksum. check_references() then throws kBadInput for a path
+  // that matched no reference anywhere in the chain.
+  void add_reference_paths(const std::vector<std::string>& paths);
   // Declares `safetensors_path` to be the (already verified) export of the
   // referenced .tzip `tzip_path` (matched by checksum): predictors are then
   // read from it instead of decoding the reference again. Used by
-  // decompress_checkpoint; the caller vouches for the safetensors file.
+  // decompress_checkpoint (the caller vouches for the data; header and size
+  // are checked: kUsage if they differ). ReadOptions::ref_originals uses it
+  // and also checks every range read against the reference's checksums.
   void add_reference_original(const std::string& tzip_path, const std::string& safetensors_path);
   // Opens every reference (recursively) and checks its checksum; throws a
   // one-line error naming this file and the missing or wrong reference.
@@ -241,6 +271,13 @@ class Reader {
   size_t read_blocks(size_t index, uint64_t first, uint64_t count, void* dst, size_t capacity);
   // Reads raw bytes [offset, offset+size) of a tensor (decodes only the blocks it needs).
   void read_range(size_t index, uint64_t offset, uint64_t size, void* dst);
+  // Checks that bytes supplied by read(off, len, dst) (offsets inside the
+  // tensor) are the tensor's bytes [offset, offset+size): for a tensor stored
+  // as itself, without decoding, by the codec's stored per-block checksums
+  // (CRC32C) of the blocks covering the range (read() is asked for whole
+  // blocks); a predicted tensor is decoded and compared. False on a mismatch.
+  bool check_bytes(size_t index, uint64_t offset, uint64_t size,
+                   const std::function<void(uint64_t off, uint64_t len, uint8_t* dst)>& read);
 
   // Writes the original safetensors file to `out` (atomic, byte-identical).
   PassStats export_safetensors(const std::string& out, const ReadOptions& opt);
@@ -256,6 +293,9 @@ class Reader {
 // Folders: every *.safetensors file becomes a .tzip, every other regular file
 // is copied byte for byte (subfolders kept). Output folder built under a
 // temporary name and renamed.
+// opt.ref: the previous checkpoint's compressed folder (files of the same
+// relative names are references); opt.ref_original: optionally its
+// original folder (safetensors files of the same relative names).
 void compress_folder(const std::string& in_dir, const std::string& out_dir, const WriteOptions& opt);
 void decompress_folder(const std::string& in_dir, const std::string& out_dir, const ReadOptions& opt);
 // Verifies every .tzip in a folder (and, with `original_dir`, compares every
@@ -313,7 +353,7 @@ struct TensorWriterOptions {
   bool force = false;               // replace an existing output
   std::map<std::string, std::string> metadata;       // safetensors __metadata__ of the export
   std::map<std::string, std::string> user_metadata;  // .tzip header only
-  // Cast prediction (doc/container.md section 11): a BF16/F16 host tensor
+  // Cast prediction (doc/container.md section 12): a BF16/F16 host tensor
   // that is the RNE cast of an FP32 host tensor of the same shape added to
   // this writer is stored as the XOR residual against that cast, where a
   // sample says it pays by min_gain (same rule as compress_file).

@@ -44,12 +44,38 @@
 extern "C" {
 #endif
 
+/* Checkpoint-aware coding (doc/container.md section 12, doc/cuda.md): a
+ * tensor stored as residual = value XOR prediction, element bit patterns.
+ * Decompression returns value = decoded residual XOR prediction (fused into
+ * the decode kernel, after each block's checksum, which covers the
+ * residual); compression codes value XOR prediction. The prediction is
+ *   TZ_CUDA_PREDICT_DELTA: the bytes at src (e.g. the same tensor of the
+ *     previous checkpoint): src_size >= the tensor's bytes, any dtype;
+ *   TZ_CUDA_PREDICT_CAST: the round-to-nearest-even cast of the FP32 values
+ *     at src to the tensor's dtype, which must be BF16 or F16 (src holds
+ *     one FP32 per element: src_size >= 2 x the tensor's bytes, 4-aligned).
+ * The same per-element functions as the CPU container (src/codec/predict.h),
+ * so frames and values match the CPU byte for byte. A zero-initialised
+ * prediction (kind 0) means none. src must not overlap the item's dst. */
+typedef enum {
+  TZ_CUDA_PREDICT_NONE = 0,
+  TZ_CUDA_PREDICT_DELTA = 1,
+  TZ_CUDA_PREDICT_CAST = 2
+} tz_cuda_predict_kind;
+
+typedef struct {
+  int kind;         /* tz_cuda_predict_kind */
+  const void* src;  /* device: the prediction's source */
+  size_t src_size;  /* bytes at src */
+} tz_cuda_prediction;
+
 typedef struct {
   const void* src;     /* device: tensor bytes */
   size_t src_size;     /* bytes; a multiple of the element size of dtype */
   tz_dtype dtype;      /* BF16, F16, F32, F8_E4M3 or F8_E5M2 */
   void* dst;           /* device: receives one frame */
   size_t dst_capacity; /* tz_compress_bound(src_size) always suffices */
+  tz_cuda_prediction predict; /* optional: code src XOR prediction (temp memory grows by src_size) */
 } tz_cuda_compress_item;
 
 typedef struct {
@@ -58,6 +84,7 @@ typedef struct {
   void* dst;           /* device: decoded tensor */
   size_t dst_capacity; /* >= the frame's raw size; temp memory grows with it
                           (8 bytes per 4 KiB), so pass the raw size when known */
+  tz_cuda_prediction predict; /* optional: dst = decoded residual XOR prediction */
 } tz_cuda_decompress_item;
 
 /* Temporary device memory (bytes) needed by tz_cuda_compress for these items

@@ -277,14 +277,23 @@ auto guarded(F&& f) -> decltype(f()) {
   }
 }
 
+// predict: cast prediction (BF16/F16 from an FP32 tensor of the same file);
+// ref: previous checkpoint's .tzip (delta), "" for none; ref_original: the
+// verified safetensors export of ref (predictor bytes read from it instead
+// of decoding ref), "" for none; min_gain < 0: the library default.
 nb::tuple container_compress_file(const std::string& in, const std::string& out, int level, unsigned block_elems,
-                                  unsigned threads, uint64_t chunk_bytes, bool force) {
+                                  unsigned threads, uint64_t chunk_bytes, bool force, bool predict,
+                                  const std::string& ref, const std::string& ref_original, double min_gain) {
   tc::WriteOptions opt;
   opt.level = level;
   opt.block_elems = block_elems;
   opt.threads = threads;
   if (chunk_bytes) opt.chunk_bytes = chunk_bytes;
   opt.force = force;
+  opt.predict = predict;
+  opt.ref = ref;
+  opt.ref_original = ref_original;
+  if (min_gain >= 0) opt.min_gain = min_gain;
   tc::PassStats st;
   {
     nb::gil_scoped_release nogil;
@@ -300,9 +309,51 @@ nb::tuple container_compress_file(const std::string& in, const std::string& out,
 // taking the GIL back.
 class PyReader {
  public:
-  PyReader(const std::string& path, unsigned threads) {
+  // refs: locations of referenced .tzip files (a whole chain may be given;
+  // matched by checksum). check: open and check every reference now.
+  PyReader(const std::string& path, unsigned threads, const std::vector<std::string>& refs, bool check) {
     nb::gil_scoped_release nogil;
-    r_ = guarded([&] { return std::make_unique<tc::Reader>(path, threads); });
+    r_ = guarded([&] {
+      auto r = std::make_unique<tc::Reader>(path, threads);
+      if (!refs.empty()) r->add_reference_paths(refs);
+      if (check) r->check_references();
+      return r;
+    });
+  }
+
+  // [(recorded file, xxh64)] of the other .tzip files predicted tensors need.
+  nb::list references() {
+    std::lock_guard<std::mutex> lock(mu_);
+    nb::list out;
+    for (const auto& rf : get().references()) out.append(nb::make_tuple(rf.file, rf.xxh64));
+    return out;
+  }
+  // [(name, kind, source, ref)] of the predicted tensors: kind "cast" or
+  // "delta"; source: the cast's FP32 tensor (delta: the tensor's own name);
+  // ref: index into references(), -1 for this file.
+  nb::list predictions() {
+    std::lock_guard<std::mutex> lock(mu_);
+    nb::list out;
+    for (const auto& t : get().tensors()) {
+      if (t.predict.kind == tc::PredictKind::kNone) continue;
+      const bool cast = t.predict.kind == tc::PredictKind::kCast;
+      out.append(nb::make_tuple(t.name, cast ? "cast" : "delta", cast ? t.predict.source : t.name, t.predict.ref));
+    }
+    return out;
+  }
+  nb::tuple version() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return nb::make_tuple(get().version_major(), get().version_minor());
+  }
+  uint64_t file_checksum() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get().file_checksum();
+  }
+  void check_references() {
+    nb::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    tc::Reader& r = get();
+    guarded([&] { r.check_references(); });
   }
   void close() {
     nb::gil_scoped_release nogil;
@@ -477,10 +528,17 @@ NB_MODULE(_tensorzip, m) {
 
 #ifdef TZ_PY_HAVE_CONTAINER
   m.def("compress_file", &container_compress_file, "src"_a, "dst"_a, "level"_a = 0, "block_elems"_a = 0u,
-        "threads"_a = 0u, "chunk_bytes"_a = 0, "force"_a = false,
+        "threads"_a = 0u, "chunk_bytes"_a = 0, "force"_a = false, "predict"_a = true, "ref"_a = "",
+        "ref_original"_a = "", "min_gain"_a = -1.0,
         "Compresses a safetensors file into a .tzip file; returns (raw_bytes, file_bytes).");
   nb::class_<PyReader>(m, "Reader")
-      .def(nb::init<const std::string&, unsigned>(), "path"_a, "threads"_a = 0u)
+      .def(nb::init<const std::string&, unsigned, const std::vector<std::string>&, bool>(), "path"_a,
+           "threads"_a = 0u, "refs"_a = std::vector<std::string>(), "check"_a = false)
+      .def("references", &PyReader::references)
+      .def("predictions", &PyReader::predictions)
+      .def("version", &PyReader::version)
+      .def_prop_ro("file_checksum", &PyReader::file_checksum)
+      .def("check_references", &PyReader::check_references)
       .def("close", &PyReader::close)
       .def_prop_ro("closed", &PyReader::closed)
       .def("tensors", &PyReader::tensors)

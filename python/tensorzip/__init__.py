@@ -69,11 +69,15 @@ def decompress(data: Any, framework: Optional[str] = None, device: Any = "cpu", 
     return _decompress(data, framework=framework, device=device, threads=threads)
 
 
-def safe_open(filename: Any, framework: str = "np", device: Any = "cpu", *, threads: int = 0) -> SafeOpen:
+def safe_open(filename: Any, framework: str = "np", device: Any = "cpu", *, threads: int = 0,
+              refs: Any = None) -> SafeOpen:
     """Opens a ``.tzip`` file for lazy reading, like ``safetensors.safe_open``.
 
     ``framework`` is ``"pt"`` (torch) or ``"np"`` (numpy). Use as a context
     manager; ``keys()``, ``metadata()``, ``get_tensor(name)`` and
     ``get_slice(name)[...]`` read only the compressed bytes of what they return.
+    ``refs``: location(s) of the ``.tzip`` files a delta file was saved against
+    (default: the recorded relative paths); ``predictions()`` and
+    ``references()`` tell which tensors are predicted from what.
     """
-    return SafeOpen(filename, framework=framework, device=device, threads=threads)
+    return SafeOpen(filename, framework=framework, device=device, threads=threads, refs=refs)

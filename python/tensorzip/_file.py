@@ -64,10 +64,48 @@ def _check_metadata(metadata: Optional[Mapping[str, str]]) -> None:
             raise TypeError(f"metadata must be a dict of str to str; entry {k!r}: {type(v).__name__}")
 
 
+def _ref_paths(refs: Any, what: str = "refs") -> List[str]:
+    """None, one path or a sequence of paths -> list of str."""
+    if refs is None:
+        return []
+    if isinstance(refs, (str, bytes, os.PathLike)):
+        refs = [refs]
+    out = []
+    for r in refs:
+        if isinstance(r, bytes):
+            r = os.fsdecode(r)
+        if not isinstance(r, (str, os.PathLike)):
+            raise TypeError(f"{what} must be a path or a list of paths, got {type(r).__name__}")
+        out.append(os.fspath(r))
+    return out
+
+
+def _opt_path(p: Any, what: str) -> str:
+    if p is None:
+        return ""
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not isinstance(p, (str, os.PathLike)):
+        raise TypeError(f"{what} must be a path (str or os.PathLike), got {type(p).__name__}")
+    s = os.fspath(p)
+    if not s:
+        raise UsageError(f"{what} must not be empty (use None for no {what})")
+    return s
+
+
 def save_sources(tensors: Mapping[str, Any], filename: PathLike, metadata: Optional[Mapping[str, str]],
                  source: Callable[[Any], Tuple[str, Tuple[int, ...], np.ndarray]],
-                 level: int, threads: int, block_elems: int, chunk_bytes: int) -> None:
+                 level: int, threads: int, block_elems: int, chunk_bytes: int, predict: bool = True,
+                 ref: Optional[PathLike] = None, ref_original: Optional[PathLike] = None) -> None:
     _require_container()
+    if not isinstance(predict, bool):
+        raise TypeError(f"predict must be True or False, got {type(predict).__name__}")
+    ref_s = _opt_path(ref, "ref")
+    ref_orig_s = _opt_path(ref_original, "ref_original")
+    if ref_s and not predict:
+        raise UsageError("ref (delta against a previous checkpoint) needs predict=True")
+    if ref_orig_s and not ref_s:
+        raise UsageError("ref_original needs ref (the previous checkpoint's .tzip file)")
     level = _core.check_int(level, "level", -1, 3)
     threads = _core.check_int(threads, "threads", 0, 1 << 16)
     block_elems = _core.check_int(block_elems, "block_elems", 0, 1 << 20)
@@ -99,7 +137,8 @@ def save_sources(tensors: Mapping[str, Any], filename: PathLike, metadata: Optio
                 if views[i].nbytes:
                     f.write(views[i].data)
         _C.compress_file(tmp, out, level=level, block_elems=block_elems, threads=threads,
-                         chunk_bytes=chunk_bytes, force=True)
+                         chunk_bytes=chunk_bytes, force=True, predict=predict, ref=ref_s,
+                         ref_original=ref_orig_s)
     finally:
         try:
             os.unlink(tmp)
@@ -160,7 +199,8 @@ def _normalize_key(key: Any, shape: Tuple[int, ...]) -> List[Union[int, slice]]:
 class SafeOpen:
     """An open .tzip file (see :func:`tensorzip.safe_open`)."""
 
-    def __init__(self, filename: PathLike, framework: str = "np", device: Any = "cpu", threads: int = 0):
+    def __init__(self, filename: PathLike, framework: str = "np", device: Any = "cpu", threads: int = 0,
+                 refs: Any = None):
         _require_container()
         fw = _core.normalize_framework(framework)
         if fw is None:
@@ -170,7 +210,11 @@ class SafeOpen:
         self._fw = fw
         self._device = device
         self._threads = _core.check_int(threads, "threads", 0, 1 << 16)
-        self._r = _C.Reader(os.fspath(filename), self._threads)
+        # A file with predicted tensors from other files (delta against a
+        # previous checkpoint) needs them: they are located (refs, else the
+        # recorded relative paths) and their checksums checked now, so a
+        # missing or wrong reference fails here with a clear message.
+        self._r = _C.Reader(os.fspath(filename), self._threads, _ref_paths(refs), True)
         self._entries = {}
         for i, (name, dtype, shape, raw, _comp) in enumerate(self._r.tensors()):
             self._entries[name] = (i, dtype, tuple(int(s) for s in shape), raw)
@@ -199,6 +243,29 @@ class SafeOpen:
         """The file's `__metadata__` (None when it has none)."""
         m = dict(self._r.metadata())
         return m or None
+
+    def references(self) -> List[Dict[str, Any]]:
+        """Other .tzip files this file's predicted tensors need (a delta file's previous
+        checkpoint, or the file holding a cast source): ``[{"file": path relative to this
+        file's folder, as recorded, "xxh64": whole-file checksum}]``. Empty for a standalone file."""
+        return [{"file": f, "xxh64": int(x)} for f, x in self._r.references()]
+
+    def predictions(self) -> Dict[str, Dict[str, Any]]:
+        """Which tensors are stored as residuals against a prediction (like ``tzip inspect``):
+        ``{name: {"kind": "cast" | "delta", "source": tensor name, "file": None | recorded path}}``.
+        "cast": the tensor is the round-to-nearest-even cast of the FP32 tensor ``source``
+        (in this file when ``file`` is None); "delta": XOR against the tensor of the same name in
+        the previous checkpoint ``file``. Tensors not listed are stored as themselves."""
+        refs = self._r.references()
+        out: Dict[str, Dict[str, Any]] = {}
+        for name, kind, src, ref in self._r.predictions():
+            out[name] = {"kind": kind, "source": src, "file": None if ref < 0 else refs[ref][0]}
+        return out
+
+    def format_version(self) -> Tuple[int, int]:
+        """The .tzip container version: (1, 0) standalone, (2, 0) with predicted tensors."""
+        major, minor = self._r.version()
+        return int(major), int(minor)
 
     def _entry(self, name: str) -> Tuple[int, str, Tuple[int, ...], int]:
         try:
@@ -259,20 +326,27 @@ class SafeOpen:
         return _core.to_device(out, self._device) if self._fw == "pt" else out
 
 
-def load_all(filename: PathLike, framework: str, device: Any = "cpu", threads: int = 0) -> Dict[str, Any]:
-    with SafeOpen(filename, framework=framework, device=device, threads=threads) as f:
+def load_all(filename: PathLike, framework: str, device: Any = "cpu", threads: int = 0,
+             refs: Any = None) -> Dict[str, Any]:
+    with SafeOpen(filename, framework=framework, device=device, threads=threads, refs=refs) as f:
         return {k: f.get_tensor(k) for k in f.offset_keys()}
 
 
 def read_metadata(filename: PathLike) -> Optional[Dict[str, str]]:
-    with SafeOpen(filename, framework="np") as f:
-        return f.metadata()
-
-
-def export_safetensors(filename: PathLike, out: PathLike, threads: int = 0, overwrite: bool = False) -> None:
-    """Writes the safetensors file a .tzip file was made from (byte-identical), like `tzip decompress`."""
     _require_container()
-    r = _C.Reader(os.fspath(filename), threads)
+    r = _C.Reader(os.fspath(filename), 1)  # header only: references are not needed
+    try:
+        return dict(r.metadata()) or None
+    finally:
+        r.close()
+
+
+def export_safetensors(filename: PathLike, out: PathLike, threads: int = 0, overwrite: bool = False,
+                       refs: Any = None) -> None:
+    """Writes the safetensors file a .tzip file was made from (byte-identical), like `tzip decompress`.
+    ``refs``: locations of the .tzip files a delta file references (default: the recorded paths)."""
+    _require_container()
+    r = _C.Reader(os.fspath(filename), threads, _ref_paths(refs), True)
     try:
         r.export_safetensors(os.fspath(out), threads, overwrite)
     finally:
@@ -280,8 +354,13 @@ def export_safetensors(filename: PathLike, out: PathLike, threads: int = 0, over
 
 
 def compress_safetensors(src: PathLike, dst: PathLike, level: int = 0, threads: int = 0,
-                         overwrite: bool = False) -> Tuple[int, int]:
-    """Compresses a safetensors file into a .tzip file, like `tzip compress`. Returns (raw bytes, file bytes)."""
+                         overwrite: bool = False, *, predict: bool = True, ref: Optional[PathLike] = None,
+                         ref_original: Optional[PathLike] = None) -> Tuple[int, int]:
+    """Compresses a safetensors file into a .tzip file, like `tzip compress`. Returns (raw bytes, file bytes).
+    ``predict``/``ref``/``ref_original`` as in :func:`tensorzip.torch.save_file`."""
     _require_container()
-    raw, size = _C.compress_file(os.fspath(src), os.fspath(dst), level=level, threads=threads, force=overwrite)
+    ref_s = _opt_path(ref, "ref")
+    ref_orig_s = _opt_path(ref_original, "ref_original")
+    raw, size = _C.compress_file(os.fspath(src), os.fspath(dst), level=level, threads=threads, force=overwrite,
+                                 predict=bool(predict), ref=ref_s, ref_original=ref_orig_s)
     return int(raw), int(size)

@@ -34,11 +34,22 @@ def frame_block_range(prefix: Buffer, first: int, count: int) -> Tuple[int, int,
 def decompress_blocks_into(prefix: Buffer, blocks: Buffer, first: int, count: int, out: Buffer,
                            out_offset: int = 0, threads: int = 0) -> int: ...
 def compress_file(src: str, dst: str, level: int = 0, block_elems: int = 0, threads: int = 0,
-                  chunk_bytes: int = 0, force: bool = False) -> Tuple[int, int]:
-    """safetensors file -> .tzip file; returns (raw bytes, file bytes)."""
+                  chunk_bytes: int = 0, force: bool = False, predict: bool = True, ref: str = "",
+                  ref_original: str = "", min_gain: float = -1.0) -> Tuple[int, int]:
+    """safetensors file -> .tzip file; returns (raw bytes, file bytes). ref: previous checkpoint
+    (.tzip, delta); ref_original: its safetensors content (fast path); min_gain < 0: default."""
 
 class Reader:
-    def __init__(self, path: str, threads: int = 0) -> None: ...
+    def __init__(self, path: str, threads: int = 0, refs: List[str] = ..., check: bool = False) -> None:
+        """refs: locations of referenced .tzip files (a chain may be given); check: check them now."""
+    def references(self) -> List[Tuple[str, int]]:
+        """(recorded relative path, whole-file xxh64) of each referenced .tzip file."""
+    def predictions(self) -> List[Tuple[str, str, str, int]]:
+        """(name, "cast" | "delta", source tensor, reference index or -1) of predicted tensors."""
+    def version(self) -> Tuple[int, int]: ...
+    @property
+    def file_checksum(self) -> int: ...
+    def check_references(self) -> None: ...
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...

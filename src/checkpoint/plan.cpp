@@ -97,7 +97,7 @@ std::vector<PlanPart> model_parts(double params, bool master, unsigned grad_byte
 // (the real GPT checkpoint of the test fixtures), 2-core development VM:
 //   BF16 weights   ratio 1.513 (level 1), 1.514 (level 2)
 //   FP32 optimizer ratio 1.219 (level 1), 1.219 (level 2)  (master, m and v together)
-// Speed: doc/container.md section 11, in-memory `tzip bench -T 2 --levels 1`:
+// Speed: doc/container.md section 11 (Measurements), in-memory `tzip bench -T 2 --levels 1`:
 //   0.66 GB/s compress, 1.46 GB/s decompress with 2 CPU threads. Level 2
 //   relative to level 1 from the same `tzip bench --levels 1,2` runs above
 //   (loaded machine, so only the ratio of the two is used): compress 0.93x
@@ -118,7 +118,7 @@ void apply_default_codec_figures(PlanInput& in) {
   in.sources.push_back(
       "codec defaults: ratios from `tzip bench -T 2 --levels 1,2` on the fixture GPT checkpoint (BF16 1.513/1.514, "
       "FP32 optimizer 1.219/1.219); speed 0.66 GB/s compress, 1.46 GB/s decompress per rank (2 CPU threads, "
-      "doc/container.md section 11), level 2 at 0.93x / 0.83x of that; gradients ratio 1.0 (not measured)");
+      "doc/container.md section 11, Measurements), level 2 at 0.93x / 0.83x of that; gradients ratio 1.0 (not measured)");
 }
 
 PlanResult plan(const PlanInput& in) {

@@ -1,4 +1,4 @@
-// Internals of checkpoint-aware coding (doc/container.md section 11): the
+// Internals of checkpoint-aware coding (doc/container.md section 12): the
 // writer with extra cast sources from other files of the same checkpoint.
 #pragma once
 

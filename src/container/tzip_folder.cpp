@@ -159,6 +159,9 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
   // file is coded against the .tzip of the same relative path there.
   if (!opt.ref.empty() && path_kind(opt.ref) != PathKind::kDir)
     fail(ErrorKind::kUsage, opt.ref + ": reference of a folder must be a folder of .tzip files");
+  if (!opt.ref_original.empty() && (opt.ref.empty() || path_kind(opt.ref_original) != PathKind::kDir))
+    fail(ErrorKind::kUsage, opt.ref_original + ": with a folder, the reference's original must be a folder of "
+                                               ".safetensors files, given with a reference folder");
   uint64_t base = 0;
   // Folders first, then every safetensors file of the folder as one
   // checkpoint (casts across files), then the other files.
@@ -166,20 +169,24 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
     if (e.dir && mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0)
       fail_errno(out + "/" + e.rel, "cannot create folder", errno);
   {
-    std::vector<std::string> ins, outs, refs;
+    std::vector<std::string> ins, outs, refs, ref_origs;
     for (const auto& e : entries) {
       if (e.dir || !ends_with(e.rel, ".safetensors")) continue;
       ins.push_back(in + "/" + e.rel);
       outs.push_back(tmp.path + "/" + default_compressed_name(e.rel, false));
       const std::string r = opt.ref.empty() ? "" : opt.ref + "/" + default_compressed_name(e.rel, false);
       refs.push_back(!r.empty() && path_kind(r) == PathKind::kFile ? r : "");
+      // The previous checkpoint's safetensors file of the same relative name.
+      const std::string ro = opt.ref_original.empty() ? "" : opt.ref_original + "/" + e.rel;
+      ref_origs.push_back(!refs.back().empty() && !ro.empty() && path_kind(ro) == PathKind::kFile ? ro : "");
       base += e.size;
     }
     WriteOptions o = opt;
     o.force = false;
     o.ref.clear();
+    o.ref_original.clear();
     o.progress = offset_progress(opt.progress, 0, total);
-    compress_checkpoint(ins, outs, o, refs);
+    compress_checkpoint(ins, outs, o, refs, ref_origs);
   }
   for (const auto& e : entries) {
     const std::string src = in + "/" + e.rel;
@@ -218,7 +225,7 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
       fail_errno(out + "/" + e.rel, "cannot create folder", errno);
   {
     // All .tzip files as one checkpoint: referenced files are restored
-    // first and serve as predictors of the others (section 11).
+    // first and serve as predictors of the others (section 12).
     std::vector<std::string> ins, outs;
     for (const auto& e : entries) {
       if (e.dir || !ends_with(e.rel, ".tzip")) continue;

@@ -365,7 +365,7 @@ void decode_header(const char* p, size_t n, uint64_t header_offset, uint16_t maj
       const uint64_t expect = align_up(file_pos);
       if (f.offset != expect) bad(what, "frame offsets are not contiguous (tensor '" + s->name + "')");
       uint64_t end;
-      // Size 0: an all-zero residual chunk of a predicted tensor (section 11.2).
+      // Size 0: an all-zero residual chunk of a predicted tensor (section 12.2).
       const bool empty_ok = f.size == 0 && s->predict.kind != PredictKind::kNone;
       if ((f.size < 32 && !empty_ok) || !checked_add(f.offset, f.size, &end) || end > header_offset)
         bad(what, "frame of tensor '" + s->name + "' out of range");

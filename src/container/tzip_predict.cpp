@@ -1,10 +1,13 @@
-// Checkpoint-aware coding across files (doc/container.md section 11):
+// Checkpoint-aware coding across files (doc/container.md section 12):
 // several safetensors files of one checkpoint compressed together so that
 // BF16/F16 tensors of one file may be predicted from FP32 tensors of another,
 // and rebase (a delta file made standalone).
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 
@@ -50,11 +53,86 @@ std::string relative_path(const std::string& target, const std::string& from_fil
 
 }  // namespace detail
 
+namespace {
+// The outputs of one compress_checkpoint call, staged under temporary names
+// in their final folders and published together at the end. Until commit(),
+// destroying it undoes everything: staged files are removed, published
+// outputs are removed and files they replaced (force) are put back.
+struct StagedOutputs {
+  struct Item {
+    std::string final_path, stage, old;
+    int slot = -1;
+    bool published = false;
+  };
+  std::vector<Item> items;
+  bool committed = false;
+
+  ~StagedOutputs() {
+    if (committed) return;
+    for (auto it = items.rbegin(); it != items.rend(); ++it) {
+      if (it->published) {
+        unlink(it->final_path.c_str());
+        if (!it->old.empty()) rename(it->old.c_str(), it->final_path.c_str());
+      } else if (!it->old.empty()) {
+        rename(it->old.c_str(), it->final_path.c_str());  // moved aside, not yet replaced
+      }
+      if (!it->stage.empty()) unlink(it->stage.c_str());
+      if (it->slot >= 0) unregister_temp(it->slot);
+    }
+  }
+  // Renames every staged file onto its final name. Existing finals were
+  // refused up front unless force; with force each is moved aside first and
+  // deleted only once every output is in place.
+  void publish_all(bool force) {
+    for (auto& it : items) {
+      check_cancel();
+      struct stat st;
+      if (stat(it.final_path.c_str(), &st) == 0) {
+        if (!force) fail(ErrorKind::kExists, it.final_path + ": already exists (use -f to overwrite)");
+        it.old = make_temp_name(it.final_path) + "-old";
+        if (rename(it.final_path.c_str(), it.old.c_str()) != 0) {
+          const int err = errno;
+          it.old.clear();
+          fail_errno(it.final_path, "cannot move aside", err);
+        }
+      }
+      publish(it.stage, it.final_path, false, false);
+      it.published = true;
+      unregister_temp(it.slot);
+      it.slot = -1;
+      it.stage.clear();
+    }
+    committed = true;
+    for (auto& it : items)
+      if (!it.old.empty()) unlink(it.old.c_str());
+  }
+};
+}  // namespace
+
 PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::vector<std::string>& outs,
-                              const WriteOptions& opt, const std::vector<std::string>& refs) {
+                              const WriteOptions& opt, const std::vector<std::string>& refs,
+                              const std::vector<std::string>& ref_originals) {
   if (ins.size() != outs.size()) fail(ErrorKind::kUsage, "compress_checkpoint: as many outputs as inputs are needed");
   if (!refs.empty() && refs.size() != ins.size())
     fail(ErrorKind::kUsage, "compress_checkpoint: give one reference per input (empty for none) or none");
+  if (!ref_originals.empty() && ref_originals.size() != ins.size())
+    fail(ErrorKind::kUsage, "compress_checkpoint: give one reference original per input (empty for none) or none");
+  if (!opt.ref.empty() || !opt.ref_original.empty())
+    fail(ErrorKind::kUsage, "compress_checkpoint: give references per input (refs, ref_originals), not in the options");
+  // Everything that can be checked before any work: outputs distinct, none
+  // of them an input or a reference, none existing unless force.
+  for (size_t i = 0; i < outs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      if (outs[i] == outs[j]) fail(ErrorKind::kUsage, outs[i] + ": given as the output of two inputs");
+    for (size_t j = 0; j < ins.size(); ++j) {
+      check_not_same_file(ins[j], outs[i]);
+      if (!refs.empty() && !refs[j].empty()) check_not_same_file(refs[j], outs[i]);
+    }
+    const PathKind k = path_kind(outs[i]);
+    if (k == PathKind::kDir) fail(ErrorKind::kUsage, outs[i] + ": exists and is a directory");
+    if (k != PathKind::kMissing && !opt.force)
+      fail(ErrorKind::kExists, outs[i] + ": already exists (use -f to overwrite)");
+  }
   std::vector<SafetensorsInfo> infos;
   for (const auto& in : ins) infos.push_back(read_safetensors_info(in));
   // Files holding no BF16/F16 tensor go first: they can be cast sources.
@@ -66,23 +144,33 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
     return false;
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return !has_target(a) && has_target(b); });
+  StagedOutputs staged;
+  staged.items.resize(ins.size());
   std::vector<CastSourceFile> written;
   PassStats total;
   for (size_t i : order) {
+    check_cancel();
+    auto& it = staged.items[i];
+    it.final_path = outs[i];
+    it.stage = make_temp_name(outs[i]) + ".tzip";
+    it.slot = register_temp(it.stage);
     WriteOptions o = opt;
+    o.force = false;
     o.ref = refs.empty() ? std::string() : refs[i];
-    const PassStats st = compress_file_ex(ins[i], outs[i], o, opt.predict ? written : std::vector<CastSourceFile>{});
+    o.ref_original = ref_originals.empty() ? std::string() : ref_originals[i];
+    const PassStats st = compress_file_ex(ins[i], it.stage, o, opt.predict ? written : std::vector<CastSourceFile>{});
     total.raw_bytes += st.raw_bytes;
     total.file_bytes += st.file_bytes;
     if (opt.predict) {
       CastSourceFile c;
       c.st_path = ins[i];
       c.st = infos[i];
-      c.tzip_path = outs[i];
-      c.xxh64 = Reader(outs[i], 1).file_checksum();
+      c.tzip_path = outs[i];  // recorded by its final name (same folder as the staged file)
+      c.xxh64 = Reader(it.stage, 1).file_checksum();
       written.push_back(std::move(c));
     }
   }
+  staged.publish_all(opt.force);
   return total;
 }
 
@@ -113,11 +201,16 @@ PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::
     }
     if (pick == ins.size()) fail(ErrorKind::kBadInput, ins[0] + ": references between the files form a cycle");
     Reader r(ins[pick], opt.threads);
-    for (const auto& p : opt.refs) {
+    if (!opt.ref_originals.empty() && opt.ref_originals.size() != opt.refs.size())
+      fail(ErrorKind::kUsage, "reference originals: give one per reference file (--ref-original pairs with --ref)");
+    for (size_t k = 0; k < opt.refs.size(); ++k) {
+      const std::string& p = opt.refs[k];
       const uint64_t sum = Reader(p, 1).file_checksum();
       for (const auto& ref : r.references())
         if (ref.xxh64 == sum) {
           r.add_reference_path(p);
+          if (!opt.ref_originals.empty() && !opt.ref_originals[k].empty())
+            r.add_reference_original(p, opt.ref_originals[k]);
           break;
         }
     }
@@ -126,6 +219,7 @@ PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::
         r.add_reference_original(ins[j], outs[j]);
     ReadOptions o = opt;
     o.refs.clear();
+    o.ref_originals.clear();
     const PassStats st = r.export_safetensors(outs[pick], o);
     total.raw_bytes += st.raw_bytes;
     total.file_bytes += st.file_bytes;
@@ -136,7 +230,7 @@ PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::
 
 PassStats rebase(const std::string& in, const std::string& out, const WriteOptions& opt, const ReadOptions& ropt) {
   Reader r(in, ropt.threads);
-  for (const auto& p : ropt.refs) r.add_reference_path(p);
+  if (!ropt.refs.empty()) r.add_reference_paths(ropt.refs);
   r.check_references();
   check_not_same_file(in, out);
   // The original safetensors file is rebuilt beside the output, then

@@ -9,7 +9,9 @@
 #include <memory>
 #include <mutex>
 
+#include "codec/checksum.h"
 #include "codec/predict.h"
+#include "cpu/checksum_cpu.h"
 
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
@@ -34,14 +36,50 @@ struct Reader::Impl {
   // read functions are thread-safe; export/verify workers read predictors).
   std::mutex mu;
   std::vector<tz_ctx*> pool;
-  // References (section 11), opened on first use.
+  // References (section 12), opened on first use.
   std::vector<std::string> ref_paths;         // resolved or given path per reference
   std::vector<std::unique_ptr<Reader>> refs;  // opened and checksum-checked
   struct Original {                           // verified export of a reference
     std::unique_ptr<InFile> f;
     SafetensorsInfo st;
+    bool verify = false;                      // check its bytes against the reference's block checksums
   };
   std::vector<std::unique_ptr<Original>> originals;
+  // add_reference_paths: paths (with their checksums) not matching a direct
+  // reference, passed on to each reference when it is opened.
+  std::vector<std::pair<std::string, uint64_t>> chain_paths;
+  std::vector<std::pair<std::string, uint64_t>> given_paths;  // all of them, checked by check_references
+
+  // Uses each (path, checksum) for the direct reference it matches, else
+  // keeps it for the references (opened ones get it now).
+  void add_paths(const std::vector<std::pair<std::string, uint64_t>>& v) {
+    std::vector<std::pair<std::string, uint64_t>> deeper;
+    std::vector<bool> fresh(refs.size(), false);
+    for (const auto& ps : v) {
+      bool direct = false;
+      for (size_t i = 0; i < h.references.size() && !direct; ++i)
+        if (h.references[i].xxh64 == ps.second) {
+          std::unique_ptr<Reader> rd(new Reader(ps.first, threads));
+          std::lock_guard<std::mutex> lk(mu);
+          ref_paths[i] = ps.first;
+          refs[i] = std::move(rd);
+          fresh[i] = true;
+          direct = true;
+        }
+      if (!direct) deeper.push_back(ps);
+    }
+    chain_paths.insert(chain_paths.end(), deeper.begin(), deeper.end());
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (!refs[i]) continue;
+      const auto& give = fresh[i] ? chain_paths : deeper;
+      if (!give.empty()) refs[i]->impl_->add_paths(give);
+    }
+  }
+  void pass_chain(Reader& rd) {
+    if (!chain_paths.empty()) rd.impl_->add_paths(chain_paths);
+  }
+  // Checksums of every reference reachable from this file (opens them).
+  void collect_sums(std::vector<uint64_t>* out);
 
   ~Impl() {
     for (auto* c : pool) tz_ctx_free(c);
@@ -75,7 +113,7 @@ struct Reader::Impl {
       const std::string& p = ref_paths[i];
       if (path_kind(p) == PathKind::kMissing)
         fail(ErrorKind::kIO, path + ": needs reference file " + p + " (recorded as '" + r.file +
-                                 "'), which is missing; give its location with --ref");
+                                 "'), which is missing; give its location (tzip --ref, Python refs=)");
       std::unique_ptr<Reader> rd;
       try {
         rd = std::make_unique<Reader>(p, threads);
@@ -85,6 +123,7 @@ struct Reader::Impl {
       if (rd->file_checksum() != r.xxh64)
         fail(ErrorKind::kBadInput, path + ": reference file " + p + " is not the file it was compressed against (checksum " +
                                        hex64(rd->file_checksum()) + ", recorded " + hex64(r.xxh64) + ")");
+      pass_chain(*rd);
       refs[i] = std::move(rd);
     }
     return *refs[i];
@@ -161,6 +200,7 @@ struct Reader::Impl {
   }
 
   PassStats pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink, const ReadOptions& opt);
+  static void apply_ref_options(Reader& self, const ReadOptions& opt);
 };
 
 Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
@@ -218,12 +258,16 @@ Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
 
 void Reader::add_reference_original(const std::string& tzip_path, const std::string& st_path) {
   Impl& m = *impl_;
-  const uint64_t sum = Reader(tzip_path, 1).file_checksum();
+  Reader ref(tzip_path, 1);
+  const uint64_t sum = ref.file_checksum();
   for (size_t i = 0; i < m.h.references.size(); ++i)
     if (m.h.references[i].xxh64 == sum) {
       auto o = std::make_unique<Impl::Original>();
       o->st = read_safetensors_info(st_path);
       o->f = std::make_unique<InFile>(st_path);
+      if (o->st.header_bytes != ref.safetensors_header() || o->f->size() != ref.original_size())
+        fail(ErrorKind::kUsage, st_path + ": is not the safetensors file " + tzip_path +
+                                    " decodes to (header or size differs)");
       std::lock_guard<std::mutex> lk(m.mu);
       m.originals[i] = std::move(o);
     }
@@ -249,9 +293,31 @@ void Reader::add_reference_path(const std::string& p) {
   fail(ErrorKind::kBadInput, m.path + ": " + p + " is not a reference of this file (it needs: " + names + ")");
 }
 
+void Reader::add_reference_paths(const std::vector<std::string>& paths) {
+  Impl& m = *impl_;
+  std::vector<std::pair<std::string, uint64_t>> v;
+  for (const auto& p : paths) v.push_back({p, Reader(p, 1).file_checksum()});
+  m.given_paths.insert(m.given_paths.end(), v.begin(), v.end());
+  m.add_paths(v);
+}
+
+void Reader::Impl::collect_sums(std::vector<uint64_t>* out) {
+  for (size_t i = 0; i < h.references.size(); ++i) {
+    out->push_back(h.references[i].xxh64);
+    if (!originals[i]) reference(i).impl_->collect_sums(out);
+  }
+}
+
 void Reader::check_references() {
   for (size_t i = 0; i < impl_->h.references.size(); ++i)
     if (!impl_->originals[i]) impl_->reference(i).check_references();
+  if (!impl_->given_paths.empty()) {
+    std::vector<uint64_t> sums;
+    impl_->collect_sums(&sums);
+    for (const auto& gp : impl_->given_paths)
+      if (std::find(sums.begin(), sums.end(), gp.second) == sums.end())
+        fail(ErrorKind::kBadInput, impl_->path + ": " + gp.first + " is not a reference of this file or of its references");
+  }
 }
 
 void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t* io, uint64_t n) {
@@ -266,12 +332,25 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
     const bool cast = t.predict.kind == PredictKind::kCast;
     if (!s || (cast ? (s->dtype != "F32" || s->shape != t.shape) : (s->dtype != t.dtype || s->shape != t.shape)))
       corrupt(t, "predictor tensor '" + sname + "' missing or of another dtype/shape in " + o.f->path());
-    std::vector<uint8_t> tmp(cast ? n * 2 : n);
-    o.f->pread_exact(o.st.data_start + s->data_begin + (cast ? off * 2 : off), tmp.data(), tmp.size());
+    std::unique_ptr<uint8_t[]> scratch(new uint8_t[cast ? n * 2 : n]);  // not zero-filled
+    uint8_t* tmp_p = scratch.get();
+    o.f->pread_exact(o.st.data_start + s->data_begin + (cast ? off * 2 : off), tmp_p, cast ? n * 2 : n);
+    if (o.verify) {
+      Reader& rr = reference((size_t)t.predict.ref);
+      const long ri = rr.find(sname);
+      const uint64_t so = cast ? off * 2 : off, sn = cast ? n * 2 : n;
+      const bool same = ri >= 0 && rr.check_bytes((size_t)ri, so, sn, [&](uint64_t q, uint64_t len, uint8_t* dst) {
+        if (q == so && len == sn) std::memcpy(dst, tmp_p, len);
+        else o.f->pread_exact(o.st.data_start + s->data_begin + q, dst, len);
+      });
+      if (!same)
+        fail(ErrorKind::kUsage, o.f->path() + ": tensor '" + sname + "' differs from " + ref_paths[(size_t)t.predict.ref] +
+                                    " (block checksums): not the content of the reference");
+    }
     if (cast)
-      tz::predict::cast_xor(tmp.data(), io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+      tz::predict::cast_xor(tmp_p, io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
     else
-      tz::predict::xor_bytes(tmp.data(), io, n);
+      tz::predict::xor_bytes(tmp_p, io, n);
     return;
   }
   Reader* src_reader = nullptr;
@@ -286,28 +365,38 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
     if (list[i].name == sname) s = &list[i], sidx = i;
   const std::string where = self_src ? path : ref_paths[(size_t)t.predict.ref];
   if (!s) corrupt(t, "predictor tensor '" + sname + "' not found in " + where);
-  std::vector<uint8_t> tmp;
+  // Bytes [o, o + len) of the predictor tensor from another file: straight
+  // into the buffer when they are whole blocks (no bounce copy).
+  auto read_ref = [&](uint64_t o, uint64_t len, uint8_t* dst) {
+    const uint64_t bb = s->block_bytes();
+    if (o % bb == 0 && (len % bb == 0 || o + len == s->raw_size()))
+      src_reader->read_blocks(sidx, o / bb, (len + bb - 1) / bb, dst, len);
+    else
+      src_reader->read_range(sidx, o, len, dst);
+  };
+  std::unique_ptr<uint8_t[]> tmp_buf;  // not zero-filled
   if (t.predict.kind == PredictKind::kCast) {
     if (s->dtype != "F32" || s->shape != t.shape)
       corrupt(t, "cast source '" + sname + "' in " + where + " is not an FP32 tensor of the same shape");
-    tmp.resize(n * 2);
+    tmp_buf.reset(new uint8_t[n * 2]);
+    uint8_t* tmp = tmp_buf.get();
     if (self_src) {
       size_t w = 0;
       const uint64_t bb = s->block_bytes(), so = off * 2, se = so + n * 2;
       const uint64_t fb = so / bb, lb = (se - 1) / bb;
       std::vector<uint8_t> blk((lb - fb + 1) * bb);
       read_blocks_into(*s, sidx, fb, lb - fb + 1, blk.data(), blk.size(), &w);
-      std::memcpy(tmp.data(), blk.data() + (so - fb * bb), n * 2);
+      std::memcpy(tmp, blk.data() + (so - fb * bb), n * 2);
     } else {
-      src_reader->read_range(sidx, off * 2, n * 2, tmp.data());
+      read_ref(off * 2, n * 2, tmp);
     }
-    tz::predict::cast_xor(tmp.data(), io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+    tz::predict::cast_xor(tmp, io, n / 2, t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
   } else {
     if (s->dtype != t.dtype || s->shape != t.shape)
       corrupt(t, "delta reference tensor in " + where + " has a different dtype or shape");
-    tmp.resize(n);
-    src_reader->read_range(sidx, off, n, tmp.data());
-    tz::predict::xor_bytes(tmp.data(), io, n);
+    tmp_buf.reset(new uint8_t[n]);
+    read_ref(off, n, tmp_buf.get());
+    tz::predict::xor_bytes(tmp_buf.get(), io, n);
   }
 }
 
@@ -343,7 +432,7 @@ void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
   {
     auto cx = m.lease();
     for (size_t c = 0; c < t.frames.size(); ++c) {
-      if (t.frames[c].size == 0) {  // all-zero residual chunk (section 11.2)
+      if (t.frames[c].size == 0) {  // all-zero residual chunk (section 12.2)
         std::memset(out + c * m.h.chunk_bytes, 0, t.frames[c].raw_size);
         continue;
       }
@@ -387,7 +476,7 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t, uint64_t first
     const uint64_t c = b / bpc;
     const uint64_t lf = b - c * bpc;
     const uint64_t lc = std::min(last, (c + 1) * bpc) - b;
-    if (t.frames[c].size == 0) {  // all-zero residual chunk (section 11.2)
+    if (t.frames[c].size == 0) {  // all-zero residual chunk (section 12.2)
       const uint64_t bb = t.block_bytes();
       const uint64_t rsize = std::min((lf + lc) * bb, t.frames[c].raw_size) - lf * bb;
       if (capacity - written < rsize) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
@@ -429,6 +518,48 @@ void Reader::read_range(size_t index, uint64_t offset, uint64_t size, void* dst)
   std::vector<uint8_t> tmp((lb - fb + 1) * bb);
   read_blocks(index, fb, lb - fb + 1, tmp.data(), tmp.size());
   std::memcpy(dst, tmp.data() + (offset - fb * bb), size);
+}
+
+bool Reader::check_bytes(size_t index, uint64_t offset, uint64_t size,
+                         const std::function<void(uint64_t, uint64_t, uint8_t*)>& read) {
+  Impl& m = *impl_;
+  if (index >= m.h.tensors.size()) fail(ErrorKind::kUsage, m.path + ": tensor index out of range");
+  const TensorEntry& t = m.h.tensors[index];
+  uint64_t end;
+  if (!checked_add(offset, size, &end) || end > t.raw_size())
+    fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": byte range outside the tensor");
+  if (size == 0) return true;
+  const uint64_t bb = t.block_bytes();
+  const uint64_t fb = offset / bb, lb = (end - 1) / bb;  // covering blocks
+  const uint64_t a = fb * bb, z = std::min((lb + 1) * bb, t.raw_size());
+  std::unique_ptr<uint8_t[]> data(new uint8_t[z - a]);
+  read(a, z - a, data.get());
+  if (t.predict.kind != PredictKind::kNone) {  // checksums cover the residual: decode
+    std::unique_ptr<uint8_t[]> dec(new uint8_t[z - a]);
+    size_t w = 0;
+    m.read_blocks_into(t, index, fb, lb - fb + 1, dec.get(), z - a, &w);
+    return w == z - a && std::memcmp(dec.get(), data.get(), z - a) == 0;
+  }
+  const uint64_t bpc = m.blocks_per_chunk(t);
+  std::vector<uint8_t> prefix;
+  for (uint64_t b = fb; b <= lb;) {
+    const uint64_t c = b / bpc;
+    const FrameRef& fr = t.frames[c];
+    m.read_prefix(t, c, &prefix);
+    for (; b <= lb && b < (c + 1) * bpc; ++b) {
+      const unsigned lf = (unsigned)(b - c * bpc);
+      uint64_t boff, bsize, roff, rsize;
+      const size_t r = tz_frame_block_range(prefix.data(), prefix.size(), lf, 1, &boff, &bsize, &roff, &rsize);
+      if (tz_is_error(r) || bsize < 4 || boff + bsize > fr.size)
+        m.corrupt(t, "frame " + std::to_string(c) + " block index damaged (data corrupted)");
+      uint8_t word[4];
+      m.f->pread_exact(fr.offset + boff, word, 4);
+      const uint8_t* p = data.get() + (b * bb - a);
+      if (b * bb + rsize > z) return false;
+      if ((tz::cpu::block_checksum(p, rsize) ^ tz::block_checksum_salt(lf)) != get_le32(word)) return false;
+    }
+  }
+  return true;
 }
 
 namespace {
@@ -487,7 +618,7 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
         const PassUnit& u = units[i];
         const FrameRef& fr = u.seg->frames[u.c];
         const uint8_t* src = s.comp.p.get() + (fr.offset - u.read_from);
-        if (fr.size == 0) {  // all-zero residual chunk (section 11.2)
+        if (fr.size == 0) {  // all-zero residual chunk (section 12.2)
           if (want_data) {
             std::memset(s.raw.reserve(fr.raw_size), 0, fr.raw_size);
             apply_prediction(*u.seg, u.c * h.chunk_bytes, s.raw.p.get(), fr.raw_size);
@@ -525,9 +656,25 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
   return PassStats{total, f->size()};
 }
 
+void Reader::Impl::apply_ref_options(Reader& self, const ReadOptions& opt) {
+  if (!opt.ref_originals.empty() && opt.ref_originals.size() != opt.refs.size())
+    fail(ErrorKind::kUsage, "reference originals: give one per reference file (--ref-original pairs with --ref)");
+  if (!opt.refs.empty()) self.add_reference_paths(opt.refs);
+  for (size_t i = 0; i < opt.ref_originals.size(); ++i) {
+    if (opt.ref_originals[i].empty()) continue;
+    self.add_reference_original(opt.refs[i], opt.ref_originals[i]);
+    // Given by the caller: every predictor range read from it is checked
+    // against the reference's block checksums (apply_prediction).
+    Impl& m = *self.impl_;
+    const uint64_t sum = Reader(opt.refs[i], 1).file_checksum();
+    for (size_t k = 0; k < m.h.references.size(); ++k)
+      if (m.h.references[k].xxh64 == sum && m.originals[k]) m.originals[k]->verify = true;
+  }
+}
+
 PassStats Reader::export_safetensors(const std::string& out_path, const ReadOptions& opt) {
   Impl& m = *impl_;
-  for (const auto& r : opt.refs) add_reference_path(r);
+  m.apply_ref_options(*this, opt);
   check_references();
   check_not_same_file(m.path, out_path);
   OutFile out(out_path, opt.force);
@@ -543,7 +690,7 @@ PassStats Reader::export_safetensors(const std::string& out_path, const ReadOpti
 
 PassStats Reader::verify(const std::string& original, const ReadOptions& opt) {
   Impl& m = *impl_;
-  for (const auto& r : opt.refs) add_reference_path(r);
+  m.apply_ref_options(*this, opt);
   check_references();
   if (original.empty()) return m.pass(nullptr, opt);
   InFile orig(original);

@@ -563,7 +563,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
               size_t k = 0;
               for (; k + 8 <= u.n; k += 8) acc |= load_le64(resid.data() + k);
               for (; k < u.n; ++k) acc |= resid[k];
-              zero = acc == 0;  // exact prediction: a frame of size 0 (section 11.2)
+              zero = acc == 0;  // exact prediction: a frame of size 0 (section 12.2)
               src = resid.data();
             }
             if (!zero) {

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <map>
+#include <type_traits>
 
 #include "codec/predict.h"
 #include "tzc_internal.hpp"
@@ -41,19 +42,48 @@ struct PredSrc {
   uint64_t abs_off = 0;          //   absolute offset of the source tensor in that file
   Reader* reader = nullptr;      // delta: previous checkpoint's .tzip
   size_t index = 0;              //   tensor index there
-  std::shared_ptr<std::vector<uint8_t>> cached;  //   or its whole decoded tensor
+  const InFile* orig = nullptr;  //   or its safetensors original (WriteOptions::ref_original)
+  uint64_t orig_off = 0;         //   absolute offset of the tensor in that file
+  std::shared_ptr<std::vector<uint8_t>> blk;  //   the reference block decoded for the sample
+  uint64_t blk_off = 0;                       //   its byte offset in the tensor
 };
 
 // Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
 // plane (what the codec's per-plane coding approaches on float data).
 double plane_cost(const uint8_t* p, size_t n, unsigned esz) {
+  // One pass over the elements, one histogram per byte plane, each split
+  // in 4 copies (element i counts into copy i % 4) so that runs of equal
+  // bytes (exponents) do not serialize on one counter.
+  std::vector<uint32_t> h((size_t)esz * 256 * 4, 0);
+  uint32_t* hp = h.data();
+  auto count = [&](auto kesz) {
+    constexpr unsigned K = decltype(kesz)::value;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4, p += 4 * K)
+      for (unsigned b = 0; b < K; ++b) {
+        ++hp[(0 * K + b) * 256 + p[b]];
+        ++hp[(1 * K + b) * 256 + p[K + b]];
+        ++hp[(2 * K + b) * 256 + p[2 * K + b]];
+        ++hp[(3 * K + b) * 256 + p[3 * K + b]];
+      }
+    for (; i < n; ++i, p += K)
+      for (unsigned b = 0; b < K; ++b) ++hp[b * 256 + p[b]];
+  };
+  if (esz == 4) count(std::integral_constant<unsigned, 4>{});
+  else if (esz == 2) count(std::integral_constant<unsigned, 2>{});
+  else if (esz == 1) count(std::integral_constant<unsigned, 1>{});
+  else
+    for (size_t i = 0; i < n; ++i, p += esz)
+      for (unsigned b = 0; b < esz; ++b) ++hp[b * 256 + p[b]];
   double bits = 0;
-  for (unsigned b = 0; b < esz; ++b) {
-    uint32_t h[256] = {};
-    for (size_t i = 0; i < n; ++i) ++h[p[i * esz + b]];
-    for (unsigned v = 0; v < 256; ++v)
-      if (h[v]) bits -= h[v] * std::log2((double)h[v] / (double)n);
-  }
+  const double ln = std::log2((double)n);
+  const size_t plane = (size_t)esz * 256;
+  for (unsigned b = 0; b < esz; ++b)
+    for (unsigned v = 0; v < 256; ++v) {
+      const size_t k = b * 256 + v;
+      const uint64_t c = (uint64_t)hp[k] + hp[plane + k] + hp[2 * plane + k] + hp[3 * plane + k];
+      if (c) bits -= (double)c * (std::log2((double)c) - ln);
+    }
   return bits;
 }
 
@@ -126,13 +156,14 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   for (auto& t : h.gaps) setup(t);
   h.chunk_bytes = chunk;
 
-  // ---- prediction discovery (doc/container.md section 11) ----------------
+  // ---- prediction discovery (doc/container.md section 12) ----------------
   std::vector<PredSrc> pred(h.tensors.size());
   std::vector<std::unique_ptr<InFile>> other_files;
   std::unique_ptr<Reader> delta_ref;
+  std::unique_ptr<InFile> ref_orig;  // WriteOptions::ref_original
+  SafetensorsInfo ref_orig_info;
   std::map<size_t, int> other_ref_index;  // others[i] -> references index, when used
   int delta_ref_index = -1;
-  uint64_t delta_cached = 0;
   {
     struct Cand {
       const InFile* file;
@@ -157,6 +188,17 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
     if (!opt.ref.empty()) {
       check_not_same_file(opt.ref, out_path);  // the new file would replace its own reference
       delta_ref = std::make_unique<Reader>(opt.ref, opt.threads);
+      if (!opt.ref_original.empty()) {
+        // Fast path: the reference's raw bytes from its safetensors original.
+        ref_orig_info = read_safetensors_info(opt.ref_original);
+        ref_orig = std::make_unique<InFile>(opt.ref_original);
+        if (ref_orig_info.header_bytes != delta_ref->safetensors_header() ||
+            ref_orig->size() != delta_ref->original_size())
+          fail(ErrorKind::kUsage, opt.ref_original + ": is not the safetensors file " + opt.ref +
+                                      " decodes to (header or size differs)");
+      }
+    } else if (!opt.ref_original.empty()) {
+      fail(ErrorKind::kUsage, "ref_original (--ref-original) needs a previous checkpoint (--ref)");
     }
     // Probe: 64 elements from the middle of the tensor (cheap first filter).
     auto probe_at = [](uint64_t n) { return n > 64 ? (n - 64) / 2 : 0; };
@@ -215,7 +257,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             t.predict.kind = PredictKind::kCast;
             t.predict.source = c.t->name;
             t.predict.ref = c.other;  // mapped to a references index below
-            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0};
+            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, 0, nullptr, 0};
           }
         }
       }
@@ -224,31 +266,43 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
         if (ri >= 0) {
           const TensorEntry& rt = delta_ref->tensors()[(size_t)ri];
           if (rt.dtype == t.dtype && rt.shape == t.shape) {
-            // Small reference tensors (<= 1 MiB, 256 MiB in all) are decoded
-            // whole once and kept for the encoder; larger ones are sampled on
-            // one contiguous run (one or two reference blocks decoded).
-            const SampleRuns dr = sample_runs(n, 1);
-            Bytes1 cur(dr.elems * esz);
-            src.pread_exact(st.data_start + t.data_begin + dr.runs[0].first * esz, cur.data(), cur.size());
-            std::shared_ptr<Bytes1> whole;
+            // The sample: the first 16384 elements of the reference's middle
+            // block. Only that block is decoded here (kept for the encoder:
+            // every reference block is decoded at most once per call, and
+            // the rest only for tensors that take the delta, by the
+            // workers). With ref_original the same sample is read from it
+            // (same decisions, same file).
+            const uint64_t rbb = rt.block_bytes();
+            const uint64_t blk_off = (rt.n_blocks() / 2) * rbb;
+            const uint64_t blk_len = std::min(rbb, rt.raw_size() - blk_off);
+            const uint64_t s_first = blk_off / esz;
+            const uint64_t s_elems = std::min<uint64_t>(16384, blk_len / esz);
+            Bytes1 cur(s_elems * esz);
+            src.pread_exact(st.data_start + t.data_begin + s_first * esz, cur.data(), cur.size());
+            std::shared_ptr<Bytes1> blk;
             const uint8_t* refp;
-            if (rt.raw_size() <= (1u << 20) && delta_cached + rt.raw_size() <= (256u << 20)) {
-              whole = std::make_shared<Bytes1>(rt.raw_size());
-              delta_ref->read_tensor((size_t)ri, whole->data(), whole->size());
-              refp = whole->data() + dr.runs[0].first * esz;
-            } else {
-              cand_bytes.resize(dr.elems * esz);
-              delta_ref->read_range((size_t)ri, dr.runs[0].first * esz, dr.elems * esz, cand_bytes.data());
+            const TensorEntry* ot = nullptr;  // the tensor in ref_original (fast path)
+            if (ref_orig)
+              for (const auto& e : ref_orig_info.tensors)
+                if (e.name == t.name && e.dtype == t.dtype && e.shape == t.shape) ot = &e;
+            if (ot) {
+              cand_bytes.resize(s_elems * esz);
+              ref_orig->pread_exact(ref_orig_info.data_start + ot->data_begin + s_first * esz, cand_bytes.data(),
+                                    cand_bytes.size());
               refp = cand_bytes.data();
+            } else {
+              blk = std::make_shared<Bytes1>(blk_len);
+              delta_ref->read_range((size_t)ri, blk_off, blk_len, blk->data());  // exactly one block
+              refp = blk->data();
             }
-            const double dbase = plane_cost(cur.data(), dr.elems, esz);
+            const double dbase = plane_cost(cur.data(), s_elems, esz);
             tz::predict::xor_bytes(refp, cur.data(), cur.size());
-            const double cost = plane_cost(cur.data(), dr.elems, esz);
+            const double cost = plane_cost(cur.data(), s_elems, esz);
             if (cost < dbase * (1.0 - opt.min_gain)) {
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
-              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, whole};
-              if (whole) delta_cached += whole->size();
+              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, ot ? ref_orig.get() : nullptr,
+                                 ot ? ref_orig_info.data_start + ot->data_begin : 0, blk, blk_off};
             }
           }
         }
@@ -330,15 +384,50 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             ps.file->pread_exact(ps.abs_off + u.seg_off * 2, tmp.data(), tmp.size());
             tz::predict::cast_xor(tmp.data(), s.raw.p.get(), u.raw / 2,
                                   u.seg->dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
-          } else if (ps.cached) {
-            tz::predict::xor_bytes(ps.cached->data() + u.seg_off, s.raw.p.get(), u.raw);
-          } else {
+          } else if (ps.orig) {
             tmp.resize(u.raw);
-            ps.reader->read_range(ps.index, u.seg_off, u.raw, tmp.data());
+            ps.orig->pread_exact(ps.orig_off + u.seg_off, tmp.data(), tmp.size());
+            // ref_original is checked against the reference's stored block
+            // checksums (CRC32C, no decoding): a wrong file cannot make a
+            // file that decodes wrongly.
+            const bool same = ps.reader->check_bytes(ps.index, u.seg_off, u.raw,
+                                                     [&](uint64_t o, uint64_t len, uint8_t* dst) {
+                                                       if (o == u.seg_off && len == u.raw)
+                                                         std::memcpy(dst, tmp.data(), len);
+                                                       else
+                                                         ps.orig->pread_exact(ps.orig_off + o, dst, len);
+                                                     });
+            if (!same)
+              fail(ErrorKind::kUsage, opt.ref_original + ": tensor '" + u.seg->name + "' differs from " + opt.ref +
+                                          " (block checksums): not the content of the reference");
+            tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
+          } else {
+            // Decode the reference's bytes of this chunk, except the block
+            // already decoded for the sample.
+            tmp.resize(u.raw);
+            // Whole reference blocks decode straight into tmp (no bounce copy).
+            const TensorEntry& rt = ps.reader->tensors()[ps.index];
+            auto read_ref = [&](uint64_t o, uint64_t len, uint8_t* dst) {
+              const uint64_t rb = rt.block_bytes();
+              if (o % rb == 0 && (len % rb == 0 || o + len == rt.raw_size()))
+                ps.reader->read_blocks(ps.index, o / rb, (len + rb - 1) / rb, dst, len);
+              else
+                ps.reader->read_range(ps.index, o, len, dst);
+            };
+            const uint64_t a = u.seg_off, b = u.seg_off + u.raw;
+            const uint64_t ba = ps.blk ? std::max(a, ps.blk_off) : b;
+            const uint64_t bb = ps.blk ? std::min(b, ps.blk_off + ps.blk->size()) : b;
+            if (ba < bb) {
+              if (a < ba) read_ref(a, ba - a, tmp.data());
+              std::memcpy(tmp.data() + (ba - a), ps.blk->data() + (ba - ps.blk_off), bb - ba);
+              if (bb < b) read_ref(bb, b - bb, tmp.data() + (bb - a));
+            } else {
+              read_ref(a, u.raw, tmp.data());
+            }
             tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
           }
           // An exact prediction: the chunk's residual is all zero and is
-          // stored as a frame of size 0 (section 11.2), no codec call.
+          // stored as a frame of size 0 (section 12.2), no codec call.
           const uint8_t* r = s.raw.p.get();
           uint64_t acc = 0;
           size_t k = 0;

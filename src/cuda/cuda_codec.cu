@@ -21,6 +21,7 @@
 #include "codec/block.h"
 #include "codec/checksum.h"
 #include "codec/cost.h"
+#include "codec/predict.h"
 #include "cuda/warp_codec.h"
 #include "tensorzip/tensorzip_cuda.h"
 
@@ -67,11 +68,30 @@ struct DItem {
   uint64_t src_size;
   uint64_t dst_cap;
   uint64_t slot_base;   // first of max_blocks slots in the offsets array
+  const uint8_t* pred;  // prediction source (tz_cuda_prediction), if pred_kind
+  uint64_t pred_size;
   uint32_t max_blocks;  // bound on n_blocks from src_size and dst_cap
   uint32_t first_chunk;
   uint8_t status0;
-  uint8_t pad[7];
+  uint8_t pred_kind;    // kPredNone / kPredDelta / kPredCast
+  uint8_t pad[6];
 };
+
+// Compression with a prediction: src XOR prediction is formed in temp
+// memory first (c_predict_kernel), and the item is then coded from there.
+struct PItem {
+  const uint8_t* src;
+  const uint8_t* pred;
+  uint8_t* out;
+  uint64_t n_bytes;
+  uint8_t kind;
+  uint8_t dtype;
+  uint8_t pad[6];
+};
+
+constexpr uint8_t kPredNone = TZ_CUDA_PREDICT_NONE;
+constexpr uint8_t kPredDelta = TZ_CUDA_PREDICT_DELTA;
+constexpr uint8_t kPredCast = TZ_CUDA_PREDICT_CAST;
 
 template <class Item, int N>
 struct DescBatch {
@@ -80,9 +100,11 @@ struct DescBatch {
   uint32_t count;
 };
 constexpr int kCBatch = 60;  // keeps kernel parameters under 4 KiB
-constexpr int kDBatch = 64;
+constexpr int kDBatch = 48;
+constexpr int kPBatch = 96;
 static_assert(sizeof(DescBatch<CItem, kCBatch>) <= 4000, "kernel parameter size");
 static_assert(sizeof(DescBatch<DItem, kDBatch>) <= 4000, "kernel parameter size");
+static_assert(sizeof(DescBatch<PItem, kPBatch>) <= 4000, "kernel parameter size");
 
 template <class Item, int N>
 __global__ void upload_kernel(const DescBatch<Item, N> b, Item* out) {
@@ -605,6 +627,47 @@ __global__ void __launch_bounds__(kCtaThreads) c_gather_kernel(const CItem* item
   for (uint32_t j = threadIdx.x % 32; j < words; j += 32) to[j] = from[j];
 }
 
+// Residuals of predicted items, element-wise (src/codec/predict.h):
+// kPredSplit CTAs per item, grid-stride over its elements (cast) or 8-byte
+// words (delta).
+constexpr uint32_t kPredSplit = 8;
+__global__ void __launch_bounds__(256) c_predict_kernel(const PItem* items, uint32_t n_items) {
+  const uint32_t ii = blockIdx.x / kPredSplit;
+  if (ii >= n_items) return;
+  const PItem it = items[ii];
+  const uint64_t first = (uint64_t)(blockIdx.x % kPredSplit) * blockDim.x + threadIdx.x;
+  const uint64_t stride = (uint64_t)kPredSplit * blockDim.x;
+  if (it.kind == kPredCast) {
+    const int ck = it.dtype == kF16 ? tz::predict::kCastF16 : tz::predict::kCastBF16;
+    for (uint64_t i = first; i < it.n_bytes / 2; i += stride) {
+      store_le16(it.out + 2 * i, load_le16(it.src + 2 * i));
+      tz::predict::cast_xor_elem(it.pred, it.out, (size_t)i, ck);
+    }
+  } else {
+    for (uint64_t j = first; j * 8 < it.n_bytes; j += stride) {
+      const uint64_t o = j * 8;
+      const size_t len = (size_t)min((uint64_t)8, it.n_bytes - o);
+      for (size_t k = 0; k < len; ++k) it.out[o + k] = it.src[o + k];
+      tz::predict::xor_bytes(it.pred + o, it.out + o, len);
+    }
+  }
+}
+
+// value = residual XOR prediction for the n elements of block b, after the
+// block's checksum (which covers the residual) was verified.
+__device__ void apply_prediction_block(const DItem& it, uint8_t dtype, uint64_t e0, uint32_t n, uint8_t* dst,
+                                       uint32_t lane) {
+  if (it.pred_kind == kPredCast) {
+    const int ck = dtype == kF16 ? tz::predict::kCastF16 : tz::predict::kCastBF16;
+    const uint8_t* src = it.pred + e0 * 4;
+    for (uint32_t i = lane; i < n; i += 32) tz::predict::cast_xor_elem(src, dst, i, ck);
+  } else {
+    const uint32_t es = dtype_elem_size(dtype);
+    const uint8_t* ref = it.pred + e0 * es;
+    for (uint32_t i = lane; i < n; i += 32) tz::predict::xor_bytes(ref + (uint64_t)i * es, dst + (uint64_t)i * es, es);
+  }
+}
+
 // ========================================================== decompress ==
 
 // Parses and validates header, tables, header CRC and block index of one
@@ -727,6 +790,15 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
   if (st == kOk && h.raw_size > 0 && it.dst == nullptr) st = kErrBadParam;
   for (int k = 0; k < K && st == kOk; ++k)
     if (S.kind[k] == kKindZstd) st = kErrUnsupported;  // zstd is CPU-only
+  if (st == kOk && it.pred_kind == kPredCast) {
+    // The prediction is one FP32 per element, cast to BF16 or F16.
+    if (h.dtype != kBF16 && h.dtype != kF16) st = kErrBadParam;
+    else if (it.pred_size / 2 < h.raw_size) st = kErrBadParam;
+    else if (h.raw_size && (!it.pred || ((uintptr_t)it.pred % 4) != 0)) st = kErrBadParam;
+  } else if (st == kOk && it.pred_kind == kPredDelta) {
+    if (it.pred_size < h.raw_size) st = kErrBadParam;
+    else if (h.raw_size && !it.pred) st = kErrBadParam;
+  }
   if (lane == 0) S.status = st;
 }
 
@@ -890,6 +962,10 @@ __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* item
     case kBytes: st = warp_decode_block<kBytes>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
     default: st = warp_decode_block<kF8E4M3>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
   }
+  if (st == kOk && it.pred_kind != kPredNone) {
+    __syncwarp();  // every lane has finished reading the block (checksum)
+    apply_prediction_block(it, h.dtype, (uint64_t)b * h.block_elems, n, dst, lane);
+  }
   if (st != kOk && lane == 0) atomicMin(&S.bad, ((unsigned long long)b << 8) | (unsigned)st);
 }
 
@@ -906,6 +982,9 @@ __global__ void d_finish_kernel(const DState* states, uint32_t n_items, size_t* 
 
 struct CPlan {
   std::vector<CItem> items;
+  std::vector<PItem> preds;       // predicted items (out = offset into the residual area until placed)
+  std::vector<uint32_t> pred_of;  // item index of each entry of preds
+  size_t off_pdesc = 0, off_resid = 0;
   size_t off_desc = 0, off_hist = 0, off_tab = 0, off_mm = 0, off_sizes = 0, off_offs = 0, off_staging = 0, total = 0;
   uint32_t total_blocks = 0, total_chunks = 0, block_elems = 0;
   int level = 1;
@@ -927,7 +1006,7 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
   if (be < kMinBlockElems || be > kMaxBlockElems || (be & (be - 1))) return err(kErrBadParam);
   P->block_elems = be;
   P->items.resize(n_items);
-  uint64_t blocks = 0, chunks = 0, staging = 0;
+  uint64_t blocks = 0, chunks = 0, staging = 0, resid = 0;
   for (size_t i = 0; i < n_items; ++i) {
     const tz_cuda_compress_item& in = items[i];
     CItem& c = P->items[i];
@@ -963,6 +1042,29 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
       if ((in.src_size && !in.src) || ((uintptr_t)in.src % es) != 0) st = kErrBadParam;
       else if (!in.dst || ((uintptr_t)in.dst % 4) != 0) st = kErrBadParam;
     }
+    const tz_cuda_prediction& pr = in.predict;
+    if (pr.kind != TZ_CUDA_PREDICT_NONE) {
+      if (pr.kind != TZ_CUDA_PREDICT_DELTA && pr.kind != TZ_CUDA_PREDICT_CAST) st = kErrBadParam;
+      if (st == kOk && pr.kind == TZ_CUDA_PREDICT_CAST &&
+          ((c.dtype != kBF16 && c.dtype != kF16) || pr.src_size / 2 < in.src_size))
+        st = kErrBadParam;
+      if (st == kOk && pr.kind == TZ_CUDA_PREDICT_DELTA && pr.src_size < in.src_size) st = kErrBadParam;
+      if (st == kOk && check_ptrs && in.src_size &&
+          (!pr.src || ((uintptr_t)pr.src % (pr.kind == TZ_CUDA_PREDICT_CAST ? 4 : 1)) != 0))
+        st = kErrBadParam;
+      if (st == kOk && in.src_size) {
+        PItem q{};
+        q.src = (const uint8_t*)in.src;
+        q.pred = (const uint8_t*)pr.src;
+        q.out = (uint8_t*)(uintptr_t)resid;  // offset; placed by tz_cuda_compress
+        q.n_bytes = in.src_size;
+        q.kind = (uint8_t)pr.kind;
+        q.dtype = c.dtype;
+        P->preds.push_back(q);
+        P->pred_of.push_back((uint32_t)i);
+        resid += align256(in.src_size);
+      }
+    }
     c.status0 = (uint8_t)st;
   }
   if (blocks > UINT32_MAX || chunks > (uint64_t)INT32_MAX) return err(kErrBadParam);
@@ -976,6 +1078,8 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
   P->off_sizes = o; o = align256(o + (size_t)blocks * 4);
   P->off_offs = o; o = align256(o + (size_t)blocks * 8);
   P->off_staging = o; o = align256(o + staging);
+  P->off_pdesc = o; o = align256(o + P->preds.size() * sizeof(PItem));
+  P->off_resid = o; o = align256(o + resid);
   P->total = o;
   return 0;
 }
@@ -999,6 +1103,9 @@ size_t plan_decompress(const tz_cuda_decompress_item* items, size_t n_items, boo
     d.dst = (uint8_t*)in.dst;
     d.src_size = in.src_size;
     d.dst_cap = in.dst_capacity;
+    d.pred = (const uint8_t*)in.predict.src;
+    d.pred_size = in.predict.src_size;
+    d.pred_kind = (uint8_t)in.predict.kind;
     // A valid frame has n_blocks <= ceil(raw / 4096) <= ceil(dst_cap / 4096)
     // (a block holds >= 4096 bytes except the last) and >= 12 bytes per
     // block (header + index entry) after the 32-byte header.
@@ -1013,6 +1120,9 @@ size_t plan_decompress(const tz_cuda_decompress_item* items, size_t n_items, boo
     chunks += (mb + kWarpsPerCta - 1) / kWarpsPerCta;
     int st = kOk;
     if (check_ptrs && ((in.src_size && !in.src) || ((uintptr_t)in.src % 4) != 0)) st = kErrBadParam;
+    if (in.predict.kind != TZ_CUDA_PREDICT_NONE && in.predict.kind != TZ_CUDA_PREDICT_DELTA &&
+        in.predict.kind != TZ_CUDA_PREDICT_CAST)
+      st = kErrBadParam;
     d.status0 = (uint8_t)st;
   }
   if (chunks > (uint64_t)INT32_MAX) return err(kErrBadParam);
@@ -1058,6 +1168,17 @@ extern "C" size_t tz_cuda_compress(const tz_cuda_compress_item* items, size_t n_
   uint64_t* offs = (uint64_t*)(t + P.off_offs);
   uint8_t* staging = t + P.off_staging;
   const uint32_t n = (uint32_t)n_items;
+  // Predicted items are coded from their residuals, formed first in temp.
+  for (size_t k = 0; k < P.preds.size(); ++k) {
+    P.preds[k].out = t + P.off_resid + (size_t)(uintptr_t)P.preds[k].out;
+    P.items[P.pred_of[k]].src = P.preds[k].out;
+  }
+  if (!P.preds.empty()) {
+    PItem* d_preds = (PItem*)(t + P.off_pdesc);
+    if (size_t e = launch_status(upload<PItem, kPBatch>(P.preds, d_preds, stream))) return e;
+    TZ_LAUNCH((uint32_t)P.preds.size() * kPredSplit, 256, 0, stream, c_predict_kernel)(d_preds,
+                                                                                         (uint32_t)P.preds.size());
+  }
   if (size_t e = launch_status(upload<CItem, kCBatch>(P.items, d_items, stream))) return e;
   TZ_LAUNCH((n + 255) / 256, 256, 0, stream, c_init_kernel)(d_items, n, d_out_sizes, d_status);
   uint32_t* mm_lo = (uint32_t*)(t + P.off_mm);
@@ -1145,7 +1266,7 @@ size_t run_one(size_t temp_bytes, cudaStream_t stream, F&& call) {
 extern "C" size_t tz_cuda_compress_tensor(void* dst, size_t dst_capacity, const void* src, size_t src_size,
                                           const tz_params* params, cudaStream_t stream) {
   if (!params) return err(kErrBadParam);
-  const tz_cuda_compress_item item{src, src_size, params->dtype, dst, dst_capacity};
+  const tz_cuda_compress_item item{src, src_size, params->dtype, dst, dst_capacity, {}};
   return run_one(tz_cuda_compress_temp_size(&item, 1, params), stream,
                  [&](void* temp, size_t tb, size_t* ds, int* st) {
                    return tz_cuda_compress(&item, 1, params, temp, tb, ds, st, stream);
@@ -1154,7 +1275,7 @@ extern "C" size_t tz_cuda_compress_tensor(void* dst, size_t dst_capacity, const 
 
 extern "C" size_t tz_cuda_decompress_tensor(void* dst, size_t dst_capacity, const void* src, size_t src_size,
                                             cudaStream_t stream) {
-  const tz_cuda_decompress_item item{src, src_size, dst, dst_capacity};
+  const tz_cuda_decompress_item item{src, src_size, dst, dst_capacity, {}};
   return run_one(tz_cuda_decompress_temp_size(&item, 1), stream, [&](void* temp, size_t tb, size_t* ds, int* st) {
     return tz_cuda_decompress(&item, 1, temp, tb, ds, st, stream);
   });

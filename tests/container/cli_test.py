@@ -398,7 +398,7 @@ def case_inspect(tmp):
 
 
 def bf16_rne(f32_bytes):
-    """FP32 -> BF16 round-to-nearest-even on bit patterns (doc/container.md 11.1)."""
+    """FP32 -> BF16 round-to-nearest-even on bit patterns (doc/container.md 12.1)."""
     n = len(f32_bytes) // 4
     out = bytearray(2 * n)
     for i, (x,) in enumerate(struct.iter_unpack("<I", f32_bytes)):
@@ -455,6 +455,21 @@ def case_predict(tmp):
     check("delta vs c1/optim.tzip" in p.stdout, "inspect does not show the delta: " + p.stdout[-600:])
     run(["decompress", "-q", oz2, "-o", os.path.join(tmp, "o2.out")], 0)
     check(sha(optim2) == sha(os.path.join(tmp, "o2.out")), "delta file does not round-trip")
+    # --ref-original: predictors read from the previous checkpoint's safetensors file, same output.
+    oz2f = os.path.join(tmp, "optim2-fast.tzip")
+    run(["compress", "-q", optim2, "--ref", oz, "--ref-original", optim, "-o", oz2f], 0)
+    check(sha(oz2f) == sha(oz2), "--ref-original changed the output")
+    one_line_error(run(["compress", optim2, "--ref", oz, "--ref-original", model, "-o",
+                        os.path.join(tmp, "bad.tzip")], 1), "model.safetensors", "optim.tzip")
+    one_line_error(run(["compress", optim2, "--ref-original", optim, "-o", os.path.join(tmp, "bad.tzip")], 1),
+                   "--ref-original")
+    check(not os.path.exists(os.path.join(tmp, "bad.tzip")), "failed compress left an output")
+    # decompress --ref-original: the reference's tensors read, not decoded; same bytes.
+    run(["decompress", "-q", oz2, "--ref", oz, "--ref-original", optim, "-o", os.path.join(tmp, "o2f.out")], 0)
+    check(sha(optim2) == sha(os.path.join(tmp, "o2f.out")), "decompress --ref-original differs")
+    one_line_error(run(["decompress", oz2, "--ref", oz, "--ref-original", model, "-o",
+                        os.path.join(tmp, "o2g.out")], 1), "model.safetensors")
+    check(not os.path.exists(os.path.join(tmp, "o2g.out")), "failed decompress left an output")
     # A different file under the recorded name: refused (exit 2), naming both.
     shutil.copy(oz, os.path.join(tmp, "keep.tzip"))
     shutil.copy(os.path.join(tmp, "alone.tzip"), oz)
@@ -475,6 +490,36 @@ def case_predict(tmp):
     run(["decompress", "-q", mz, oz, "-o", os.path.join(tmp, "back")], 0)
     check(sha(model) == sha(os.path.join(tmp, "back", "model.safetensors")), "multi-input decompress: model differs")
     one_line_error(run(["decompress", mz, oz], 1), "-o")
+
+
+def case_atomic(tmp):
+    # Several inputs are all or nothing: the 2nd file fails (file size limit,
+    # as on a full disk) after the 1st output was complete; nothing is left.
+    small = os.path.join(tmp, "small.safetensors")
+    write_st(small, [("a", "F32", [1000], struct.pack("<1000f", *[i * 0.5 for i in range(1000)]))])
+    big = os.path.join(tmp, "big.safetensors")
+    noise = os.urandom(2 << 20)
+    write_st(big, [("b", "U8", [len(noise)], noise), ("w", "BF16", [4], b"\x00" * 8)])
+    out = os.path.join(tmp, "out")
+    os.makedirs(out)
+    import resource
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+    p = run(["compress", small, big, "-o", out], 3, preexec=limit)
+    one_line_error(p, "big.tzip")
+    check(os.listdir(out) == [], f"failed multi-input compress left files: {os.listdir(out)}")
+    # An existing output: refused before any work, nothing written.
+    open(os.path.join(out, "big.tzip"), "wb").write(b"old")
+    one_line_error(run(["compress", small, big, "-o", out], 4), "big.tzip")
+    check(sorted(os.listdir(out)) == ["big.tzip"], f"refused compress wrote files: {os.listdir(out)}")
+    # With -f and a failure, the old file is put back.
+    p = run(["compress", "-f", small, big, "-o", out], 3, preexec=limit)
+    check(sorted(os.listdir(out)) == ["big.tzip"] and open(os.path.join(out, "big.tzip"), "rb").read() == b"old",
+          f"failed -f compress did not restore: {os.listdir(out)}")
+    run(["compress", "-q", "-f", small, big, "-o", out], 0)
+    check(sorted(os.listdir(out)) == ["big.tzip", "small.tzip"], f"compress -f: {os.listdir(out)}")
+    run(["decompress", "-q", os.path.join(out, "big.tzip"), "-o", os.path.join(tmp, "big.out")], 0)
+    check(sha(big) == sha(os.path.join(tmp, "big.out")), "big.tzip does not round-trip")
 
 
 def case_bench(tmp):

@@ -373,7 +373,7 @@ TEST_F(Container, TruncationWrongMagicAndNewerVersion) {
     EXPECT_NE(std::string(e.what()).find("not a .tzip file"), std::string::npos) << e.what();
   }
   Bytes v = good;
-  v[4] = tc::kTzipMaxReadMajor + 1;  // 2 is read since predicted tensors (section 11)
+  v[4] = tc::kTzipMaxReadMajor + 1;  // 2 is read since predicted tensors (section 12)
   write_all(p("v.tzip"), v);
   try {
     tc::Reader r(p("v.tzip"));

@@ -1,8 +1,10 @@
-// Checkpoint-aware coding (doc/container.md section 11): the element-wise
+// Checkpoint-aware coding (doc/container.md section 12): the element-wise
 // predictors of src/codec/predict.h, cast and delta prediction in .tzip
 // files, references, rebase, and the real step200 -> step400 fixture pair.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -656,4 +658,340 @@ TEST_F(Predict, FixtureStep200ToStep400AndASyntheticThird) {
   roundtrip(p("s600/optim.tzip"), p("o6.safetensors"));
   tc::Reader o6(p("s600/optim.tzip"));
   EXPECT_EQ(entry(o6, "master.tok.weight").predict.kind, tc::PredictKind::kDelta);
+}
+
+// ---- compress_checkpoint: all outputs or none --------------------------------
+
+namespace {
+std::vector<std::string> list_dir(const std::string& d) {
+  std::vector<std::string> v;
+  if (DIR* dp = opendir(d.c_str())) {
+    while (dirent* e = readdir(dp)) {
+      const std::string n = e->d_name;
+      if (n != "." && n != "..") v.push_back(n);
+    }
+    closedir(dp);
+  }
+  std::sort(v.begin(), v.end());
+  return v;
+}
+// A two-file checkpoint: FP32 master (optim) and its BF16 cast (model).
+void write_ckpt(const std::string& optim, const std::string& model, size_t n, uint32_t seed) {
+  const Bytes m = normal_f32(n, 0.02f, seed);
+  std::string shape = std::to_string(n);  // (not "[" + ...: GCC 12 -Wrestrict false positive)
+  shape.insert(0, 1, '[');
+  shape.push_back(']');
+  write_st(optim, {{"opt.master", "F32", shape, m}});
+  write_st(model, {{"model.w", "BF16", shape, cast_of(m, tp::kCastBF16)}});
+}
+}  // namespace
+
+TEST_F(Predict, CompressCheckpointFailureOfSecondInputLeavesNothing) {
+  mkdir(p("in").c_str(), 0755);
+  mkdir(p("out").c_str(), 0755);
+  write_ckpt(p("in/optim.safetensors"), p("in/model.safetensors"), 100000, 1);
+  // The model file is written second (it holds BF16 tensors): damage it so
+  // that its header parses but its data is short.
+  Bytes bad = read_all(p("in/model.safetensors"));
+  write_all(p("in/bad.safetensors"), Bytes(bad.begin(), bad.end() - 1000));
+  const std::vector<std::string> ins = {p("in/bad.safetensors"), p("in/optim.safetensors")};
+  const std::vector<std::string> outs = {p("out/model.tzip"), p("out/optim.tzip")};
+  tc::WriteOptions o;
+  o.threads = 2;
+  try {
+    tc::compress_checkpoint(ins, outs, o);
+    FAIL() << "a truncated input must fail";
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad.safetensors"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(list_dir(p("out")).empty());
+
+  // The 2nd file fails only once the 1st is complete: its previous
+  // checkpoint (--ref) is not a .tzip file.
+  write_all(p("in/garbage.tzip"), Bytes(4096, 7));
+  try {
+    tc::compress_checkpoint({p("in/model.safetensors"), p("in/optim.safetensors")}, outs, o,
+                            {p("in/garbage.tzip"), ""});
+    FAIL() << "a bad reference for the 2nd file must fail";
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << e.what();
+    EXPECT_NE(std::string(e.what()).find("garbage.tzip"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(list_dir(p("out")).empty());
+  // A folder given as an input: refused before any work.
+  mkdir(p("in/dir.safetensors").c_str(), 0755);
+  EXPECT_THROW(tc::compress_checkpoint({p("in/optim.safetensors"), p("in/dir.safetensors")}, outs, o), tc::Error);
+  EXPECT_TRUE(list_dir(p("out")).empty());
+}
+
+TEST_F(Predict, CompressCheckpointCancelDuringSecondFileRemovesFirstOutput) {
+  mkdir(p("out").c_str(), 0755);
+  write_ckpt(p("optim.safetensors"), p("model.safetensors"), 1u << 20, 2);  // 4 MiB + 2 MiB
+  const std::vector<std::string> ins = {p("model.safetensors"), p("optim.safetensors")};
+  const std::vector<std::string> outs = {p("out/model.tzip"), p("out/optim.tzip")};
+  tc::WriteOptions o;
+  o.threads = 2;
+  o.chunk_bytes = 1u << 20;
+  int finished = 0;
+  bool cancelled = false;
+  o.progress = [&](uint64_t done, uint64_t total) {
+    if (done == total) ++finished;
+    // The optim file goes first (no BF16 tensors); cancel once the model
+    // file (2nd) has started, i.e. after the 1st finished.
+    if (finished == 1 && done < total && !cancelled) {
+      cancelled = true;
+      tc::request_cancel();
+    }
+  };
+  try {
+    tc::compress_checkpoint(ins, outs, o);
+    tc::clear_cancel();
+    FAIL() << "cancel must stop the call";
+  } catch (const tc::Error& e) {
+    tc::clear_cancel();
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kInterrupted) << e.what();
+  }
+  EXPECT_TRUE(cancelled);
+  EXPECT_TRUE(list_dir(p("out")).empty());
+  // And without the cancel both appear.
+  o.progress = nullptr;
+  tc::compress_checkpoint(ins, outs, o);
+  EXPECT_EQ(list_dir(p("out")), (std::vector<std::string>{"model.tzip", "optim.tzip"}));
+}
+
+TEST_F(Predict, CompressCheckpointExistingOutputsAndForce) {
+  mkdir(p("out").c_str(), 0755);
+  write_ckpt(p("optim.safetensors"), p("model.safetensors"), 50000, 3);
+  const std::vector<std::string> ins = {p("model.safetensors"), p("optim.safetensors")};
+  const std::vector<std::string> outs = {p("out/model.tzip"), p("out/optim.tzip")};
+  write_all(p("out/model.tzip"), Bytes{'o', 'l', 'd'});
+  tc::WriteOptions o;
+  try {
+    tc::compress_checkpoint(ins, outs, o);
+    FAIL() << "an existing output must be refused";
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kExists) << e.what();
+  }
+  EXPECT_EQ(list_dir(p("out")), std::vector<std::string>{"model.tzip"});
+  EXPECT_EQ(read_all(p("out/model.tzip")), (Bytes{'o', 'l', 'd'}));
+  // With force, a failing 2nd input puts the replaced file back.
+  o.force = true;
+  mkdir(p("bad.safetensors").c_str(), 0755);
+  EXPECT_THROW(tc::compress_checkpoint({p("optim.safetensors"), p("bad.safetensors")}, outs, o), tc::Error);
+  EXPECT_EQ(list_dir(p("out")), std::vector<std::string>{"model.tzip"});
+  EXPECT_EQ(read_all(p("out/model.tzip")), (Bytes{'o', 'l', 'd'}));
+  tc::compress_checkpoint(ins, outs, o);
+  EXPECT_EQ(list_dir(p("out")), (std::vector<std::string>{"model.tzip", "optim.tzip"}));
+  roundtrip(p("out/model.tzip"), p("model.safetensors"));
+  // The cast across files is recorded by the final name, not a temporary one.
+  tc::Reader r(p("out/model.tzip"));
+  ASSERT_EQ(r.references().size(), 1u);
+  EXPECT_EQ(r.references()[0].file, "optim.tzip");
+  // An output that is an input, or two inputs to one output: refused.
+  EXPECT_THROW(tc::compress_checkpoint(ins, {p("out/x.tzip"), p("out/x.tzip")}, o), tc::Error);
+  EXPECT_THROW(tc::compress_checkpoint(ins, {p("model.safetensors"), p("out/y.tzip")}, o), tc::Error);
+  EXPECT_EQ(list_dir(p("out")), (std::vector<std::string>{"model.tzip", "optim.tzip"}));
+}
+
+TEST_F(Predict, CompressCheckpointDiskFullLeavesNothing) {
+  // A file size limit makes writes fail with EFBIG, as a full disk does
+  // with ENOSPC: the 1st output fits, the 2nd does not.
+  mkdir(p("out").c_str(), 0755);
+  write_st(p("small.safetensors"), {{"a", "F32", "[1000]", normal_f32(1000, 1.f, 4)}});
+  std::mt19937 g(5);
+  Bytes noise(8u << 20);
+  for (auto& b : noise) b = (uint8_t)g();
+  write_st(p("big.safetensors"), {{"b", "U8", "[" + std::to_string(noise.size()) + "]", noise}});
+  struct rlimit old;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim = old;
+  lim.rlim_cur = 4u << 20;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  tc::WriteOptions o;
+  o.level = -1;
+  bool threw = false;
+  std::string msg;
+  try {
+    tc::compress_checkpoint({p("small.safetensors"), p("big.safetensors")}, {p("out/small.tzip"), p("out/big.tzip")}, o);
+  } catch (const tc::Error& e) {
+    threw = true;
+    msg = e.what();
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kIO) << e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(threw);
+  EXPECT_NE(msg.find("big.tzip"), std::string::npos) << msg;
+  EXPECT_TRUE(list_dir(p("out")).empty());
+}
+
+// ---- fast delta path and reference chains ------------------------------------
+
+TEST_F(Predict, RefOriginalGivesTheSameFileAndIsChecked) {
+  const size_t n = 300000;
+  Bytes m1 = normal_f32(n, 0.02f, 6);
+  Bytes m2 = m1;
+  std::mt19937 g(7);
+  std::normal_distribution<float> d(0.f, 1e-4f);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = u2f(f2u(*(float*)&m1[4 * i]));
+    const float w = v + d(g) * std::fabs(v);
+    std::memcpy(&m2[4 * i], &w, 4);
+  }
+  write_st(p("s1.safetensors"), {{"m", "F32", "[300000]", m1}, {"small", "F32", "[1000]", Bytes(m1.begin(), m1.begin() + 4000)}});
+  write_st(p("s2.safetensors"), {{"m", "F32", "[300000]", m2}, {"small", "F32", "[1000]", Bytes(m2.begin(), m2.begin() + 4000)}});
+  tc::WriteOptions o;
+  o.chunk_bytes = 1u << 20;
+  tc::compress_file(p("s1.safetensors"), p("s1.tzip"), o);
+  o.ref = p("s1.tzip");
+  tc::compress_file(p("s2.safetensors"), p("slow.tzip"), o);
+  o.ref_original = p("s1.safetensors");
+  tc::compress_file(p("s2.safetensors"), p("fast.tzip"), o);
+  EXPECT_EQ(read_all(p("slow.tzip")), read_all(p("fast.tzip")));
+  tc::Reader r(p("fast.tzip"));
+  EXPECT_EQ(entry(r, "m").predict.kind, tc::PredictKind::kDelta);
+  roundtrip(p("fast.tzip"), p("s2.safetensors"));
+  // Reader::check_bytes: by block checksums (s1, stored as itself) and by
+  // decoding (fast.tzip's 'm' is a delta), on an unaligned range.
+  {
+    for (const char* name : {"s1", "fast"}) {
+      tc::Reader r(p(std::string(name) + ".tzip"));
+      const Bytes st = read_all(p(std::string(name == std::string("s1") ? "s1" : "s2") + ".safetensors"));
+      const uint64_t base = tc::read_safetensors_info(p("s1.safetensors")).data_start + entry(r, "m").data_begin;
+      Bytes mine(st.begin() + base, st.begin() + base + 4 * n);
+      auto from = [&](const Bytes& b) {
+        return [&b](uint64_t o, uint64_t len, uint8_t* dst) { std::memcpy(dst, b.data() + o, len); };
+      };
+      const size_t mi = (size_t)r.find("m");
+      EXPECT_TRUE(r.check_bytes(mi, 1000, 700000, from(mine))) << name;
+      mine[900000] ^= 1;
+      EXPECT_TRUE(r.check_bytes(mi, 1000, 700000, from(mine))) << name;  // outside the covering blocks
+      EXPECT_FALSE(r.check_bytes(mi, 0, 4 * n, from(mine))) << name;
+    }
+  }
+  // Read side: the reference's content given as its safetensors file.
+  tc::ReadOptions ro;
+  ro.refs = {p("s1.tzip")};
+  ro.ref_originals = {p("s1.safetensors")};
+  roundtrip(p("fast.tzip"), p("s2.safetensors"), ro);
+  ro.ref_originals = {p("s1.tzip")};  // not a safetensors file of that header and size
+  EXPECT_THROW(roundtrip(p("fast.tzip"), p("s2.safetensors"), ro), tc::Error);
+  ro.ref_originals = {};
+  ro.refs.clear();
+  ro.ref_originals = {p("s1.safetensors")};  // without its --ref
+  EXPECT_THROW(roundtrip(p("fast.tzip"), p("s2.safetensors"), ro), tc::Error);
+  // A wrong original of the same layout (one byte of 'm' changed, in its
+  // first block, away from the discovery sample): caught by the block
+  // checksums on both sides.
+  {
+    tc::Reader r1(p("s1.tzip"));
+    const tc::TensorEntry& e = entry(r1, "m");
+    ASSERT_GT(e.n_blocks(), 2u);
+    const uint64_t at = tc::read_safetensors_info(p("s1.safetensors")).data_start + e.data_begin + 10;
+    Bytes bad = read_all(p("s1.safetensors"));
+    bad[at] ^= 0x40;
+    write_all(p("bad1.safetensors"), bad);
+  }
+  tc::WriteOptions ob;
+  ob.chunk_bytes = 1u << 20;
+  ob.ref = p("s1.tzip");
+  ob.ref_original = p("bad1.safetensors");
+  try {
+    tc::compress_file(p("s2.safetensors"), p("y.tzip"), ob);
+    FAIL() << "a wrong ref_original must be refused";
+  } catch (const tc::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("differs from"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(exists(p("y.tzip")));
+  ro.refs = {p("s1.tzip")};
+  ro.ref_originals = {p("bad1.safetensors")};
+  EXPECT_THROW(roundtrip(p("fast.tzip"), p("s2.safetensors"), ro), tc::Error);
+  // Another safetensors file as ref_original: refused (header/size check).
+  o.ref_original = p("s2.safetensors");
+  write_st(p("other.safetensors"), {{"m", "F32", "[3]", normal_f32(3, 1.f, 1)}});
+  o.ref_original = p("other.safetensors");
+  EXPECT_THROW(tc::compress_file(p("s2.safetensors"), p("x.tzip"), o), tc::Error);
+  o.ref.clear();
+  EXPECT_THROW(tc::compress_file(p("s2.safetensors"), p("x.tzip"), o), tc::Error);
+  EXPECT_FALSE(exists(p("x.tzip")));
+}
+
+TEST_F(Predict, ReferencePathsForAWholeChain) {
+  const size_t n = 200000;
+  Bytes m = normal_f32(n, 0.02f, 8);
+  std::vector<std::string> st;
+  for (int k = 0; k < 3; ++k) {
+    st.push_back(p("c" + std::to_string(k) + ".safetensors"));
+    write_st(st.back(), {{"m", "F32", "[200000]", m}});
+    for (size_t i = 0; i < n; i += 3) m[4 * i] ^= 1;  // small change in the lowest mantissa byte
+  }
+  tc::WriteOptions o;
+  tc::compress_file(st[0], p("c0.tzip"), o);
+  o.ref = p("c0.tzip");
+  tc::compress_file(st[1], p("c1.tzip"), o);
+  o.ref = p("c1.tzip");
+  tc::compress_file(st[2], p("c2.tzip"), o);
+  ASSERT_EQ(entry(tc::Reader(p("c2.tzip")), "m").predict.kind, tc::PredictKind::kDelta);
+  mkdir(p("a").c_str(), 0755);
+  mkdir(p("b").c_str(), 0755);
+  ASSERT_EQ(rename(p("c0.tzip").c_str(), p("a/zero.tzip").c_str()), 0);
+  ASSERT_EQ(rename(p("c1.tzip").c_str(), p("b/one.tzip").c_str()), 0);
+  {
+    tc::Reader r(p("c2.tzip"));
+    r.add_reference_paths({p("a/zero.tzip"), p("b/one.tzip")});  // any order, the deeper one passed on
+    r.check_references();
+    const Bytes all = read_all(st[2]);
+    EXPECT_EQ(r.read_tensor("m"), Bytes(all.end() - 4 * n, all.end()));
+  }
+  tc::ReadOptions ro;
+  ro.refs = {p("b/one.tzip"), p("a/zero.tzip")};
+  roundtrip(p("c2.tzip"), st[2], ro);
+  {
+    tc::Reader r(p("c2.tzip"));
+    r.add_reference_paths({p("b/one.tzip")});
+    EXPECT_THROW(r.check_references(), tc::Error);  // zero.tzip is missing at its recorded path
+  }
+  {
+    tc::WriteOptions plain;
+    plain.predict = false;
+    tc::compress_file(st[1], p("unrelated.tzip"), plain);
+    tc::Reader r(p("c2.tzip"));
+    r.add_reference_paths({p("b/one.tzip"), p("a/zero.tzip"), p("unrelated.tzip")});
+    try {
+      r.check_references();
+      FAIL() << "a path in no reference chain must be refused";
+    } catch (const tc::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("unrelated.tzip is not a reference of this file"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST_F(Predict, FolderWithRefOriginalFolderGivesTheSameFiles) {
+  mkdir(p("s1").c_str(), 0755);
+  mkdir(p("s2").c_str(), 0755);
+  const size_t n = 200000;
+  Bytes m1 = normal_f32(n, 0.02f, 21), m2 = m1;
+  for (size_t i = 0; i < n; i += 2) m2[4 * i] ^= 3;
+  write_st(p("s1/optim.safetensors"), {{"master", "F32", "[200000]", m1}});
+  write_st(p("s1/model.safetensors"), {{"w", "BF16", "[200000]", cast_of(m1, tp::kCastBF16)}});
+  write_st(p("s2/optim.safetensors"), {{"master", "F32", "[200000]", m2}});
+  write_st(p("s2/model.safetensors"), {{"w", "BF16", "[200000]", cast_of(m2, tp::kCastBF16)}});
+  tc::WriteOptions o;
+  tc::compress_folder(p("s1"), p("s1.tzip"), o);
+  o.ref = p("s1.tzip");
+  tc::compress_folder(p("s2"), p("a.tzip"), o);
+  o.ref_original = p("s1");
+  tc::compress_folder(p("s2"), p("b.tzip"), o);
+  EXPECT_EQ(read_all(p("a.tzip/optim.tzip")), read_all(p("b.tzip/optim.tzip")));
+  EXPECT_EQ(read_all(p("a.tzip/model.tzip")), read_all(p("b.tzip/model.tzip")));
+  EXPECT_EQ(entry(tc::Reader(p("b.tzip/optim.tzip")), "master").predict.kind, tc::PredictKind::kDelta);
+  tc::decompress_folder(p("b.tzip"), p("back"), tc::ReadOptions{});
+  EXPECT_EQ(read_all(p("back/optim.safetensors")), read_all(p("s2/optim.safetensors")));
+  // A file as the reference's original of a folder: refused.
+  o.ref_original = p("s1/optim.safetensors");
+  EXPECT_THROW(tc::compress_folder(p("s2"), p("c.tzip"), o), tc::Error);
+  EXPECT_FALSE(exists(p("c.tzip")));
 }

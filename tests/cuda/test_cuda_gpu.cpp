@@ -9,10 +9,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "codec/predict.h"
 #include "tensorzip/tensorzip.h"
 #include "tensorzip/tensorzip_cuda.h"
 #include "tz_test_data.h"
@@ -394,3 +396,86 @@ TEST(CudaGpu, ConvenienceCalls) {
 }
 
 }  // namespace
+
+// Predicted tensors: cast (BF16/F16 from FP32 masters, inexact in places) and
+// delta (F32, BF16): the GPU frame is the CPU frame of the residual, and the
+// fused decode returns the values.
+TEST(CudaGpu, PredictedCastAndDelta) {
+  REQUIRE_GPU();
+  struct Case {
+    tz_dtype dt;
+    int kind;
+    Bytes values, pred;
+  };
+  std::vector<Case> cases;
+  std::mt19937 rng(11);
+  for (tz_dtype dt : {TZ_DTYPE_BF16, TZ_DTYPE_F16}) {
+    const size_t n = 300000 + rng() % 1000;
+    std::vector<float> m(n);
+    std::normal_distribution<float> nd(0.f, 0.02f);
+    for (auto& f : m) f = nd(rng);
+    Bytes mb(n * 4), v(n * 2);
+    std::memcpy(mb.data(), m.data(), mb.size());
+    const int ck = dt == TZ_DTYPE_F16 ? tz::predict::kCastF16 : tz::predict::kCastBF16;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t c = tz::predict::cast_f32(tz::load_le32(&mb[4 * i]), ck);
+      if (i % 101 == 3) c ^= 0x0003;
+      std::memcpy(&v[2 * i], &c, 2);
+    }
+    cases.push_back({dt, TZ_CUDA_PREDICT_CAST, v, mb});
+  }
+  for (tz_dtype dt : {TZ_DTYPE_F32, TZ_DTYPE_BF16}) {
+    const size_t n = 200000 + rng() % 1000;
+    std::vector<float> m(n);
+    std::normal_distribution<float> nd(0.f, 0.02f);
+    for (auto& f : m) f = nd(rng);
+    Bytes prev = dt == TZ_DTYPE_F32 ? Bytes(n * 4) : tzt::to_bf16(m);
+    if (dt == TZ_DTYPE_F32) std::memcpy(prev.data(), m.data(), prev.size());
+    Bytes cur = prev;
+    const size_t es = prev.size() / n;
+    for (size_t i = 0; i < n; ++i)
+      if (rng() % 3 == 0) cur[i * es] ^= (uint8_t)(1 + rng() % 3);
+    cases.push_back({dt, TZ_CUDA_PREDICT_DELTA, cur, prev});
+  }
+  std::vector<std::unique_ptr<DevBuf>> src, pred, dst, back;
+  std::vector<tz_cuda_compress_item> items;
+  for (const auto& c : cases) {
+    src.push_back(std::make_unique<DevBuf>(c.values.size()));
+    src.back()->put(c.values);
+    pred.push_back(std::make_unique<DevBuf>(c.pred.size()));
+    pred.back()->put(c.pred);
+    const size_t cap = tz_compress_bound(c.values.size());
+    dst.push_back(std::make_unique<DevBuf>(cap));
+    tz_cuda_compress_item it{src.back()->p(), c.values.size(), c.dt, dst.back()->p(), cap, {}};
+    it.predict = {c.kind, pred.back()->p(), c.pred.size()};
+    items.push_back(it);
+  }
+  tz_params p{};
+  const Result r = gpu_compress(items, p);
+  std::vector<tz_cuda_decompress_item> d;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE("case " + std::to_string(i));
+    ASSERT_EQ(r.status[i], TZ_OK);
+    Bytes resid = c.values;
+    if (c.kind == TZ_CUDA_PREDICT_CAST)
+      tz::predict::cast_xor(c.pred.data(), resid.data(), resid.size() / 2,
+                            c.dt == TZ_DTYPE_F16 ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+    else
+      tz::predict::xor_bytes(c.pred.data(), resid.data(), resid.size());
+    tz_params cp = p;
+    cp.dtype = c.dt;
+    ASSERT_TRUE(dst[i]->get(r.size[i]) == cpu_compress(resid, cp)) << "GPU frame != CPU frame of the residual";
+    back.push_back(std::make_unique<DevBuf>(c.values.size()));
+    tz_cuda_decompress_item di{dst[i]->p(), r.size[i], back.back()->p(), c.values.size(), {}};
+    di.predict = {c.kind, pred[i]->p(), c.pred.size()};
+    d.push_back(di);
+  }
+  const Result rd = gpu_decompress(d);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    ASSERT_EQ(rd.status[i], TZ_OK);
+    ASSERT_TRUE(back[i]->get(cases[i].values.size()) == cases[i].values);
+    ASSERT_TRUE(back[i]->guards_intact());
+  }
+}
