@@ -13,6 +13,7 @@ Rows (step 400 = its BF16 model file + FP32 optimizer file, 69.1 MB):
   tzip --ref step200 --ref-original step200.safetensors
                       delta fast path: the previous checkpoint's tensors read from its
                       safetensors files instead of decoded (compress and decompress; same file)
+  tzip -l 3 ...       with --level3: the same three at level 3 (lane contexts)
   zstd -3             whole files (CLI), and per tensor (python zstandard)
   ZipNN               per tensor (bench/codec_bench.py wrapper), if installed
 Speeds: best of --reps wall-clock runs of the CLI (includes reading the
@@ -48,6 +49,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--work", default="/tmp/predict_bench")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--level3", action="store_true", help="also the level-3 rows (lane contexts)")
     a = ap.parse_args()
     fx = Path(a.fixtures)
     st = {s: [fx / f"gpt-small-step{s}-model-bf16.safetensors", fx / f"gpt-small-step{s}-optim-fp32.safetensors"]
@@ -114,6 +116,11 @@ def main():
             ["--ref", str(outs("s200", 200)[1]), "--ref-original", str(st[200][1])])
     if outs("delta", 400)[1].read_bytes() != outs("deltafast", 400)[1].read_bytes():
         raise SystemExit("--ref-original changed the compressed file")
+    if a.level3:
+        # Level 3: lane-context tables for exponents (doc/format.md 5.6), the strongest level.
+        measure("tzip -l 3 --no-predict (plain per-tensor)", "plain3", ["-l", "3", "--no-predict"])
+        measure("tzip -l 3 (cast prediction, standalone)", "cast3", ["-l", "3"])
+        measure("tzip -l 3 --ref step200 (cast + delta)", "delta3", ["-l", "3"] + refs)
     # zstd -3, whole files
     zs = 0
     zt = None
