@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One prepared GPU session for the CUDA backend (about 6-9 minutes on an
-# H200): build for sm_90 only, run the GPU tests (plus compute-sanitizer
-# memcheck on the corruption tests when available), then benchmark
+# One prepared GPU session for the CUDA backend (about 7-10 minutes on an
+# H200): build for sm_90 only, run the GPU tests (codec incl. lane-context
+# frames and fused prediction; compute-sanitizer memcheck on the corruption
+# tests when available; checkpoint save/restore from/to device memory and
+# tz_io_bench --gpu with and without cuFile), then benchmark
 # tensorzip encode/decode against nvCOMP ANS and zstd on >= 4 GB per data
 # kind, with device-to-device memcpy bandwidth and a 1 MiB latency row.
 #
@@ -17,7 +19,11 @@
 #
 # Results: printed, and copied to $OUT (tests.txt, sanitizer.txt, bench.txt)
 # when the device tool sets it. Environment knobs: TZ_BENCH_BYTES (default
-# 4000000000 per data kind), TZ_BENCH_RUNS (default 7), TZ_SKIP_TESTS=1.
+# 4000000000 per data kind), TZ_BENCH_RUNS (default 7), TZ_SKIP_TESTS=1,
+# TZ_SKIP_IO_BENCH=1, TZ_IO_GIB (default 2). The whole script may need more
+# than one 600 s call: run it once with TZ_BENCH_BYTES=1000000000 first if the
+# device budget is short (the tests come first, so they report even if the
+# benchmark is cut off).
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/tz-gpu-out}"
@@ -48,7 +54,7 @@ cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DTZ_CUDA=ON -DCMA
   { tail -30 "$OUT/configure.txt"; exit 1; }
 grep -i nvcomp "$OUT/configure.txt"
 stamp "build (sm_90, -j$JOBS)"
-cmake --build "$BUILD" -j"$JOBS" --target tz_cuda_tests tz_gpu_bench >"$OUT/build.txt" 2>&1 ||
+cmake --build "$BUILD" -j"$JOBS" --target tz_cuda_tests tz_gpu_bench tz_checkpoint_gpu_tests tz_io_bench >"$OUT/build.txt" 2>&1 ||
   { grep -E "error|FAILED" "$OUT/build.txt" | head -40; exit 1; }
 
 if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then
@@ -66,6 +72,27 @@ if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then
   else
     echo "compute-sanitizer not found: skipped"
   fi
+fi
+
+if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then
+  stamp "checkpoint GPU tests (device save/restore, pinned staging, cuFile or its fallback)"
+  timeout 120 "$BUILD/tests/checkpoint/tz_checkpoint_gpu_tests" >"$OUT/checkpoint_tests.txt" 2>&1
+  echo "tz_checkpoint_gpu_tests exit code $?"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|io:|cuFile|Expected|Which is" "$OUT/checkpoint_tests.txt" | head -30
+fi
+
+if [ "${TZ_SKIP_IO_BENCH:-0}" != 1 ]; then
+  stamp "checkpoint I/O from/to GPU memory (tz_io_bench --gpu, with and without cuFile)"
+  FX="$BUILD/io-fixtures"
+  mkdir -p "$FX"
+  # tz_io_bench reads the step-400 pair by name; the carried data holds the model file and a
+  # slice of the optimizer file (the carry limit), which stand in for them here.
+  ln -sf "$PWD/.device-data/step400-model-bf16.safetensors" "$FX/gpt-small-step400-model-bf16.safetensors"
+  ln -sf "$PWD/.device-data/step400-optim-fp32-slice.safetensors" "$FX/gpt-small-step400-optim-fp32.safetensors"
+  timeout 150 "$BUILD/tests/checkpoint/tz_io_bench" --fixtures "$FX" --gib "${TZ_IO_GIB:-2}" --gpu --dir /tmp/tz-io-bench \
+    2>&1 | tee "$OUT/io_bench.txt"
+  echo "tz_io_bench exit code ${PIPESTATUS[0]}"
+  rm -rf /tmp/tz-io-bench
 fi
 
 stamp "benchmark"
