@@ -1,9 +1,13 @@
 // io_bench: checkpoint save and load through the tensorzip I/O engine versus
 // plain pwrite/pread of the same bytes, on real tensors tiled to a target
-// size. Results go to bench/RESULTS.md ("Checkpoint I/O"); bench/io_bench.py
-// measures torch.save and safetensors on the same data.
+// size, with the engine's options side by side (cast prediction on/off,
+// O_DIRECT writes on/off, codec auto, async), a raw pwrite and a safetensors
+// file written from the same buffers. Results go to bench/RESULTS.md
+// ("Checkpoint I/O"); bench/io_bench.py measures torch.save and the
+// safetensors library on the same data.
 //
-//   tz_io_bench --fixtures DIR --gib 4 --dir /path/on/disk [--dir /dev/shm/x] [--threads N]
+//   tz_io_bench --fixtures DIR --gib 4 --dir /path/on/disk [--dir /dev/shm/x] [--threads N] [--gpu]
+//   (--gpu, CUDA builds: save from / load into GPU memory, with and without Io::kGds)
 //
 // Every save ends with fsync of its files (and of the folder); before each
 // load the files are dropped from the page cache (posix_fadvise DONTNEED) so
@@ -18,6 +22,10 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#ifdef TZ_IO_BENCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
@@ -70,6 +78,82 @@ void row(const char* where, const char* what, double bytes, double secs, double 
   std::fflush(stdout);
 }
 
+// --gpu (CUDA builds): the same tensors in device memory; save from it
+// (batched GPU encode) and load into it (batched GPU decode), with the
+// POSIX/io_uring back end and with Io::kGds (cuFile where present).
+bool gpu_rows(const std::vector<std::string>& dirs, const std::vector<ck::TensorView>& host,
+              std::vector<std::vector<uint8_t>>& mem, const std::vector<Owned>& base, double S, unsigned threads) {
+#ifdef TZ_IO_BENCH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("--gpu: no CUDA device\n");
+    return false;
+  }
+  std::vector<void*> dev(host.size(), nullptr);
+  std::vector<ck::TensorView> dv = host;
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (cudaMalloc(&dev[i], host[i].size ? host[i].size : 1) != cudaSuccess ||
+        cudaMemcpy(dev[i], host[i].data, host[i].size, cudaMemcpyHostToDevice) != cudaSuccess) {
+      std::printf("--gpu: cudaMalloc/cudaMemcpy failed\n");
+      return false;
+    }
+    dv[i].data = dev[i];
+    dv[i].memory = ck::Memory::kDevice;
+  }
+  bool ok = true;
+  for (const auto& root : dirs) {
+    fs::create_directories(root);
+    const std::string where = root.rfind("/dev/shm", 0) == 0 ? "tmpfs" : "disk";
+    for (ck::Io io : {ck::Io::kAuto, ck::Io::kGds}) {
+      const std::string dir = root + "/tz-gpu";
+      fs::remove_all(dir);
+      ck::SaveOptions o;
+      o.codec = ck::Codec::kFast;
+      o.threads = threads;
+      o.io = io;
+      const auto st = ck::save(dir, dv, o);
+      const double ratio = (double)st.raw_bytes / (double)st.file_bytes;
+      row(where.c_str(), io == ck::Io::kGds ? "tensorzip sync save from GPU memory, fast, Io::kGds" : "tensorzip sync save from GPU memory, fast",
+          S, st.seconds, st.stall_seconds, ratio, st.io);
+      ck::AsyncSaver saver;
+      for (int rep = 0; rep < 2; ++rep) {
+        fs::remove_all(dir);
+        const auto t1 = Clock::now();
+        saver.save(dir, dv, o);
+        const double stall = since(t1);
+        const auto ast = saver.wait();
+        if (rep) row(where.c_str(), "tensorzip async save from GPU memory (pinned staging reused)", S, ast.seconds, stall,
+                     ratio, ast.io);
+      }
+      drop_cache(dir + "/rank-00000.tzip");
+      ck::Checkpoint c(dir, threads, false, io);
+      for (size_t i = 0; i < dev.size(); ++i) cudaMemset(dev[i], 0x5a, dv[i].size);
+      std::vector<ck::LoadRequest> req;
+      for (size_t i = 0; i < dv.size(); ++i) req.push_back({dv[i].name, dev[i], dv[i].size, ck::Memory::kDevice});
+      const auto t0 = Clock::now();
+      c.load(req);
+      cudaDeviceSynchronize();
+      const double tl = since(t0);
+      bool same = true;
+      for (size_t i = 0; i < dv.size() && same; ++i) {
+        if (cudaMemcpy(mem[i].data(), dev[i], mem[i].size(), cudaMemcpyDeviceToHost) != cudaSuccess) same = false;
+        else same = std::memcmp(mem[i].data(), base[i % base.size()].bytes.data(), mem[i].size()) == 0;
+      }
+      ok = ok && same;
+      row(where.c_str(), io == ck::Io::kGds ? "tensorzip load into GPU memory, Io::kGds" : "tensorzip load into GPU memory",
+          S, tl, 0, ratio, c.io() + (same ? "; verified" : "; MISMATCH"));
+      fs::remove_all(dir);
+    }
+  }
+  for (void* p : dev) cudaFree(p);
+  return ok;
+#else
+  (void)dirs, (void)host, (void)mem, (void)base, (void)S, (void)threads;
+  std::printf("--gpu: this build has no CUDA backend\n");
+  return false;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,14 +161,16 @@ int main(int argc, char** argv) {
   double gib = 4;
   unsigned threads = 0;
   std::vector<std::string> dirs;
+  bool gpu = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--fixtures" && i + 1 < argc) fixtures = argv[++i];
     else if (a == "--gib" && i + 1 < argc) gib = std::stod(argv[++i]);
     else if (a == "--threads" && i + 1 < argc) threads = (unsigned)std::stoul(argv[++i]);
     else if (a == "--dir" && i + 1 < argc) dirs.push_back(argv[++i]);
+    else if (a == "--gpu") gpu = true;
     else {
-      std::fprintf(stderr, "usage: tz_io_bench --fixtures DIR [--gib N] [--threads N] --dir PATH...\n");
+      std::fprintf(stderr, "usage: tz_io_bench --fixtures DIR [--gib N] [--threads N] [--gpu] --dir PATH...\n");
       return 1;
     }
   }
@@ -124,6 +210,7 @@ int main(int argc, char** argv) {
   };
 
   std::printf("| storage | method | seconds | GB/s (raw bytes) | stall s | ratio | notes |\n|---|---|---|---|---|---|---|\n");
+  if (gpu) return gpu_rows(dirs, views, mem, base, S, threads) ? 0 : 1;
   for (const auto& root : dirs) {
     fs::create_directories(root);
     const std::string where = root.rfind("/dev/shm", 0) == 0 ? "tmpfs" : "disk";
@@ -166,70 +253,147 @@ int main(int argc, char** argv) {
       row(where.c_str(), "raw pread (load)", S, tl, 0, 0, check() ? "page cache dropped first; verified" : "MISMATCH");
     }
     fs::remove(raw);
-    // 2. tensorzip: auto codec (bandwidth probed), forced fast, async.
-    const ck::Codec codecs[] = {ck::Codec::kAuto, ck::Codec::kFast};
-    for (const ck::Codec c : codecs) {
-      const std::string dir = root + (c == ck::Codec::kAuto ? "/tz-auto" : "/tz-fast");
+    // 2. safetensors layout written the way safetensors' save_file does
+    //    (8-byte length, JSON header, tensor bytes), here with pwrite from
+    //    the tensors' own buffers + fsync; load = pread of every tensor.
+    {
+      std::string hdr = "{";
+      uint64_t off = 0;
+      for (const auto& v : views) {
+        std::string shape;
+        for (size_t k = 0; k < v.shape.size(); ++k) {
+          if (k) shape += ",";
+          shape += std::to_string(v.shape[k]);
+        }
+        if (hdr.size() > 1) hdr += ",";
+        hdr += "\"";
+        hdr += v.name;
+        hdr += "\":{\"dtype\":\"";
+        hdr += v.dtype;
+        hdr += "\",\"shape\":[";
+        hdr += shape;
+        hdr += "],\"data_offsets\":[";
+        hdr += std::to_string(off);
+        hdr += ",";
+        hdr += std::to_string(off + v.size);
+        hdr += "]}";
+        off += v.size;
+      }
+      hdr += "}";
+      while (hdr.size() % 8) hdr += ' ';
+      const std::string stp = root + "/bench.safetensors";
+      const auto t0 = Clock::now();
+      const int fd = ::open(stp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      uint8_t len[8];
+      for (int k = 0; k < 8; ++k) len[k] = (uint8_t)((uint64_t)hdr.size() >> (8 * k));
+      bool ok = ::pwrite(fd, len, 8, 0) == 8 && ::pwrite(fd, hdr.data(), hdr.size(), 8) == (ssize_t)hdr.size();
+      uint64_t pos = 8 + hdr.size();
+      for (const auto& v : views)
+        for (uint64_t o = 0; o < v.size && ok; o += 4u << 20) {
+          const size_t n = (size_t)std::min<uint64_t>(4u << 20, v.size - o);
+          ok = ::pwrite(fd, static_cast<const uint8_t*>(v.data) + o, n, (off_t)pos) == (ssize_t)n;
+          pos += n;
+        }
+      ::fsync(fd);
+      ::close(fd);
+      fsync_dir(root);
+      const double ts = since(t0);
+      row(where.c_str(), "safetensors file, C++ pwrite + fsync (save)", S, ts, ts, 0,
+          ok ? "same layout as save_file; torch/safetensors library rows: io_bench.py" : "WRITE FAILED");
+      // Must parse as a safetensors file.
+      const auto info = tz::container::read_safetensors_info(stp);
+      drop_cache(stp);
+      clobber();
+      const auto t1 = Clock::now();
+      const int rfd = ::open(stp.c_str(), O_RDONLY);
+      for (size_t i = 0; i < info.tensors.size(); ++i)
+        if (::pread(rfd, mem[i].data(), mem[i].size(), (off_t)(info.data_start + info.tensors[i].data_begin)) !=
+            (ssize_t)mem[i].size())
+          ok = false;
+      ::close(rfd);
+      const double tl = since(t1);
+      row(where.c_str(), "safetensors file, pread per tensor (load)", S, tl, 0, 0,
+          ok && check() ? "page cache dropped first; verified" : "MISMATCH");
+      fs::remove(stp);
+    }
+    // 3. tensorzip: codec fast with cast prediction on/off x O_DIRECT
+    //    writes off/on, codec auto, async; each restored (buffered reads
+    //    through the read queue; one also with O_DIRECT reads).
+    struct Variant {
+      const char* label;
+      ck::Codec codec;
+      bool predict, direct, async;
+    };
+    const Variant variants[] = {
+        {"fast, predict off, buffered", ck::Codec::kFast, false, false, false},
+        {"fast, predict on, buffered", ck::Codec::kFast, true, false, false},
+        {"fast, predict off, O_DIRECT", ck::Codec::kFast, false, true, false},
+        {"fast, predict on, O_DIRECT", ck::Codec::kFast, true, true, false},
+        {"auto, predict on, buffered", ck::Codec::kAuto, true, false, false},
+        {"async fast, predict on, buffered", ck::Codec::kFast, true, false, true},
+    };
+    double t_sync_best = 1e30, ratio_best = 0, stall_async = 0;
+    for (const auto& vr : variants) {
+      const std::string dir = root + "/tz";
       fs::remove_all(dir);
       ck::SaveOptions o;
-      o.codec = c;
+      o.codec = vr.codec;
       o.threads = threads;
+      o.predict = vr.predict;
+      o.direct_io = vr.direct;
       std::string model;
       o.log = [&](const std::string& s) {
         if (s.rfind("codec", 0) == 0) model = s;
       };
-      const auto st = ck::save(dir, views, o);
+      ck::SaveStats st;
+      double stall = 0;
+      if (vr.async) {
+        ck::AsyncSaver saver;
+        // The first save allocates (page-faults) the staging area; the
+        // second reuses it, as every later checkpoint of a run does.
+        for (int rep = 0; rep < 2; ++rep) {
+          fs::remove_all(dir);
+          const auto t1 = Clock::now();
+          saver.save(dir, views, o);
+          stall = since(t1);
+          st = saver.wait();
+          if (rep == 0) {
+            row(where.c_str(), "tensorzip async save, fast, predict on (first: allocates staging)", S, st.seconds, stall,
+                (double)st.raw_bytes / (double)st.file_bytes, st.io);
+          }
+        }
+        stall_async = stall;
+      } else {
+        st = ck::save(dir, views, o);
+        stall = st.stall_seconds;
+      }
       const double ratio = (double)st.raw_bytes / (double)st.file_bytes;
-      row(where.c_str(), (std::string("tensorzip sync save, codec ") + (c == ck::Codec::kAuto ? "auto" : "fast")).c_str(),
-          S, st.seconds, st.stall_seconds, ratio, "chose " + st.codec + ", " + st.io);
-      std::printf("  time model: %s\n", model.c_str());
-      drop_cache(dir + "/rank-00000.tzip");
-      ck::Checkpoint ckp(dir, threads);
+      row(where.c_str(), (std::string("tensorzip ") + (vr.async ? "" : "sync ") + "save, " + vr.label).c_str(), S,
+          st.seconds, stall, ratio,
+          "chose " + st.codec + ", io " + st.io + ", " + std::to_string(st.predicted) + " cast-predicted tensors");
+      if (vr.codec == ck::Codec::kAuto) std::printf("  time model: %s\n", model.c_str());
+      if (!vr.async && vr.codec == ck::Codec::kFast && st.seconds < t_sync_best) t_sync_best = st.seconds, ratio_best = ratio;
       std::vector<ck::LoadRequest> req;
       for (size_t i = 0; i < views.size(); ++i) req.push_back({views[i].name, mem[i].data(), mem[i].size()});
-      clobber();
-      const auto t0 = Clock::now();
-      ckp.load(req);
-      const double tl = since(t0);
-      row(where.c_str(), (std::string("tensorzip load, codec ") + st.codec).c_str(), S, tl, 0, ratio,
-          check() ? "page cache dropped first; verified" : "MISMATCH");
-      {
+      for (bool rdirect : {false, true}) {
+        if (rdirect && !(vr.predict && vr.direct && !vr.async)) continue;
         drop_cache(dir + "/rank-00000.tzip");
-        ck::Checkpoint ckd(dir, threads, /*direct_io=*/true);
+        ck::Checkpoint ckp(dir, threads, rdirect);
         clobber();
-        const auto t2 = Clock::now();
-        ckd.load(req);
-        const double td = since(t2);
-        row(where.c_str(), (std::string("tensorzip load O_DIRECT, codec ") + st.codec).c_str(), S, td, 0, ratio,
-            std::string(ckd.direct_io() ? "O_DIRECT" : "O_DIRECT refused: buffered") +
-                (check() ? "; verified" : "; MISMATCH"));
-      }
-      if (c == ck::Codec::kFast) {
-        const std::string adir = root + "/tz-async";
-        fs::remove_all(adir);
-        ck::AsyncSaver saver;
-        // First save allocates (page-faults) the staging area; the second
-        // reuses it, as every later checkpoint of a training run does.
-        double stall = 0;
-        for (int rep = 0; rep < 2; ++rep) {
-          fs::remove_all(adir);
-          const auto t1 = Clock::now();
-          saver.save(adir, views, o);
-          stall = since(t1);
-          const auto ast = saver.wait();
-          row(where.c_str(), rep ? "tensorzip async save (staging reused)" : "tensorzip async save (first: allocates staging)",
-              S, ast.seconds, stall, (double)ast.raw_bytes / (double)ast.file_bytes,
-              "codec fast; stall = staging copy; seconds = until durable");
-        }
-        std::printf("  target check (%s): raw write %.2f s; sync fast %.2f s vs raw/ratio %.2f s -> %s; "
-                    "async stall %.3f s = %.1f%% of raw write -> %s\n",
-                    where.c_str(), t_raw, st.seconds, t_raw / ratio,
-                    st.seconds <= t_raw / ratio ? "met" : "not met", stall, 100 * stall / t_raw,
-                    stall < 0.1 * t_raw ? "met" : "not met");
-        fs::remove_all(adir);
+        const auto t0 = Clock::now();
+        ckp.load(req);
+        const double tl = since(t0);
+        row(where.c_str(), (std::string("tensorzip load (") + vr.label + (rdirect ? ", O_DIRECT reads" : "") + ")").c_str(),
+            S, tl, 0, ratio,
+            "reads " + ckp.io() + (rdirect ? (ckp.direct_io() ? " O_DIRECT" : " (O_DIRECT refused)") : "") +
+                (check() ? "; page cache dropped first; verified" : "; MISMATCH"));
       }
       fs::remove_all(dir);
     }
+    std::printf("  target check (%s): raw write %.2f s; best sync fast save %.2f s vs raw/ratio %.2f s -> %s; "
+                "async stall %.3f s = %.1f%% of raw write -> %s\n",
+                where.c_str(), t_raw, t_sync_best, t_raw / ratio_best, t_sync_best <= t_raw / ratio_best ? "met" : "not met",
+                stall_async, 100 * stall_async / t_raw, stall_async < 0.1 * t_raw ? "met" : "not met");
   }
   return 0;
 }

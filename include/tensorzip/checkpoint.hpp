@@ -56,7 +56,12 @@ struct TensorView {
 };
 
 enum class Codec { kAuto = 0, kRaw = 1, kFast = 2, kStrong = 3 };
-enum class Io { kAuto = 0, kPosix = 1, kUring = 2 };
+// Storage back end. kAuto: io_uring where the build and kernel allow it,
+// else a pread/pwrite thread pool. kGds: GPUDirect Storage (cuFile, loaded
+// with dlopen("libcufile.so.0")) for frames restored into device memory;
+// where the library, its driver or a GPU is missing, kAuto is used and
+// SaveStats::io / Checkpoint::io() say why.
+enum class Io { kAuto = 0, kPosix = 1, kUring = 2, kGds = 3 };
 
 struct SaveOptions {
   Codec codec = Codec::kAuto;
@@ -68,6 +73,16 @@ struct SaveOptions {
   unsigned slots = 0;                // chunks in flight; 0 = threads + 4. Memory ~ slots x chunk
   Io io = Io::kAuto;
   unsigned io_threads = 2;           // posix back end
+  // Cast prediction: a BF16/F16 host tensor of this save that is the
+  // round-to-nearest-even cast of an FP32 host tensor of the same shape
+  // (mixed precision: BF16 weights + FP32 masters) is stored as the XOR
+  // residual against that cast (doc/container.md section 11), where a
+  // sample says it pays. Restore returns the same bytes either way.
+  bool predict = true;
+  // O_DIRECT writes: frames gathered into 4 KiB-aligned staging buffers and
+  // written bypassing the page cache; buffered where the file system refuses
+  // (SaveStats::io then lacks "+O_DIRECT").
+  bool direct_io = false;
   int rank = 0;
   int world_size = 1;                // > 1: call commit() once every rank has saved
   std::map<std::string, std::string> metadata;
@@ -80,8 +95,9 @@ struct SaveStats {
   double seconds = 0;            // whole save, from call to manifest
   double stall_seconds = 0;      // time the caller was blocked (async: staging copy)
   std::string codec;             // "raw", "fast", "strong"
-  std::string io;                // back end used
+  std::string io;                // back end used, e.g. "io_uring+O_DIRECT"
   std::string model;             // time model of the codec choice
+  uint64_t predicted = 0;        // tensors stored as cast residuals (SaveOptions::predict)
 };
 
 // Synchronous save of this rank's tensors into `dir` (created if missing;
@@ -137,7 +153,10 @@ class Checkpoint {
   // direct_io: read frames with O_DIRECT (4 KiB-aligned ranges around each
   // frame; frames are 64-byte aligned in the file), bypassing the page
   // cache; falls back to buffered reads where the file system refuses it.
-  explicit Checkpoint(const std::string& dir, unsigned threads = 0, bool direct_io = false);
+  // io: read back end (src/io): kUring reads through io_uring where the
+  // build and kernel allow it, kPosix with pread threads; kAuto = io_uring,
+  // else pread. Reads run ahead of the decode workers into a bounded ring.
+  explicit Checkpoint(const std::string& dir, unsigned threads = 0, bool direct_io = false, Io io = Io::kAuto);
   ~Checkpoint();
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
@@ -147,6 +166,8 @@ class Checkpoint {
   long find(const std::string& name) const;  // index or -1
   // True while frames are read with O_DIRECT (requested, and not refused).
   bool direct_io() const;
+  // Read back end of the last load(): "io_uring", "posix" ("none" before).
+  std::string io() const;
 
   // Reads the requested tensors only: frames are read and decoded by
   // `threads` workers in parallel (the read of one overlaps the decode of
@@ -158,6 +179,7 @@ class Checkpoint {
   std::vector<std::string> verify();
 
  private:
+  void run_load(std::span<const LoadRequest> requests, const std::map<size_t, const uint8_t*>& src_bytes);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -40,11 +41,15 @@ enum class ErrorKind {
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& msg) : std::runtime_error(msg), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& msg, int sys_errno = 0)
+      : std::runtime_error(msg), kind_(kind), errno_(sys_errno) {}
   ErrorKind kind() const { return kind_; }
+  // The errno behind a kIO error where one is known (e.g. ENOSPC), else 0.
+  int sys_errno() const { return errno_; }
 
  private:
   ErrorKind kind_;
+  int errno_ = 0;
 };
 
 // Called with (bytes done, bytes total) of uncompressed data, from the
@@ -274,5 +279,121 @@ void clear_cancel();
 // Removes the temporary files this process is writing, without unwinding
 // (last resort for a second signal). Async-signal-safe.
 void remove_temporaries_on_signal();
+
+// ---------------------------------------------------------------------------
+// Writing a .tzip file from tensors in memory (src/container/tzip_tensor_writer.cpp).
+//
+// Where the writer's bytes go: an I/O back end for one open file. The writer
+// calls write() from one thread, in file order; `done` must run once the
+// buffer may be reused (the write finished or failed), from any thread.
+// write() may block (bounded queue) but should not wait for the disk.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void write(uint64_t offset, const void* p, size_t n, std::function<void()> done) = 0;
+  // Waits for every queued write; returns the first errno seen (0: none).
+  virtual int drain() = 0;
+  // First errno of a completed write so far (0: none); lets the writer stop early.
+  virtual int error() const { return 0; }
+  virtual std::string name() const = 0;  // e.g. "pwrite", "io_uring"
+};
+// Makes the sink for file descriptor `fd` (not owned). `direct`: fd was
+// opened with O_DIRECT; every write is then 4096-byte aligned in offset,
+// size and buffer address.
+using SinkFactory = std::function<std::unique_ptr<Sink>(int fd, bool direct)>;
+// Synchronous pwrite from the calling thread (the default).
+std::unique_ptr<Sink> make_pwrite_sink(int fd);
+
+struct TensorWriterOptions {
+  int level = 0;                    // tz_params.level (-1 store, 0 default, 1..3)
+  unsigned block_elems = 0;         // 0: codec default for the dtype
+  unsigned threads = 0;             // encoder threads; 0: all hardware threads
+  uint64_t chunk_bytes = 4u << 20;  // raw bytes per frame: power of two, 1 MiB..64 MiB
+  unsigned slots = 0;               // frames in flight; 0: threads + 4. Memory ~ slots x chunk
+  bool force = false;               // replace an existing output
+  std::map<std::string, std::string> metadata;       // safetensors __metadata__ of the export
+  std::map<std::string, std::string> user_metadata;  // .tzip header only
+  // Cast prediction (doc/container.md section 11): a BF16/F16 host tensor
+  // that is the RNE cast of an FP32 host tensor of the same shape added to
+  // this writer is stored as the XOR residual against that cast, where a
+  // sample says it pays by min_gain (same rule as compress_file).
+  bool predict = true;
+  double min_gain = 0.03;
+  // O_DIRECT: frames are gathered into aligned staging buffers of
+  // direct_buffer_bytes (a multiple of 4096) and written bypassing the page
+  // cache; where the file system refuses O_DIRECT (tmpfs), buffered writes.
+  bool direct_io = false;
+  uint64_t direct_buffer_bytes = 8u << 20;
+  unsigned direct_buffers = 4;
+  SinkFactory sink;                 // null: make_pwrite_sink
+  std::string created_by;           // empty: "tensorzip <version>"
+  ProgressFn progress;              // raw bytes written, from finish()'s thread
+};
+
+// One pre-encoded frame: a tz_compress frame of one chunk of a tensor.
+struct EncodedFrame {
+  const void* data = nullptr;
+  size_t size = 0;
+};
+
+struct TensorWriterStats {
+  uint64_t raw_bytes = 0;
+  uint64_t file_bytes = 0;
+  double encode_seconds = 0;        // codec time summed over the workers
+  double seconds = 0;               // finish() wall time
+  std::string io;                   // sink name, plus "+O_DIRECT" when direct writes were used
+  bool direct = false;              // O_DIRECT writes used (requested and not refused)
+  size_t predicted = 0;             // tensors stored as cast residuals
+  uint64_t file_xxh64 = 0;          // trailer checksum
+};
+
+// Writes a .tzip file of named tensors. Nothing is written to the final path
+// before finish(): the file is built under a temporary name in the same
+// folder (created by the constructor), fsync'd and renamed. abort(), the
+// destructor of an unfinished writer, and any error remove the temporary.
+// The file exports (Reader::export_safetensors) to a safetensors file holding
+// exactly the added tensors, in the order added.
+class TensorWriter {
+ public:
+  explicit TensorWriter(const std::string& path, const TensorWriterOptions& opt = {});
+  ~TensorWriter();
+  TensorWriter(const TensorWriter&) = delete;
+  TensorWriter& operator=(const TensorWriter&) = delete;
+
+  // A tensor in host memory, encoded by the writer's thread pool in
+  // chunk_bytes chunks. `data` must stay valid and unchanged until finish()
+  // returns. dtype: a safetensors dtype string; size must match shape.
+  void add(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
+           const void* data, uint64_t size);
+  // A tensor given as pre-encoded frames (e.g. from the GPU codec): frame k
+  // holds raw bytes [k*chunk_bytes, min(size, (k+1)*chunk_bytes)) coded as
+  // codec dtype codec_dtype_for(dtype) with `block_elems` elements per block
+  // (0: codec default) at `level`. Checked against those: raw size, dtype,
+  // block size. The frames must stay valid until finish() returns.
+  void add_frames(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
+                  uint64_t size, std::vector<EncodedFrame> frames, int level, unsigned block_elems = 0);
+  // Like add_frames, but frame k is produced on demand by encode(k, dst,
+  // capacity) -> frame size (or an error code of tensorzip.h), called from
+  // the writer's worker threads (different k concurrently); capacity is
+  // tz_compress_bound(chunk_bytes). Memory stays bounded by the slots.
+  using EncodeFn = std::function<size_t(uint64_t chunk, uint8_t* dst, size_t capacity)>;
+  void add_encoder(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
+                   uint64_t size, EncodeFn encode, int level, unsigned block_elems = 0);
+
+  // Encodes, writes, fsyncs and renames onto the path. Call once.
+  TensorWriterStats finish();
+  // Drops the output (idempotent; nothing to do after finish()).
+  void abort();
+
+  const std::string& path() const;
+  uint64_t chunk_bytes() const;
+  // After finish(): the tensors as stored (frames with offsets and hashes,
+  // predictions), in the order added.
+  const std::vector<TensorEntry>& tensors() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace tz::container

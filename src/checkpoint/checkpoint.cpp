@@ -32,14 +32,18 @@
 #include <set>
 #include <thread>
 
+#include "../io/read_queue.hpp"
 #include "../io/write_queue.hpp"
+#include "codec/predict.h"
 #include "plan.hpp"
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip.h"
 
+#include "../io/cufile.hpp"
 #ifdef TZ_CHECKPOINT_CUDA
 #include <cuda_runtime_api.h>
 
+#include "checkpoint_gpu.hpp"
 #include "tensorzip/tensorzip_cuda.h"
 #endif
 
@@ -86,10 +90,6 @@ const char* codec_dtype_str(tz_dtype d) {
     case TZ_DTYPE_F8_E5M2: return "f8_e5m2";
     default: return "bytes";
   }
-}
-
-void put_le(uint8_t* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = (uint8_t)(v >> (8 * i));
 }
 
 uint64_t align64(uint64_t x) { return (x + 63) & ~uint64_t{63}; }
@@ -155,10 +155,16 @@ std::string read_small(const std::string& path, ErrorKind missing_kind) {
 
 // The manifest wraps its body with a hash of the body's canonical dump, so a
 // torn or edited manifest is detected before any of it is used.
+// Version 2 when any tensor is cast-predicted: a version-1 reader (which
+// would return the stored residuals as the values) refuses it instead.
 std::string wrap_manifest(const json& body) {
   const std::string d = body.dump();
-  return json{{"format", "tensorzip-checkpoint"}, {"version", 1}, {"body_xxh64", hex64(XXH64(d.data(), d.size(), 0))},
-              {"body", body}}
+  int version = 1;
+  for (const auto& r : body.at("ranks"))
+    for (const auto& t : r.at("tensors"))
+      if (t.contains("predict")) version = 2;
+  return json{{"format", "tensorzip-checkpoint"}, {"version", version},
+              {"body_xxh64", hex64(XXH64(d.data(), d.size(), 0))}, {"body", body}}
              .dump(1) +
          "\n";
 }
@@ -173,7 +179,8 @@ json unwrap_manifest(const std::string& text, const std::string& what) {
   if (!j.is_object() || j.value("format", "") != "tensorzip-checkpoint" || !j.contains("body") ||
       !j["body"].is_object() || !j.contains("body_xxh64") || !j["body_xxh64"].is_string())
     fail(ErrorKind::kCorrupt, what + ": not a tensorzip checkpoint manifest");
-  if (j.value("version", 0) != 1) fail(ErrorKind::kCorrupt, what + ": unsupported manifest version");
+  const int version = j.value("version", 0);
+  if (version != 1 && version != 2) fail(ErrorKind::kCorrupt, what + ": unsupported manifest version");
   const std::string d = j["body"].dump();
   if (XXH64(d.data(), d.size(), 0) != parse_hex64(j["body_xxh64"].get<std::string>()))
     fail(ErrorKind::kCorrupt, what + ": manifest checksum mismatch");
@@ -221,31 +228,17 @@ double probe_storage_gibps(const std::string& dir) {
 // ===========================================================================
 namespace {
 
-struct FrameOut {
-  uint64_t offset = 0, size = 0, raw_size = 0, xxh64 = 0;
-};
-
 struct Seg {
   const TensorView* t = nullptr;
   tz_dtype cd = TZ_DTYPE_BYTES;
   unsigned block_elems = 0;
   uint64_t data_begin = 0;
-  std::vector<FrameOut> frames;
 };
 
 struct Unit {
   size_t seg;
   uint64_t off;
   size_t n;
-};
-
-struct Slot {
-  std::vector<uint8_t> comp;  // frame + zero padding to 64
-  std::vector<uint8_t> raw;   // device tensors only: host copy of the chunk
-  size_t frame_size = 0;
-  uint64_t frame_hash = 0;
-  size_t allowed = 0;         // the unit that may use this slot next
-  bool encoded = false;
 };
 
 void validate(std::span<const TensorView> tensors, std::vector<Seg>& segs) {
@@ -277,45 +270,6 @@ void validate(std::span<const TensorView> tensors, std::vector<Seg>& segs) {
     pos += t.size;
     segs.push_back(std::move(s));
   }
-}
-
-// safetensors header and .tzip header of the rank file (doc/container.md 3).
-std::string tzip_header(const std::vector<Seg>& segs, uint64_t chunk, uint64_t data_size, int level,
-                        const std::map<std::string, std::string>& meta) {
-  json st = json::object();
-  if (!meta.empty()) st["__metadata__"] = meta;
-  std::vector<const Seg*> order;
-  for (const auto& s : segs) {
-    st[s.t->name] = {{"dtype", s.t->dtype}, {"shape", s.t->shape}, {"data_offsets", {s.data_begin, s.data_begin + s.t->size}}};
-    order.push_back(&s);
-  }
-  std::stable_sort(order.begin(), order.end(), [](const Seg* a, const Seg* b) {
-    const uint64_t ea = a->data_begin + a->t->size, eb = b->data_begin + b->t->size;
-    if (a->data_begin != b->data_begin) return a->data_begin < b->data_begin;
-    if (ea != eb) return ea < eb;
-    return a->t->name < b->t->name;
-  });
-  json tensors = json::array();
-  for (const Seg* s : order) {
-    json fr = json::array();
-    for (const auto& f : s->frames) fr.push_back({{"offset", f.offset}, {"size", f.size}, {"xxh64", hex64(f.xxh64)}});
-    tensors.push_back({{"name", s->t->name},
-                       {"dtype", s->t->dtype},
-                       {"shape", s->t->shape},
-                       {"data_offsets", {s->data_begin, s->data_begin + s->t->size}},
-                       {"codec", {{"dtype", codec_dtype_str(s->cd)}, {"level", level}, {"block_elems", s->block_elems}}},
-                       {"frames", fr}});
-  }
-  json h = {{"format", "tzip"},
-            {"version", 1},
-            {"created_by", "tensorzip checkpoint"},
-            {"chunk_bytes", chunk},
-            {"data_size", data_size},
-            {"metadata", meta},
-            {"safetensors_header", st.dump()},
-            {"tensors", tensors},
-            {"gaps", json::array()}};
-  return h.dump();
 }
 
 struct Choice {
@@ -417,7 +371,53 @@ std::string parent_of(const std::string& p) {
   return s == std::string::npos ? "." : s == 0 ? "/" : p.substr(0, s);
 }
 
-// Writes this rank's .tzip file; returns the rank's manifest entry.
+// The storage back end (src/io) as the container writer's sink.
+class QueueSink final : public tz::container::Sink {
+ public:
+  QueueSink(int fd, tz::io::Backend b, unsigned threads, unsigned depth) : q_(fd, b, threads, depth) {}
+  void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
+    q_.submit(off, p, n, std::move(done));
+  }
+  int drain() override { return q_.drain(); }
+  int error() const override { return q_.error(); }
+  std::string name() const override { return tz::io::backend_name(q_.backend()); }
+
+ private:
+  tz::io::WriteQueue q_;
+};
+
+[[noreturn]] void rethrow_container(const tz::container::Error& e) {
+  using CK = tz::container::ErrorKind;
+  const int en = e.sys_errno();
+  ErrorKind k = ErrorKind::kInternal;
+  switch (e.kind()) {
+    case CK::kUsage:
+    case CK::kBadInput: k = ErrorKind::kUsage; break;
+    case CK::kIO:
+    case CK::kExists: k = (en == ENOSPC || en == EFBIG || en == EDQUOT) ? ErrorKind::kNoSpace : ErrorKind::kIO; break;
+    default: k = ErrorKind::kInternal;
+  }
+  throw Error(k, e.what());
+}
+
+// GPUDirect Storage for this save or restore: requested with Io::kGds, and
+// the cuFile library, its driver and a GPU present (else POSIX/io_uring and
+// the reason is reported).
+tz::io::GdsDecision gds_decision(Io io) {
+  tz::io::GdsDecision d;
+  if (io != Io::kGds) return d;
+#ifdef TZ_CHECKPOINT_CUDA
+  const char* lib = std::getenv("TZ_CUFILE_LIB");
+  return tz::io::decide_gds(true, gpu::device_count(), lib && *lib ? lib : "libcufile.so.0");
+#else
+  d.reason = "built without CUDA";
+  return d;
+#endif
+}
+
+// Writes this rank's .tzip file with the container's TensorWriter (encode
+// over a thread pool into a bounded ring of buffers, writes queued on the
+// src/io back end, temp + fsync + rename); returns the rank's manifest entry.
 json write_rank_file(const std::string& dir, std::span<const TensorView> tensors, const SaveOptions& opt,
                      SaveStats& stats) {
   const uint64_t chunk = opt.chunk_bytes;
@@ -435,184 +435,94 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   const unsigned threads = resolve_threads(opt.threads);
   double cal_gibps = 0;  // level-1 calibration (kAuto only)
   const Choice choice = pick_codec(dir, segs, units, data_size, opt, threads, &cal_gibps);
+  (void)cal_gibps;
   const auto t_pipe = Clock::now();
-  std::atomic<uint64_t> encode_ns{0};  // summed over workers
   stats.codec = choice.name;
   stats.model = choice.model;
   if (opt.log) opt.log("codec " + choice.name + ": " + choice.model);
 
   const std::string fin = dir + "/" + rank_file(opt.rank);
-  const std::string tmp = dir + "/." + rank_file(opt.rank) + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_errno(tmp, "create", errno);
-  struct Cleanup {
-    int fd;
-    std::string tmp;
-    bool keep = false;
-    ~Cleanup() {
-      if (fd >= 0) ::close(fd);
-      if (!keep) ::unlink(tmp.c_str());
-    }
-  } cleanup{fd, tmp};
-
-  XXH64_state_t* fh = XXH64_createState();
-  XXH64_reset(fh, 0);
-  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> fh_guard(fh, &XXH64_freeState);
-
-  uint8_t pre[64] = {'T', 'Z', 'I', 'P'};
-  put_le(pre + 4, 1, 2);
-  put_le(pre + 6, 0, 2);
-  XXH64_update(fh, pre, 64);
-
-  const size_t n_slots = std::max<size_t>(2, opt.slots ? opt.slots : threads + 4);
-  std::vector<Slot> slots(n_slots);
-  for (size_t i = 0; i < n_slots; ++i) slots[i].allowed = i;
-  const size_t cap = tz_compress_bound(chunk) + 64;
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<size_t> next{0};
-  bool stop = false;
-  std::exception_ptr error;
-  auto set_error = [&](std::exception_ptr e) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (!error) error = e;
-    stop = true;
-    cv.notify_all();
+  tz::container::TensorWriterOptions wo;
+  wo.level = choice.level;
+  wo.threads = threads;
+  wo.chunk_bytes = chunk;
+  wo.slots = (unsigned)std::max<size_t>(2, opt.slots ? opt.slots : threads + 4);
+  wo.force = true;  // a rank file of an interrupted save (no manifest) is replaced
+  wo.metadata = opt.metadata;
+  wo.created_by = "tensorzip checkpoint";
+  wo.predict = opt.predict;
+  wo.direct_io = opt.direct_io;
+  const tz::io::Backend be = opt.io == Io::kPosix  ? tz::io::Backend::kPosix
+                             : opt.io == Io::kUring ? tz::io::Backend::kUring
+                                                    : tz::io::Backend::kAuto;  // kAuto, kGds
+  const unsigned io_threads = std::max(1u, opt.io_threads);
+  const unsigned depth = (unsigned)std::min<size_t>(std::max<size_t>(wo.slots, 4), 64);
+  wo.sink = [be, io_threads, depth](int fd, bool) -> std::unique_ptr<tz::container::Sink> {
+    return std::make_unique<QueueSink>(fd, be, io_threads, depth);
   };
-
-  const Io io = opt.io;
-  tz::io::WriteQueue wq(fd, io == Io::kPosix ? tz::io::Backend::kPosix
-                            : io == Io::kUring ? tz::io::Backend::kUring
-                                               : tz::io::Backend::kAuto,
-                        std::max(1u, opt.io_threads), (unsigned)std::min<size_t>(n_slots, 64));
-  stats.io = tz::io::backend_name(wq.backend());
-  {
-    // The preamble goes first (synchronously, small).
-    const int e = tz::io::pwrite_full(fd, pre, 64, 0);
-    if (e) fail_errno(tmp, "write", e);
-  }
-
-  std::vector<std::thread> workers;
-  for (unsigned w = 0; w < threads; ++w) {
-    workers.emplace_back([&] {
-      std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
-#ifdef TZ_CHECKPOINT_CUDA
-      void* d_comp = nullptr;
-      cudaStream_t stream = nullptr;
-#endif
-      try {
-        if (!ctx) fail(ErrorKind::kInternal, "cannot create a codec context");
-        for (;;) {
-          const size_t u = next.fetch_add(1);
-          if (u >= units.size()) break;
-          Slot& s = slots[u % n_slots];
-          {
-            std::unique_lock<std::mutex> lk(mu);
-            cv.wait(lk, [&] { return stop || s.allowed == u; });
-            if (stop) break;
-          }
-          const Unit& un = units[u];
-          const Seg& sg = segs[un.seg];
-          if (s.comp.size() < cap) s.comp.resize(cap);
-          tz_params p{};
-          p.dtype = sg.cd;
-          p.level = choice.level;
-          p.block_elems = sg.block_elems;
-          const uint8_t* src = static_cast<const uint8_t*>(sg.t->data) + un.off;
-          size_t r = 0;
-          bool done = false;
-#ifdef TZ_CHECKPOINT_CUDA
-          if (sg.t->memory == Memory::kDevice) {
-            // GPU encode when the codec supports the dtype there (same bitstream
-            // as the CPU), else copy the chunk to the host and encode on the CPU.
-            if (sg.cd != TZ_DTYPE_BYTES && un.n % (tz::container::dtype_bits(sg.t->dtype) / 8) == 0) {
-              if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
-                fail(ErrorKind::kInternal, "cudaStreamCreate failed");
-              if (!d_comp && cudaMalloc(&d_comp, cap) != cudaSuccess) fail(ErrorKind::kInternal, "cudaMalloc failed");
-              r = tz_cuda_compress_tensor(d_comp, cap, src, un.n, &p, stream);
-              if (!tz_is_error(r)) {
-                if (cudaMemcpy(s.comp.data(), d_comp, r, cudaMemcpyDeviceToHost) != cudaSuccess)
-                  fail(ErrorKind::kInternal, "cudaMemcpy failed");
-                done = true;
-              }
-            }
-            if (!done) {
-              if (s.raw.size() < un.n) s.raw.resize(un.n);
-              if (cudaMemcpy(s.raw.data(), src, un.n, cudaMemcpyDeviceToHost) != cudaSuccess)
-                fail(ErrorKind::kInternal, "cudaMemcpy failed");
-              src = s.raw.data();
-            }
-          }
-#endif
-          if (!done) {
-            const auto te = Clock::now();
-            r = tz_ctx_compress(ctx.get(), s.comp.data(), cap - 64, src, un.n, &p);
-            encode_ns += (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - te).count();
-          }
-          if (tz_is_error(r))
-            fail(ErrorKind::kInternal, "tensor '" + sg.t->name + "': " + tz_get_error_name(r) + ": " +
-                                           tz_last_error_detail());
-          const size_t padded = align64(r);
-          std::memset(s.comp.data() + r, 0, padded - r);
-          const uint64_t h = XXH64(s.comp.data(), r, 0);  // frame hash here, in parallel
-          std::lock_guard<std::mutex> lk(mu);
-          s.frame_size = r;
-          s.frame_hash = h;
-          s.encoded = true;
-          cv.notify_all();
-        }
-      } catch (...) {
-        set_error(std::current_exception());
-      }
-#ifdef TZ_CHECKPOINT_CUDA
-      if (d_comp) cudaFree(d_comp);
-      if (stream) cudaStreamDestroy(stream);
-#endif
-    });
-  }
-
-  // Writer: data order, offsets, hashes, queue the writes.
-  uint64_t pos = 64;
+  tz::container::TensorWriterStats ws;
+  std::vector<tz::container::TensorEntry> stored;
   try {
-    for (size_t u = 0; u < units.size(); ++u) {
-      Slot& s = slots[u % n_slots];
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return stop || (s.allowed == u && s.encoded); });
-        if (stop) break;
-      }
-      if (const int e = wq.error()) fail_errno(tmp, "write", e);
-      const size_t padded = align64(s.frame_size);
-      Seg& sg = segs[units[u].seg];
-      sg.frames.push_back({pos, s.frame_size, units[u].n, s.frame_hash});
-      XXH64_update(fh, s.comp.data(), padded);
-      wq.submit(pos, s.comp.data(), padded, [&, u] {
-        std::lock_guard<std::mutex> lk(mu);
-        Slot& sl = slots[u % n_slots];
-        sl.encoded = false;
-        sl.allowed = u + n_slots;
-        cv.notify_all();
-      });
-      pos += padded;
+#ifdef TZ_CHECKPOINT_CUDA
+    // Device tensors: batched GPU encode into pinned buffers, handed to the
+    // writer chunk by chunk as pre-encoded frames.
+    std::vector<gpu::DevChunk> dev_chunks;
+    std::vector<size_t> dev_base(segs.size(), 0);
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const Seg& s = segs[i];
+      if (s.t->memory != Memory::kDevice) continue;
+      dev_base[i] = dev_chunks.size();
+      const unsigned esz = std::max(1u, tz::container::dtype_bits(s.t->dtype) / 8);
+      for (uint64_t off = 0; off < s.t->size; off += chunk)
+        dev_chunks.push_back({static_cast<const uint8_t*>(s.t->data) + off, std::min<uint64_t>(chunk, s.t->size - off),
+                              s.cd, s.block_elems, esz});
     }
-  } catch (...) {
-    set_error(std::current_exception());
+    std::unique_ptr<gpu::BatchEncoder> genc;
+    if (!dev_chunks.empty()) genc = std::make_unique<gpu::BatchEncoder>(std::move(dev_chunks), choice.level);
+#endif
+    tz::container::TensorWriter w(fin, wo);
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const Seg& s = segs[i];
+#ifdef TZ_CHECKPOINT_CUDA
+      if (s.t->memory == Memory::kDevice) {
+        gpu::BatchEncoder* ge = genc.get();
+        const size_t base = dev_base[i];
+        const std::string name = s.t->name;
+        w.add_encoder(
+            s.t->name, s.t->dtype, s.t->shape, s.t->size,
+            [ge, base, name](uint64_t k, uint8_t* dst, size_t cap) -> size_t {
+              try {
+                return ge->encode(base + k, dst, cap);
+              } catch (const std::runtime_error& e) {
+                throw Error(ErrorKind::kInternal, "tensor '" + name + "': " + e.what());
+              }
+            },
+            choice.level, s.block_elems);
+        continue;
+      }
+#endif
+      w.add(s.t->name, s.t->dtype, s.t->shape, s.t->data, s.t->size);
+    }
+    ws = w.finish();
+    stored = w.tensors();
+  } catch (const tz::container::Error& e) {
+    rethrow_container(e);
   }
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (error) stop = true;
-    cv.notify_all();
+  stats.io = ws.io;
+  if (opt.io == Io::kGds) {
+    const auto g = gds_decision(opt.io);
+    stats.io += g.use ? " (cuFile available; frames are checksummed in host memory, so they are written from pinned "
+                        "host buffers)"
+                      : " (cuFile not used: " + g.reason + ")";
+    if (opt.log) opt.log("io: " + stats.io);
   }
-  for (auto& t : workers) t.join();
-  const int werr = wq.drain();
-  if (error) std::rethrow_exception(error);
-  if (werr) fail_errno(tmp, "write", werr);
+  stats.predicted = ws.predicted;
+  stats.raw_bytes = data_size;
+  stats.file_bytes = ws.file_bytes;
   // Feedback for later kAuto choices: level-1 throughput per worker that
   // this save achieved, over the whole pipeline's time (encode is what
   // limits a CPU-bound save; an I/O-bound one understates it, which only
   // makes later choices more cautious).
-  (void)cal_gibps;
   if (choice.level == 1 && data_size >= (64u << 20)) {
     const double wall = secs(t_pipe, Clock::now());
     const double achieved = (double)data_size / kGiB / wall / threads;
@@ -620,51 +530,30 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
     g_enc_obs = achieved;
   }
   if (opt.log && choice.level >= 0)
-    opt.log("encode: " + std::to_string(threads) + " workers, " + std::to_string(encode_ns.load() / 1000000) +
-            " ms of encode time in total for " + std::to_string(data_size) + " bytes");
-
-  // Header + trailer.
-  std::string tail = tzip_header(segs, chunk, data_size, choice.level, opt.metadata);
-  const uint64_t header_off = pos, header_size = tail.size();
-  uint8_t tr[48] = {};
-  put_le(tr + 0, header_off, 8);
-  put_le(tr + 8, header_size, 8);
-  put_le(tr + 16, XXH64(tail.data(), tail.size(), 0), 8);
-  put_le(tr + 24, 1, 2);
-  put_le(tr + 26, 0, 2);
-  XXH64_update(fh, tail.data(), tail.size());
-  XXH64_update(fh, tr, 32);
-  const uint64_t file_hash = XXH64_digest(fh);
-  put_le(tr + 32, file_hash, 8);
-  tr[44] = 'P', tr[45] = 'I', tr[46] = 'Z', tr[47] = 'T';
-  tail.append(reinterpret_cast<const char*>(tr), 48);
-  if (const int e = tz::io::pwrite_full(fd, tail.data(), tail.size(), header_off)) fail_errno(tmp, "write", e);
-  if (::fsync(fd) != 0) fail_errno(tmp, "fsync", errno);
-  ::close(cleanup.fd);
-  cleanup.fd = -1;
-  if (::rename(tmp.c_str(), fin.c_str()) != 0) fail_errno(fin, "rename", errno);
-  cleanup.keep = true;
-  fsync_path(dir, true);
-  stats.raw_bytes = data_size;
-  stats.file_bytes = header_off + tail.size();
+    opt.log("encode: " + std::to_string(threads) + " workers, " + std::to_string((uint64_t)(ws.encode_seconds * 1000)) +
+            " ms of encode time in total for " + std::to_string(data_size) + " bytes; " +
+            std::to_string(ws.predicted) + " tensors stored as cast residuals; io " + ws.io);
 
   json jt = json::array();
-  for (const auto& s : segs) {
+  for (const auto& t : stored) {
     json fr = json::array();
-    for (const auto& f : s.frames)
+    for (const auto& f : t.frames)
       fr.push_back({{"offset", f.offset}, {"size", f.size}, {"raw_size", f.raw_size}, {"xxh64", hex64(f.xxh64)}});
-    jt.push_back({{"name", s.t->name},
-                  {"dtype", s.t->dtype},
-                  {"shape", s.t->shape},
-                  {"size", s.t->size},
-                  {"codec_dtype", codec_dtype_str(s.cd)},
-                  {"level", choice.level},
-                  {"frames", fr}});
+    json e = {{"name", t.name},
+              {"dtype", t.dtype},
+              {"shape", t.shape},
+              {"size", t.raw_size()},
+              {"codec_dtype", codec_dtype_str(t.codec_dtype)},
+              {"level", t.level},
+              {"frames", fr}};
+    if (t.predict.kind == tz::container::PredictKind::kCast)
+      e["predict"] = {{"kind", "cast"}, {"source", t.predict.source}};
+    jt.push_back(std::move(e));
   }
   return json{{"rank", opt.rank},
               {"file", rank_file(opt.rank)},
               {"file_size", stats.file_bytes},
-              {"file_xxh64", hex64(file_hash)},
+              {"file_xxh64", hex64(ws.file_xxh64)},
               {"chunk_bytes", chunk},
               {"codec", choice.name},
               {"time_model", choice.model},
@@ -721,8 +610,26 @@ void commit(const std::string& dir, int world_size) {
 // Async save
 // ===========================================================================
 struct AsyncSaver::Impl {
-  std::unique_ptr<uint8_t[]> arena;  // staging, reused across saves (not zero-filled)
+  // Staging, reused across saves (not zero-filled); pinned (cudaHostAlloc,
+  // from the process's pinned pool) when device tensors are staged, so the
+  // device-to-host copies run at full DMA speed.
+  uint8_t* arena = nullptr;
   uint64_t arena_size = 0;
+  bool arena_pinned = false;
+  void free_arena() {
+    if (!arena) return;
+#ifdef TZ_CHECKPOINT_CUDA
+    if (arena_pinned) gpu::pinned_put(arena);
+    else
+#endif
+      delete[] arena;
+    arena = nullptr;
+    arena_size = 0;
+  }
+  ~Impl() {
+    join();
+    free_arena();
+  }
   std::vector<TensorView> staged;
   std::thread th;
   mutable std::mutex mu;
@@ -744,11 +651,24 @@ void AsyncSaver::save(const std::string& dir, std::span<const TensorView> tensor
   const auto t0 = Clock::now();
   uint64_t total = 0;
   for (const auto& t : tensors) total += align64(t.size);
-  if (impl_->arena_size < total) {
-    impl_->arena.reset();
-    impl_->arena_size = 0;
-    impl_->arena.reset(new uint8_t[total]);
+  bool want_pinned = false;
+#ifdef TZ_CHECKPOINT_CUDA
+  for (const auto& t : tensors) want_pinned = want_pinned || t.memory == Memory::kDevice;
+#endif
+  if (impl_->arena_size < total || impl_->arena_pinned != want_pinned) {
+    impl_->free_arena();
+#ifdef TZ_CHECKPOINT_CUDA
+    if (want_pinned) {
+      try {
+        impl_->arena = static_cast<uint8_t*>(gpu::pinned_get(total));
+      } catch (const std::runtime_error& e) {
+        fail(ErrorKind::kInternal, e.what());
+      }
+    } else
+#endif
+      impl_->arena = new uint8_t[total ? total : 1];
     impl_->arena_size = total;
+    impl_->arena_pinned = want_pinned;
   }
   impl_->staged.assign(tensors.begin(), tensors.end());
   // Copy with `threads` threads, each taking a contiguous run of tensors of
@@ -756,7 +676,7 @@ void AsyncSaver::save(const std::string& dir, std::span<const TensorView> tensor
   std::vector<uint8_t*> dst(impl_->staged.size());
   {
     uint64_t off = 0;
-    for (size_t i = 0; i < impl_->staged.size(); ++i) dst[i] = impl_->arena.get() + off, off += align64(impl_->staged[i].size);
+    for (size_t i = 0; i < impl_->staged.size(); ++i) dst[i] = impl_->arena + off, off += align64(impl_->staged[i].size);
   }
   const unsigned nt = (unsigned)std::max<size_t>(1, std::min<size_t>(resolve_threads(opt.threads), impl_->staged.size()));
   std::vector<std::exception_ptr> errs(nt);
@@ -764,7 +684,7 @@ void AsyncSaver::save(const std::string& dir, std::span<const TensorView> tensor
     try {
       const uint64_t lo = total * w / nt, hi = total * (w + 1) / nt;
       for (size_t i = 0; i < impl_->staged.size(); ++i) {
-        const uint64_t at = (uint64_t)(dst[i] - impl_->arena.get());
+        const uint64_t at = (uint64_t)(dst[i] - impl_->arena);
         if (at < lo || at >= hi) continue;
         const TensorView& t = impl_->staged[i];
 #ifdef TZ_CHECKPOINT_CUDA
@@ -847,12 +767,19 @@ struct RTensor {
   size_t file;  // index into Impl::files
   tz_dtype cd;
   std::vector<RFrame> frames;
+  // Cast prediction: frames hold value XOR cast(source), source an FP32
+  // tensor of the same shape in the same rank file; -1: none.
+  int cast_kind = -1;
+  std::string cast_source;
 };
 }  // namespace
 
 struct Checkpoint::Impl {
   std::string dir;
   unsigned threads;
+  tz::io::Backend io = tz::io::Backend::kAuto;
+  std::string io_name = "none";  // read back end of the last load
+  tz::io::GdsDecision gds;       // Io::kGds: cuFile for device destinations
   std::vector<std::string> files;
   std::vector<int> fds;
   std::vector<int> dfds;  // O_DIRECT descriptors (-1: not requested or refused)
@@ -869,9 +796,14 @@ struct Checkpoint::Impl {
   }
 };
 
-Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io) : impl_(std::make_unique<Impl>()) {
+Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io, Io io)
+    : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
   m.dir = dir;
+  m.io = io == Io::kPosix ? tz::io::Backend::kPosix : io == Io::kUring ? tz::io::Backend::kUring : tz::io::Backend::kAuto;
+  m.gds = gds_decision(io);
+  // TZ_TEST_REFUSE_O_DIRECT=1: behave as on a file system refusing O_DIRECT.
+  if (const char* r = std::getenv("TZ_TEST_REFUSE_O_DIRECT"); r && *r == '1') direct_io = false;
   m.threads = resolve_threads(threads);
   const std::string mp = dir + "/" + kManifest;
   struct stat st {};
@@ -908,11 +840,30 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io)
           rt.frames.push_back(f);
         }
         if (raw_off != rt.info.size) fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': frames do not cover it");
+        if (t.contains("predict")) {
+          const json& pr = t.at("predict");
+          if (pr.at("kind").get<std::string>() != "cast" || (rt.info.dtype != "BF16" && rt.info.dtype != "F16"))
+            fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': bad prediction");
+          rt.cast_kind = rt.info.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16;
+          rt.cast_source = pr.at("source").get<std::string>();
+        }
+        for (const auto& f : rt.frames)
+          if (f.size == 0 && (rt.cast_kind < 0 || f.xxh64 != XXH64(nullptr, 0, 0)))
+            fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': empty frame");
         if (!m.by_name.emplace(rt.info.name, m.tensors.size()).second)
           fail(ErrorKind::kCorrupt, mp + ": duplicate tensor '" + rt.info.name + "'");
         m.infos.push_back(rt.info);
         m.tensors.push_back(std::move(rt));
       }
+    }
+    for (const auto& t : m.tensors) {
+      if (t.cast_kind < 0) continue;
+      const auto it = m.by_name.find(t.cast_source);
+      const RTensor* src = it == m.by_name.end() ? nullptr : &m.tensors[it->second];
+      if (!src || src->info.dtype != "F32" || src->info.shape != t.info.shape || src->file != t.file ||
+          src->cast_kind >= 0)
+        fail(ErrorKind::kCorrupt, mp + ": tensor '" + t.info.name + "': cast source '" + t.cast_source +
+                                      "' is not an FP32 tensor of the same shape in its file");
     }
   } catch (const json::exception& e) {
     fail(ErrorKind::kCorrupt, mp + ": malformed manifest: " + e.what());
@@ -926,6 +877,11 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io)
 }
 
 Checkpoint::~Checkpoint() = default;
+std::string Checkpoint::io() const {
+  const auto& m = *impl_;
+  if (!m.gds.use && !m.gds.reason.empty()) return m.io_name + " (cuFile not used: " + m.gds.reason + ")";
+  return m.io_name;
+}
 bool Checkpoint::direct_io() const {
   bool d = impl_->direct_ok && !impl_->dfds.empty();
   for (int fd : impl_->dfds) d = d && fd >= 0;
@@ -940,12 +896,14 @@ long Checkpoint::find(const std::string& name) const {
 
 void Checkpoint::load(std::span<const LoadRequest> requests) {
   auto& m = *impl_;
-  struct Job {
-    const RTensor* t;
-    const RFrame* f;
-    const LoadRequest* req;
-  };
-  std::vector<Job> jobs;
+  // Phase 1: plain tensors and the FP32 sources of requested cast tensors
+  // (into the caller's buffer when it asked for the source in host memory,
+  // else into a temporary); phase 2: the cast tensors, residual XOR cast.
+  std::vector<LoadRequest> first;
+  std::vector<const LoadRequest*> second;
+  std::map<size_t, const uint8_t*> src_bytes;
+  std::vector<std::unique_ptr<uint8_t[]>> temps;
+  first.reserve(requests.size() * 2);
   for (const auto& r : requests) {
     const long i = find(r.name);
     if (i < 0) fail(ErrorKind::kNotFound, m.dir + ": no tensor '" + r.name + "'");
@@ -956,139 +914,267 @@ void Checkpoint::load(std::span<const LoadRequest> requests) {
 #ifndef TZ_CHECKPOINT_CUDA
     if (r.memory == Memory::kDevice) fail(ErrorKind::kUsage, "device destinations need a CUDA build");
 #endif
-    for (const auto& f : t.frames) jobs.push_back({&t, &f, &r});
+    if (t.cast_kind < 0) {
+      first.push_back(r);
+      if (r.memory == Memory::kHost) src_bytes.emplace((size_t)i, static_cast<const uint8_t*>(r.dst));
+    } else {
+      second.push_back(&r);
+    }
   }
+  for (const LoadRequest* r : second) {
+    const size_t s = m.by_name.at(m.tensors[(size_t)find(r->name)].cast_source);
+    if (src_bytes.count(s)) continue;
+    const uint64_t n = m.tensors[s].info.size;
+    temps.emplace_back(new uint8_t[n ? n : 1]);
+    first.push_back({m.tensors[s].info.name, temps.back().get(), n, Memory::kHost});
+    src_bytes[s] = temps.back().get();
+  }
+  run_load(first, src_bytes);
+  std::vector<LoadRequest> casts;
+  for (const LoadRequest* r : second) casts.push_back(*r);
+  run_load(casts, src_bytes);
+}
+
+void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<size_t, const uint8_t*>& src_bytes) {
+  auto& m = *impl_;
+  struct Job {
+    const RTensor* t;
+    const RFrame* f;
+    const LoadRequest* req;
+    const uint8_t* cast_src;  // FP32 source bytes of a cast tensor
+  };
+  std::vector<Job> jobs;
+  for (const auto& r : requests) {
+    const RTensor& t = m.tensors[(size_t)find(r.name)];
+    const uint8_t* cs = t.cast_kind >= 0 ? src_bytes.at(m.by_name.at(t.cast_source)) : nullptr;
+    for (const auto& f : t.frames) jobs.push_back({&t, &f, &r, cs});
+  }
+#ifdef TZ_CHECKPOINT_CUDA
+  {
+    // Device destinations (not cast-predicted): read in batches (cuFile
+    // straight into device memory with Io::kGds, else through pinned
+    // buffers) and decoded on the GPU in batches.
+    std::vector<gpu::DevFrame> dev;
+    std::vector<Job> rest;
+    for (const auto& j : jobs) {
+      if (j.req->memory != Memory::kDevice || j.cast_src) {
+        rest.push_back(j);
+        continue;
+      }
+      gpu::DevFrame f;
+      f.fd = m.fds[j.t->file];
+      f.dfd = m.dfds[j.t->file];
+      f.offset = j.f->offset;
+      f.size = j.f->size;
+      f.xxh64 = j.f->xxh64;
+      f.dst = static_cast<uint8_t*>(j.req->dst) + j.f->raw_off;
+      f.raw_size = j.f->raw_size;
+      f.what = "tensor '" + j.t->info.name + "' (" + m.files[j.t->file] + ", frame at offset " +
+               std::to_string(j.f->offset) + ")";
+      dev.push_back(std::move(f));
+    }
+    if (!dev.empty()) {
+      std::string note;
+      for (bool use_gds = m.gds.use;; use_gds = false) {
+        try {
+          gpu::load_frames(dev, use_gds);
+          m.io_name = use_gds ? "cuFile" : "pread+pinned" + note;
+          break;
+        } catch (const std::runtime_error& e) {
+          const std::string w = e.what();
+          if (w.rfind("corrupt: ", 0) == 0) fail(ErrorKind::kCorrupt, w.substr(9));
+          // cuFile refused this file (registration or a read): POSIX reads,
+          // as KvikIO's compatibility mode does. The destinations are simply
+          // written again.
+          if (!use_gds) fail(ErrorKind::kIO, w);
+          note = " (cuFile failed: " + w + ")";
+        }
+      }
+    }
+    jobs.swap(rest);
+  }
+#endif
+  if (jobs.empty()) return;
+  // Reads are issued in job order by a reader thread through the src/io
+  // read queue (io_uring, or pread threads) into a ring of `n_slots`
+  // 4 KiB-aligned buffers; workers take jobs in the same order, wait for
+  // their frame, check and decode it, and free the slot. So the reads of
+  // frames k+1.. are in flight while frame k is decoded, and memory is
+  // bounded by the ring.
   std::atomic<size_t> next{0};
   std::mutex mu;
+  std::condition_variable cv;
   std::exception_ptr err;
+  bool stop = false;
   const unsigned n_workers = (unsigned)std::min<size_t>(m.threads, std::max<size_t>(1, jobs.size()));
-  bool direct = m.direct_ok;  // O_DIRECT reads bypass the page cache: no read-ahead hints then
-  for (int fd : m.dfds) direct = direct && fd >= 0;
-  for (const auto& j : jobs)  // the first window of reads starts now
-    if (direct || &j - jobs.data() >= (long)(2 * n_workers)) break;
-    else ::posix_fadvise(m.fds[j.t->file], (off_t)j.f->offset, (off_t)j.f->size, POSIX_FADV_WILLNEED);
-  auto worker = [&] {
-    std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
-    std::vector<uint8_t> buf, host;
-    void* dbuf = nullptr;  // O_DIRECT reads, 4 KiB aligned
-    uint64_t dbuf_cap = 0;
-    struct FreeDbuf {
-      void*& p;
-      ~FreeDbuf() { std::free(p); }
-    } free_dbuf{dbuf};
-#ifdef TZ_CHECKPOINT_CUDA
-    cudaStream_t stream = nullptr;
-    void* d_frame = nullptr;
-    size_t d_frame_cap = 0;
-#endif
-    try {
-      for (;;) {
-        {
-          std::lock_guard<std::mutex> lk(mu);
-          if (err) return;
-        }
-        const size_t j = next.fetch_add(1);
-        if (j >= jobs.size()) return;
-        const Job& jb = jobs[j];
-        // Ask the kernel to start reading a few frames ahead, so the disk
-        // stays busy while the workers decode.
-        if (const size_t ahead = j + 2 * n_workers; ahead < jobs.size() && !direct)
-          ::posix_fadvise(m.fds[jobs[ahead].t->file], (off_t)jobs[ahead].f->offset, (off_t)jobs[ahead].f->size,
-                          POSIX_FADV_WILLNEED);
-        const std::string what = "tensor '" + jb.t->info.name + "' (" + m.files[jb.t->file] + ", frame at offset " +
-                                 std::to_string(jb.f->offset) + ")";
-        const uint8_t* frame = nullptr;
-        const int dfd = m.dfds[jb.t->file];
-        if (dfd >= 0 && m.direct_ok.load(std::memory_order_relaxed)) {
+  const size_t n_slots = std::min<size_t>(jobs.size(), std::max<size_t>(4, 2 * (size_t)n_workers));
+  struct RSlot {
+    void* buf = nullptr;
+    uint64_t cap = 0;
+    size_t job = 0;
+    bool ready = false;    // read completed (or failed: rerr)
+    int rerr = 0;
+    uint64_t got = 0;
+    uint64_t lo = 0;       // file offset of buf[0]
+    bool direct = false;   // read with O_DIRECT
+    ~RSlot() { std::free(buf); }
+  };
+  std::vector<RSlot> slots(n_slots);
+  for (size_t i = 0; i < n_slots; ++i) slots[i].job = i;
+  constexpr uint64_t kAlign = 4096;
+  auto set_error = [&](std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!err) err = e;
+    stop = true;
+    cv.notify_all();
+  };
+  {
+    tz::io::ReadQueue rq(m.io, 2, (unsigned)std::min<size_t>(n_slots, 64));
+    m.io_name = tz::io::backend_name(rq.backend());
+    std::thread reader([&] {
+      struct Drain {  // this thread's io_uring reads complete through it: stay until they have
+        tz::io::ReadQueue& q;
+        ~Drain() { q.drain(); }
+      } drain{rq};
+      try {
+        for (size_t j = 0; j < jobs.size(); ++j) {
+          RSlot& sl = slots[j % n_slots];
+          {
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] { return stop || (sl.job == j && !sl.ready); });
+            if (stop) return;
+          }
+          const Job& jb = jobs[j];
+          const int dfd = m.dfds[jb.t->file];
+          const bool direct = dfd >= 0 && m.direct_ok.load(std::memory_order_relaxed);
           // O_DIRECT: offset, length and buffer aligned to 4 KiB; the frame
           // lies inside the aligned range (the read may stop at end of file).
-          constexpr uint64_t kAlign = 4096;
-          const uint64_t lo = jb.f->offset & ~(kAlign - 1);
+          const uint64_t lo = direct ? jb.f->offset & ~(kAlign - 1) : jb.f->offset;
           const uint64_t need = jb.f->offset + jb.f->size - lo;
-          const uint64_t len = (need + kAlign - 1) & ~(kAlign - 1);
-          if (dbuf_cap < len) {
-            std::free(dbuf);
-            dbuf = nullptr;
-            dbuf_cap = 0;
-            if (::posix_memalign(&dbuf, kAlign, len) != 0) fail(ErrorKind::kInternal, "out of memory");
-            dbuf_cap = len;
+          const uint64_t len = direct ? (need + kAlign - 1) & ~(kAlign - 1) : need;
+          if (sl.cap < len) {
+            std::free(sl.buf);
+            sl.buf = nullptr;
+            sl.cap = 0;
+            if (::posix_memalign(&sl.buf, kAlign, len) != 0) fail(ErrorKind::kInternal, "out of memory");
+            sl.cap = len;
           }
-          uint64_t got = 0;
-          int e = 0;
-          while (got < need) {
-            const ssize_t r = ::pread(dfd, static_cast<uint8_t*>(dbuf) + got, len - got, (off_t)(lo + got));
-            if (r < 0 && errno == EINTR) continue;
-            if (r < 0) {
-              e = errno;
-              break;
-            }
-            if (r == 0) {
-              e = EIO;
-              break;
-            }
-            got += (uint64_t)r;
+          sl.lo = lo;
+          sl.direct = direct;
+          if (len == 0) {  // empty frame (exact cast prediction): nothing to read
+            std::lock_guard<std::mutex> lk(mu);
+            sl.ready = true, sl.rerr = 0, sl.got = 0;
+            cv.notify_all();
+            continue;
           }
-          if (e == EINVAL) m.direct_ok = false;  // alignment refused here: buffered reads from now on
-          else if (e) fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
-          else frame = static_cast<const uint8_t*>(dbuf) + (jb.f->offset - lo);
+          rq.submit(direct ? dfd : m.fds[jb.t->file], lo, sl.buf, len, [&, j](int e, size_t got) {
+            std::lock_guard<std::mutex> lk(mu);
+            RSlot& s2 = slots[j % n_slots];
+            s2.ready = true, s2.rerr = e, s2.got = got;
+            cv.notify_all();
+          });
         }
-        if (!frame) {
-          if (buf.size() < jb.f->size) buf.resize(jb.f->size);
-          if (const int e = tz::io::pread_full(m.fds[jb.t->file], buf.data(), jb.f->size, jb.f->offset))
-            fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
-          frame = buf.data();
-        }
-        if (XXH64(frame, jb.f->size, 0) != jb.f->xxh64) fail(ErrorKind::kCorrupt, what + ": checksum mismatch");
-        uint8_t* dst = static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off;
-#ifdef TZ_CHECKPOINT_CUDA
-        const bool dev = jb.req->memory == Memory::kDevice;
-        if (dev) {
-          // GPU decode (same bitstream, block checksums checked on the GPU).
-          // Frames the GPU codec does not take (zstd streams of TZ_DTYPE_BYTES)
-          // are decoded on the CPU below and copied.
-          if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
-            fail(ErrorKind::kInternal, what + ": cudaStreamCreate failed");
-          if (d_frame_cap < jb.f->size) {
-            if (d_frame) cudaFree(d_frame);
-            d_frame = nullptr;
-            d_frame_cap = 0;
-            if (cudaMalloc(&d_frame, jb.f->size) != cudaSuccess) fail(ErrorKind::kInternal, what + ": cudaMalloc failed");
-            d_frame_cap = jb.f->size;
-          }
-          if (cudaMemcpyAsync(d_frame, frame, jb.f->size, cudaMemcpyHostToDevice, stream) != cudaSuccess)
-            fail(ErrorKind::kInternal, what + ": cudaMemcpyAsync failed");
-          const size_t g = tz_cuda_decompress_tensor(dst, jb.f->raw_size, d_frame, jb.f->size, stream);
-          if (!tz_is_error(g) && g == jb.f->raw_size) continue;
-          if (tz_get_error_code(g) != TZ_ERROR_UNSUPPORTED)
-            fail(ErrorKind::kCorrupt, what + ": GPU decode: " + tz_get_error_name(g));
-          if (host.size() < jb.f->raw_size) host.resize(jb.f->raw_size);
-          dst = host.data();
-        }
-#endif
-        const size_t r = tz_ctx_decompress(ctx.get(), dst, jb.f->raw_size, frame, jb.f->size);
-        if (tz_is_error(r) || r != jb.f->raw_size)
-          fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
-                                                                         tz_last_error_detail()
-                                                                   : std::string("wrong decoded size")));
-#ifdef TZ_CHECKPOINT_CUDA
-        if (dev && cudaMemcpy(static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off, host.data(), r,
-                              cudaMemcpyHostToDevice) != cudaSuccess)
-          fail(ErrorKind::kInternal, what + ": cudaMemcpy failed");
-#endif
+      } catch (...) {
+        set_error(std::current_exception());
       }
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(mu);
-      if (!err) err = std::current_exception();
-    }
+    });
+    auto worker = [&] {
+      std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
+      std::vector<uint8_t> buf, host;
+      try {
+        for (;;) {
+          const size_t j = next.fetch_add(1);
+          if (j >= jobs.size()) break;
+          RSlot& sl = slots[j % n_slots];
+          {
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] { return stop || (sl.job == j && sl.ready); });
+            if (stop) break;
+          }
+          // The slot goes to job j + n_slots once this one is decoded.
+          struct Release {
+            std::mutex& mu;
+            std::condition_variable& cv;
+            RSlot& sl;
+            size_t n;
+            ~Release() {
+              std::lock_guard<std::mutex> lk(mu);
+              sl.ready = false;
+              sl.job += n;
+              cv.notify_all();
+            }
+          } release{mu, cv, sl, n_slots};
+          const Job& jb = jobs[j];
+          const std::string what = "tensor '" + jb.t->info.name + "' (" + m.files[jb.t->file] + ", frame at offset " +
+                                   std::to_string(jb.f->offset) + ")";
+          const uint8_t* frame = nullptr;
+          if (jb.f->size) {
+            const uint64_t need = jb.f->offset + jb.f->size - sl.lo;
+            if (sl.rerr == EINVAL && sl.direct) {
+              m.direct_ok = false;  // alignment refused here: buffered reads from now on
+            } else if (sl.rerr) {
+              fail(sl.rerr == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO,
+                   what + ": read failed: " + std::strerror(sl.rerr));
+            } else if (sl.got < need) {
+              fail(ErrorKind::kCorrupt, what + ": read failed: file truncated");
+            } else {
+              frame = static_cast<const uint8_t*>(sl.buf) + (jb.f->offset - sl.lo);
+            }
+            if (!frame) {
+              if (buf.size() < jb.f->size) buf.resize(jb.f->size);
+              if (const int e = tz::io::pread_full(m.fds[jb.t->file], buf.data(), jb.f->size, jb.f->offset))
+                fail(e == EIO ? ErrorKind::kCorrupt : ErrorKind::kIO, what + ": read failed: " + std::strerror(e));
+              frame = buf.data();
+            }
+          }
+          if (XXH64(frame, jb.f->size, 0) != jb.f->xxh64) fail(ErrorKind::kCorrupt, what + ": checksum mismatch");
+          uint8_t* dst = static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off;
+          if (jb.cast_src) {
+            // Cast-predicted: decode the residual on the CPU (an empty frame is
+            // an all-zero residual), then XOR the cast of the FP32 source.
+            uint8_t* out = dst;
+            const bool to_dev = jb.req->memory == Memory::kDevice;
+            if (to_dev) {
+              if (host.size() < jb.f->raw_size) host.resize(jb.f->raw_size);
+              out = host.data();
+            }
+            if (jb.f->size == 0) {
+              std::memset(out, 0, jb.f->raw_size);
+            } else {
+              const size_t r = tz_ctx_decompress(ctx.get(), out, jb.f->raw_size, frame, jb.f->size);
+              if (tz_is_error(r) || r != jb.f->raw_size)
+                fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
+                                                                               tz_last_error_detail()
+                                                                         : std::string("wrong decoded size")));
+            }
+            tz::predict::cast_xor(jb.cast_src + jb.f->raw_off * 2, out, jb.f->raw_size / 2, jb.t->cast_kind);
 #ifdef TZ_CHECKPOINT_CUDA
-    if (d_frame) cudaFree(d_frame);
-    if (stream) cudaStreamDestroy(stream);
+            if (to_dev && cudaMemcpy(dst, out, jb.f->raw_size, cudaMemcpyHostToDevice) != cudaSuccess)
+              fail(ErrorKind::kInternal, what + ": cudaMemcpy failed");
 #endif
-  };
-  std::vector<std::thread> th;
-  for (unsigned i = 1; i < n_workers; ++i) th.emplace_back(worker);
-  worker();
-  for (auto& t : th) t.join();
+            continue;
+          }
+          const size_t r = tz_ctx_decompress(ctx.get(), dst, jb.f->raw_size, frame, jb.f->size);
+          if (tz_is_error(r) || r != jb.f->raw_size)
+            fail(ErrorKind::kCorrupt, what + ": " + (tz_is_error(r) ? std::string(tz_get_error_name(r)) + ": " +
+                                                                           tz_last_error_detail()
+                                                                     : std::string("wrong decoded size")));
+        }
+      } catch (...) {
+        set_error(std::current_exception());
+      }
+    };
+    std::vector<std::thread> th;
+    for (unsigned i = 1; i < n_workers; ++i) th.emplace_back(worker);
+    worker();
+    for (auto& t : th) t.join();
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;  // the reader may wait for a slot no worker will free
+      cv.notify_all();
+    }
+    reader.join();
+  }  // rq drains before the slots go away
   if (err) std::rethrow_exception(err);
 }
 

@@ -5,7 +5,7 @@
 //   kPosix: a pool of threads, each doing pwrite/pread (works everywhere).
 //   kUring: io_uring (liburing) when built with it (TZ_IO_HAVE_URING) and the
 //           kernel allows it; falls back to kPosix otherwise.
-// cuFile (GPUDirect Storage) is not implemented (doc/checkpoint.md).
+// Reads: read_queue.hpp.
 // Buffers are the caller's: they must stay alive until their completion
 // callback has run.
 #pragma once

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "cufile.hpp"  // src/io: the GPUDirect Storage decision
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
 
@@ -204,6 +205,7 @@ TEST(Checkpoint, LoadsOnlyRequestedTensors) {
   TempDir d;
   ck::SaveOptions o;
   o.codec = ck::Codec::kFast;
+  o.predict = false;  // every tensor stands alone (cast tensors also read their source)
   ck::save(d.path + "/c", views(data), o);
   // Damage every frame of every tensor but the two requested: loading those
   // two still works, so nothing else was read (or checked).
@@ -449,4 +451,175 @@ TEST(Checkpoint, KillNineLeavesPreviousCheckpointRestorable) {
   }
   std::printf("kill -9 loop: %d of 12 saves killed before they finished, %d left a partial temporary file "
               "(one save: %.3f s)\n", killed_mid_save, partial_files, t_save);
+}
+
+// Mixed-precision checkpoint (the fixture: BF16 weights, FP32 masters + Adam
+// state): every BF16 weight is the RNE cast of its master and is stored as
+// the XOR residual against it. Restores are byte-identical: all tensors, a
+// cast tensor alone, a cast tensor with its source, and with perturbed
+// masters (inexact predictions).
+TEST(Checkpoint, CastPredictionOnFixture) {
+  const std::string fx = TZ_SHARED_FIXTURES_DIR;
+  if (!fs::exists(fx + "/gpt-small-step400-model-bf16.safetensors")) GTEST_SKIP() << "no shared fixtures";
+  auto data = load_safetensors(fx + "/gpt-small-step400-model-bf16.safetensors");
+  const size_t n_model = data.size();
+  for (auto& t : load_safetensors(fx + "/gpt-small-step400-optim-fp32.safetensors")) data.push_back(std::move(t));
+  TempDir d;
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  o.threads = 2;
+  o.chunk_bytes = 1u << 20;
+  o.predict = false;
+  const auto plain = ck::save(d.path + "/plain", views(data), o);
+  o.predict = true;
+  const auto pred = ck::save(d.path + "/pred", views(data), o);
+  EXPECT_EQ(plain.predicted, 0u);
+  EXPECT_EQ(pred.predicted, n_model);
+  // Manifest version 2 when tensors are predicted (version-1 readers refuse it).
+  auto manifest_version = [](const std::string& dir) {
+    std::ifstream f(dir + "/manifest.json");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return text.find("\"version\": 2") != std::string::npos ? 2 : text.find("\"version\": 1") != std::string::npos ? 1 : 0;
+  };
+  EXPECT_EQ(manifest_version(d.path + "/plain"), 1);
+  EXPECT_EQ(manifest_version(d.path + "/pred"), 2);
+  EXPECT_LT(pred.file_bytes + plain.raw_bytes / 200, plain.file_bytes);
+  {
+    ck::Checkpoint c(d.path + "/pred", 2);
+    expect_identical(c, data);
+    EXPECT_TRUE(c.verify().empty());
+    // A cast tensor alone, then with its source in the same call.
+    const Owned& w = data[0];
+    EXPECT_TRUE(ck::Checkpoint(d.path + "/pred").read(w.name) == w.bytes);
+    const long si = c.find("master." + w.name);
+    ASSERT_GE(si, 0);
+    std::vector<uint8_t> a(w.bytes.size()), b(c.tensors()[(size_t)si].size);
+    const ck::LoadRequest req[] = {{w.name, a.data(), a.size()}, {"master." + w.name, b.data(), b.size()}};
+    c.load(req);
+    EXPECT_TRUE(a == w.bytes);
+    // The rank file is a valid version-2 .tzip with in-file casts.
+    tz::container::Reader rd(d.path + "/pred/rank-00000.tzip", 1);
+    EXPECT_EQ(rd.version_major(), tz::container::kTzipVersionMajorPredicted);
+    tz::container::ReadOptions ro;
+    ro.threads = 2;
+    rd.verify("", ro);
+    EXPECT_TRUE(rd.read_tensor(w.name) == w.bytes);
+  }
+  // Perturbed masters: the casts are right almost everywhere, not exactly.
+  for (auto& t : data)
+    if (t.name.rfind("master.", 0) == 0)
+      for (size_t i = 0; i < t.bytes.size(); i += 4 * 89) t.bytes[i + 2] ^= 0x01;
+  const auto pert = ck::save(d.path + "/pert", views(data), o);
+  EXPECT_GT(pert.predicted, 0u);
+  ck::Checkpoint c(d.path + "/pert", 2);
+  expect_identical(c, data);
+  for (size_t i = 0; i < n_model; i += 7) EXPECT_TRUE(ck::Checkpoint(d.path + "/pert").read(data[i].name) == data[i].bytes);
+  // Damage to a master is reported when its cast tensor alone is loaded.
+  {
+    tz::container::Reader rd(d.path + "/pert/rank-00000.tzip", 1);
+    const auto& src = rd.tensors()[(size_t)rd.find("master." + data[0].name)];
+    const int fd = ::open((d.path + "/pert/rank-00000.tzip").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const uint8_t junk[4] = {0xde, 0xad, 0xbe, 0xef};
+    ASSERT_EQ(::pwrite(fd, junk, 4, (off_t)(src.frames[0].offset + src.frames[0].size / 2)), 4);
+    ::close(fd);
+    try {
+      ck::Checkpoint(d.path + "/pert").read(data[0].name);
+      ADD_FAILURE() << "damage not detected";
+    } catch (const ck::Error& e) {
+      EXPECT_EQ(e.kind(), ck::ErrorKind::kCorrupt);
+      EXPECT_NE(std::string(e.what()).find("master." + data[0].name), std::string::npos) << e.what();
+    }
+  }
+}
+
+// O_DIRECT writes (aligned staging buffers) on each write back end, and
+// restore through each read back end (io_uring or pread threads), with and
+// without O_DIRECT reads.
+TEST(Checkpoint, DirectWritesAndReadBackEnds) {
+  const auto data = real_tensors();
+  TempDir d;
+  int k = 0;
+  for (ck::Io io : {ck::Io::kPosix, ck::Io::kUring}) {
+    for (bool direct : {false, true}) {
+      ck::SaveOptions o;
+      o.codec = ck::Codec::kFast;
+      o.io = io;
+      o.direct_io = direct;
+      o.threads = 2;
+      o.chunk_bytes = 1u << 20;
+      const std::string dir = d.path + "/c" + std::to_string(k++);
+      const auto st = ck::save(dir, views(data), o);
+      RecordProperty("save_io_" + std::to_string(k), st.io);
+      if (!direct) {
+        EXPECT_EQ(st.io.find("O_DIRECT"), std::string::npos);
+      }
+      if (io == ck::Io::kPosix) {
+        EXPECT_EQ(st.io.rfind("posix", 0), 0u) << st.io;
+      }
+      for (bool rdirect : {false, true}) {
+        ck::Checkpoint c(dir, 2, rdirect, io);
+        expect_identical(c, data);
+        if (io == ck::Io::kPosix) {
+          EXPECT_EQ(c.io(), "posix");
+        } else {
+          EXPECT_TRUE(c.io() == "io_uring" || c.io() == "posix") << c.io();
+        }
+        RecordProperty("read_io_" + std::to_string(k) + (rdirect ? "_direct" : ""), c.io());
+      }
+      tz::container::Reader rd(dir + "/rank-00000.tzip", 1);
+      tz::container::ReadOptions ro;
+      ro.threads = 1;
+      rd.verify("", ro);
+    }
+  }
+}
+
+// A file system that refuses O_DIRECT (simulated): saves fall back to
+// buffered writes and say so; restores fall back to buffered reads.
+TEST(Checkpoint, DirectIoRefusedFallsBack) {
+  const auto data = real_tensors();
+  TempDir d;
+  ::setenv("TZ_TEST_REFUSE_O_DIRECT", "1", 1);
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  o.direct_io = true;
+  const auto st = ck::save(d.path + "/c", views(data), o);
+  ck::Checkpoint c(d.path + "/c", 2, /*direct_io=*/true);
+  ::unsetenv("TZ_TEST_REFUSE_O_DIRECT");
+  EXPECT_EQ(st.io.find("O_DIRECT"), std::string::npos) << st.io;
+  EXPECT_FALSE(c.direct_io());
+  expect_identical(c, data);
+}
+
+// GPUDirect Storage (cuFile through dlopen): without the library, a GPU or
+// a CUDA build, saves and restores fall back to POSIX/io_uring and say why.
+TEST(Checkpoint, GdsFallsBackWhereCuFileIsMissing) {
+  auto d0 = tz::io::decide_gds(true, 1, "libtz-no-such-cufile.so.0");
+  EXPECT_FALSE(d0.use);
+  EXPECT_NE(d0.reason.find("libtz-no-such-cufile.so.0"), std::string::npos) << d0.reason;
+  auto d1 = tz::io::decide_gds(true, 0);
+  EXPECT_FALSE(d1.use);
+  EXPECT_EQ(d1.reason, "no CUDA device");
+  EXPECT_FALSE(tz::io::decide_gds(false, 1).use);
+  // A library that loads but is not cuFile.
+  auto d2 = tz::io::decide_gds(true, 1, "libc.so.6");
+  EXPECT_FALSE(d2.use);
+  EXPECT_NE(d2.reason.find("lacks cuFile symbols"), std::string::npos) << d2.reason;
+
+  const auto data = real_tensors();
+  TempDir d;
+  ::setenv("TZ_CUFILE_LIB", "libtz-no-such-cufile.so.0", 1);
+  ck::SaveOptions o;
+  o.codec = ck::Codec::kFast;
+  o.io = ck::Io::kGds;
+  std::string logged;
+  o.log = [&](const std::string& s) { logged += s + "\n"; };
+  const auto st = ck::save(d.path + "/c", views(data), o);
+  EXPECT_NE(st.io.find("cuFile not used"), std::string::npos) << st.io;
+  EXPECT_NE(logged.find("cuFile not used"), std::string::npos) << logged;
+  ck::Checkpoint c(d.path + "/c", 2, false, ck::Io::kGds);
+  expect_identical(c, data);
+  EXPECT_NE(c.io().find("cuFile not used"), std::string::npos) << c.io();
+  ::unsetenv("TZ_CUFILE_LIB");
 }

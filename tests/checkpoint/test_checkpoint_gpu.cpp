@@ -1,0 +1,120 @@
+// Checkpoint save from and restore into GPU memory (CUDA builds; every test
+// skips without a CUDA device): batched GPU encode through pinned buffers,
+// batched GPU decode, cast-predicted tensors into device memory, async saves
+// of device tensors through the pinned staging arena, and Io::kGds (cuFile
+// where present, the POSIX fallback otherwise).
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "tensorzip/checkpoint.hpp"
+#include "tensorzip/container.hpp"
+
+namespace fs = std::filesystem;
+namespace ck = tz::checkpoint;
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+struct Owned {
+  std::string name, dtype;
+  std::vector<uint64_t> shape;
+  std::vector<uint8_t> bytes;
+  void* dev = nullptr;
+};
+
+std::vector<Owned> load_safetensors(const std::string& path) {
+  const auto st = tz::container::read_safetensors_info(path);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  std::vector<Owned> out;
+  for (const auto& t : st.tensors) {
+    Owned o{t.name, t.dtype, t.shape, std::vector<uint8_t>(t.raw_size())};
+    EXPECT_EQ(::pread(fd, o.bytes.data(), o.bytes.size(), (off_t)(st.data_start + t.data_begin)), (ssize_t)o.bytes.size());
+    out.push_back(std::move(o));
+  }
+  ::close(fd);
+  return out;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/tz_ckpt_gpu_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST(CheckpointGpu, DeviceSaveAndRestore) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto data = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors");
+  for (auto& t : load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors")) data.push_back(t);
+  data.push_back({"ids", "I64", {6}, std::vector<uint8_t>(48, 5)});  // not on the GPU codec: CPU path
+  std::vector<ck::TensorView> v;
+  for (auto& t : data) {
+    ASSERT_EQ(cudaMalloc(&t.dev, t.bytes.size() ? t.bytes.size() : 1), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(t.dev, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    v.push_back({t.name, t.dtype, t.shape, t.dev, t.bytes.size(), ck::Memory::kDevice});
+  }
+  TempDir d;
+  for (ck::Io io : {ck::Io::kAuto, ck::Io::kGds}) {
+    for (bool async : {false, true}) {
+      const std::string dir = d.path + "/c" + std::to_string((int)io) + (async ? "a" : "s");
+      ck::SaveOptions o;
+      o.codec = ck::Codec::kFast;
+      o.io = io;
+      o.chunk_bytes = 1u << 20;
+      ck::SaveStats st;
+      if (async) {
+        ck::AsyncSaver s;
+        s.save(dir, v, o);
+        st = s.wait();
+      } else {
+        st = ck::save(dir, v, o);
+      }
+      RecordProperty("io_" + dir.substr(d.path.size() + 1), st.io);
+      ck::Checkpoint c(dir, 2, false, io);
+      for (const auto& t : data) {
+        EXPECT_TRUE(c.read(t.name) == t.bytes) << t.name;  // host destination
+        void* out = nullptr;
+        ASSERT_EQ(cudaMalloc(&out, t.bytes.size() ? t.bytes.size() : 1), cudaSuccess);
+        const ck::LoadRequest r{t.name, out, t.bytes.size(), ck::Memory::kDevice};
+        c.load(std::span<const ck::LoadRequest>(&r, 1));
+        std::vector<uint8_t> back(t.bytes.size());
+        ASSERT_EQ(cudaMemcpy(back.data(), out, back.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_TRUE(back == t.bytes) << t.name << " (device destination, " << c.io() << ")";
+        cudaFree(out);
+      }
+    }
+  }
+  // Host save with cast prediction, restored into device memory.
+  {
+    std::vector<ck::TensorView> hv;
+    for (auto& t : data) hv.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
+    ck::SaveOptions o;
+    o.codec = ck::Codec::kFast;
+    const auto st = ck::save(d.path + "/host", hv, o);
+    RecordProperty("predicted", std::to_string(st.predicted));
+    ck::Checkpoint c(d.path + "/host");
+    for (const auto& t : data) {
+      void* out = nullptr;
+      ASSERT_EQ(cudaMalloc(&out, t.bytes.size() ? t.bytes.size() : 1), cudaSuccess);
+      const ck::LoadRequest r{t.name, out, t.bytes.size(), ck::Memory::kDevice};
+      c.load(std::span<const ck::LoadRequest>(&r, 1));
+      std::vector<uint8_t> back(t.bytes.size());
+      ASSERT_EQ(cudaMemcpy(back.data(), out, back.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_TRUE(back == t.bytes) << t.name;
+      cudaFree(out);
+    }
+  }
+  for (auto& t : data) cudaFree(t.dev);
+}

@@ -1,0 +1,447 @@
+// TensorWriter (container.hpp): .tzip files from tensors in memory. Round
+// trips through Reader, verify and safetensors export; pre-encoded frames
+// and on-demand encoders; cast prediction on the real fixture; O_DIRECT
+// with its fallback; abort/error leave nothing behind; bad arguments.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "tensorzip/container.hpp"
+#include "tensorzip/tensorzip.h"
+
+namespace fs = std::filesystem;
+namespace tc = tz::container;
+
+namespace {
+
+struct Owned {
+  std::string name, dtype;
+  std::vector<uint64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<Owned> load_safetensors(const std::string& path, const std::string& prefix = "") {
+  const auto st = tc::read_safetensors_info(path);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0);
+  std::vector<Owned> out;
+  for (const auto& t : st.tensors) {
+    Owned o{prefix + t.name, t.dtype, t.shape, std::vector<uint8_t>(t.raw_size())};
+    EXPECT_EQ(::pread(fd, o.bytes.data(), o.bytes.size(), (off_t)(st.data_start + t.data_begin)),
+              (ssize_t)o.bytes.size());
+    out.push_back(std::move(o));
+  }
+  ::close(fd);
+  return out;
+}
+
+struct TempDir {
+  std::string path;
+  explicit TempDir(const char* base = "/tmp") {
+    std::string t = std::string(base) + "/tz_tw_test_XXXXXX";
+    std::vector<char> b(t.begin(), t.end());
+    b.push_back(0);
+    path = ::mkdtemp(b.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+  size_t entries() const {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(path)) (void)e, ++n;
+    return n;
+  }
+};
+
+std::vector<Owned> mixed_tensors() {
+  auto v = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors");
+  auto f = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors", "opt.");
+  v.insert(v.end(), f.begin(), f.end());
+  std::mt19937 rng(7);
+  Owned big{"big.f32", "F32", {3 << 18}, std::vector<uint8_t>(3u << 20)};  // 3 MiB: several chunks
+  for (size_t i = 0; i < big.bytes.size(); i += 4) {
+    const float x = std::normal_distribution<float>(0, 0.02f)(rng);
+    std::memcpy(&big.bytes[i], &x, 4);
+  }
+  v.push_back(big);
+  v.push_back({"ids", "I64", {5}, std::vector<uint8_t>(40, 3)});
+  v.push_back({"empty", "BF16", {0, 4}, {}});
+  v.push_back({"flag", "BOOL", {3}, {1, 0, 1}});
+  return v;
+}
+
+// Checks the file three ways: Reader tensor by tensor, verify (what `tzip
+// verify` runs), and export to a safetensors file that holds exactly them.
+void expect_file_holds(const std::string& file, const std::vector<Owned>& ref,
+                       const std::map<std::string, std::string>& meta = {}) {
+  tc::Reader r(file, 2);
+  ASSERT_EQ(r.tensors().size(), ref.size());
+  for (const auto& o : ref) EXPECT_TRUE(r.read_tensor(o.name) == o.bytes) << o.name;
+  tc::ReadOptions ro;
+  ro.threads = 2;
+  r.verify("", ro);
+  const std::string st = file + ".safetensors";
+  r.export_safetensors(st, ro);
+  const auto back = load_safetensors(st);
+  ASSERT_EQ(back.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_EQ(back[i].name, ref[i].name);
+    EXPECT_EQ(back[i].dtype, ref[i].dtype);
+    EXPECT_EQ(back[i].shape, ref[i].shape);
+    EXPECT_TRUE(back[i].bytes == ref[i].bytes) << ref[i].name;
+  }
+  EXPECT_EQ(tc::read_safetensors_info(st).metadata, meta);
+  fs::remove(st);
+#ifdef TZ_TZIP_BIN
+  // The tzip CLI too: verify, and export to a safetensors file that is
+  // byte-identical to the library's export.
+  const std::string cmd = std::string(TZ_TZIP_BIN) + " verify '" + file + "' > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string st2 = file + ".cli.safetensors";
+  const std::string dc = std::string(TZ_TZIP_BIN) + " decompress '" + file + "' -o '" + st2 + "' > /dev/null";
+  EXPECT_EQ(std::system(dc.c_str()), 0) << dc;
+  const auto back2 = load_safetensors(st2);
+  ASSERT_EQ(back2.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(back2[i].bytes == ref[i].bytes) << ref[i].name;
+  fs::remove(st2);
+#endif
+}
+
+}  // namespace
+
+TEST(TensorWriter, RoundTripHostTensors) {
+  const auto data = mixed_tensors();
+  for (int level : {-1, 1, 2}) {
+    TempDir d;
+    tc::TensorWriterOptions o;
+    o.level = level;
+    o.threads = 2;
+    o.slots = 2;  // fewer slots than chunks: buffers are reused
+    o.chunk_bytes = 1u << 20;
+    o.metadata = {{"step", "400"}};
+    o.user_metadata = {{"who", "test"}};
+    uint64_t last_progress = 0;
+    o.progress = [&](uint64_t done, uint64_t) { last_progress = done; };
+    const std::string file = d.path + "/a.tzip";
+    tc::TensorWriter w(file, o);
+    uint64_t raw = 0;
+    for (const auto& t : data) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()), raw += t.bytes.size();
+    EXPECT_FALSE(fs::exists(file));  // nothing at the final name before finish()
+    const auto st = w.finish();
+    EXPECT_EQ(st.raw_bytes, raw);
+    EXPECT_EQ(last_progress, raw);
+    EXPECT_EQ(st.file_bytes, fs::file_size(file));
+    EXPECT_EQ(st.io, "pwrite");
+    EXPECT_EQ(d.entries(), 1u);
+    if (level > 0) EXPECT_LT(st.file_bytes, raw);
+    ASSERT_EQ(w.tensors().size(), data.size());
+    EXPECT_EQ(w.tensors()[data.size() - 4].frames.size(), 3u);  // big.f32: 3 chunks
+    tc::Reader r(file, 1);
+    EXPECT_EQ(r.file_checksum(), st.file_xxh64);
+    EXPECT_EQ(r.user_metadata().at("who"), "test");
+    expect_file_holds(file, data, o.metadata);
+  }
+}
+
+// Frames encoded outside the writer (as the GPU codec produces them), given
+// whole or produced on demand, are stored as they are.
+TEST(TensorWriter, PreEncodedFramesAndEncoders) {
+  const auto data = mixed_tensors();
+  const uint64_t chunk = 1u << 20;
+  TempDir d;
+  tc::TensorWriterOptions o;
+  o.chunk_bytes = chunk;
+  o.threads = 2;
+  const std::string file = d.path + "/f.tzip";
+  tc::TensorWriter w(file, o);
+  std::vector<std::vector<uint8_t>> keep;
+  std::atomic<int> calls{0};
+  for (const auto& t : data) {
+    tz_dtype cd;
+    ASSERT_TRUE(tc::codec_dtype_for(t.dtype, &cd));
+    if (t.dtype == "BF16" || t.dtype == "F32") {
+      // Even tensors: whole frames; odd: an encoder callback.
+      tz_params p{};
+      p.dtype = cd;
+      p.level = 2;
+      if ((&t - data.data()) % 2 == 0) {
+        std::vector<tc::EncodedFrame> frames;
+        for (uint64_t off = 0; off < t.bytes.size(); off += chunk) {
+          const size_t n = std::min<uint64_t>(chunk, t.bytes.size() - off);
+          keep.emplace_back(tz_compress_bound(n));
+          const size_t r = tz_compress(keep.back().data(), keep.back().size(), t.bytes.data() + off, n, &p);
+          ASSERT_FALSE(tz_is_error(r));
+          frames.push_back({keep.back().data(), r});
+        }
+        w.add_frames(t.name, t.dtype, t.shape, t.bytes.size(), frames, 2);
+      } else {
+        const Owned* tp = &t;
+        w.add_encoder(t.name, t.dtype, t.shape, t.bytes.size(),
+                      [tp, p, chunk, &calls](uint64_t k, uint8_t* dst, size_t cap) {
+                        ++calls;
+                        const uint64_t off = k * chunk;
+                        const size_t n = std::min<uint64_t>(chunk, tp->bytes.size() - off);
+                        return tz_compress(dst, cap, tp->bytes.data() + off, n, &p);
+                      },
+                      2);
+      }
+    } else {
+      w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+    }
+  }
+  w.finish();
+  EXPECT_GT(calls.load(), 0);
+  expect_file_holds(file, data);
+}
+
+TEST(TensorWriter, BadFramesFailAndLeaveNothing) {
+  TempDir d;
+  std::vector<uint8_t> raw(1u << 20);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = (uint8_t)(i * 31);
+  tz_params p{};
+  p.dtype = TZ_DTYPE_BF16;
+  std::vector<uint8_t> comp(tz_compress_bound(raw.size()));
+  const size_t half = tz_compress(comp.data(), comp.size(), raw.data(), raw.size() / 2, &p);  // wrong raw size
+  ASSERT_FALSE(tz_is_error(half));
+  tc::TensorWriterOptions o;
+  o.chunk_bytes = 1u << 20;
+  {
+    tc::TensorWriter w(d.path + "/x.tzip", o);
+    w.add_frames("t", "BF16", {raw.size() / 2}, raw.size(), {{comp.data(), half}}, 1);
+    try {
+      w.finish();
+      ADD_FAILURE() << "a frame of the wrong size was accepted";
+    } catch (const tc::Error& e) {
+      EXPECT_EQ(e.kind(), tc::ErrorKind::kUsage);
+      EXPECT_NE(std::string(e.what()).find("'t'"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(d.entries(), 0u);
+    EXPECT_THROW(w.finish(), tc::Error);  // once only
+  }
+  {
+    // Garbage bytes as a frame; an encoder that reports an error.
+    std::vector<uint8_t> junk(64, 0xAB);
+    tc::TensorWriter w(d.path + "/y.tzip", o);
+    w.add_frames("j", "BF16", {raw.size() / 2}, raw.size(), {{junk.data(), junk.size()}}, 1);
+    EXPECT_THROW(w.finish(), tc::Error);
+    tc::TensorWriter w2(d.path + "/z.tzip", o);
+    w2.add_encoder("e", "F32", {4}, 16, [](uint64_t, uint8_t*, size_t) { return (size_t)-1; }, 1);
+    EXPECT_THROW(w2.finish(), tc::Error);
+  }
+  EXPECT_EQ(d.entries(), 0u);
+}
+
+TEST(TensorWriter, AbortAndDestructionLeaveNothing) {
+  TempDir d;
+  std::vector<uint8_t> b(64, 1);
+  {
+    tc::TensorWriter w(d.path + "/a.tzip");
+    w.add("x", "F32", {16}, b.data(), b.size());
+    EXPECT_EQ(d.entries(), 1u);  // the temporary
+    w.abort();
+    EXPECT_EQ(d.entries(), 0u);
+    w.abort();  // idempotent
+    EXPECT_THROW(w.add("y", "F32", {16}, b.data(), b.size()), tc::Error);
+    EXPECT_THROW(w.finish(), tc::Error);
+  }
+  {
+    tc::TensorWriter w(d.path + "/b.tzip");
+    w.add("x", "F32", {16}, b.data(), b.size());
+  }  // destroyed unfinished
+  EXPECT_EQ(d.entries(), 0u);
+  // An existing output is kept unless force.
+  {
+    tc::TensorWriter w(d.path + "/c.tzip");
+    w.add("x", "F32", {16}, b.data(), b.size());
+    w.finish();
+  }
+  const auto size1 = fs::file_size(d.path + "/c.tzip");
+  try {
+    tc::TensorWriter w(d.path + "/c.tzip");
+    ADD_FAILURE();
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kExists);
+  }
+  tc::TensorWriterOptions o;
+  o.force = true;
+  {
+    tc::TensorWriter w(d.path + "/c.tzip", o);
+    w.add("x", "F32", {8}, b.data(), 32);
+    w.finish();
+  }
+  EXPECT_NE(fs::file_size(d.path + "/c.tzip"), size1);
+  EXPECT_EQ(d.entries(), 1u);
+  // A folder that does not exist: kIO naming the file.
+  try {
+    tc::TensorWriter w(d.path + "/missing/x.tzip");
+    ADD_FAILURE();
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kIO);
+    EXPECT_NE(std::string(e.what()).find("x.tzip"), std::string::npos);
+  }
+}
+
+TEST(TensorWriter, BadArgumentsAreRefused) {
+  TempDir d;
+  std::vector<uint8_t> b(64, 1);
+  auto expect_usage = [](auto&& f) {
+    try {
+      f();
+      ADD_FAILURE() << "accepted";
+    } catch (const tc::Error& e) {
+      EXPECT_EQ(e.kind(), tc::ErrorKind::kUsage) << e.what();
+    }
+  };
+  tc::TensorWriterOptions o;
+  o.chunk_bytes = 3u << 20;
+  expect_usage([&] { tc::TensorWriter w(d.path + "/a.tzip", o); });
+  o.chunk_bytes = 1u << 20;
+  o.level = 7;
+  expect_usage([&] { tc::TensorWriter w(d.path + "/a.tzip", o); });
+  o.level = 0;
+  o.block_elems = 1000;
+  expect_usage([&] { tc::TensorWriter w(d.path + "/a.tzip", o); });
+  o.block_elems = 0;
+  tc::TensorWriter w(d.path + "/a.tzip", o);
+  expect_usage([&] { w.add("", "F32", {16}, b.data(), 64); });
+  expect_usage([&] { w.add("x", "F33", {16}, b.data(), 64); });
+  expect_usage([&] { w.add("x", "F32", {15}, b.data(), 64); });
+  expect_usage([&] { w.add("x", "F32", {16}, nullptr, 64); });
+  expect_usage([&] { w.add("__metadata__", "F32", {16}, b.data(), 64); });
+  w.add("x", "F32", {16}, b.data(), 64);
+  expect_usage([&] { w.add("x", "F32", {16}, b.data(), 64); });
+  expect_usage([&] { w.add_frames("f", "F32", {16}, 64, {}, 1); });  // one frame expected
+  expect_usage([&] { w.add_encoder("g", "F32", {16}, 64, nullptr, 1); });
+  // A block larger than a chunk (F32 x 2^20 elements = 4 MiB > 1 MiB).
+  expect_usage([&] { w.add_frames("h", "F32", {16}, 64, {{b.data(), 64}}, 1, 1u << 20); });
+  w.finish();
+  expect_file_holds(d.path + "/a.tzip", {{"x", "F32", {16}, b}});
+}
+
+// Mixed-precision checkpoint: BF16 weights are RNE casts of the FP32
+// masters. Cast prediction finds them; exact and perturbed masters round
+// trip byte-identically.
+TEST(TensorWriter, CastPredictionOnFixture) {
+  const std::string fx = TZ_SHARED_FIXTURES_DIR;
+  if (!fs::exists(fx + "/gpt-small-step400-model-bf16.safetensors")) GTEST_SKIP() << "no shared fixtures";
+  auto model = load_safetensors(fx + "/gpt-small-step400-model-bf16.safetensors");
+  auto optim = load_safetensors(fx + "/gpt-small-step400-optim-fp32.safetensors");
+  std::vector<Owned> all = model;
+  all.insert(all.end(), optim.begin(), optim.end());
+  uint64_t raw = 0;
+  for (const auto& t : all) raw += t.bytes.size();
+  TempDir d;
+  auto write = [&](const std::vector<Owned>& v, bool predict, const std::string& name) {
+    tc::TensorWriterOptions o;
+    o.predict = predict;
+    o.threads = 2;
+    o.chunk_bytes = 1u << 20;
+    tc::TensorWriter w(d.path + "/" + name, o);
+    for (const auto& t : v) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+    return w.finish();
+  };
+  const auto plain = write(all, false, "plain.tzip");
+  const auto pred = write(all, true, "pred.tzip");
+  EXPECT_EQ(plain.predicted, 0u);
+  EXPECT_EQ(pred.predicted, model.size());  // every BF16 weight is a cast of its master
+  EXPECT_LT(pred.file_bytes + raw / 200, plain.file_bytes);
+  {
+    tc::Reader r(d.path + "/pred.tzip", 1);
+    EXPECT_EQ(r.version_major(), tc::kTzipVersionMajorPredicted);
+    const auto& t = r.tensors()[(size_t)r.find(model[0].name)];
+    EXPECT_EQ(t.predict.kind, tc::PredictKind::kCast);
+    EXPECT_EQ(t.predict.source, "master." + model[0].name);
+  }
+  expect_file_holds(d.path + "/pred.tzip", all);
+  // Perturbed masters: one element in 97 moved by a few ulps, so the casts
+  // are right almost everywhere but not exactly.
+  for (auto& t : all)
+    if (t.name.rfind("master.", 0) == 0)
+      for (size_t i = 0; i < t.bytes.size(); i += 4 * 97) t.bytes[i + 2] ^= 0x01;
+  const auto pert = write(all, true, "pert.tzip");
+  EXPECT_GT(pert.predicted, 0u);
+  expect_file_holds(d.path + "/pert.tzip", all);
+}
+
+// O_DIRECT through aligned staging buffers, on this file system (written
+// with it, or refused and written buffered) and on the tests' tmpfs if any.
+TEST(TensorWriter, DirectIoAndFallback) {
+  const auto data = mixed_tensors();
+  for (const char* base : {"/tmp", "/dev/shm", TZ_BINARY_DIR}) {
+    if (!fs::is_directory(base)) continue;
+    TempDir d(base);
+    tc::TensorWriterOptions o;
+    o.direct_io = true;
+    o.direct_buffer_bytes = 64 * 1024;  // small: many staging buffers per file
+    o.direct_buffers = 2;
+    o.chunk_bytes = 1u << 20;
+    o.threads = 2;
+    const std::string file = d.path + "/d.tzip";
+    tc::TensorWriter w(file, o);
+    for (const auto& t : data) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+    const auto st = w.finish();
+    RecordProperty(std::string("direct_") + base, st.io);
+    EXPECT_EQ(st.io, st.direct ? "pwrite+O_DIRECT" : "pwrite");
+    EXPECT_EQ(fs::file_size(file), st.file_bytes);
+    expect_file_holds(file, data);
+  }
+}
+
+// Where the file system refuses O_DIRECT, the writer falls back to
+// buffered writes and says so.
+TEST(TensorWriter, DirectIoRefusedFallsBackToBuffered) {
+  const auto data = mixed_tensors();
+  TempDir d(TZ_BINARY_DIR);
+  ::setenv("TZ_TEST_REFUSE_O_DIRECT", "1", 1);
+  tc::TensorWriterOptions o;
+  o.direct_io = true;
+  tc::TensorWriter w(d.path + "/r.tzip", o);
+  for (const auto& t : data) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+  const auto st = w.finish();
+  ::unsetenv("TZ_TEST_REFUSE_O_DIRECT");
+  EXPECT_FALSE(st.direct);
+  EXPECT_EQ(st.io, "pwrite");
+  expect_file_holds(d.path + "/r.tzip", data);
+}
+
+// A sink that records what it is asked to write (the writer's contract with
+// an I/O back end: file order, completion callbacks, alignment when direct).
+TEST(TensorWriter, CustomSinkSeesAlignedOrderedWrites) {
+  struct Rec : tc::Sink {
+    int fd;
+    bool direct;
+    std::vector<std::pair<uint64_t, size_t>>* log;
+    void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
+      log->push_back({off, n});
+      if (direct) EXPECT_EQ((off | n | (uint64_t)(uintptr_t)p) % 4096, 0u);
+      EXPECT_EQ(::pwrite(fd, p, n, (off_t)off), (ssize_t)n);
+      if (done) done();
+    }
+    int drain() override { return 0; }
+    std::string name() const override { return "rec"; }
+  };
+  const auto data = mixed_tensors();
+  TempDir d(TZ_BINARY_DIR);
+  for (bool direct : {false, true}) {
+    std::vector<std::pair<uint64_t, size_t>> log;
+    tc::TensorWriterOptions o;
+    o.direct_io = direct;
+    o.sink = [&](int fd, bool dir) {
+      auto s = std::make_unique<Rec>();
+      s->fd = fd, s->direct = dir, s->log = &log;
+      return s;
+    };
+    const std::string file = d.path + (direct ? "/d.tzip" : "/b.tzip");
+    tc::TensorWriter w(file, o);
+    for (const auto& t : data) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+    const auto st = w.finish();
+    EXPECT_EQ(st.io.rfind("rec", 0), 0u);
+    ASSERT_FALSE(log.empty());
+    for (size_t i = 1; i < log.size(); ++i) EXPECT_LE(log[i - 1].first + log[i - 1].second, log[i].first);
+    expect_file_holds(file, data);
+  }
+}
