@@ -253,6 +253,23 @@ def test_rank_file_is_a_tzip_written_by_the_io_engine(tmp_path):
         tzdcp.StorageWriter(tmp_path, io="nope")
 
 
+def test_rank_files_pass_tzip_verify(tmp_path, run_tzip):
+    # The tzip CLI sees a 2-item-kind rank file as an ordinary .tzip: verify passes, inspect lists the items,
+    # and a flipped byte in the tensor data makes verify fail.
+    state = _big_state()
+    state["blob"] = b"abc" * 100
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
+    (data_file,) = tmp_path.glob("*" + tzdcp.SUFFIX)
+    run_tzip("verify", data_file)
+    out = run_tzip("inspect", data_file).stdout
+    assert "emb" in out and "blob" in out, out
+    _, info = _largest_item(tmp_path)
+    raw = bytearray(data_file.read_bytes())
+    raw[info.offset + info.length // 2] ^= 0x08
+    data_file.write_bytes(bytes(raw))
+    assert run_tzip("verify", data_file, check=False).returncode != 0
+
+
 def test_tensor_writer_binding(tmp_path):
     import numpy as np
     C = tensorzip._tensorzip
