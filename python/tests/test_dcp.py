@@ -312,8 +312,8 @@ def test_reads_first_layout_tzdcp(tmp_path):
     from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
     import zlib
 
-    w = (torch.randn(64, 32, generator=torch.Generator().manual_seed(1)) * 0.02).to(torch.bfloat16)
-    payload = tensorzip.compress(w)
+    w = (torch.randn(512, 256, generator=torch.Generator().manual_seed(1)) * 0.02).to(torch.bfloat16)
+    payload = tensorzip.compress(w, block_elems=4096)
     import io
     buf = io.BytesIO()
     torch.save(b"hello", buf)  # DCP's bytes of a BYTE_IO item
@@ -322,20 +322,27 @@ def test_reads_first_layout_tzdcp(tmp_path):
     (tmp_path / name).write_bytes(payload + blob)
     info_w = tzdcp._TzStorageInfo(name, 0, len(payload))
     info_w.transform_descriptors = ["tensorzip/1"]
-    info_w.codec, info_w.crc32, info_w.shape = "tensorzip", zlib.crc32(payload), (64, 32)
+    info_w.codec, info_w.crc32, info_w.shape = "tensorzip", zlib.crc32(payload), (512, 256)
+    info_w.frame_offset = tensorzip._core.parse_wrapper(payload)[3]
+    info_w.head = info_w.frame_offset + tensorzip._tensorzip.frame_prefix_size(payload, info_w.frame_offset)
+    info_w.head_crc32 = zlib.crc32(payload[:info_w.head])
     info_b = tzdcp._TzStorageInfo(name, len(payload), len(blob))
     info_b.transform_descriptors = ["tensorzip/1"]
     info_b.codec, info_b.crc32 = "raw", zlib.crc32(blob)
     # Metadata of that checkpoint: the one DCP plans from a plain save, with the old storage entries.
-    dcp.save({"w": w, "b": b"hello"}, storage_writer=tzdcp.StorageWriter(tmp_path / "new"))
+    dcp.save({"w": w, "b": b"hello"}, storage_writer=tzdcp.StorageWriter(tmp_path / "new"))  # 512x256
     with open(tmp_path / "new" / ".metadata", "rb") as f:
         md = pickle.load(f)
     md.storage_data = {MetadataIndex("w", (0, 0)): info_w, MetadataIndex("b"): info_b}
     with open(tmp_path / ".metadata", "wb") as f:
         pickle.dump(md, f)
-    out = {"w": torch.zeros(64, 32, dtype=torch.bfloat16), "b": b""}
+    out = {"w": torch.zeros(512, 256, dtype=torch.bfloat16), "b": b""}
     dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
     assert _tensor_bytes(out["w"]) == _tensor_bytes(w) and out["b"] == b"hello"
+    # Partial read of the old layout: head + the 4 blocks of rows 100..149 only.
+    got, st = _read_box(_open_reader(tmp_path), "w", (100, 0), (50, 256), torch.bfloat16)
+    assert _tensor_bytes(got) == _tensor_bytes(w[100:150])
+    assert st["partial_decodes"] == 1 and st["blocks_decoded"] == 4 and 0 < st["bytes_read"] < len(payload) / 4
     # A new save into that directory replaces the old layout's file.
     dcp.save({"w": w, "b": b"hello"}, storage_writer=tzdcp.StorageWriter(tmp_path))
     assert not (tmp_path / name).exists() and len(list(tmp_path.glob("*" + tzdcp.SUFFIX))) == 1
