@@ -456,6 +456,7 @@ class StorageReader(FileSystemReader):
         super().__init__(path)
         self.threads = threads
         self.partial_reads = partial_reads
+        self._tzip_table: Dict[str, Tuple[int, int]] = {}  # tensors of the .tzip file being read
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))
@@ -526,6 +527,8 @@ class StorageReader(FileSystemReader):
                                    f"cannot be opened: {e}") from e
         try:
             cache: Dict[Any, Any] = {}  # storage_index -> decoded chunk, for several reads of one chunk
+            # name -> (index, raw bytes), once per file (Reader.find is a linear search)
+            self._tzip_table = {t[0]: (i, int(t[3])) for i, t in enumerate(reader.tensors())}
             for req in reqs:
                 info: _TzStorageInfo = self.storage_data[req.storage_index]
                 name = _item_name(req.storage_index)
@@ -540,16 +543,17 @@ class StorageReader(FileSystemReader):
         finally:
             reader.close()
 
-    @staticmethod
-    def _tzip_index(reader: Any, info: _TzStorageInfo) -> int:
-        idx = reader.find(info.tensor)
-        if idx < 0:
+    def _tzip_entry(self, info: _TzStorageInfo) -> Tuple[int, int]:
+        entry = self._tzip_table.get(info.tensor)
+        if entry is None:
             raise CorruptDataError(f"tensor {info.tensor!r} is not in the file")
-        return idx
+        return entry
+
+    def _tzip_index(self, reader: Any, info: _TzStorageInfo) -> int:
+        return self._tzip_entry(info)[0]
 
     def _read_tzip_bytes(self, reader: Any, info: _TzStorageInfo) -> bytes:
-        idx = self._tzip_index(reader, info)
-        n = int(reader.tensors()[idx][3])
+        idx, n = self._tzip_entry(info)
         buf = bytearray(n)
         if n:
             reader.read_tensor(idx, buf)
