@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,9 @@
 #include "tensorzip/tensorzip.h"
 #ifdef TZ_PY_HAVE_CONTAINER
 #include "tensorzip/container.hpp"
+#endif
+#ifdef TZ_PY_HAVE_IO
+#include "write_queue.hpp"
 #endif
 
 namespace nb = nanobind;
@@ -461,6 +465,140 @@ class PyReader {
   std::mutex mu_;
   std::unique_ptr<tc::Reader> r_;
 };
+
+// ---- TensorWriter: a .tzip file from in-memory tensors (tensorzip.dcp) ----
+
+#ifdef TZ_PY_HAVE_IO
+// The I/O engine's write queue (src/io: pwrite thread pool or io_uring) as
+// the writer's sink, as the checkpoint writer uses it.
+class PyQueueSink final : public tc::Sink {
+ public:
+  PyQueueSink(int fd, tz::io::Backend b, unsigned threads, unsigned depth) : q_(fd, b, threads, depth) {}
+  void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
+    q_.submit(off, p, n, std::move(done));
+  }
+  int drain() override { return q_.drain(); }
+  int error() const override { return q_.error(); }
+  std::string name() const override { return tz::io::backend_name(q_.backend()); }
+
+ private:
+  tz::io::WriteQueue q_;
+};
+#endif
+
+// Python handle of a tc::TensorWriter. add() keeps a buffer view (and so the
+// Python object) of every tensor until finish() or abort(): the writer reads
+// the bytes only in finish(), which runs without the GIL.
+class PyTensorWriter {
+ public:
+  PyTensorWriter(const std::string& path, int level, unsigned threads, uint64_t chunk_bytes, bool direct_io,
+                 bool predict, const std::map<std::string, std::string>& metadata, unsigned block_elems,
+                 bool force, const std::string& io, unsigned io_threads) {
+    tc::TensorWriterOptions opt;
+    opt.level = level;
+    opt.threads = threads;
+    if (chunk_bytes) opt.chunk_bytes = chunk_bytes;
+    opt.block_elems = block_elems;
+    opt.direct_io = direct_io;
+    opt.predict = predict;
+    opt.metadata = metadata;
+    opt.force = force;
+    if (io == "pwrite") {
+      // the container's synchronous pwrite sink (opt.sink left empty)
+    } else if (io == "auto" || io == "posix" || io == "io_uring" || io == "uring") {
+#ifdef TZ_PY_HAVE_IO
+      const tz::io::Backend be = io == "posix" ? tz::io::Backend::kPosix
+                                 : io == "auto" ? tz::io::Backend::kAuto
+                                                : tz::io::Backend::kUring;
+      const unsigned nt = io_threads ? io_threads : 2;
+      const unsigned depth = 16;
+      opt.sink = [be, nt, depth](int fd, bool) -> std::unique_ptr<tc::Sink> {
+        return std::make_unique<PyQueueSink>(fd, be, nt, depth);
+      };
+#else
+      if (io != "auto") throw PyErrorOf(g_usage, "io='" + io + "': this build has no I/O engine (src/io)");
+#endif
+    } else {
+      throw PyErrorOf(g_usage, "io must be 'auto', 'posix', 'io_uring' or 'pwrite', not '" + io + "'");
+    }
+    nb::gil_scoped_release nogil;
+    w_ = guarded([&] { return std::make_unique<tc::TensorWriter>(path, opt); });
+  }
+  ~PyTensorWriter() {
+    // Destroyed with the GIL held (nanobind): the writer drops its temporary.
+    w_.reset();
+    views_.clear();
+  }
+
+  void add(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
+           nb::handle data_obj) {
+    tc::TensorWriter& w = get();
+    auto view = std::make_unique<BufferView>(data_obj, false, "data");
+    guarded([&] { w.add(name, dtype, shape, view->data(), view->size()); });
+    views_.push_back(std::move(view));
+  }
+
+  nb::dict finish() {
+    tc::TensorWriter& w = get();
+    tc::TensorWriterStats st;
+    try {
+      nb::gil_scoped_release nogil;
+      st = guarded([&] { return w.finish(); });
+    } catch (...) {
+      views_.clear();
+      throw;
+    }
+    views_.clear();
+    nb::dict d;
+    d["raw_bytes"] = st.raw_bytes;
+    d["file_bytes"] = st.file_bytes;
+    d["encode_seconds"] = st.encode_seconds;
+    d["seconds"] = st.seconds;
+    d["io"] = st.io;
+    d["direct"] = st.direct;
+    d["predicted"] = st.predicted;
+    d["file_xxh64"] = st.file_xxh64;
+    nb::list tensors;
+    for (const auto& t : w.tensors()) {
+      nb::dict e;
+      e["name"] = t.name;
+      e["dtype"] = t.dtype;
+      nb::list shape;
+      for (uint64_t s : t.shape) shape.append(s);
+      e["shape"] = nb::tuple(shape);
+      e["raw_size"] = t.raw_size();
+      e["compressed_size"] = t.compressed_size();
+      e["block_bytes"] = t.block_bytes();
+      e["n_blocks"] = t.n_blocks();
+      e["predicted"] = t.predict.kind != tc::PredictKind::kNone;
+      nb::list frames;
+      for (const auto& f : t.frames) frames.append(nb::make_tuple(f.offset, f.size, f.raw_size));
+      e["frames"] = frames;
+      tensors.append(e);
+    }
+    d["tensors"] = tensors;
+    return d;
+  }
+
+  void abort() {
+    if (w_) {
+      nb::gil_scoped_release nogil;
+      w_->abort();
+    }
+    views_.clear();
+  }
+
+  std::string path() { return get().path(); }
+  size_t size() const { return views_.size(); }
+
+ private:
+  tc::TensorWriter& get() {
+    if (!w_) throw PyErrorOf(PyExc_ValueError, "tensorzip.TensorWriter is closed");
+    return *w_;
+  }
+  std::unique_ptr<tc::TensorWriter> w_;
+  std::vector<std::unique_ptr<BufferView>> views_;
+};
 #endif
 
 PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
@@ -552,5 +690,21 @@ NB_MODULE(_tensorzip, m) {
       .def("read_range", &PyReader::read_range, "index"_a, "offset"_a, "out"_a)
       .def("export_safetensors", &PyReader::export_safetensors, "out"_a, "threads"_a = 0u, "force"_a = false)
       .def("verify", &PyReader::verify, "original"_a = "", "threads"_a = 0u);
+  nb::class_<PyTensorWriter>(m, "TensorWriter")
+      .def(nb::init<const std::string&, int, unsigned, uint64_t, bool, bool, const std::map<std::string, std::string>&,
+                    unsigned, bool, const std::string&, unsigned>(),
+           "path"_a, "level"_a = 0, "threads"_a = 0u, "chunk_bytes"_a = 0, "direct_io"_a = false,
+           "predict"_a = false, "metadata"_a = std::map<std::string, std::string>(), "block_elems"_a = 0u,
+           "force"_a = false, "io"_a = "auto", "io_threads"_a = 0u)
+      .def("add", &PyTensorWriter::add, "name"_a, "dtype"_a, "shape"_a, "data"_a)
+      .def("finish", &PyTensorWriter::finish)
+      .def("abort", &PyTensorWriter::abort)
+      .def_prop_ro("path", &PyTensorWriter::path)
+      .def("__len__", &PyTensorWriter::size)
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](PyTensorWriter& w, nb::handle type, nb::handle, nb::handle) {
+            if (!type.is_none()) w.abort();  // an exception inside the block: no file is left
+            return false;
+          }, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none());
 #endif
 }

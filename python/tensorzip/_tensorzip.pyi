@@ -3,7 +3,7 @@
 Buffers are any object with the buffer protocol (bytes, bytearray, memoryview,
 NumPy arrays); outputs must be writable and C-contiguous.
 """
-from typing import Dict, List, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from typing_extensions import Buffer as _PyBuffer
@@ -69,3 +69,26 @@ class Reader:
     def read_range(self, index: int, offset: int, out: Buffer) -> None: ...
     def export_safetensors(self, out: str, threads: int = 0, force: bool = False) -> Tuple[int, int]: ...
     def verify(self, original: str = "", threads: int = 0) -> None: ...
+
+class TensorWriter:
+    """A .tzip file from tensors in memory (tz::container::TensorWriter): encode on a thread pool
+    overlapped with writes through the I/O engine (io: "auto" = io_uring where available else a
+    pwrite thread pool, "posix", "io_uring", "pwrite" = synchronous); temporary name, fsync and
+    rename in finish(). add() keeps a reference to each buffer until finish() or abort()."""
+    def __init__(self, path: str, level: int = 0, threads: int = 0, chunk_bytes: int = 0,
+                 direct_io: bool = False, predict: bool = False, metadata: Dict[str, str] = ...,
+                 block_elems: int = 0, force: bool = False, io: str = "auto", io_threads: int = 0) -> None: ...
+    def add(self, name: str, dtype: str, shape: Sequence[int], data: Buffer) -> None:
+        """dtype: a safetensors dtype string ("BF16", "F32", "U8", ...); data: C-contiguous, len = bytes."""
+    def finish(self) -> Dict[str, Any]:
+        """Encodes, writes, fsyncs, renames (GIL released). Returns raw_bytes, file_bytes,
+        encode_seconds, seconds, io (back end, "+O_DIRECT" if used), direct, predicted, file_xxh64 and
+        tensors: [{name, dtype, shape, raw_size, compressed_size, block_bytes, n_blocks, predicted,
+        frames: [(offset, size, raw_size)]}] in the order added."""
+    def abort(self) -> None: ...
+    @property
+    def path(self) -> str: ...
+    def __len__(self) -> int: ...
+    def __enter__(self) -> "TensorWriter": ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        """Aborts (removes the temporary file) when the block raised."""

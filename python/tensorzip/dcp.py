@@ -10,28 +10,39 @@ Usage::
 
 Layout of a checkpoint directory (one per ``path``):
 
-- ``__<rank>_<save id>.tzdcp``: one file per rank, written by that rank only;
-  the save id is chosen by the coordinator while planning, so every save writes
-  new names. A file is a plain concatenation of items: each tensor chunk as one
-  :func:`tensorzip.compress` payload (dtype, shape, codec block index and block
-  checksums included), tensors of a dtype the codec does not support as
-  ``torch.save`` bytes, and non-tensor items (``BYTE_IO``: optimizer param
-  groups, ints, pickled objects) as the raw bytes DCP hands over.
+- ``__<rank>_<save id>.tzip``: one standard ``.tzip`` file per rank, written
+  by that rank only through tensorzip's I/O engine (``TensorWriter``: encode on
+  a thread pool overlapped with writes through the POSIX/io_uring write queue,
+  optional O_DIRECT, temporary name + fsync + rename). The save id is chosen by
+  the coordinator while planning, so every save writes new names. Every DCP
+  item of the rank is one tensor of the file, named after its DCP index
+  (``fqn``, ``@``chunk offsets, ``#``index): tensor chunks with their own
+  dtype and shape; non-tensor items (``BYTE_IO``: optimizer param groups, ints,
+  pickled objects) and tensors of a dtype ``.tzip`` cannot hold (complex) as
+  ``U8`` tensors of their bytes (DCP's bytes / ``torch.save`` bytes), so a
+  rank has exactly one file, every byte of it under the frames' xxh64 and the
+  codec's block checksums, and the file opens with ``tzip inspect/verify`` and
+  :func:`tensorzip.open`. The file's safetensors export holds the same items.
 - ``.metadata``: DCP's own pickled :class:`~torch.distributed.checkpoint.metadata.Metadata`,
   written last by the coordinator in :meth:`StorageWriter.finish` (temporary
-  file, fsync, atomic rename). Each item's storage entry records file, offset,
-  length, encoding, a CRC-32 of the stored bytes and, for tensorzip payloads,
-  the chunk shape and the size and CRC-32 of its head (wrapper header + frame
-  prefix), so a damaged file is reported with the name of the damaged item.
+  file, fsync, atomic rename). Each item's storage entry records the file, the
+  item's tensor name, dtype, shape and codec block layout, and (bytes items) a
+  CRC-32, so a damaged file is reported with the name of the damaged item.
+- Checkpoints of the first layout (``__<rank>_<save id>.tzdcp``: concatenated
+  :func:`tensorzip.compress` payloads) are still read; a new save into such a
+  directory removes their files once its ``.metadata`` is in place.
 
 Crash safety: data files of earlier saves into the directory are deleted only
 after the new ``.metadata`` is in place, so a save that dies half-way leaves the
-previous checkpoint loadable; a directory where no save finished is refused at
-load with a clear error.
+previous checkpoint loadable (a killed rank leaves at most a temporary
+``.__<rank>_<save id>.tzip.tmp-*`` file, removed by the next save); a directory
+where no save finished is refused at load with a clear error.
 
-Resharding: a load that needs part of a stored chunk reads the chunk's head and
-then only the codec blocks that hold the requested elements (see
-:class:`StorageReader`); :func:`read_stats` counts what was read and decoded.
+Resharding: a load that needs part of a stored chunk has the container
+:class:`Reader` read and decode only the codec blocks that hold the requested
+elements (``Reader.read_range``; see :class:`StorageReader`); a load of a whole
+chunk decodes it straight into the target tensor. :func:`read_stats` counts
+decodes and blocks.
 
 Both classes subclass DCP's ``FileSystemWriter`` / ``FileSystemReader`` and
 override how item bytes are written and read, how files are named and how
@@ -40,7 +51,9 @@ staging of ``FileSystemWriter`` are DCP's.
 
 Limits:
 
-- Tensors are copied to the CPU and encoded there (no GPU encode yet).
+- Tensors are copied to the CPU and encoded there (no GPU encode yet). The
+  writer reads every item of the rank in its final pass, so a rank's CPU
+  copies of GPU tensors are all alive until its file is written.
 - ``thread_count`` and ``single_file_per_rank`` of ``FileSystemWriter`` are
   ignored: each rank writes exactly one file; tensorzip itself codes with
   ``threads`` threads (0 = all hardware threads).
@@ -85,27 +98,37 @@ from ._core import CorruptDataError
 
 __all__ = ["StorageWriter", "StorageReader", "SUFFIX", "read_stats", "reset_read_stats"]
 
-#: Suffix of the per-rank data files.
-SUFFIX = ".tzdcp"
+#: Suffix of the per-rank data files (standard .tzip files).
+SUFFIX = ".tzip"
+#: Suffix of the per-rank data files of the first layout (concatenated payloads), still readable.
+LEGACY_SUFFIX = ".tzdcp"
 
 _METADATA = ".metadata"
-# Data files written by StorageWriter: __<rank>_<save id>.tzdcp (the first version wrote __<rank>_0.tzdcp).
-_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) + r"$")
+# Data files written by StorageWriter: __<rank>_<save id>.tzip (earlier versions: .tzdcp).
+_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)(" + re.escape(SUFFIX) + "|" + re.escape(LEGACY_SUFFIX) + r")$")
+# The temporary name TensorWriter builds a data file under (left behind by a killed save).
+_DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) + r"\.tmp-\d+-\d+$")
 
 _RANK_METADATA = re.compile(r"^__\d+\.metadata$")  # written by saves with use_collectives=False
 
-# How an item's bytes were encoded (stored in the checkpoint metadata).
+# How an item is stored (recorded in the checkpoint metadata).
+# In a .tzip rank file (this version): every item is one tensor of the file.
+_CODEC_TZIP = "tzip"            # the tensor itself (dtype and shape as saved)
+_CODEC_TZIP_PT = "tzip:torch.save"  # U8 tensor: torch.save bytes of a tensor of a dtype .tzip cannot hold
+_CODEC_TZIP_RAW = "tzip:raw"    # U8 tensor: a BYTE_IO item, as given by DCP
+# In a .tzdcp file (first layout, read only): items at byte offsets.
 _CODEC_TZ = "tensorzip"      # tensorzip.compress payload of a tensor
 _CODEC_PT = "torch.save"     # torch.save bytes of a tensor of a dtype tensorzip does not code
 _CODEC_RAW = "raw"           # BYTE_IO item, as given by DCP
 
 # Marks tensorzip entries for readers that do not know them: DCP's own
 # FileSystemReader fails with "Unknown extension" instead of misreading bytes.
-_DESCRIPTOR = "tensorzip/1"
+_DESCRIPTOR = "tensorzip/2"
 
 # Test hook (tests/test_dcp.py): "<rank>:<bytes>:<marker path>" makes that rank's
-# writer stop for good once it has written at least <bytes> bytes of its data
-# file (flushed), after creating <marker path>, so that a test can kill it mid-save.
+# writer stop for good once its items are handed to the TensorWriter (whose
+# temporary file then exists) and before it finishes the file, after creating
+# <marker path>, so that a test can kill it mid-save. <bytes> is not used.
 _STALL_ENV = "TENSORZIP_DCP_TEST_STALL"
 
 # A partial read is used when it decodes at most this fraction of a chunk's blocks.
@@ -118,7 +141,15 @@ _PARTIAL_MAX_RUNS = 1 << 20
 class _TzStorageInfo(_StorageInfo):
     """DCP's per-item storage entry, plus how the item is encoded.
 
-    ``crc32`` covers the whole stored item. For a tensorzip payload, ``head``
+    Items of a ``.tzip`` rank file: ``tensor`` is the item's tensor name in
+    the file, ``dtype`` its safetensors dtype, ``shape`` the stored chunk's
+    shape, ``block_bytes`` / ``n_blocks`` its codec block layout (what a
+    partial read needs to pick blocks), ``offset`` / ``length`` the byte range
+    of its frames in the file (informative), ``crc32`` a CRC-32 of the bytes
+    of a ``BYTE_IO`` / ``torch.save`` item (checked after decoding; tensors are
+    covered by the frames' xxh64 and the per-block checksums).
+
+    Items of a ``.tzdcp`` file (first layout): ``crc32`` covers the whole stored item. For a tensorzip payload, ``head``
     is the byte count of the wrapper header + the codec frame prefix (header,
     tables, block index) and ``head_crc32`` its CRC-32: a partial read fetches
     the head and then only the codec blocks it needs (each block carries its
@@ -131,6 +162,11 @@ class _TzStorageInfo(_StorageInfo):
     head_crc32: int = 0
     frame_offset: int = 0
     shape: Optional[Tuple[int, ...]] = None
+    # .tzip rank files: the tensor's name and dtype in the file, and its codec block layout.
+    tensor: str = ""
+    dtype: str = ""
+    block_bytes: int = 0
+    n_blocks: int = 0
 
 
 # Counters of the reads done in this process (tests and benchmarks look at them).
@@ -139,13 +175,16 @@ _STATS: Dict[str, int] = {}
 
 def reset_read_stats() -> None:
     """Zeroes the counters returned by :func:`read_stats`."""
-    _STATS.update(bytes_read=0, whole_decodes=0, partial_decodes=0, blocks_decoded=0, blocks_skipped=0)
+    _STATS.update(bytes_read=0, bytes_decoded=0, whole_decodes=0, partial_decodes=0, blocks_decoded=0,
+                  blocks_skipped=0)
 
 
 def read_stats() -> Dict[str, int]:
     """Counters of :class:`StorageReader` reads in this process since the last :func:`reset_read_stats`.
 
-    ``bytes_read``: bytes read from data files; ``whole_decodes`` / ``partial_decodes``:
+    ``bytes_read``: bytes read from ``.tzdcp`` data files (first layout; reads of ``.tzip``
+    files go through the container Reader and are not counted here); ``bytes_decoded``: raw
+    bytes of ``.tzip`` tensors decoded; ``whole_decodes`` / ``partial_decodes``:
     tensor chunks decoded whole / decoded block by block (resharding);
     ``blocks_decoded`` / ``blocks_skipped``: codec blocks decoded / not decoded by partial decodes.
     """
@@ -159,6 +198,21 @@ def _item_name(index: Any) -> str:
     fqn = getattr(index, "fqn", str(index))
     offset = getattr(index, "offset", None)
     return f"{fqn!r} (chunk offset {tuple(offset)})" if offset is not None and len(offset) else repr(fqn)
+
+
+def _stored_name(index: Any, n: int, seen: set) -> str:
+    """Name of an item's tensor in its rank's .tzip: fqn, chunk offsets and DCP index; unique in the file."""
+    fqn = str(getattr(index, "fqn", index))
+    offset = getattr(index, "offset", None)
+    name = fqn
+    if offset is not None and len(offset):
+        name += "@" + ",".join(str(int(x)) for x in offset)
+    if getattr(index, "index", None) is not None:
+        name += f"#{index.index}"
+    if name in seen or name == "__metadata__" or not name:
+        name = f"{name}~{n}"
+    seen.add(name)
+    return name
 
 
 def _new_save_id() -> str:
@@ -180,12 +234,17 @@ def _fsync_dir(path: Any) -> None:
 
 
 class StorageWriter(FileSystemWriter):
-    """DCP storage writer that stores every tensor chunk compressed by tensorzip.
+    """DCP storage writer: each rank writes its items into one ``.tzip`` file through the I/O engine.
 
-    Every save writes new files, ``__<rank>_<save id>.tzdcp`` (the save id is
-    chosen by the coordinator during planning), and the coordinator then
-    replaces ``.metadata`` atomically (temporary file, fsync, rename). Data files
-    of earlier saves into the same directory are deleted only after the new
+    Every save writes new files, ``__<rank>_<save id>.tzip`` (the save id is
+    chosen by the coordinator during planning). Each rank's file is written by
+    tensorzip's ``TensorWriter`` (:class:`tensorzip._tensorzip.TensorWriter`):
+    the rank's tensors are encoded on a thread pool, chunk by chunk, while
+    earlier chunks are written through the I/O engine's write queue (POSIX
+    thread pool or io_uring, optionally O_DIRECT), under a temporary name that
+    is fsync'd and renamed at the end. The coordinator then replaces
+    ``.metadata`` atomically (temporary file, fsync, rename). Data files of
+    earlier saves into the same directory are deleted only after the new
     ``.metadata`` is in place, so a save that dies half-way (a rank killed, a
     full disk) leaves the previous checkpoint in that directory loadable.
 
@@ -195,20 +254,37 @@ class StorageWriter(FileSystemWriter):
         threads: coding threads per rank, 0 = all hardware threads (the output does not depend on it).
         block_elems: codec block size in elements (power of two, 4096..2^20; 0 = codec default 65536).
             Smaller blocks make resharded loads read less, at a small cost in ratio.
-        sync_files: fsync the data file before returning (as ``FileSystemWriter``).
+        chunk_bytes: raw bytes per .tzip frame (power of two, 1..64 MiB; 0 = 4 MiB): the unit of
+            encode/write overlap.
+        io: write back end: ``"auto"`` (io_uring where available, else a pwrite thread pool),
+            ``"posix"``, ``"io_uring"``, or ``"pwrite"`` (synchronous writes from the writer's thread).
+        direct_io: write with O_DIRECT where the file system allows it (bypasses the page cache).
+        sync_files: accepted for ``FileSystemWriter`` compatibility; the rank files are always fsync'd.
         overwrite: allow writing over an existing checkpoint (as ``FileSystemWriter``).
         **kwargs: passed to ``FileSystemWriter`` (e.g. ``cache_staged_state_dict``);
             ``thread_count`` and ``single_file_per_rank`` have no effect.
+
+    After a save, :attr:`last_write_stats` holds this rank's writer statistics
+    (``raw_bytes``, ``file_bytes``, ``io`` back end, ``direct``, ``seconds``, ...).
     """
 
     def __init__(self, path: Union[str, os.PathLike], *, level: int = 0, threads: int = 0, block_elems: int = 0,
+                 chunk_bytes: int = 0, io: str = "auto", direct_io: bool = False,
                  sync_files: bool = True, overwrite: bool = True, **kwargs: Any) -> None:
         super().__init__(path, sync_files=sync_files, overwrite=overwrite, **kwargs)
         # UsageError now for a bad level/threads/block_elems
         _core.compress(torch.zeros(1), level=level, threads=threads, block_elems=block_elems)
+        if io not in ("auto", "posix", "io_uring", "pwrite"):
+            raise _core.UsageError(f"io must be 'auto', 'posix', 'io_uring' or 'pwrite', not {io!r}")
+        if chunk_bytes and (chunk_bytes < (1 << 20) or chunk_bytes > (64 << 20) or chunk_bytes & (chunk_bytes - 1)):
+            raise _core.UsageError("chunk_bytes must be 0 or a power of two between 1 MiB and 64 MiB")
         self.level = level
         self.threads = threads
         self.block_elems = block_elems
+        self.chunk_bytes = chunk_bytes
+        self.io = io
+        self.direct_io = direct_io
+        self.last_write_stats: Optional[Dict[str, Any]] = None
 
     # ---- planning: one save id per save, agreed through the global plan ----
 
@@ -226,57 +302,73 @@ class StorageWriter(FileSystemWriter):
 
     # ---- data ----
 
-    def _encode(self, item: Any, data: Any) -> Tuple[bytes, str, Optional[Any]]:
+    @staticmethod
+    def _as_stored(item: Any, data: Any) -> Tuple[str, str, Tuple[int, ...], Any, Any, int]:
+        """(codec, dtype, shape, buffer, object to keep alive, crc32) of one item as a .tzip tensor."""
         if item.type == WriteItemType.BYTE_IO:
-            if isinstance(data, io.BytesIO):
-                return bytes(data.getbuffer()), _CODEC_RAW, None
-            return bytes(data), _CODEC_RAW, None
+            payload = bytes(data.getbuffer()) if isinstance(data, io.BytesIO) else bytes(data)
+            return _CODEC_TZIP_RAW, "U8", (len(payload),), payload, payload, zlib.crc32(payload)
         tensor = data.detach()
         if tensor.device.type != "cpu":
             tensor = tensor.cpu()
         tensor = tensor.contiguous()
         try:
-            _dtypes.name_of_torch(tensor.dtype)
+            dtype = _dtypes.name_of_torch(tensor.dtype)
         except ValueError:
-            # dtype the codec does not support (complex, ...): stored as DCP would store it.
+            # dtype .tzip cannot hold (complex, ...): its torch.save bytes, as DCP would store it.
             buf = io.BytesIO()
             torch.save(tensor, buf)
-            return buf.getvalue(), _CODEC_PT, tensor
-        return (_core.compress(tensor, level=self.level, threads=self.threads, block_elems=self.block_elems),
-                _CODEC_TZ, tensor)
+            payload = buf.getvalue()
+            return _CODEC_TZIP_PT, "U8", (len(payload),), payload, payload, zlib.crc32(payload)
+        shape = tuple(int(x) for x in tensor.shape)
+        flat = tensor.reshape(-1).view(torch.uint8).numpy()  # shares the tensor's memory
+        return _CODEC_TZIP, dtype, shape, flat, tensor, 0
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
         storage_plan: _StoragePrefix = plan.storage_data
         file_name = f"{storage_plan.prefix}{SUFFIX}"
-        path = self.fs.concat_path(self.path, file_name)
+        path = os.fspath(self.fs.concat_path(self.path, file_name))
         stall = self._stall_hook()
-        results: List[WriteResult] = []
-        with self.fs.create_stream(path, "wb") as stream:
-            offset = 0
-            for item in plan.items:
+        pending: List[Tuple[Any, str, str, Tuple[int, ...], int, int]] = []
+        keep: List[Any] = []  # the writer reads every buffer in finish()
+        # force: a file of this name can only be left over from this very save id (a retried write).
+        with _C.TensorWriter(path, level=self.level, threads=self.threads, chunk_bytes=self.chunk_bytes,
+                             direct_io=self.direct_io, predict=False, block_elems=self.block_elems, force=True,
+                             io=self.io) as writer:
+            names = set()
+            for n, item in enumerate(plan.items):
                 data = planner.resolve_data(item)
-                payload, codec, tensor = self._encode(item, data)
-                stream.write(payload)
+                codec, dtype, shape, buf, owner, crc = self._as_stored(item, data)
+                name = _stored_name(item.index, n, names)
+                writer.add(name, dtype, list(shape), buf)
+                keep.append(owner)
                 if item.type == WriteItemType.BYTE_IO:
-                    size_in_bytes = len(payload)
+                    size_in_bytes = len(buf)
                 else:
                     size_in_bytes = data.numel() * data.element_size()
-                info = _TzStorageInfo(file_name, offset, len(payload))
-                info.transform_descriptors = [_DESCRIPTOR]
-                info.codec = codec
-                info.crc32 = zlib.crc32(payload)
-                if codec == _CODEC_TZ:
-                    info.shape = tuple(int(x) for x in tensor.shape)
-                    info.frame_offset = _core.parse_wrapper(payload)[3]
-                    info.head = info.frame_offset + _C.frame_prefix_size(payload, info.frame_offset)
-                    info.head_crc32 = zlib.crc32(memoryview(payload)[:info.head])
-                results.append(WriteResult(index=item.index, size_in_bytes=size_in_bytes, storage_data=info))
-                offset += len(payload)
-                if stall is not None and offset >= stall[0]:
-                    self._stall(stream, stall[1])
-            if self.sync_files:
-                stream.flush()
-                os.fsync(stream.fileno())
+                pending.append((item, name, codec, shape, crc, size_in_bytes))
+            if stall is not None:
+                self._stall(stall[1])
+            stats = writer.finish()  # encode + write + fsync + rename (GIL released)
+        del keep
+        stored = {t["name"]: t for t in stats.pop("tensors")}
+        self.last_write_stats = dict(stats, path=path, items=len(pending))
+        results: List[WriteResult] = []
+        for item, name, codec, shape, crc, size_in_bytes in pending:
+            t = stored[name]
+            frames = t["frames"]
+            offset = int(frames[0][0]) if frames else 0
+            length = int(frames[-1][0] + frames[-1][1]) - offset if frames else 0
+            info = _TzStorageInfo(file_name, offset, length)
+            info.transform_descriptors = [_DESCRIPTOR]
+            info.codec = codec
+            info.crc32 = crc
+            info.shape = tuple(shape)
+            info.tensor = name
+            info.dtype = t["dtype"]
+            info.block_bytes = int(t["block_bytes"])
+            info.n_blocks = int(t["n_blocks"])
+            results.append(WriteResult(index=item.index, size_in_bytes=size_in_bytes, storage_data=info))
         fut: Future = Future()
         fut.set_result(results)
         return fut
@@ -290,9 +382,7 @@ class StorageWriter(FileSystemWriter):
         return (int(nbytes), marker) if int(rank_s) == rank else None
 
     @staticmethod
-    def _stall(stream: Any, marker: str) -> None:  # pragma: no cover - the test kills the process here
-        stream.flush()
-        os.fsync(stream.fileno())
+    def _stall(marker: str) -> None:  # pragma: no cover - the test kills the process here
         with open(marker, "w") as f:
             f.write(str(os.getpid()))
         while True:
@@ -332,7 +422,9 @@ class StorageWriter(FileSystemWriter):
         keep = {getattr(info, "relative_path", None) for info in storage_md.values()}
         mine = f"__{self.rank}_" if per_rank else None
         for name in os.listdir(self.path):
-            if name in keep or not _DATA_FILE.match(name) or (mine and not name.startswith(mine)):
+            if name in keep or not (_DATA_FILE.match(name) or _DATA_TMP.match(name)):
+                continue
+            if mine and not (name.startswith(mine) or name.startswith("." + mine)):
                 continue
             try:
                 os.unlink(os.path.join(self.path, name))
@@ -364,12 +456,13 @@ class StorageReader(FileSystemReader):
         super().__init__(path)
         self.threads = threads
         self.partial_reads = partial_reads
+        self._tzip_table: Dict[str, Tuple[int, int]] = {}  # tensors of the .tzip file being read
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))
         if not os.path.exists(path) and os.path.isdir(self.path):
             names = os.listdir(self.path)
-            leftovers = sorted(n for n in names if _DATA_FILE.match(n))
+            leftovers = sorted(n for n in names if _DATA_FILE.match(n) or _DATA_TMP.match(n))
             per_rank = kwargs.get("rank") is None and any(_RANK_METADATA.match(n) for n in names)
             if leftovers and not per_rank:  # (a save without collectives has __<rank>.metadata: DCP falls back)
                 shown = ", ".join(leftovers[:4]) + (", ..." if len(leftovers) > 4 else "")
@@ -392,6 +485,9 @@ class StorageReader(FileSystemReader):
             if not os.path.exists(path):
                 raise CorruptDataError(f"tensorzip.dcp: data file {path} of item "
                                        f"{_item_name(reqs[0].storage_index)} is missing")
+            if self.storage_data[reqs[0].storage_index].codec.startswith(_CODEC_TZIP):
+                self._read_tzip(os.fspath(path), reqs, planner)
+                continue
             with self.fs.create_stream(path, "rb") as stream:
                 for req in reqs:
                     info: _TzStorageInfo = self.storage_data[req.storage_index]
@@ -418,6 +514,149 @@ class StorageReader(FileSystemReader):
         fut: Future = Future()
         fut.set_result(None)
         return fut
+
+    # ---- .tzip rank files (container Reader) ----
+
+    def _read_tzip(self, path: str, reqs: List[Any], planner: Any) -> None:
+        try:
+            reader = _C.Reader(path, self.threads)
+        except _C.TensorZipError as e:
+            items = [_item_name(r.storage_index) for r in reqs[:4]]
+            more = f" and {len(reqs) - 4} more" if len(reqs) > 4 else ""
+            raise CorruptDataError(f"tensorzip.dcp: data file {path} of items {', '.join(items)}{more} "
+                                   f"cannot be opened: {e}") from e
+        try:
+            cache: Dict[Any, Any] = {}  # storage_index -> decoded chunk, for several reads of one chunk
+            # name -> (index, raw bytes), once per file (Reader.find is a linear search)
+            self._tzip_table = {t[0]: (i, int(t[3])) for i, t in enumerate(reader.tensors())}
+            for req in reqs:
+                info: _TzStorageInfo = self.storage_data[req.storage_index]
+                name = _item_name(req.storage_index)
+                try:
+                    self._read_tzip_item(reader, path, info, req, planner, cache)
+                except CorruptDataError as e:
+                    if str(e).startswith("tensorzip.dcp:"):
+                        raise
+                    raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: {e}") from e
+                except _C.TensorZipError as e:  # a file that does not match its metadata
+                    raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: {e}") from e
+        finally:
+            reader.close()
+
+    def _tzip_entry(self, info: _TzStorageInfo) -> Tuple[int, int]:
+        entry = self._tzip_table.get(info.tensor)
+        if entry is None:
+            raise CorruptDataError(f"tensor {info.tensor!r} is not in the file")
+        return entry
+
+    def _tzip_index(self, reader: Any, info: _TzStorageInfo) -> int:
+        return self._tzip_entry(info)[0]
+
+    def _read_tzip_bytes(self, reader: Any, info: _TzStorageInfo) -> bytes:
+        idx, n = self._tzip_entry(info)
+        buf = bytearray(n)
+        if n:
+            reader.read_tensor(idx, buf)
+        if zlib.crc32(buf) != info.crc32:
+            raise CorruptDataError(f"corrupt (CRC-32 mismatch of the {n} stored bytes)")
+        return bytes(buf)
+
+    def _read_tzip_item(self, reader: Any, path: str, info: _TzStorageInfo, req: Any, planner: Any,
+                        cache: Dict[Any, Any]) -> None:
+        if req.type == LoadItemType.BYTE_IO:
+            if info.codec != _CODEC_TZIP_RAW:
+                raise CorruptDataError(f"stored as {info.codec!r}, not as bytes")
+            planner.load_bytes(req, io.BytesIO(self._read_tzip_bytes(reader, info)))
+            return
+        key = req.storage_index
+        tensor = cache.get(key)
+        if tensor is None:
+            if info.codec == _CODEC_TZIP_PT:
+                tensor = torch.load(io.BytesIO(self._read_tzip_bytes(reader, info)), map_location="cpu",
+                                    weights_only=True)
+                cache[key] = tensor
+            elif info.codec != _CODEC_TZIP:
+                raise CorruptDataError(f"unknown encoding {info.codec!r}")
+            elif self._tzip_into_target(reader, info, req, planner):
+                return
+            else:
+                tensor = self._tzip_part(reader, info, req) if self.partial_reads else None
+                if tensor is None:
+                    tensor = self._tzip_whole(reader, info)
+                    cache[key] = tensor
+        tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
+        target = planner.resolve_tensor(req).detach()
+        if target.size() != tensor.size():
+            raise CorruptDataError(f"stored size {tuple(tensor.size())}, expected {tuple(target.size())}")
+        target.copy_(tensor)
+        planner.commit_tensor(req, target)
+
+    def _tzip_whole(self, reader: Any, info: _TzStorageInfo) -> Any:
+        idx = self._tzip_index(reader, info)
+        out = torch.empty(tuple(info.shape), dtype=_dtypes.torch_dtype(info.dtype))
+        if out.numel():
+            reader.read_tensor(idx, out.reshape(-1).view(torch.uint8).numpy())
+        _STATS["whole_decodes"] += 1
+        _STATS["bytes_decoded"] += out.numel() * out.element_size()
+        return out
+
+    def _tzip_into_target(self, reader: Any, info: _TzStorageInfo, req: Any, planner: Any) -> bool:
+        """Whole stored chunk into a contiguous CPU target of the same dtype: the Reader decodes straight
+        into it (no temporary tensor, no copy). False when that does not apply."""
+        if info.shape is None or any(int(o) for o in req.storage_offsets):
+            return False
+        if tuple(int(x) for x in req.lengths) != tuple(info.shape):
+            return False
+        target = planner.resolve_tensor(req).detach()
+        if target.device.type != "cpu" or not target.is_contiguous() or target.numel() == 0 \
+                or tuple(target.shape) != tuple(info.shape) or _dtypes.torch_dtype(info.dtype) != target.dtype:
+            return False
+        reader.read_tensor(self._tzip_index(reader, info), target.reshape(-1).view(torch.uint8).numpy())
+        _STATS["whole_decodes"] += 1
+        _STATS["bytes_decoded"] += target.numel() * target.element_size()
+        planner.commit_tensor(req, target)
+        return True
+
+    def _tzip_part(self, reader: Any, info: _TzStorageInfo, req: Any) -> Optional[Any]:
+        """The stored chunk with (at least) the requested elements decoded, or None to decode it whole.
+
+        Picks the codec blocks that hold the requested elements and has the
+        container Reader read and decode only those (Reader.read_range: the
+        frame's block index, then only the blocks' compressed bytes, each block
+        checked), into a chunk-sized buffer whose other bytes stay unwritten.
+        """
+        shape = info.shape
+        if shape is None or len(shape) == 0 or not info.block_bytes or not info.n_blocks:
+            return None
+        offs = [int(x) for x in req.storage_offsets]
+        lens = [int(x) for x in req.lengths]
+        if len(offs) != len(shape) or lens == list(shape):
+            return None  # whole chunk wanted
+        if any(o < 0 or n < 0 or o + n > s for o, n, s in zip(offs, lens, shape)):
+            raise CorruptDataError(f"request {offs}+{lens} is outside the stored chunk {list(shape)}")
+        runs = _element_runs(shape, offs, lens)
+        if runs is None:
+            return None
+        ranges = _block_ranges(runs, _dtypes.lookup(info.dtype).itemsize, info.block_bytes, info.n_blocks)
+        if ranges is None:
+            return None
+        idx = self._tzip_index(reader, info)
+        out = torch.empty(tuple(shape), dtype=_dtypes.torch_dtype(info.dtype))
+        flat = out.reshape(-1).view(torch.uint8).numpy()
+        raw_size = flat.size
+        n_decoded = 0
+        for first, count in ranges:
+            raw_off = first * info.block_bytes
+            raw_len = min(count * info.block_bytes, raw_size - raw_off)
+            reader.read_range(idx, raw_off, flat[raw_off:raw_off + raw_len])
+            n_decoded += count
+            _STATS["bytes_decoded"] += raw_len
+        _STATS["partial_decodes"] += 1
+        _STATS["blocks_decoded"] += n_decoded
+        _STATS["blocks_skipped"] += info.n_blocks - n_decoded
+        return out
+
+    # ---- .tzdcp files (first layout) ----
 
     @staticmethod
     def _read_at(stream: Any, offset: int, length: int, req: Any, path: Any) -> bytes:
@@ -561,6 +800,25 @@ class StorageReader(FileSystemReader):
         _STATS["blocks_decoded"] += n_decoded
         _STATS["blocks_skipped"] += n_blocks - n_decoded
         return out
+
+
+def _block_ranges(runs: Tuple[Any, int], itemsize: int, block_bytes: int,
+                  n_blocks: int) -> Optional[List[Tuple[int, int]]]:
+    """Runs of codec blocks (first, count) that hold the given element runs; None when they are more
+    than _PARTIAL_MAX_FRACTION of the blocks (decoding the chunk whole is then cheaper)."""
+    starts, run_len = runs
+    if starts.size == 0 or run_len == 0:
+        return []
+    first = (starts * itemsize) // block_bytes
+    last = ((starts + run_len) * itemsize - 1) // block_bytes
+    mark = np.zeros(n_blocks + 1, dtype=np.int64)
+    np.add.at(mark, first, 1)
+    np.add.at(mark, last + 1, -1)
+    needed = np.cumsum(mark[:n_blocks]) > 0
+    if needed.sum() > _PARTIAL_MAX_FRACTION * n_blocks:
+        return None
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], needed.astype(np.int8), [0]))))
+    return [(int(a), int(b - a)) for a, b in zip(edges[0::2], edges[1::2])]
 
 
 def _element_runs(shape: Sequence[int], offs: Sequence[int], lens: Sequence[int]) -> Optional[Tuple[Any, int]]:

@@ -8,7 +8,8 @@ Scenarios:
   an FSDP2 (fully_shard) model + optimizer saved with 4 ranks and loaded with 2.
 - cuda (1 rank per GPU, NCCL): CUDA tensors saved and loaded.
 - crash (2 ranks): a checkpoint saved, then a second save into the same directory
-  in which rank 1 stops half-way (tensorzip.dcp test hook) and is killed by the test.
+  in which rank 1 stops half-way (tensorzip.dcp test hook: its .tzip only a temporary) and is
+  killed by the test.
 
 Each check that passes prints "ok <name>"; any failure raises (non-zero exit).
 """
@@ -220,7 +221,7 @@ def crash(rank: int, world: int, out: str) -> None:
         torch.save(state_a, os.path.join(out, "expected_a.pt"))
     dist.barrier()
     print("ok saved-a", flush=True)
-    if rank == 1:  # stop after the first item of this rank's new data file; the test kills the process
+    if rank == 1:  # stop before this rank's TensorWriter finishes its new file; the test kills the process
         os.environ[tzdcp._STALL_ENV] = f"1:1:{os.path.join(out, 'stalled')}"
     dcp.save(sharded(full_state(1), mesh, "rows"), storage_writer=tzdcp.StorageWriter(ckpt))
     raise AssertionError("the interrupted save finished")

@@ -212,8 +212,155 @@ def test_corruption_detected_with_tensor_name(tmp_path, where):
     assert "CorruptDataError" in msg and "emb" in msg and info.relative_path in msg, msg
 
 
+def test_rank_file_is_a_tzip_written_by_the_io_engine(tmp_path):
+    # The rank file is a standard .tzip (the container Reader opens and verifies it) holding every
+    # item, and it was written by TensorWriter through the I/O engine's write queue.
+    state = _big_state()
+    state["blob"] = b"\x01\x02\x03"
+    state["c"] = torch.randn(4, dtype=torch.complex64)
+    writer = tzdcp.StorageWriter(tmp_path)
+    dcp.save(state, storage_writer=writer)
+    st = writer.last_write_stats
+    assert st is not None and st["io"].split("+")[0] in ("posix", "io_uring"), st
+    (data_file,) = tmp_path.glob("*" + tzdcp.SUFFIX)
+    assert st["path"] == str(data_file) and st["file_bytes"] == data_file.stat().st_size
+    with open(tmp_path / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    r = tensorzip._tensorzip.Reader(str(data_file))
+    r.verify()  # whole-file checksum, header, every frame and block
+    names = {t[0]: t for t in r.tensors()}
+    assert len(names) == len(md.storage_data) == st["items"]
+    for index, info in md.storage_data.items():
+        assert info.relative_path == data_file.name and info.tensor in names, (index, info)
+        if index.fqn == "emb":
+            assert names[info.tensor][1:3] == ("BF16", (2048, 256)) and info.codec == "tzip"
+            assert names[info.tensor][4] < 0.85 * names[info.tensor][3]  # compressed
+            out = bytearray(names[info.tensor][3])
+            r.read_tensor(r.find(info.tensor), out)
+            assert bytes(out) == _tensor_bytes(state["emb"])
+        if index.fqn in ("blob", "c"):
+            assert names[info.tensor][1] == "U8", names[info.tensor]
+    r.close()
+    # The io="pwrite" sink (writer thread) gives the same file contents.
+    w2 = tzdcp.StorageWriter(tmp_path / "pw", io="pwrite")
+    dcp.save(state, storage_writer=w2)
+    assert w2.last_write_stats["io"].startswith("pwrite")
+    out = _big_state(seed=3)
+    out["blob"], out["c"] = b"", torch.zeros(4, dtype=torch.complex64)
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path / "pw"))
+    _assert_identical(state, out)
+    with pytest.raises(tensorzip.UsageError):
+        tzdcp.StorageWriter(tmp_path, io="nope")
+
+
+def test_rank_files_pass_tzip_verify(tmp_path, run_tzip):
+    # The tzip CLI sees a 2-item-kind rank file as an ordinary .tzip: verify passes, inspect lists the items,
+    # and a flipped byte in the tensor data makes verify fail.
+    state = _big_state()
+    state["blob"] = b"abc" * 100
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
+    (data_file,) = tmp_path.glob("*" + tzdcp.SUFFIX)
+    run_tzip("verify", data_file)
+    out = run_tzip("inspect", data_file).stdout
+    assert "emb" in out and "blob" in out, out
+    _, info = _largest_item(tmp_path)
+    raw = bytearray(data_file.read_bytes())
+    raw[info.offset + info.length // 2] ^= 0x08
+    data_file.write_bytes(bytes(raw))
+    assert run_tzip("verify", data_file, check=False).returncode != 0
+
+
+def test_tensor_writer_binding(tmp_path):
+    import numpy as np
+    C = tensorzip._tensorzip
+    x = (torch.randn(300, 700, generator=torch.Generator().manual_seed(3)) * 0.02).to(torch.bfloat16)
+    raw = x.view(torch.uint8).reshape(-1).numpy()
+    with C.TensorWriter(str(tmp_path / "a.tzip"), chunk_bytes=1 << 20, block_elems=4096) as w:
+        w.add("x", "BF16", [300, 700], raw)
+        w.add("n", "I64", [3], np.arange(3, dtype=np.int64))
+        w.add("s", "F32", [], np.array(1.5, dtype=np.float32))
+        w.add("e", "F32", [0, 4], np.zeros(0, dtype=np.float32))
+        assert not (tmp_path / "a.tzip").exists()  # nothing at the final name before finish()
+        st = w.finish()
+    assert st["raw_bytes"] == raw.size + 24 + 4 and st["file_bytes"] == (tmp_path / "a.tzip").stat().st_size
+    assert [t["name"] for t in st["tensors"]] == ["x", "n", "s", "e"]
+    tx = st["tensors"][0]
+    assert tx["n_blocks"] == -(-300 * 700 // 4096) and tx["block_bytes"] == 8192 and len(tx["frames"]) == 1
+    r = C.Reader(str(tmp_path / "a.tzip"))
+    r.verify()
+    part = np.zeros(5000, dtype=np.uint8)
+    r.read_range(r.find("x"), 100000, part)
+    assert part.tobytes() == raw[100000:105000].tobytes()
+    r.close()
+    # O_DIRECT writes (buffered where the file system refuses O_DIRECT): same tensors back.
+    with C.TensorWriter(str(tmp_path / "d.tzip"), direct_io=True, io="posix") as w:
+        w.add("x", "BF16", [300, 700], raw)
+        st = w.finish()
+    assert st["direct"] == ("O_DIRECT" in st["io"]) and st["io"].startswith("posix"), st["io"]
+    r = C.Reader(str(tmp_path / "d.tzip"))
+    back = np.zeros(raw.size, dtype=np.uint8)
+    r.read_tensor(0, back)
+    assert back.tobytes() == raw.tobytes()
+    r.close()
+    (tmp_path / "d.tzip").unlink()
+    # An exception inside the block leaves no file (and no temporary).
+    with pytest.raises(RuntimeError):
+        with C.TensorWriter(str(tmp_path / "b.tzip")) as w:
+            w.add("x", "BF16", [300, 700], raw)
+            raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tzip"]
+    with pytest.raises(tensorzip.UsageError):
+        C.TensorWriter(str(tmp_path / "c.tzip")).add("x", "BF16", [3], raw)  # size does not match the shape
+    with pytest.raises(tensorzip.UsageError):
+        C.TensorWriter(str(tmp_path / "c.tzip"), io="nope")
+    with pytest.raises(tensorzip.TensorZipExistsError):
+        C.TensorWriter(str(tmp_path / "a.tzip"))
+
+
+def test_reads_first_layout_tzdcp(tmp_path):
+    # Checkpoints written by the first layout (.tzdcp: concatenated tensorzip.compress payloads) still load.
+    from torch.distributed.checkpoint.filesystem import _StoragePrefix
+    from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
+    import zlib
+
+    w = (torch.randn(512, 256, generator=torch.Generator().manual_seed(1)) * 0.02).to(torch.bfloat16)
+    payload = tensorzip.compress(w, block_elems=4096)
+    import io
+    buf = io.BytesIO()
+    torch.save(b"hello", buf)  # DCP's bytes of a BYTE_IO item
+    blob = buf.getvalue()
+    name = "__0_old" + tzdcp.LEGACY_SUFFIX
+    (tmp_path / name).write_bytes(payload + blob)
+    info_w = tzdcp._TzStorageInfo(name, 0, len(payload))
+    info_w.transform_descriptors = ["tensorzip/1"]
+    info_w.codec, info_w.crc32, info_w.shape = "tensorzip", zlib.crc32(payload), (512, 256)
+    info_w.frame_offset = tensorzip._core.parse_wrapper(payload)[3]
+    info_w.head = info_w.frame_offset + tensorzip._tensorzip.frame_prefix_size(payload, info_w.frame_offset)
+    info_w.head_crc32 = zlib.crc32(payload[:info_w.head])
+    info_b = tzdcp._TzStorageInfo(name, len(payload), len(blob))
+    info_b.transform_descriptors = ["tensorzip/1"]
+    info_b.codec, info_b.crc32 = "raw", zlib.crc32(blob)
+    # Metadata of that checkpoint: the one DCP plans from a plain save, with the old storage entries.
+    dcp.save({"w": w, "b": b"hello"}, storage_writer=tzdcp.StorageWriter(tmp_path / "new"))  # 512x256
+    with open(tmp_path / "new" / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    md.storage_data = {MetadataIndex("w", (0, 0)): info_w, MetadataIndex("b"): info_b}
+    with open(tmp_path / ".metadata", "wb") as f:
+        pickle.dump(md, f)
+    out = {"w": torch.zeros(512, 256, dtype=torch.bfloat16), "b": b""}
+    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
+    assert _tensor_bytes(out["w"]) == _tensor_bytes(w) and out["b"] == b"hello"
+    # Partial read of the old layout: head + the 4 blocks of rows 100..149 only.
+    got, st = _read_box(_open_reader(tmp_path), "w", (100, 0), (50, 256), torch.bfloat16)
+    assert _tensor_bytes(got) == _tensor_bytes(w[100:150])
+    assert st["partial_decodes"] == 1 and st["blocks_decoded"] == 4 and 0 < st["bytes_read"] < len(payload) / 4
+    # A new save into that directory replaces the old layout's file.
+    dcp.save({"w": w, "b": b"hello"}, storage_writer=tzdcp.StorageWriter(tmp_path))
+    assert not (tmp_path / name).exists() and len(list(tmp_path.glob("*" + tzdcp.SUFFIX))) == 1
+
+
 def test_corrupt_non_tensor_item_detected(tmp_path):
-    # BYTE_IO items are stored raw: only the per-item CRC-32 protects them.
+    # BYTE_IO items are U8 tensors of the rank's .tzip: frame/block checksums and a per-item CRC-32.
     state = {"w": torch.randn(64, 64), "blob": bytes(range(256)) * 8}
     dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
     with open(tmp_path / ".metadata", "rb") as f:
@@ -224,7 +371,8 @@ def test_corrupt_non_tensor_item_detected(tmp_path):
     raw[info.offset + info.length // 2] ^= 0x01
     data_file.write_bytes(bytes(raw))
     msg = _load_error({"w": torch.empty(64, 64), "blob": b""}, tzdcp.StorageReader(tmp_path))
-    assert "CorruptDataError" in msg and "CRC-32" in msg and "'blob'" in msg, msg
+    assert "CorruptDataError" in msg and ("checksum" in msg or "corrupt" in msg) and "'blob'" in msg, msg
+    assert info.relative_path in msg, msg
 
 
 def test_truncated_file_detected(tmp_path):
@@ -235,7 +383,10 @@ def test_truncated_file_detected(tmp_path):
     with open(data_file, "r+b") as f:
         f.truncate(info.offset + 100)
     msg = _load_error(_big_state(seed=3), tzdcp.StorageReader(tmp_path))
-    assert "CorruptDataError" in msg and "truncated" in msg and "'emb'" in msg, msg
+    # The .tzip trailer (header + index) is gone with the end of the file: the file cannot be opened,
+    # and the error names the file, the problem and the items it holds.
+    assert "CorruptDataError" in msg and info.relative_path in msg and "truncated" in msg, msg
+    assert "cannot be opened" in msg and "'model." in msg, msg
 
 
 # ---- several processes (gloo on CPU) ----------------------------------------------------
@@ -382,7 +533,6 @@ def test_partial_read_decodes_only_needed_blocks(tmp_path, dtype):
              "cube": (torch.randn(8, 64, 512, generator=g) * 0.02).to(dtype)}    # 8 blocks per [i]
     dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path, block_elems=4096))
     reader = _open_reader(tmp_path)
-    whole_file = sum(f.stat().st_size for f in tmp_path.iterdir() if f.suffix == tzdcp.SUFFIX)
     cases = [
         ("rows", (100, 0), (50, 256), 4),          # dim-0 slice: one contiguous run, rows 100..149 -> blocks 6..9
         ("rows", (0, 0), (1, 256), 1),             # first row
@@ -403,8 +553,8 @@ def test_partial_read_decodes_only_needed_blocks(tmp_path, dtype):
         n_blocks = st["blocks_decoded"] + st["blocks_skipped"]
         assert n_blocks == state[fqn].numel() // 4096
         info = reader.storage_data[[k for k in reader.storage_data if k.fqn == fqn][0]]
-        assert st["bytes_read"] < info.head + info.length * (blocks + 1) / n_blocks + 4096, (fqn, st, info.length)
-        assert st["bytes_read"] < whole_file
+        assert info.n_blocks == n_blocks and info.block_bytes == 4096 * state[fqn].element_size()
+        assert 0 < st["bytes_decoded"] <= blocks * info.block_bytes, (fqn, st)
     # A request covering most blocks (all rows of a column slice of "rows") decodes the chunk whole.
     got, st = _read_box(reader, "rows", (0, 64), (512, 64), dtype)
     assert _tensor_bytes(got) == _tensor_bytes(state["rows"][:, 64:128])
@@ -424,18 +574,20 @@ def test_partial_read_detects_corrupt_block(tmp_path):
     import tensorzip._tensorzip as C
     data_file = tmp_path / info.relative_path
     raw = bytearray(data_file.read_bytes())
-    prefix = bytes(raw[info.offset + info.frame_offset:info.offset + info.head])
+    # The chunk is one tensor of the rank's .tzip, in one frame (it is smaller than chunk_bytes).
+    prefix_size = C.frame_prefix_size(bytes(raw), info.offset)
+    prefix = bytes(raw[info.offset:info.offset + prefix_size])
     off, size, _, _ = C.frame_block_range(prefix, 20, 1)
-    raw[info.offset + info.frame_offset + off + size // 2] ^= 0x04
+    raw[info.offset + off + size // 2] ^= 0x04
     data_file.write_bytes(bytes(raw))
     got, st = _read_box(reader, "w", (0, 0), (16, 256), torch.bfloat16)
     assert _tensor_bytes(got) == _tensor_bytes(full[:16]) and st["partial_decodes"] == 1
     with pytest.raises(tensorzip.CorruptDataError, match=r"'w'.*" + info.relative_path):
         _read_box(reader, "w", (320, 0), (16, 256), torch.bfloat16)
-    # Damage in the head (block index) is caught by its CRC-32.
-    raw[info.offset + info.head - 2] ^= 0x01
+    # Damage in the frame's block index is caught too.
+    raw[info.offset + prefix_size - 2] ^= 0x01
     data_file.write_bytes(bytes(raw))
-    with pytest.raises(tensorzip.CorruptDataError, match=r"'w'.*header"):
+    with pytest.raises(tensorzip.CorruptDataError, match=r"'w'.*" + info.relative_path):
         _read_box(reader, "w", (0, 0), (16, 256), torch.bfloat16)
 
 
@@ -526,8 +678,15 @@ def test_rank_killed_mid_save_leaves_previous_checkpoint(tmp_path):
 
     # Reused directory: the new save's files are there, .metadata is still the previous save's.
     ckpt = tmp_path / "ckpt"
-    data_files = sorted(f.name for f in ckpt.glob("*" + tzdcp.SUFFIX))
-    assert len(data_files) == 4, data_files  # 2 of the finished save, 2 of the interrupted one
+    with open(ckpt / ".metadata", "rb") as f:
+        finished = {info.relative_path for info in pickle.load(f).storage_data.values()}
+    names = sorted(f.name for f in ckpt.iterdir())
+    # The finished save's two files; rank 1 of the interrupted one left only its writer's temporary
+    # (nothing is at a rank file's final name before TensorWriter.finish); rank 0's may be complete.
+    temps = [n for n in names if n.startswith(".__1_") and tzdcp.SUFFIX + ".tmp-" in n]
+    data_files = [n for n in names if n.endswith(tzdcp.SUFFIX)] + temps
+    assert len(finished) == 2 and finished <= set(data_files) and len(temps) == 1, names
+    assert not [n for n in names if n.startswith("__1_") and n not in finished], names
     expected = torch.load(tmp_path / "expected_a.pt", weights_only=True)
     out = {"model": {k: torch.zeros_like(v) for k, v in expected["model"].items()},
            "emb": torch.zeros_like(expected["emb"]), "step_count": 0, "blob": b""}
@@ -538,7 +697,7 @@ def test_rank_killed_mid_save_leaves_previous_checkpoint(tmp_path):
     dcp.save({"w": torch.ones(3)}, storage_writer=tzdcp.StorageWriter(ckpt))
     left = sorted(f.name for f in ckpt.iterdir())
     assert len([f for f in left if f.endswith(tzdcp.SUFFIX)]) == 1 and not set(left) & set(data_files), left
-    assert not [f for f in left if f.endswith(".tmp")], left
+    assert not [f for f in left if f.endswith(".tmp") or ".tmp-" in f], left
 
     # Fresh directory: nothing to load, and the error says why.
     msg = _load_error({"emb": torch.zeros(2048, 64, dtype=torch.bfloat16)}, tzdcp.StorageReader(fresh / "fresh"))
