@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "codec/checksum.h"
 #include "codec/predict.h"
@@ -32,6 +33,7 @@ struct Reader::Impl {
   uint8_t trailer[kTrailerSize] = {};
   uint64_t file_hash = 0;
   TzipHeader h;
+  std::unordered_map<std::string, long> by_name;  // tensor name -> index in h.tensors (first wins)
   // Codec contexts for random-access reads, one per concurrent caller (the
   // read functions are thread-safe; export/verify workers read predictors).
   std::mutex mu;
@@ -249,6 +251,8 @@ Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
     fail(ErrorKind::kBadInput, path + ": .tzip header checksum mismatch (header corrupted)");
   m.file_hash = get_le64(tr + 32);
   decode_header(m.header.data(), hsize, m.header_offset, major, path, &m.h);
+  m.by_name.reserve(m.h.tensors.size());
+  for (size_t i = 0; i < m.h.tensors.size(); ++i) m.by_name.emplace(m.h.tensors[i].name, (long)i);
   const std::string dir = dir_of(path);
   for (const auto& r : m.h.references)
     m.ref_paths.push_back(r.file.size() && r.file[0] == '/' ? r.file : dir + "/" + r.file);
@@ -416,10 +420,8 @@ uint64_t Reader::chunk_bytes() const { return impl_->h.chunk_bytes; }
 const std::string& Reader::created_by() const { return impl_->h.created_by; }
 
 long Reader::find(const std::string& name) const {
-  const auto& t = impl_->h.tensors;
-  for (size_t i = 0; i < t.size(); ++i)
-    if (t[i].name == name) return (long)i;
-  return -1;
+  const auto it = impl_->by_name.find(name);
+  return it == impl_->by_name.end() ? -1 : it->second;
 }
 
 void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
