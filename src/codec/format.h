@@ -1,6 +1,7 @@
 // Frame and block layout constants of the tensorzip block bitstream, format
-// version 1. doc/format.md is the normative description; this header mirrors
-// it. Every multi-byte field is little-endian.
+// versions 1 and 2 (2 = 1 plus lane-context streams). doc/format.md is the
+// normative description; this header mirrors it. Every multi-byte field is
+// little-endian.
 #pragma once
 #include "common/tz_hd.h"
 
