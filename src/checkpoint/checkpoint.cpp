@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -885,7 +886,8 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io,
         for (const auto& jr : r.at("references")) {
           const std::string rel = jr.at("file").get<std::string>();
           const uint64_t want = parse_hex64(jr.at("xxh64").get<std::string>());
-          const std::string rp = rel.empty() || rel[0] == '/' ? rel : dir + "/" + rel;
+          const std::string rp =
+              std::filesystem::path(rel.empty() || rel[0] == '/' ? rel : dir + "/" + rel).lexically_normal().string();
           const std::string who = m.files.back() + ": needs " + rp +
                                   (dep.empty() ? std::string() : " (previous checkpoint '" + dep + "')");
           struct stat rst {};

@@ -182,6 +182,8 @@ TEST(CheckpointDelta, SaveWithPreviousCheckpointAsReference) {
     EXPECT_NE(w.find("step-B/rank-00000.tzip"), std::string::npos) << w;
     EXPECT_NE(w.find("step-A/rank-00000.tzip"), std::string::npos) << w;
     EXPECT_NE(w.find("missing"), std::string::npos) << w;
+    EXPECT_EQ(w.find("/../"), std::string::npos) << w;  // the reference's path, normalized
+    std::printf("missing reference: %s\n", w.c_str());
   }
   // Replaced by another checkpoint of the same name: changed.
   ck::SaveOptions o2 = opts();
@@ -195,6 +197,7 @@ TEST(CheckpointDelta, SaveWithPreviousCheckpointAsReference) {
     EXPECT_NE(w.find("step-B/rank-00000.tzip"), std::string::npos) << w;
     EXPECT_NE(w.find("step-A/rank-00000.tzip"), std::string::npos) << w;
     EXPECT_NE(w.find("changed"), std::string::npos) << w;
+    std::printf("changed reference: %s\n", w.c_str());
   }
   // Put back: restorable again.
   fs::remove_all(d.path + "/step-A");
