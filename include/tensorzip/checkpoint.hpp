@@ -79,6 +79,15 @@ struct SaveOptions {
   // residual against that cast (doc/container.md section 12), where a
   // sample says it pays. Restore returns the same bytes either way.
   bool predict = true;
+  // Delta prediction: a previous complete checkpoint directory (e.g. the
+  // last step's). A tensor of this rank whose name, dtype and shape match a
+  // tensor of that checkpoint's file of the same rank is stored as the XOR
+  // residual against it where a sample says it pays (the container's
+  // min_gain rule). The rank file then records the previous rank file (path
+  // relative to it + checksum) and the manifest records "depends_on": the
+  // previous folder's name; restoring needs that folder, unchanged, at the
+  // same relative place. Empty: self-contained checkpoint.
+  std::string ref;
   // O_DIRECT writes: frames gathered into 4 KiB-aligned staging buffers and
   // written bypassing the page cache; buffered where the file system refuses
   // (SaveStats::io then lacks "+O_DIRECT").
@@ -98,6 +107,7 @@ struct SaveStats {
   std::string io;                // back end used, e.g. "io_uring+O_DIRECT"
   std::string model;             // time model of the codec choice
   uint64_t predicted = 0;        // tensors stored as cast residuals (SaveOptions::predict)
+  uint64_t deltas = 0;           // tensors stored as delta residuals (SaveOptions::ref)
 };
 
 // Synchronous save of this rank's tensors into `dir` (created if missing;

@@ -359,6 +359,15 @@ struct TensorWriterOptions {
   // sample says it pays by min_gain (same rule as compress_file).
   bool predict = true;
   double min_gain = 0.03;
+  // Delta prediction (doc/container.md section 12): a previous .tzip (e.g.
+  // the same rank's file of the previous checkpoint). A host tensor with a
+  // tensor of the same name, dtype and shape there (and not cast-predicted)
+  // is stored as the XOR residual against it where a sample of one
+  // reference block says it pays by min_gain. The file records the
+  // reference by its path relative to this file's folder and its checksum;
+  // readers need it there (or given explicitly) to restore those tensors.
+  // Independent of `predict`. Empty: no deltas.
+  std::string ref;
   // O_DIRECT: frames are gathered into aligned staging buffers of
   // direct_buffer_bytes (a multiple of 4096) and written bypassing the page
   // cache; where the file system refuses O_DIRECT (tmpfs), buffered writes.
@@ -384,6 +393,7 @@ struct TensorWriterStats {
   std::string io;                   // sink name, plus "+O_DIRECT" when direct writes were used
   bool direct = false;              // O_DIRECT writes used (requested and not refused)
   size_t predicted = 0;             // tensors stored as cast residuals
+  size_t deltas = 0;                // tensors stored as delta residuals (TensorWriterOptions::ref)
   uint64_t file_xxh64 = 0;          // trailer checksum
 };
 

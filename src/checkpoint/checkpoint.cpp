@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -156,13 +157,14 @@ std::string read_small(const std::string& path, ErrorKind missing_kind) {
 // The manifest wraps its body with a hash of the body's canonical dump, so a
 // torn or edited manifest is detected before any of it is used.
 // Version 2 when any tensor is cast-predicted: a version-1 reader (which
-// would return the stored residuals as the values) refuses it instead.
+// would return the stored residuals as the values) refuses it instead;
+// version 3 when any is delta-predicted (SaveOptions::ref).
 std::string wrap_manifest(const json& body) {
   const std::string d = body.dump();
   int version = 1;
   for (const auto& r : body.at("ranks"))
     for (const auto& t : r.at("tensors"))
-      if (t.contains("predict")) version = 2;
+      if (t.contains("predict")) version = std::max(version, t["predict"].value("kind", "") == "delta" ? 3 : 2);
   return json{{"format", "tensorzip-checkpoint"}, {"version", version},
               {"body_xxh64", hex64(XXH64(d.data(), d.size(), 0))}, {"body", body}}
              .dump(1) +
@@ -180,7 +182,7 @@ json unwrap_manifest(const std::string& text, const std::string& what) {
       !j["body"].is_object() || !j.contains("body_xxh64") || !j["body_xxh64"].is_string())
     fail(ErrorKind::kCorrupt, what + ": not a tensorzip checkpoint manifest");
   const int version = j.value("version", 0);
-  if (version != 1 && version != 2) fail(ErrorKind::kCorrupt, what + ": unsupported manifest version");
+  if (version < 1 || version > 3) fail(ErrorKind::kCorrupt, what + ": unsupported manifest version");
   const std::string d = j["body"].dump();
   if (XXH64(d.data(), d.size(), 0) != parse_hex64(j["body_xxh64"].get<std::string>()))
     fail(ErrorKind::kCorrupt, what + ": manifest checksum mismatch");
@@ -452,6 +454,20 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   wo.created_by = "tensorzip checkpoint";
   wo.predict = opt.predict;
   wo.direct_io = opt.direct_io;
+  std::string depends_on;  // the previous checkpoint's folder name (SaveOptions::ref)
+  if (!opt.ref.empty()) {
+    std::string rd = opt.ref;
+    while (rd.size() > 1 && rd.back() == '/') rd.pop_back();
+    if (!is_complete(rd))
+      fail(ErrorKind::kUsage, rd + ": not a complete checkpoint (no valid manifest); it cannot be the reference of " + dir);
+    wo.ref = rd + "/" + rank_file(opt.rank);
+    struct stat st {};
+    if (::stat(wo.ref.c_str(), &st) != 0)
+      fail(ErrorKind::kUsage, wo.ref + ": missing (the reference checkpoint has no file for rank " +
+                                  std::to_string(opt.rank) + ")");
+    const auto sl = rd.find_last_of('/');
+    depends_on = sl == std::string::npos ? rd : rd.substr(sl + 1);
+  }
   const tz::io::Backend be = opt.io == Io::kPosix  ? tz::io::Backend::kPosix
                              : opt.io == Io::kUring ? tz::io::Backend::kUring
                                                     : tz::io::Backend::kAuto;  // kAuto, kGds
@@ -517,6 +533,7 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
     if (opt.log) opt.log("io: " + stats.io);
   }
   stats.predicted = ws.predicted;
+  stats.deltas = ws.deltas;
   stats.raw_bytes = data_size;
   stats.file_bytes = ws.file_bytes;
   // Feedback for later kAuto choices: level-1 throughput per worker that
@@ -532,7 +549,18 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   if (opt.log && choice.level >= 0)
     opt.log("encode: " + std::to_string(threads) + " workers, " + std::to_string((uint64_t)(ws.encode_seconds * 1000)) +
             " ms of encode time in total for " + std::to_string(data_size) + " bytes; " +
-            std::to_string(ws.predicted) + " tensors stored as cast residuals; io " + ws.io);
+            std::to_string(ws.predicted) + " tensors stored as cast residuals, " + std::to_string(ws.deltas) +
+            " as delta residuals; io " + ws.io);
+  // The references the rank file records (delta: the previous rank file).
+  json jrefs = json::array();
+  if (ws.deltas) {
+    try {
+      tz::container::Reader rr(fin, 1);
+      for (const auto& r : rr.references()) jrefs.push_back({{"file", r.file}, {"xxh64", hex64(r.xxh64)}});
+    } catch (const tz::container::Error& e) {
+      rethrow_container(e);
+    }
+  }
 
   json jt = json::array();
   for (const auto& t : stored) {
@@ -548,9 +576,11 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
               {"frames", fr}};
     if (t.predict.kind == tz::container::PredictKind::kCast)
       e["predict"] = {{"kind", "cast"}, {"source", t.predict.source}};
+    else if (t.predict.kind == tz::container::PredictKind::kDelta)
+      e["predict"] = {{"kind", "delta"}, {"ref", t.predict.ref}};
     jt.push_back(std::move(e));
   }
-  return json{{"rank", opt.rank},
+  json out = json{{"rank", opt.rank},
               {"file", rank_file(opt.rank)},
               {"file_size", stats.file_bytes},
               {"file_xxh64", hex64(ws.file_xxh64)},
@@ -559,6 +589,25 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
               {"time_model", choice.model},
               {"metadata", opt.metadata},
               {"tensors", jt}};
+  if (ws.deltas) {
+    out["references"] = jrefs;
+    out["depends_on"] = depends_on;
+  }
+  return out;
+}
+
+// The manifest body's "depends_on": the previous checkpoint folder the ranks'
+// delta tensors need (one for all ranks).
+void add_depends_on(json& body, const std::string& dir) {
+  std::string dep;
+  for (const auto& r : body.at("ranks"))
+    if (r.contains("depends_on")) {
+      const std::string d = r["depends_on"].get<std::string>();
+      if (!dep.empty() && d != dep)
+        fail(ErrorKind::kUsage, dir + ": ranks reference different previous checkpoints ('" + dep + "', '" + d + "')");
+      dep = d;
+    }
+  if (!dep.empty()) body["depends_on"] = dep;
 }
 
 }  // namespace
@@ -579,6 +628,7 @@ SaveStats save(const std::string& dir, std::span<const TensorView> tensors, cons
   json rank = write_rank_file(dir, tensors, opt, stats);
   if (opt.world_size == 1) {
     json body = {{"world_size", 1}, {"metadata", opt.metadata}, {"ranks", json::array({rank})}};
+    add_depends_on(body, dir);
     write_atomic(dir, kManifest, wrap_manifest(body));
   } else {
     write_atomic(dir, rank_index(opt.rank), rank.dump());
@@ -603,7 +653,9 @@ void commit(const std::string& dir, int world_size) {
     if (r == 0 && j.contains("metadata")) meta = j["metadata"];
     ranks.push_back(j);
   }
-  write_atomic(dir, kManifest, wrap_manifest({{"world_size", world_size}, {"metadata", meta}, {"ranks", ranks}}));
+  json body = {{"world_size", world_size}, {"metadata", meta}, {"ranks", ranks}};
+  add_depends_on(body, dir);
+  write_atomic(dir, kManifest, wrap_manifest(body));
 }
 
 // ===========================================================================
@@ -771,6 +823,10 @@ struct RTensor {
   // tensor of the same shape in the same rank file; -1: none.
   int cast_kind = -1;
   std::string cast_source;
+  // Delta prediction: frames hold value XOR the tensor `delta_index` of the
+  // reference reader `delta_ref` (Impl::refs); -1: none.
+  int delta_ref = -1;
+  size_t delta_index = 0;
 };
 }  // namespace
 
@@ -788,6 +844,9 @@ struct Checkpoint::Impl {
   std::vector<RTensor> tensors;
   std::map<std::string, size_t> by_name;
   std::map<std::string, std::string> meta;
+  // References of delta tensors (the previous checkpoint's rank files),
+  // opened and checked by the constructor.
+  std::vector<std::unique_ptr<tz::container::Reader>> refs;
   ~Impl() {
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
@@ -819,6 +878,39 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io,
         fail(ErrorKind::kCorrupt, mp + ": bad file name '" + f + "'");
       m.files.push_back(dir + "/" + f);
       const uint64_t fsize = r.at("file_size").get<uint64_t>();
+      // This rank file's references: opened and checked now, so that a
+      // missing or changed previous checkpoint fails here, naming both.
+      std::vector<int> ref_slot;
+      if (r.contains("references")) {
+        const std::string dep = body.value("depends_on", std::string());
+        for (const auto& jr : r.at("references")) {
+          const std::string rel = jr.at("file").get<std::string>();
+          const uint64_t want = parse_hex64(jr.at("xxh64").get<std::string>());
+          const std::string rp =
+              std::filesystem::path(rel.empty() || rel[0] == '/' ? rel : dir + "/" + rel).lexically_normal().string();
+          const std::string who = m.files.back() + ": needs " + rp +
+                                  (dep.empty() ? std::string() : " (previous checkpoint '" + dep + "')");
+          struct stat rst {};
+          if (::stat(rp.c_str(), &rst) != 0)
+            fail(ErrorKind::kNotFound, who + ", which is missing: the checkpoint depends on it; restore it there");
+          std::unique_ptr<tz::container::Reader> rd;
+          try {
+            rd = std::make_unique<tz::container::Reader>(rp, 1);
+          } catch (const tz::container::Error& e) {
+            fail(ErrorKind::kCorrupt, who + ", which cannot be read: " + e.what());
+          }
+          if (rd->file_checksum() != want)
+            fail(ErrorKind::kCorrupt, who + ", which has changed (checksum " + hex64(rd->file_checksum()) +
+                                          ", recorded " + hex64(want) + ")");
+          try {
+            rd->check_references();
+          } catch (const tz::container::Error& e) {
+            fail(ErrorKind::kCorrupt, who + ": " + e.what());
+          }
+          ref_slot.push_back((int)m.refs.size());
+          m.refs.push_back(std::move(rd));
+        }
+      }
       for (const auto& t : r.at("tensors")) {
         RTensor rt;
         rt.info.name = t.at("name").get<std::string>();
@@ -840,7 +932,19 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io,
           rt.frames.push_back(f);
         }
         if (raw_off != rt.info.size) fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': frames do not cover it");
-        if (t.contains("predict")) {
+        if (t.contains("predict") && t.at("predict").at("kind").get<std::string>() == "delta") {
+          const int k = t.at("predict").at("ref").get<int>();
+          if (k < 0 || (size_t)k >= ref_slot.size())
+            fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': bad delta reference");
+          tz::container::Reader& rd = *m.refs[(size_t)ref_slot[(size_t)k]];
+          const long ri = rd.find(rt.info.name);
+          if (ri < 0 || rd.tensors()[(size_t)ri].dtype != rt.info.dtype ||
+              rd.tensors()[(size_t)ri].shape != rt.info.shape)
+            fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': no tensor of the same dtype and shape in " +
+                                          rd.path());
+          rt.delta_ref = ref_slot[(size_t)k];
+          rt.delta_index = (size_t)ri;
+        } else if (t.contains("predict")) {
           const json& pr = t.at("predict");
           if (pr.at("kind").get<std::string>() != "cast" || (rt.info.dtype != "BF16" && rt.info.dtype != "F16"))
             fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': bad prediction");
@@ -848,7 +952,7 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io,
           rt.cast_source = pr.at("source").get<std::string>();
         }
         for (const auto& f : rt.frames)
-          if (f.size == 0 && (rt.cast_kind < 0 || f.xxh64 != XXH64(nullptr, 0, 0)))
+          if (f.size == 0 && ((rt.cast_kind < 0 && rt.delta_ref < 0) || f.xxh64 != XXH64(nullptr, 0, 0)))
             fail(ErrorKind::kCorrupt, mp + ": tensor '" + rt.info.name + "': empty frame");
         if (!m.by_name.emplace(rt.info.name, m.tensors.size()).second)
           fail(ErrorKind::kCorrupt, mp + ": duplicate tensor '" + rt.info.name + "'");
@@ -942,12 +1046,14 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
     const RFrame* f;
     const LoadRequest* req;
     const uint8_t* cast_src;  // FP32 source bytes of a cast tensor
+    tz::container::Reader* dref;  // reference of a delta tensor
   };
   std::vector<Job> jobs;
   for (const auto& r : requests) {
     const RTensor& t = m.tensors[(size_t)find(r.name)];
     const uint8_t* cs = t.cast_kind >= 0 ? src_bytes.at(m.by_name.at(t.cast_source)) : nullptr;
-    for (const auto& f : t.frames) jobs.push_back({&t, &f, &r, cs});
+    tz::container::Reader* dr = t.delta_ref >= 0 ? m.refs[(size_t)t.delta_ref].get() : nullptr;
+    for (const auto& f : t.frames) jobs.push_back({&t, &f, &r, cs, dr});
   }
 #ifdef TZ_CHECKPOINT_CUDA
   {
@@ -957,7 +1063,7 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
     std::vector<gpu::DevFrame> dev;
     std::vector<Job> rest;
     for (const auto& j : jobs) {
-      if (j.req->memory != Memory::kDevice || j.cast_src) {
+      if (j.req->memory != Memory::kDevice || j.cast_src || j.dref) {
         rest.push_back(j);
         continue;
       }
@@ -1080,7 +1186,7 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
     });
     auto worker = [&] {
       std::unique_ptr<tz_ctx, void (*)(tz_ctx*)> ctx(tz_ctx_create(1), &tz_ctx_free);
-      std::vector<uint8_t> buf, host;
+      std::vector<uint8_t> buf, host, pred;
       try {
         for (;;) {
           const size_t j = next.fetch_add(1);
@@ -1129,9 +1235,10 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
           }
           if (XXH64(frame, jb.f->size, 0) != jb.f->xxh64) fail(ErrorKind::kCorrupt, what + ": checksum mismatch");
           uint8_t* dst = static_cast<uint8_t*>(jb.req->dst) + jb.f->raw_off;
-          if (jb.cast_src) {
-            // Cast-predicted: decode the residual on the CPU (an empty frame is
-            // an all-zero residual), then XOR the cast of the FP32 source.
+          if (jb.cast_src || jb.dref) {
+            // Predicted: decode the residual on the CPU (an empty frame is an
+            // all-zero residual), then XOR the cast of the FP32 source, or the
+            // reference's bytes of this frame (delta).
             uint8_t* out = dst;
             const bool to_dev = jb.req->memory == Memory::kDevice;
             if (to_dev) {
@@ -1147,7 +1254,17 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
                                                                                tz_last_error_detail()
                                                                          : std::string("wrong decoded size")));
             }
-            tz::predict::cast_xor(jb.cast_src + jb.f->raw_off * 2, out, jb.f->raw_size / 2, jb.t->cast_kind);
+            if (jb.cast_src) {
+              tz::predict::cast_xor(jb.cast_src + jb.f->raw_off * 2, out, jb.f->raw_size / 2, jb.t->cast_kind);
+            } else {
+              if (pred.size() < jb.f->raw_size) pred.resize(jb.f->raw_size);
+              try {
+                jb.dref->read_range(jb.t->delta_index, jb.f->raw_off, jb.f->raw_size, pred.data());
+              } catch (const tz::container::Error& e) {
+                fail(ErrorKind::kCorrupt, what + ": reference " + jb.dref->path() + ": " + e.what());
+              }
+              tz::predict::xor_bytes(pred.data(), out, jb.f->raw_size);
+            }
 #ifdef TZ_CHECKPOINT_CUDA
             if (to_dev && cudaMemcpy(dst, out, jb.f->raw_size, cudaMemcpyHostToDevice) != cudaSuccess)
               fail(ErrorKind::kInternal, what + ": cudaMemcpy failed");

@@ -10,6 +10,10 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "codec/predict.h"
 
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
@@ -39,6 +43,73 @@ std::string real_dir(const std::string& file) {
   return buf;
 }
 }  // namespace
+
+// Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
+// plane (what the codec's per-plane coding approaches on float data).
+double plane_cost(const uint8_t* p, size_t n, unsigned esz) {
+  // One pass over the elements, one histogram per byte plane, each split
+  // in 4 copies (element i counts into copy i % 4) so that runs of equal
+  // bytes (exponents) do not serialize on one counter.
+  std::vector<uint32_t> h((size_t)esz * 256 * 4, 0);
+  uint32_t* hp = h.data();
+  auto count = [&](auto kesz) {
+    constexpr unsigned K = decltype(kesz)::value;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4, p += 4 * K)
+      for (unsigned b = 0; b < K; ++b) {
+        ++hp[(0 * K + b) * 256 + p[b]];
+        ++hp[(1 * K + b) * 256 + p[K + b]];
+        ++hp[(2 * K + b) * 256 + p[2 * K + b]];
+        ++hp[(3 * K + b) * 256 + p[3 * K + b]];
+      }
+    for (; i < n; ++i, p += K)
+      for (unsigned b = 0; b < K; ++b) ++hp[b * 256 + p[b]];
+  };
+  if (esz == 4) count(std::integral_constant<unsigned, 4>{});
+  else if (esz == 2) count(std::integral_constant<unsigned, 2>{});
+  else if (esz == 1) count(std::integral_constant<unsigned, 1>{});
+  else
+    for (size_t i = 0; i < n; ++i, p += esz)
+      for (unsigned b = 0; b < esz; ++b) ++hp[b * 256 + p[b]];
+  double bits = 0;
+  const double ln = std::log2((double)n);
+  const size_t plane = (size_t)esz * 256;
+  for (unsigned b = 0; b < esz; ++b)
+    for (unsigned v = 0; v < 256; ++v) {
+      const size_t k = b * 256 + v;
+      const uint64_t c = (uint64_t)hp[k] + hp[plane + k] + hp[2 * plane + k] + hp[3 * plane + k];
+      if (c) bits -= (double)c * (std::log2((double)c) - ln);
+    }
+  return bits;
+}
+
+SampleRuns sample_runs(uint64_t n, uint64_t R) {
+  SampleRuns s;
+  const uint64_t L = 16384 / R;
+  if (n <= L * R) {
+    s.runs.push_back({0, n});
+  } else {
+    for (uint64_t k = 0; k < R; ++k) s.runs.push_back({R == 1 ? (n - L) / 2 : (n - L) * k / (R - 1), L});
+  }
+  for (const auto& r : s.runs) s.elems += r.second;
+  return s;
+}
+
+DeltaWindow delta_window(const TensorEntry& rt, unsigned esz) {
+  DeltaWindow w;
+  const uint64_t rbb = rt.block_bytes();
+  w.blk_off = (rt.n_blocks() / 2) * rbb;
+  w.blk_len = std::min(rbb, rt.raw_size() - w.blk_off);
+  w.first = w.blk_off / esz;
+  w.elems = std::min<uint64_t>(16384, w.blk_len / esz);
+  return w;
+}
+
+bool delta_pays(uint8_t* cur, const uint8_t* ref, uint64_t elems, unsigned esz, double min_gain) {
+  const double base = plane_cost(cur, elems, esz);
+  tz::predict::xor_bytes(ref, cur, elems * esz);
+  return plane_cost(cur, elems, esz) < base * (1.0 - min_gain);
+}
 
 std::string relative_path(const std::string& target, const std::string& from_file) {
   const auto t = split_path(real_dir(target));

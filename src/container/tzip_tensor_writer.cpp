@@ -32,6 +32,7 @@
 #include "codec/predict.h"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
+#include "tzc_predict.hpp"
 
 namespace tz::container {
 
@@ -77,31 +78,13 @@ class PwriteSink final : public Sink {
               err);
 }
 
-// The cast-discovery rule of compress_file (tzip_writer.cpp), on memory:
-// a 64-element probe from the middle must match the cast for at least half
-// of the elements, then the order-0 per-byte-plane cost of the residual on a
-// sample of up to 4 runs of 4096 elements must beat the tensor's own cost by
-// min_gain; the cheapest candidate wins.
-double plane_cost(const uint8_t* p, size_t n, unsigned esz) {
-  double bits = 0;
-  for (unsigned b = 0; b < esz; ++b) {
-    uint32_t h[256] = {};
-    for (size_t i = 0; i < n; ++i) ++h[p[i * esz + b]];
-    for (unsigned v = 0; v < 256; ++v)
-      if (h[v]) bits -= h[v] * std::log2((double)h[v] / (double)n);
-  }
-  return bits;
-}
-std::vector<std::pair<uint64_t, uint64_t>> sample_runs(uint64_t n, uint64_t* elems) {
-  constexpr uint64_t R = 4, L = 16384 / R;
-  std::vector<std::pair<uint64_t, uint64_t>> runs;
-  if (n <= L * R) runs.push_back({0, n});
-  else
-    for (uint64_t k = 0; k < R; ++k) runs.push_back({(n - L) * k / (R - 1), L});
-  *elems = 0;
-  for (const auto& r : runs) *elems += r.second;
-  return runs;
-}
+// Discovery follows compress_file (tzip_writer.cpp) with the shared rules
+// of tzc_predict.hpp, on memory. Cast: a 64-element probe from the middle
+// must match the cast for at least half of the elements, then the order-0
+// per-byte-plane cost of the residual on a sample of up to 4 runs of 4096
+// elements must beat the tensor's own cost by min_gain; the cheapest
+// candidate wins. Delta (TensorWriterOptions::ref): the tensor of the same
+// name, dtype and shape in the reference, sampled on one decoded block.
 
 enum class Src { kHost, kFrames, kEncoder };
 
@@ -112,6 +95,7 @@ struct Item {
   std::vector<EncodedFrame> frames;
   TensorWriter::EncodeFn enc;
   long cast_from = -1;  // item index of the FP32 source (kHost only)
+  long delta_of = -1;   // tensor index in the reference (kHost only)
 };
 
 struct Unit {
@@ -333,8 +317,9 @@ TensorWriterStats TensorWriter::Impl::finish() {
       const int kind = t.e.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16;
       const uint64_t n = t.e.raw_size() / 2;
       const uint64_t pa = n > 64 ? (n - 64) / 2 : 0, pn = std::min<uint64_t>(64, n);
-      uint64_t elems = 0;
-      const auto runs = sample_runs(n, &elems);
+      const SampleRuns sr = sample_runs(n);
+      const uint64_t elems = sr.elems;
+      const auto& runs = sr.runs;
       bool have_sample = false;
       double best = 0;
       const auto shp = by_shape.find(t.e.shape);
@@ -377,6 +362,40 @@ TensorWriterStats TensorWriter::Impl::finish() {
         h.major = kTzipVersionMajorPredicted;
         ++stats.predicted;
       }
+    }
+  }
+  // ---- delta prediction discovery (TensorWriterOptions::ref) ---------------
+  std::unique_ptr<Reader> dref;
+  if (!opt.ref.empty()) {
+    check_not_same_file(opt.ref, path);  // the new file would replace its own reference
+    dref = std::make_unique<Reader>(opt.ref, 1);
+    int ref_index = -1;
+    std::vector<uint8_t> cur, blk;
+    for (size_t i = 0; i < items.size(); ++i) {
+      Item& t = items[i];
+      if (t.src != Src::kHost || t.cast_from >= 0 || t.e.raw_size() == 0) continue;
+      const unsigned bits = dtype_bits(t.e.dtype);
+      if (bits == 0 || bits % 8 != 0) continue;  // sub-byte dtypes: never predicted
+      const unsigned esz = bits / 8;
+      const long ri = dref->find(t.e.name);
+      if (ri < 0) continue;
+      const TensorEntry& rt = dref->tensors()[(size_t)ri];
+      if (rt.dtype != t.e.dtype || rt.shape != t.e.shape) continue;
+      const DeltaWindow dw = delta_window(rt, esz);
+      blk.resize(dw.blk_len);
+      dref->read_range((size_t)ri, dw.blk_off, dw.blk_len, blk.data());  // exactly one block
+      cur.assign(t.data + dw.first * esz, t.data + (dw.first + dw.elems) * esz);
+      if (!delta_pays(cur.data(), blk.data(), dw.elems, esz, opt.min_gain)) continue;
+      if (ref_index < 0) {
+        ref_index = (int)h.references.size();
+        h.references.push_back(Reference{relative_path(opt.ref, path), dref->file_checksum()});
+      }
+      t.delta_of = ri;
+      t.e.predict.kind = PredictKind::kDelta;
+      t.e.predict.ref = ref_index;
+      t.e.predict.source.clear();
+      h.major = kTzipVersionMajorPredicted;
+      ++stats.deltas;
     }
   }
   for (const auto& it : items) h.tensors.push_back(it.e);
@@ -526,7 +545,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
   std::vector<std::thread> pool;
   for (unsigned w = 0; w < workers; ++w) {
     pool.emplace_back([&, w] {
-      std::vector<uint8_t> resid;
+      std::vector<uint8_t> resid, pred;
       try {
         for (;;) {
           const size_t ui = next.fetch_add(1);
@@ -564,6 +583,18 @@ TensorWriterStats TensorWriter::Impl::finish() {
               for (; k + 8 <= u.n; k += 8) acc |= load_le64(resid.data() + k);
               for (; k < u.n; ++k) acc |= resid[k];
               zero = acc == 0;  // exact prediction: a frame of size 0 (section 12.2)
+              src = resid.data();
+            } else if (it.delta_of >= 0) {
+              // Residual = value XOR the reference's bytes of this chunk.
+              pred.resize(u.n);
+              dref->read_range((size_t)it.delta_of, u.off, u.n, pred.data());
+              resid.assign(src, src + u.n);
+              tz::predict::xor_bytes(pred.data(), resid.data(), u.n);
+              uint64_t acc = 0;
+              size_t k = 0;
+              for (; k + 8 <= u.n; k += 8) acc |= load_le64(resid.data() + k);
+              for (; k < u.n; ++k) acc |= resid[k];
+              zero = acc == 0;
               src = resid.data();
             }
             if (!zero) {

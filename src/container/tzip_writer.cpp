@@ -48,62 +48,6 @@ struct PredSrc {
   uint64_t blk_off = 0;                       //   its byte offset in the tensor
 };
 
-// Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
-// plane (what the codec's per-plane coding approaches on float data).
-double plane_cost(const uint8_t* p, size_t n, unsigned esz) {
-  // One pass over the elements, one histogram per byte plane, each split
-  // in 4 copies (element i counts into copy i % 4) so that runs of equal
-  // bytes (exponents) do not serialize on one counter.
-  std::vector<uint32_t> h((size_t)esz * 256 * 4, 0);
-  uint32_t* hp = h.data();
-  auto count = [&](auto kesz) {
-    constexpr unsigned K = decltype(kesz)::value;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4, p += 4 * K)
-      for (unsigned b = 0; b < K; ++b) {
-        ++hp[(0 * K + b) * 256 + p[b]];
-        ++hp[(1 * K + b) * 256 + p[K + b]];
-        ++hp[(2 * K + b) * 256 + p[2 * K + b]];
-        ++hp[(3 * K + b) * 256 + p[3 * K + b]];
-      }
-    for (; i < n; ++i, p += K)
-      for (unsigned b = 0; b < K; ++b) ++hp[b * 256 + p[b]];
-  };
-  if (esz == 4) count(std::integral_constant<unsigned, 4>{});
-  else if (esz == 2) count(std::integral_constant<unsigned, 2>{});
-  else if (esz == 1) count(std::integral_constant<unsigned, 1>{});
-  else
-    for (size_t i = 0; i < n; ++i, p += esz)
-      for (unsigned b = 0; b < esz; ++b) ++hp[b * 256 + p[b]];
-  double bits = 0;
-  const double ln = std::log2((double)n);
-  const size_t plane = (size_t)esz * 256;
-  for (unsigned b = 0; b < esz; ++b)
-    for (unsigned v = 0; v < 256; ++v) {
-      const size_t k = b * 256 + v;
-      const uint64_t c = (uint64_t)hp[k] + hp[plane + k] + hp[2 * plane + k] + hp[3 * plane + k];
-      if (c) bits -= (double)c * (std::log2((double)c) - ln);
-    }
-  return bits;
-}
-
-// Sample of a tensor: up to 4 runs of 4096 elements spread over it.
-struct SampleRuns {
-  std::vector<std::pair<uint64_t, uint64_t>> runs;  // element offset, count
-  uint64_t elems = 0;
-};
-SampleRuns sample_runs(uint64_t n, uint64_t R = 4) {
-  SampleRuns s;
-  const uint64_t L = 16384 / R;
-  if (n <= L * R) {
-    s.runs.push_back({0, n});
-  } else {
-    for (uint64_t k = 0; k < R; ++k) s.runs.push_back({R == 1 ? (n - L) / 2 : (n - L) * k / (R - 1), L});
-  }
-  for (const auto& r : s.runs) s.elems += r.second;
-  return s;
-}
-
 struct Slot {
   Buf raw, comp;
   size_t comp_size = 0;
@@ -272,11 +216,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             // the rest only for tensors that take the delta, by the
             // workers). With ref_original the same sample is read from it
             // (same decisions, same file).
-            const uint64_t rbb = rt.block_bytes();
-            const uint64_t blk_off = (rt.n_blocks() / 2) * rbb;
-            const uint64_t blk_len = std::min(rbb, rt.raw_size() - blk_off);
-            const uint64_t s_first = blk_off / esz;
-            const uint64_t s_elems = std::min<uint64_t>(16384, blk_len / esz);
+            const DeltaWindow dw = delta_window(rt, esz);
+            const uint64_t blk_off = dw.blk_off, blk_len = dw.blk_len, s_first = dw.first, s_elems = dw.elems;
             Bytes1 cur(s_elems * esz);
             src.pread_exact(st.data_start + t.data_begin + s_first * esz, cur.data(), cur.size());
             std::shared_ptr<Bytes1> blk;
@@ -295,10 +236,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
               delta_ref->read_range((size_t)ri, blk_off, blk_len, blk->data());  // exactly one block
               refp = blk->data();
             }
-            const double dbase = plane_cost(cur.data(), s_elems, esz);
-            tz::predict::xor_bytes(refp, cur.data(), cur.size());
-            const double cost = plane_cost(cur.data(), s_elems, esz);
-            if (cost < dbase * (1.0 - opt.min_gain)) {
+            if (delta_pays(cur.data(), refp, s_elems, esz, opt.min_gain)) {
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
               pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, ot ? ref_orig.get() : nullptr,

@@ -445,3 +445,54 @@ TEST(TensorWriter, CustomSinkSeesAlignedOrderedWrites) {
     expect_file_holds(file, data);
   }
 }
+
+// Delta prediction (TensorWriterOptions::ref): tensors of the same name,
+// dtype and shape as in a previous file are stored as XOR residuals where
+// the sample says it pays; unchanged chunks become empty frames; the file
+// records the reference by relative path + checksum, and every reader (the
+// library, `tzip verify` / `decompress`) resolves it.
+TEST(TensorWriter, DeltaAgainstPreviousFile) {
+  const auto a = mixed_tensors();
+  auto b = a;
+  for (auto& t : b)
+    if (t.name == "big.f32") {
+      for (size_t i = 0; i < (1u << 20); i += 4 * 16) t.bytes[i] ^= 0x05;  // first chunk only
+    } else if (t.name.rfind("opt.master.", 0) == 0) {
+      for (size_t i = 0; i < t.bytes.size(); i += 4 * 16) t.bytes[i] ^= 0x01;
+    }
+  TempDir d;
+  fs::create_directories(d.path + "/prev");
+  fs::create_directories(d.path + "/next");
+  auto write = [&](const std::vector<Owned>& v, const std::string& path, const std::string& ref) {
+    tc::TensorWriterOptions o;
+    o.threads = 2;
+    o.chunk_bytes = 1u << 20;
+    o.ref = ref;
+    tc::TensorWriter w(path, o);
+    for (const auto& t : v) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+    return w.finish();
+  };
+  const auto sa = write(a, d.path + "/prev/r.tzip", "");
+  EXPECT_EQ(sa.deltas, 0u);
+  const auto plain = write(b, d.path + "/next/plain.tzip", "");
+  const auto sb = write(b, d.path + "/next/r.tzip", d.path + "/prev/r.tzip");
+  EXPECT_GT(sb.deltas, 0u);
+  EXPECT_LT(sb.file_bytes, plain.file_bytes);
+  {
+    tc::Reader r(d.path + "/next/r.tzip", 1);
+    EXPECT_EQ(r.version_major(), tc::kTzipVersionMajorPredicted);
+    ASSERT_EQ(r.references().size(), 1u);
+    EXPECT_EQ(r.references()[0].file, "../prev/r.tzip");
+    EXPECT_EQ(r.references()[0].xxh64, sa.file_xxh64);
+    const auto& big = r.tensors()[(size_t)r.find("big.f32")];
+    EXPECT_EQ(big.predict.kind, tc::PredictKind::kDelta);
+    ASSERT_EQ(big.frames.size(), 3u);
+    EXPECT_GT(big.frames[0].size, 0u);
+    EXPECT_EQ(big.frames[1].size, 0u);  // unchanged chunks: empty frames
+    EXPECT_EQ(big.frames[2].size, 0u);
+  }
+  expect_file_holds(d.path + "/next/r.tzip", b);
+  // A missing reference is refused by name.
+  EXPECT_THROW(write(b, d.path + "/next/x.tzip", d.path + "/nope.tzip"), tc::Error);
+  EXPECT_FALSE(fs::exists(d.path + "/next/x.tzip"));
+}
