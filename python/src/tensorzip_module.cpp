@@ -29,7 +29,7 @@
 #include "tensorzip/container.hpp"
 #endif
 #ifdef TZ_PY_HAVE_IO
-#include "write_queue.hpp"
+#include "queue_sink.hpp"
 #endif
 
 namespace nb = nanobind;
@@ -468,24 +468,6 @@ class PyReader {
 
 // ---- TensorWriter: a .tzip file from in-memory tensors (tensorzip.dcp) ----
 
-#ifdef TZ_PY_HAVE_IO
-// The I/O engine's write queue (src/io: pwrite thread pool or io_uring) as
-// the writer's sink, as the checkpoint writer uses it.
-class PyQueueSink final : public tc::Sink {
- public:
-  PyQueueSink(int fd, tz::io::Backend b, unsigned threads, unsigned depth) : q_(fd, b, threads, depth) {}
-  void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
-    q_.submit(off, p, n, std::move(done));
-  }
-  int drain() override { return q_.drain(); }
-  int error() const override { return q_.error(); }
-  std::string name() const override { return tz::io::backend_name(q_.backend()); }
-
- private:
-  tz::io::WriteQueue q_;
-};
-#endif
-
 // Python handle of a tc::TensorWriter. add() keeps a buffer view (and so the
 // Python object) of every tensor until finish() or abort(): the writer reads
 // the bytes only in finish(), which runs without the GIL.
@@ -513,7 +495,7 @@ class PyTensorWriter {
       const unsigned nt = io_threads ? io_threads : 2;
       const unsigned depth = 16;
       opt.sink = [be, nt, depth](int fd, bool) -> std::unique_ptr<tc::Sink> {
-        return std::make_unique<PyQueueSink>(fd, be, nt, depth);
+        return std::make_unique<tz::io::QueueSink>(fd, be, nt, depth);
       };
 #else
       if (io != "auto") throw PyErrorOf(g_usage, "io='" + io + "': this build has no I/O engine (src/io)");

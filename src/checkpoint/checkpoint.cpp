@@ -34,6 +34,7 @@
 #include <thread>
 
 #include "../io/read_queue.hpp"
+#include "../io/queue_sink.hpp"
 #include "../io/write_queue.hpp"
 #include "codec/predict.h"
 #include "plan.hpp"
@@ -373,21 +374,6 @@ std::string parent_of(const std::string& p) {
   return s == std::string::npos ? "." : s == 0 ? "/" : p.substr(0, s);
 }
 
-// The storage back end (src/io) as the container writer's sink.
-class QueueSink final : public tz::container::Sink {
- public:
-  QueueSink(int fd, tz::io::Backend b, unsigned threads, unsigned depth) : q_(fd, b, threads, depth) {}
-  void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
-    q_.submit(off, p, n, std::move(done));
-  }
-  int drain() override { return q_.drain(); }
-  int error() const override { return q_.error(); }
-  std::string name() const override { return tz::io::backend_name(q_.backend()); }
-
- private:
-  tz::io::WriteQueue q_;
-};
-
 [[noreturn]] void rethrow_container(const tz::container::Error& e) {
   using CK = tz::container::ErrorKind;
   const int en = e.sys_errno();
@@ -474,7 +460,7 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   const unsigned io_threads = std::max(1u, opt.io_threads);
   const unsigned depth = (unsigned)std::min<size_t>(std::max<size_t>(wo.slots, 4), 64);
   wo.sink = [be, io_threads, depth](int fd, bool) -> std::unique_ptr<tz::container::Sink> {
-    return std::make_unique<QueueSink>(fd, be, io_threads, depth);
+    return std::make_unique<tz::io::QueueSink>(fd, be, io_threads, depth);
   };
   tz::container::TensorWriterStats ws;
   std::vector<tz::container::TensorEntry> stored;
