@@ -137,15 +137,42 @@ std::string default_decompressed_name(const std::string& in, bool is_dir) {
   return is_dir ? stem : stem + ".safetensors";
 }
 
-void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, const WriteOptions& opt) {
-  const std::string in = strip_slashes(in_dir), out = strip_slashes(out_dir_arg);
-  if (path_kind(in) != PathKind::kDir) fail(ErrorKind::kUsage, in + ": not a folder");
-  check_out_dir(in, out, opt.force);
-  TempDir tmp(out);
-  struct stat ts;
-  if (stat(tmp.path.c_str(), &ts) != 0) fail_errno(tmp.path, "cannot stat", errno);
+// The shared part of compress_folder / decompress_folder: checks the input
+// folder and the output, creates the output under a temporary name, lists the
+// input (skipping the temporary), and recreates its subfolders there.
+struct FolderPass {
+  std::string in, out;
+  TempDir tmp;
   std::vector<Entry> entries;
-  walk(in, "", 0, ts.st_dev, ts.st_ino, &entries);
+  FolderPass(const std::string& in_dir, const std::string& out_dir, bool force)
+      : in(strip_slashes(in_dir)), out(strip_slashes(out_dir)), tmp(checked_out(in, out, force)) {
+    struct stat ts;
+    if (stat(tmp.path.c_str(), &ts) != 0) fail_errno(tmp.path, "cannot stat", errno);
+    walk(in, "", 0, ts.st_dev, ts.st_ino, &entries);
+  }
+  void make_subfolders() const {
+    for (const auto& e : entries)
+      if (e.dir && mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0)
+        fail_errno(out + "/" + e.rel, "cannot create folder", errno);
+  }
+  void publish_output(bool force) {
+    publish(tmp.path, out, force, true);
+    tmp.done = true;
+  }
+
+ private:
+  static const std::string& checked_out(const std::string& in, const std::string& out, bool force) {
+    if (path_kind(in) != PathKind::kDir) fail(ErrorKind::kUsage, in + ": not a folder");
+    check_out_dir(in, out, force);
+    return out;
+  }
+};
+
+void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, const WriteOptions& opt) {
+  FolderPass fp(in_dir, out_dir_arg, opt.force);
+  const std::string& in = fp.in;
+  const std::vector<Entry>& entries = fp.entries;
+  const TempDir& tmp = fp.tmp;
   uint64_t total = 0;
   size_t n_st = 0;
   for (const auto& e : entries) {
@@ -165,9 +192,7 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
   uint64_t base = 0;
   // Folders first, then every safetensors file of the folder as one
   // checkpoint (casts across files), then the other files.
-  for (const auto& e : entries)
-    if (e.dir && mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0)
-      fail_errno(out + "/" + e.rel, "cannot create folder", errno);
+  fp.make_subfolders();
   {
     std::vector<std::string> ins, outs, refs, ref_origs;
     for (const auto& e : entries) {
@@ -194,19 +219,14 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
     copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
     base += e.size;
   }
-  publish(tmp.path, out, opt.force, true);
-  tmp.done = true;
+  fp.publish_output(opt.force);
 }
 
 void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg, const ReadOptions& opt) {
-  const std::string in = strip_slashes(in_dir), out = strip_slashes(out_dir_arg);
-  if (path_kind(in) != PathKind::kDir) fail(ErrorKind::kUsage, in + ": not a folder");
-  check_out_dir(in, out, opt.force);
-  TempDir tmp(out);
-  struct stat ts;
-  if (stat(tmp.path.c_str(), &ts) != 0) fail_errno(tmp.path, "cannot stat", errno);
-  std::vector<Entry> entries;
-  walk(in, "", 0, ts.st_dev, ts.st_ino, &entries);
+  FolderPass fp(in_dir, out_dir_arg, opt.force);
+  const std::string& in = fp.in;
+  const std::vector<Entry>& entries = fp.entries;
+  const TempDir& tmp = fp.tmp;
   // Totals in original bytes: open every .tzip first (header only), which
   // also rejects a damaged folder before anything is written.
   uint64_t total = 0;
@@ -220,9 +240,7 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
   }
   if (n_tz == 0) fail(ErrorKind::kUsage, in + ": folder holds no .tzip files");
   uint64_t base = 0;
-  for (const auto& e : entries)
-    if (e.dir && mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0)
-      fail_errno(out + "/" + e.rel, "cannot create folder", errno);
+  fp.make_subfolders();
   {
     // All .tzip files as one checkpoint: referenced files are restored
     // first and serve as predictors of the others (section 12).
@@ -240,13 +258,10 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
   for (const auto& e : entries) {
     const std::string src = in + "/" + e.rel;
     if (e.dir || ends_with(e.rel, ".tzip")) continue;
-    {
-      copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
-      base += e.size;
-    }
+    copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
+    base += e.size;
   }
-  publish(tmp.path, out, opt.force, true);
-  tmp.done = true;
+  fp.publish_output(opt.force);
 }
 
 void verify_folder(const std::string& dir_arg, const std::string& original_arg, const ReadOptions& opt) {
