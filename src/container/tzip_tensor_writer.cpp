@@ -33,6 +33,7 @@
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
 #include "tzc_predict.hpp"
+#include "write_queue.hpp"
 
 namespace tz::container {
 
@@ -43,25 +44,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kDirectAlign = 4096;
 
-int pwrite_all(int fd, const void* p, size_t n, uint64_t off) {
-  const auto* c = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, c, n, (off_t)off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (w == 0) return ENOSPC;
-    c += w, n -= (size_t)w, off += (uint64_t)w;
-  }
-  return 0;
-}
-
 class PwriteSink final : public Sink {
  public:
   explicit PwriteSink(int fd) : fd_(fd) {}
   void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
-    if (!err_) err_ = pwrite_all(fd_, p, n, off);
+    if (!err_) err_ = tz::io::pwrite_full(fd_, p, n, off);
     if (done) done();
   }
   int drain() override { return err_; }
@@ -426,7 +413,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
       void* probe = nullptr;
       if (::posix_memalign(&probe, kDirectAlign, kDirectAlign) != 0) fail(ErrorKind::kInternal, path + ": out of memory");
       std::memset(probe, 0, kDirectAlign);
-      const int e = pwrite_all(dfd, probe, kDirectAlign, 0);
+      const int e = tz::io::pwrite_full(dfd, probe, kDirectAlign, 0);
       std::free(probe);
       if (e == EINVAL) ::close(dfd), dfd = -1;
       else if (e) fail_io(path, "write failed", e);
@@ -695,7 +682,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
   tail.append(reinterpret_cast<const char*>(tr), kTrailerSize);
   // Buffered, after every direct write completed (the page cache then reads
   // the last partial block from the file).
-  if (const int e = pwrite_all(fd, tail.data(), tail.size(), header_offset)) fail_io(path, "write failed", e);
+  if (const int e = tz::io::pwrite_full(fd, tail.data(), tail.size(), header_offset)) fail_io(path, "write failed", e);
   const uint64_t file_bytes = header_offset + tail.size();
   if (direct && ::ftruncate(fd, (off_t)file_bytes) != 0) fail_io(path, "truncate failed", errno);
   if (::fsync(fd) != 0) fail_io(path, "fsync failed", errno);
