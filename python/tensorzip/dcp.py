@@ -28,9 +28,6 @@ Layout of a checkpoint directory (one per ``path``):
   file, fsync, atomic rename). Each item's storage entry records the file, the
   item's tensor name, dtype, shape and codec block layout, and (bytes items) a
   CRC-32, so a damaged file is reported with the name of the damaged item.
-- Checkpoints of the first layout (``__<rank>_<save id>.tzdcp``: concatenated
-  :func:`tensorzip.compress` payloads) are still read; a new save into such a
-  directory removes their files once its ``.metadata`` is in place.
 
 Crash safety: data files of earlier saves into the directory are deleted only
 after the new ``.metadata`` is in place, so a save that dies half-way leaves the
@@ -100,26 +97,20 @@ __all__ = ["StorageWriter", "StorageReader", "SUFFIX", "read_stats", "reset_read
 
 #: Suffix of the per-rank data files (standard .tzip files).
 SUFFIX = ".tzip"
-#: Suffix of the per-rank data files of the first layout (concatenated payloads), still readable.
-LEGACY_SUFFIX = ".tzdcp"
 
 _METADATA = ".metadata"
-# Data files written by StorageWriter: __<rank>_<save id>.tzip (earlier versions: .tzdcp).
-_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)(" + re.escape(SUFFIX) + "|" + re.escape(LEGACY_SUFFIX) + r")$")
+# Data files written by StorageWriter: __<rank>_<save id>.tzip.
+_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)(" + re.escape(SUFFIX) + r")$")
 # The temporary name TensorWriter builds a data file under (left behind by a killed save).
 _DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) + r"\.tmp-\d+-\d+$")
 
 _RANK_METADATA = re.compile(r"^__\d+\.metadata$")  # written by saves with use_collectives=False
 
 # How an item is stored (recorded in the checkpoint metadata).
-# In a .tzip rank file (this version): every item is one tensor of the file.
+# Every item is one tensor of the rank's .tzip file.
 _CODEC_TZIP = "tzip"            # the tensor itself (dtype and shape as saved)
 _CODEC_TZIP_PT = "tzip:torch.save"  # U8 tensor: torch.save bytes of a tensor of a dtype .tzip cannot hold
 _CODEC_TZIP_RAW = "tzip:raw"    # U8 tensor: a BYTE_IO item, as given by DCP
-# In a .tzdcp file (first layout, read only): items at byte offsets.
-_CODEC_TZ = "tensorzip"      # tensorzip.compress payload of a tensor
-_CODEC_PT = "torch.save"     # torch.save bytes of a tensor of a dtype tensorzip does not code
-_CODEC_RAW = "raw"           # BYTE_IO item, as given by DCP
 
 # Marks tensorzip entries for readers that do not know them: DCP's own
 # FileSystemReader fails with "Unknown extension" instead of misreading bytes.
@@ -148,19 +139,10 @@ class _TzStorageInfo(_StorageInfo):
     of its frames in the file (informative), ``crc32`` a CRC-32 of the bytes
     of a ``BYTE_IO`` / ``torch.save`` item (checked after decoding; tensors are
     covered by the frames' xxh64 and the per-block checksums).
-
-    Items of a ``.tzdcp`` file (first layout): ``crc32`` covers the whole stored item. For a tensorzip payload, ``head``
-    is the byte count of the wrapper header + the codec frame prefix (header,
-    tables, block index) and ``head_crc32`` its CRC-32: a partial read fetches
-    the head and then only the codec blocks it needs (each block carries its
-    own checksum). ``shape`` is the stored chunk's shape.
     """
 
-    codec: str = _CODEC_RAW
+    codec: str = _CODEC_TZIP_RAW
     crc32: int = 0
-    head: int = 0
-    head_crc32: int = 0
-    frame_offset: int = 0
     shape: Optional[Tuple[int, ...]] = None
     # .tzip rank files: the tensor's name and dtype in the file, and its codec block layout.
     tensor: str = ""
@@ -175,15 +157,14 @@ _STATS: Dict[str, int] = {}
 
 def reset_read_stats() -> None:
     """Zeroes the counters returned by :func:`read_stats`."""
-    _STATS.update(bytes_read=0, bytes_decoded=0, whole_decodes=0, partial_decodes=0, blocks_decoded=0,
+    _STATS.update(bytes_decoded=0, whole_decodes=0, partial_decodes=0, blocks_decoded=0,
                   blocks_skipped=0)
 
 
 def read_stats() -> Dict[str, int]:
     """Counters of :class:`StorageReader` reads in this process since the last :func:`reset_read_stats`.
 
-    ``bytes_read``: bytes read from ``.tzdcp`` data files (first layout; reads of ``.tzip``
-    files go through the container Reader and are not counted here); ``bytes_decoded``: raw
+    ``bytes_decoded``: raw
     bytes of ``.tzip`` tensors decoded; ``whole_decodes`` / ``partial_decodes``:
     tensor chunks decoded whole / decoded block by block (resharding);
     ``blocks_decoded`` / ``blocks_skipped``: codec blocks decoded / not decoded by partial decodes.
@@ -481,36 +462,13 @@ class StorageReader(FileSystemReader):
         for relative_path, reqs in per_file.items():
             path = self.fs.concat_path(self.path, relative_path)
             reqs.sort(key=lambda r: self.storage_data[r.storage_index].offset)
-            cache: Dict[Any, Any] = {}  # storage_index -> decoded tensor, for several reads of one chunk
             if not os.path.exists(path):
                 raise CorruptDataError(f"tensorzip.dcp: data file {path} of item "
                                        f"{_item_name(reqs[0].storage_index)} is missing")
-            if self.storage_data[reqs[0].storage_index].codec.startswith(_CODEC_TZIP):
-                self._read_tzip(os.fspath(path), reqs, planner)
-                continue
-            with self.fs.create_stream(path, "rb") as stream:
-                for req in reqs:
-                    info: _TzStorageInfo = self.storage_data[req.storage_index]
-                    if req.type == LoadItemType.BYTE_IO:
-                        payload = self._read(stream, info, req, path)
-                        planner.load_bytes(req, io.BytesIO(payload))
-                        continue
-                    key = req.storage_index
-                    tensor = cache.get(key)
-                    if tensor is None and self._decode_into_target(stream, info, req, path, planner):
-                        continue
-                    if tensor is None:
-                        tensor = self._read_part(stream, info, req, path) if self.partial_reads else None
-                        if tensor is None:
-                            tensor = self._decode(self._read(stream, info, req, path), info, req, path)
-                            cache[key] = tensor
-                    tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
-                    target = planner.resolve_tensor(req).detach()
-                    if target.size() != tensor.size():
-                        raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path}: "
-                                               f"stored size {tuple(tensor.size())}, expected {tuple(target.size())}")
-                    target.copy_(tensor)
-                    planner.commit_tensor(req, target)
+            if not all(self.storage_data[r.storage_index].codec.startswith(_CODEC_TZIP) for r in reqs):
+                raise CorruptDataError(f"tensorzip.dcp: {path}: not a .tzip rank file (written by an unreleased "
+                                       f"development layout of tensorzip.dcp); save the checkpoint again")
+            self._read_tzip(os.fspath(path), reqs, planner)
         fut: Future = Future()
         fut.set_result(None)
         return fut
@@ -527,7 +485,7 @@ class StorageReader(FileSystemReader):
                                    f"cannot be opened: {e}") from e
         try:
             cache: Dict[Any, Any] = {}  # storage_index -> decoded chunk, for several reads of one chunk
-            # name -> (index, raw bytes), once per file (Reader.find is a linear search)
+            # name -> (index, raw bytes), once per file
             self._tzip_table = {t[0]: (i, int(t[3])) for i, t in enumerate(reader.tensors())}
             for req in reqs:
                 info: _TzStorageInfo = self.storage_data[req.storage_index]
@@ -654,151 +612,6 @@ class StorageReader(FileSystemReader):
         _STATS["partial_decodes"] += 1
         _STATS["blocks_decoded"] += n_decoded
         _STATS["blocks_skipped"] += info.n_blocks - n_decoded
-        return out
-
-    # ---- .tzdcp files (first layout) ----
-
-    @staticmethod
-    def _read_at(stream: Any, offset: int, length: int, req: Any, path: Any) -> bytes:
-        stream.seek(offset)
-        data = stream.read(length)
-        _STATS["bytes_read"] += len(data)
-        if len(data) != length:
-            raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)}: {path} is truncated "
-                                   f"(needs bytes {offset}..{offset + length})")
-        return data
-
-    @classmethod
-    def _read(cls, stream: Any, info: _TzStorageInfo, req: Any, path: Any) -> bytes:
-        payload = cls._read_at(stream, info.offset, info.length, req, path)
-        if zlib.crc32(payload) != info.crc32:
-            raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path} is corrupt "
-                                   f"(CRC-32 mismatch at bytes {info.offset}..{info.offset + info.length})")
-        return payload
-
-    def _decode(self, payload: bytes, info: _TzStorageInfo, req: Any, path: Any) -> Any:
-        try:
-            if info.codec == _CODEC_TZ:
-                _STATS["whole_decodes"] += 1
-                return _core.decompress(payload, framework="pt", device="cpu", threads=self.threads)
-            if info.codec == _CODEC_PT:
-                return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
-        except CorruptDataError as e:
-            raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path}: {e}") from e
-        raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path}: "
-                               f"unknown encoding {info.codec!r}")
-
-    def _decode_into_target(self, stream: Any, info: _TzStorageInfo, req: Any, path: Any, planner: Any) -> bool:
-        """Whole stored chunk into a contiguous CPU target of the same dtype: decodes straight into it
-        (no temporary tensor, no copy). False when that does not apply."""
-        if info.codec != _CODEC_TZ or info.shape is None or any(int(o) for o in req.storage_offsets):
-            return False
-        if tuple(int(x) for x in req.lengths) != tuple(info.shape):
-            return False
-        target = planner.resolve_tensor(req).detach()
-        if target.device.type != "cpu" or not target.is_contiguous() or target.numel() == 0 \
-                or tuple(target.shape) != tuple(info.shape):
-            return False
-        try:
-            _dtypes.name_of_torch(target.dtype)
-        except ValueError:
-            return False
-        payload = self._read(stream, info, req, path)
-        name = _item_name(req.storage_index)
-        try:
-            dtype, shape, _, frame_offset = _core.parse_wrapper(payload)
-            if _dtypes.torch_dtype(dtype) != target.dtype or tuple(shape) != tuple(target.shape):
-                return self._copy_decoded(self._decode(payload, info, req, path), target, req, planner)
-            flat = target.reshape(-1).view(torch.uint8).numpy()
-            _C.decompress_into(payload, frame_offset, flat, self.threads)
-        except CorruptDataError as e:
-            raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: {e}") from e
-        _STATS["whole_decodes"] += 1
-        planner.commit_tensor(req, target)
-        return True
-
-    @staticmethod
-    def _copy_decoded(tensor: Any, target: Any, req: Any, planner: Any) -> bool:
-        if tensor.size() != target.size():
-            raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)}: stored size "
-                                   f"{tuple(tensor.size())}, expected {tuple(target.size())}")
-        target.copy_(tensor)
-        planner.commit_tensor(req, target)
-        return True
-
-    def _read_part(self, stream: Any, info: _TzStorageInfo, req: Any, path: Any) -> Optional[Any]:
-        """The stored chunk with (at least) the requested elements decoded, or None to decode it whole.
-
-        Reads the chunk's head, then for each run of needed codec blocks their
-        compressed bytes, and decodes them in place into a chunk-sized buffer
-        whose other bytes stay unwritten (never touched: the OS does not even
-        commit those pages). Only the requested sub-range of the result is valid.
-        """
-        shape = info.shape
-        if info.codec != _CODEC_TZ or not info.head or shape is None or len(shape) == 0:
-            return None
-        offs = [int(x) for x in req.storage_offsets]
-        lens = [int(x) for x in req.lengths]
-        if len(offs) != len(shape) or lens == list(shape):
-            return None  # whole chunk wanted
-        if any(o < 0 or n < 0 or o + n > s for o, n, s in zip(offs, lens, shape)):
-            raise CorruptDataError(f"tensorzip.dcp: item {_item_name(req.storage_index)} in {path}: request "
-                                   f"{offs}+{lens} is outside the stored chunk {list(shape)}")
-        runs = _element_runs(shape, offs, lens)
-        if runs is None:
-            return None
-        starts, run_len = runs
-        name = _item_name(req.storage_index)
-        head = self._read_at(stream, info.offset, info.head, req, path)
-        if zlib.crc32(head) != info.head_crc32:
-            raise CorruptDataError(f"tensorzip.dcp: item {name} in {path} is corrupt "
-                                   f"(CRC-32 mismatch in the header, bytes {info.offset}..{info.offset + info.head})")
-        try:
-            dtype, wshape, _, frame_offset = _core.parse_wrapper(head)
-            prefix = memoryview(head)[frame_offset:]
-            finfo = _C.frame_info(prefix)
-        except CorruptDataError as e:
-            raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: {e}") from e
-        itemsize = _dtypes.lookup(dtype).itemsize
-        raw_size = math.prod(wshape) * itemsize
-        if tuple(wshape) != tuple(shape) or finfo["raw_size"] != raw_size or frame_offset != info.frame_offset:
-            raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: stored header does not match the "
-                                   f"metadata ({dtype}{list(wshape)}, frame of {finfo['raw_size']} bytes)")
-        n_blocks = int(finfo["n_blocks"])
-        block_bytes = int(finfo["block_elems"]) * itemsize
-        if n_blocks == 0 or block_bytes == 0:
-            return None
-        if starts.size == 0 or run_len == 0:
-            ranges: List[Tuple[int, int]] = []
-        else:
-            first = (starts * itemsize) // block_bytes
-            last = ((starts + run_len) * itemsize - 1) // block_bytes
-            mark = np.zeros(n_blocks + 1, dtype=np.int64)
-            np.add.at(mark, first, 1)
-            np.add.at(mark, last + 1, -1)
-            needed = np.cumsum(mark[:n_blocks]) > 0
-            if needed.sum() > _PARTIAL_MAX_FRACTION * n_blocks:
-                return None
-            edges = np.flatnonzero(np.diff(np.concatenate(([0], needed.astype(np.int8), [0]))))
-            ranges = [(int(a), int(b - a)) for a, b in zip(edges[0::2], edges[1::2])]
-        out, flat = _core.empty_output(dtype, tuple(shape), "pt")
-        base = info.offset + frame_offset
-        n_decoded = 0
-        for first_block, count in ranges:
-            try:
-                off, size, raw_off, raw_len = _C.frame_block_range(prefix, first_block, count)
-                blocks = self._read_at(stream, base + off, size, req, path)
-                if off + size > info.length - frame_offset:
-                    raise CorruptDataError(f"block range {first_block}+{count} ends past the stored item")
-                got = _C.decompress_blocks_into(prefix, blocks, first_block, count, flat, raw_off, self.threads)
-                if got != raw_len:
-                    raise CorruptDataError(f"blocks {first_block}+{count} decoded to {got} bytes, not {raw_len}")
-            except CorruptDataError as e:
-                raise CorruptDataError(f"tensorzip.dcp: item {name} in {path}: {e}") from e
-            n_decoded += count
-        _STATS["partial_decodes"] += 1
-        _STATS["blocks_decoded"] += n_decoded
-        _STATS["blocks_skipped"] += n_blocks - n_decoded
         return out
 
 

@@ -317,48 +317,6 @@ def test_tensor_writer_binding(tmp_path):
         C.TensorWriter(str(tmp_path / "a.tzip"))
 
 
-def test_reads_first_layout_tzdcp(tmp_path):
-    # Checkpoints written by the first layout (.tzdcp: concatenated tensorzip.compress payloads) still load.
-    from torch.distributed.checkpoint.filesystem import _StoragePrefix
-    from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
-    import zlib
-
-    w = (torch.randn(512, 256, generator=torch.Generator().manual_seed(1)) * 0.02).to(torch.bfloat16)
-    payload = tensorzip.compress(w, block_elems=4096)
-    import io
-    buf = io.BytesIO()
-    torch.save(b"hello", buf)  # DCP's bytes of a BYTE_IO item
-    blob = buf.getvalue()
-    name = "__0_old" + tzdcp.LEGACY_SUFFIX
-    (tmp_path / name).write_bytes(payload + blob)
-    info_w = tzdcp._TzStorageInfo(name, 0, len(payload))
-    info_w.transform_descriptors = ["tensorzip/1"]
-    info_w.codec, info_w.crc32, info_w.shape = "tensorzip", zlib.crc32(payload), (512, 256)
-    info_w.frame_offset = tensorzip._core.parse_wrapper(payload)[3]
-    info_w.head = info_w.frame_offset + tensorzip._tensorzip.frame_prefix_size(payload, info_w.frame_offset)
-    info_w.head_crc32 = zlib.crc32(payload[:info_w.head])
-    info_b = tzdcp._TzStorageInfo(name, len(payload), len(blob))
-    info_b.transform_descriptors = ["tensorzip/1"]
-    info_b.codec, info_b.crc32 = "raw", zlib.crc32(blob)
-    # Metadata of that checkpoint: the one DCP plans from a plain save, with the old storage entries.
-    dcp.save({"w": w, "b": b"hello"}, storage_writer=tzdcp.StorageWriter(tmp_path / "new"))  # 512x256
-    with open(tmp_path / "new" / ".metadata", "rb") as f:
-        md = pickle.load(f)
-    md.storage_data = {MetadataIndex("w", (0, 0)): info_w, MetadataIndex("b"): info_b}
-    with open(tmp_path / ".metadata", "wb") as f:
-        pickle.dump(md, f)
-    out = {"w": torch.zeros(512, 256, dtype=torch.bfloat16), "b": b""}
-    dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
-    assert _tensor_bytes(out["w"]) == _tensor_bytes(w) and out["b"] == b"hello"
-    # Partial read of the old layout: head + the 4 blocks of rows 100..149 only.
-    got, st = _read_box(_open_reader(tmp_path), "w", (100, 0), (50, 256), torch.bfloat16)
-    assert _tensor_bytes(got) == _tensor_bytes(w[100:150])
-    assert st["partial_decodes"] == 1 and st["blocks_decoded"] == 4 and 0 < st["bytes_read"] < len(payload) / 4
-    # A new save into that directory replaces the old layout's file.
-    dcp.save({"w": w, "b": b"hello"}, storage_writer=tzdcp.StorageWriter(tmp_path))
-    assert not (tmp_path / name).exists() and len(list(tmp_path.glob("*" + tzdcp.SUFFIX))) == 1
-
-
 def test_corrupt_non_tensor_item_detected(tmp_path):
     # BYTE_IO items are U8 tensors of the rank's .tzip: frame/block checksums and a per-item CRC-32.
     state = {"w": torch.randn(64, 64), "blob": bytes(range(256)) * 8}
@@ -768,3 +726,17 @@ def test_save_without_collectives(tmp_path):
     out = {"w": torch.zeros(10), "n": -1}
     dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path))
     assert torch.equal(out["w"], torch.arange(10.0) + 1) and out["n"] == 1
+
+
+def test_refuses_entries_of_the_unreleased_tzdcp_layout(tmp_path):
+    # Metadata whose storage entries are not .tzip items (the development .tzdcp layout) is refused
+    # with a clear error, never read as something else.
+    w = torch.arange(64.0)
+    dcp.save({"w": w}, storage_writer=tzdcp.StorageWriter(tmp_path))
+    with open(tmp_path / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    for info in md.storage_data.values():
+        info.codec = "tensorzip"
+    with open(tmp_path / ".metadata", "wb") as f:
+        pickle.dump(md, f)
+    assert "not a .tzip rank file" in _load_error({"w": torch.zeros(64)}, tzdcp.StorageReader(tmp_path))
