@@ -137,6 +137,82 @@ TEST(RansNormalize, RandomHistograms) {
   }
 }
 
+// The host's heap-ordered fix-up picks exactly what the device's greedy
+// scan (one pass over 256 symbols per unit) picks: tables must not depend on
+// which backend encoded. Reference: the scan, written out here.
+std::array<uint32_t, 256> normalize_by_scan(const std::array<uint64_t, 256>& in) {
+  std::array<uint32_t, 256> freq{};
+  uint64_t total = 0;
+  int present = 0;
+  for (uint64_t v : in) total += v, present += v != 0;
+  if (present == 0) return freq;
+  if (present == 1) {
+    for (int s = 0; s < 256; ++s) freq[s] = in[s] ? tz::kProbScale : 0;
+    return freq;
+  }
+  int shift = 0;
+  while ((total >> shift) >= (UINT64_C(1) << 50)) ++shift;
+  std::array<uint64_t, 256> c{};
+  uint64_t t = 0;
+  for (int s = 0; s < 256; ++s) {
+    c[s] = in[s] >> shift;
+    if (in[s] && c[s] == 0) c[s] = 1;
+    t += c[s];
+  }
+  int64_t sum = 0;
+  for (int s = 0; s < 256; ++s)
+    if (c[s]) {
+      freq[s] = (uint32_t)std::max<uint64_t>(1, c[s] * tz::kProbScale / t);
+      sum += freq[s];
+    }
+  for (; sum < (int64_t)tz::kProbScale; ++sum) {
+    int b = -1;
+    for (int s = 0; s < 256; ++s)
+      if (c[s] && (b < 0 || c[s] * freq[b] > c[b] * freq[s])) b = s;
+    ++freq[b];
+  }
+  for (; sum > (int64_t)tz::kProbScale; --sum) {
+    int b = -1;
+    for (int s = 0; s < 256; ++s)
+      if (freq[s] > 1 && (b < 0 || c[s] * (freq[b] - 1) < c[b] * (freq[s] - 1))) b = s;
+    --freq[b];
+  }
+  return freq;
+}
+
+TEST(RansNormalize, SameTablesAsTheGreedyScan) {
+  int raised = 0, lowered = 0;
+  for (uint64_t trial = 0; trial < 3000; ++trial) {
+    std::array<uint64_t, 256> c{};
+    const uint64_t h = splitmix64(trial * 7 + 1);
+    const int n_sym = 2 + (int)(h % 255);
+    const int shape = (int)((h >> 8) % 5);
+    for (int i = 0; i < n_sym; ++i) {
+      const uint64_t r = splitmix64(h ^ (uint64_t)i);
+      const int s = shape == 4 ? i : (int)(r % 256);
+      switch (shape) {
+        case 0: c[s] += 1 + r % 10; break;                         // small counts: many ties
+        case 1: c[s] += (r >> 8) % 1000000; break;                 // large, some zero
+        case 2: c[s] += (UINT64_C(1) << (i % 40)); break;          // geometric
+        case 3: c[s] += (r >> 8) % (UINT64_C(1) << 40); break;     // huge
+        default: c[s] += i < 3 ? 1000000 : 1 + r % 3; break;       // a few big, many tiny: sum > scale
+      }
+    }
+    const Norm n = normalize(c);
+    const auto ref = normalize_by_scan(c);
+    ASSERT_EQ(n.freq, ref) << "trial " << trial;
+    // Both fix-up directions must be exercised (start = the rounded-down sum).
+    uint64_t t = 0, start = 0;
+    for (uint64_t v : c) t += v;
+    for (uint64_t v : c)
+      if (v) start += std::max<uint64_t>(1, (unsigned __int128)v * tz::kProbScale / t);
+    raised += start < tz::kProbScale;
+    lowered += start > tz::kProbScale;
+  }
+  EXPECT_GT(raised, 100);
+  EXPECT_GT(lowered, 20);
+}
+
 // The normalised table is close to the best integer table: compared with
 // an exhaustive search over all tables of two and three symbols.
 TEST(RansNormalize, NearOptimalForSmallAlphabets) {

@@ -82,12 +82,23 @@ TZ_HD_NOINLINE int rans_normalize_with(const uint64_t* counts_in, uint32_t* freq
   }
   // Greedy fix-up. Adding one to symbol s gains about c[s]/freq[s] bits of
   // total cost; removing one loses about c[s]/(freq[s]-1). Pick the best each
-  // time; ties go to the lowest symbol.
+  // time; ties go to the lowest symbol. The picks are a strict total order
+  // (ratio, then symbol), so a heap (host) and a scan (device, no local
+  // array) choose the same symbols in the same order.
+  auto inc_better = [&](int a, int b) {
+    const uint64_t l = c[a] * freq[b], r = c[b] * freq[a];
+    return l > r || (l == r && a < b);
+  };
+  auto dec_better = [&](int a, int b) {
+    const uint64_t l = c[a] * (freq[b] - 1), r = c[b] * (freq[a] - 1);
+    return l < r || (l == r && a < b);
+  };
+#if defined(__CUDA_ARCH__)
   while (sum < (int64_t)kProbScale) {
     int best = -1;
     for (int s = 0; s < 256; ++s) {
       if (!c[s]) continue;
-      if (best < 0 || c[s] * freq[best] > c[best] * freq[s]) best = s;
+      if (best < 0 || inc_better(s, best)) best = s;
     }
     ++freq[best];
     ++sum;
@@ -96,11 +107,49 @@ TZ_HD_NOINLINE int rans_normalize_with(const uint64_t* counts_in, uint32_t* freq
     int best = -1;
     for (int s = 0; s < 256; ++s) {
       if (freq[s] <= 1) continue;
-      if (best < 0 || c[s] * (freq[best] - 1) < c[best] * (freq[s] - 1)) best = s;
+      if (best < 0 || dec_better(s, best)) best = s;
     }
     --freq[best];
     --sum;
   }
+#else
+  uint8_t heap[256];
+  int hn = 0;
+  auto sift_down = [&](int i, auto&& better) {
+    for (;;) {
+      int m = i;
+      const int l = 2 * i + 1, r = l + 1;
+      if (l < hn && better(heap[l], heap[m])) m = l;
+      if (r < hn && better(heap[r], heap[m])) m = r;
+      if (m == i) return;
+      const uint8_t t = heap[i];
+      heap[i] = heap[m];
+      heap[m] = t;
+      i = m;
+    }
+  };
+  if (sum < (int64_t)kProbScale) {
+    for (int s = 0; s < 256; ++s)
+      if (c[s]) heap[hn++] = (uint8_t)s;
+    for (int i = hn / 2; i-- > 0;) sift_down(i, inc_better);
+    while (sum < (int64_t)kProbScale) {
+      ++freq[heap[0]];  // its ratio only falls: move it down
+      ++sum;
+      sift_down(0, inc_better);
+    }
+  } else if (sum > (int64_t)kProbScale) {
+    for (int s = 0; s < 256; ++s)
+      if (freq[s] > 1) heap[hn++] = (uint8_t)s;
+    for (int i = hn / 2; i-- > 0;) sift_down(i, dec_better);
+    while (sum > (int64_t)kProbScale) {
+      const int b = heap[0];
+      --freq[b];
+      --sum;
+      if (freq[b] <= 1) heap[0] = heap[--hn];
+      sift_down(0, dec_better);
+    }
+  }
+#endif
   return present;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "codec/checksum.h"
 #include "codec/cost.h"
@@ -175,6 +176,23 @@ size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8
 // decode-time cache). On success fills *rc and ctx_freq (rc->n tables).
 constexpr uint64_t kCtxMinElems = 1u << 14;
 
+// Stream 0 of n elements (what split_fields writes to streams[0]).
+void stream0_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* __restrict out) {
+  switch (dtype) {
+    case kBF16:
+      for (uint32_t i = 0; i < n; ++i) out[i] = (uint8_t)(load_le16(src + 2 * (size_t)i) >> 7);
+      break;
+    case kF16:
+      for (uint32_t i = 0; i < n; ++i) out[i] = src[2 * (size_t)i + 1];
+      break;
+    case kF32:
+      for (uint32_t i = 0; i < n; ++i) out[i] = (uint8_t)(load_le32(src + 4 * (size_t)i) >> 23);
+      break;
+    default:
+      memcpy(out, src, n);
+  }
+}
+
 double entropy_bytes(const uint64_t* counts, const int* syms, int n_syms) {
   double total = 0, acc = 0;
   for (int j = 0; j < n_syms; ++j) {
@@ -195,20 +213,13 @@ bool choose_lane_contexts(Context& ctx, uint8_t dtype, const uint8_t* src, uint6
   ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
     uint64_t* J = joint.data() + (size_t)w * kRows * 256;
     const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
-    const int K = dtype_stream_count(dtype);
     const size_t es = dtype_elem_size(dtype);
-    std::vector<uint8_t> buf((size_t)K * align4(block_elems));
-    uint8_t* streams[kMaxStreams];
-    for (int k = 0; k < K; ++k) streams[k] = buf.data() + (size_t)k * align4(block_elems);
-    const uint8_t* const sym = streams[0];
-    const bool simd = simd_available();
+    std::vector<uint8_t> buf(align4(block_elems));
+    uint8_t* const sym = buf.data();
     for (uint64_t b = t * per_task; b < b1; ++b) {
       const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
       const uint32_t nb = (uint32_t)(e1 - e0);
-      if (simd)
-        split_fields_simd(dtype, src + e0 * es, nb, streams);
-      else
-        split_fields(dtype, src + e0 * es, nb, streams);
+      stream0_fields(dtype, src + e0 * es, nb, sym);
       const size_t n = nb;
       for (size_t i = 0; i < n && i < (size_t)kLanes; ++i) ++J[256 * 256 + sym[i]];
       for (size_t i = kLanes; i < n; ++i) ++J[(size_t)sym[i - kLanes] * 256 + sym[i]];
@@ -219,10 +230,12 @@ bool choose_lane_contexts(Context& ctx, uint8_t dtype, const uint8_t* src, uint6
   // Present symbols, and prefix sums over rows 0..255: P[r][s] = sum of rows < r.
   int syms[256], n_syms = 0;
   uint64_t row_mass[256] = {};
-  for (int sy = 0; sy < 256; ++sy) {
-    uint64_t c = joint[256 * 256 + sy];
-    for (int r = 0; r < 256; ++r) c += joint[(size_t)r * 256 + sy];
-    if (c) syms[n_syms++] = sy;
+  {
+    uint64_t col[256] = {};  // row by row: the table is 0.5 MiB, columns would miss the cache
+    for (int r = 0; r <= 256; ++r)
+      for (int sy = 0; sy < 256; ++sy) col[sy] += joint[(size_t)r * 256 + sy];
+    for (int sy = 0; sy < 256; ++sy)
+      if (col[sy]) syms[n_syms++] = sy;
   }
   for (int r = 0; r < 256; ++r)
     for (int j = 0; j < n_syms; ++j) row_mass[r] += joint[(size_t)r * 256 + syms[j]];
@@ -250,17 +263,35 @@ bool choose_lane_contexts(Context& ctx, uint8_t dtype, const uint8_t* src, uint6
   double best = 1e300;
   uint32_t best_base = 0, best_n = 1;
   uint64_t cnt[256] = {};
+  // A context's estimate depends only on its row range (and, for context
+  // 0, the first-step row): the candidates share most of them, so each is
+  // computed once (the same value every time, so the choice is unchanged).
+  struct Part {
+    double est;
+    bool ok;
+  };
+  std::unordered_map<uint32_t, Part> memo;
+  auto part = [&](uint32_t base, uint32_t nc, uint32_t c) {
+    const uint32_t lo = c == 0 ? 0 : base + c, hi = c == 0 ? base + 1 : (c == nc - 1 ? 256 : base + c + 1);
+    const uint32_t key = lo | hi << 9 | (c == 0 ? 1u : 0u) << 18;
+    auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+    ctx_counts(base, nc, c, cnt);
+    uint64_t tot = 0;
+    int present = 0;
+    for (int j = 0; j < n_syms; ++j) tot += cnt[syms[j]], present += cnt[syms[j]] != 0;
+    const Part r{entropy_bytes(cnt, syms, n_syms) + 32 + 1.5 * present, tot > 0};
+    memo.emplace(key, r);
+    return r;
+  };
   for (uint32_t nc = 2; nc <= kMaxContexts; ++nc) {
     for (int b = std::max(0, rlo - 1); b <= rhi && b + (int)nc - 1 <= 255; ++b) {
       double est = 2;
       bool ok = true;
       for (uint32_t c = 0; c < nc && ok; ++c) {
-        ctx_counts((uint32_t)b, nc, c, cnt);
-        uint64_t tot = 0;
-        int present = 0;
-        for (int j = 0; j < n_syms; ++j) tot += cnt[syms[j]], present += cnt[syms[j]] != 0;
-        ok = tot > 0;
-        est += entropy_bytes(cnt, syms, n_syms) + 32 + 1.5 * present;
+        const Part pc = part((uint32_t)b, nc, c);
+        ok = pc.ok;
+        est += pc.est;
       }
       if (ok && est < best) best = est, best_base = (uint32_t)b, best_n = nc;
     }
@@ -284,12 +315,13 @@ bool choose_lane_contexts(Context& ctx, uint8_t dtype, const uint8_t* src, uint6
 
 struct SimdCoder {
   const SimdEncTable* t;
-  const BlockEncTables* et;  // context streams (level >= 2) use the portable encoder
+  const BlockEncTables* et;
+  const SimdEncTable* ctx_t;  // the lane-context tables of stream 0 (kind kKindRansCtx)
   void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
     split_fields_simd(dtype, src, n, streams);
   }
   size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
-    if (et->ctx[k].n > 1) return rans_encode_ctx(sym, n, et->enc[k], et->ctx[k], words, out, limit);
+    if (et->ctx[k].n > 1) return rans_encode_ctx_simd(sym, n, ctx_t, et->ctx[k], words, out, limit);
     return rans_encode_simd(sym, n, t[k], words, out, limit);
   }
 };
@@ -467,7 +499,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   BlockEncTables et{};
   std::vector<RansEncSym> enc((size_t)K * 256);
   std::vector<RansEncSym> enc_ctx0((size_t)rctx0.n * 256);
-  std::vector<SimdEncTable> senc(K);
+  std::vector<SimdEncTable> senc(K), senc_ctx0(rctx0.n);
   const bool simd = simd_available();
   for (int k = 0; k < K; ++k) {
     et.kind[k] = kind[k];
@@ -476,7 +508,10 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       et.enc[k] = enc.data() + (size_t)k * 256;
       build_simd_enc(freq[k], &senc[k]);
     } else if (kind[k] == kKindRansCtx) {
-      for (uint32_t c = 0; c < rctx0.n; ++c) rans_build_enc(ctx_freq0.data() + 256 * c, enc_ctx0.data() + 256 * c);
+      for (uint32_t c = 0; c < rctx0.n; ++c) {
+        rans_build_enc(ctx_freq0.data() + 256 * c, enc_ctx0.data() + 256 * c);
+        build_simd_enc(ctx_freq0.data() + 256 * c, &senc_ctx0[c]);
+      }
       et.enc[k] = enc_ctx0.data();
       et.ctx[k] = rctx0;
     }
@@ -512,7 +547,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       const uint8_t* sb = src + (uint64_t)b * block_elems * es;
       const uint32_t crc = block_checksum(sb, (size_t)nb * es) ^ block_checksum_salt(b);
       const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, kind[0], sb, nb, crc, o + pos)
-                        : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{senc.data(), &et})
+                        : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{senc.data(), &et, senc_ctx0.data()})
                                : encode_block(dtype, et, sb, nb, crc, scratch, o + pos);
       sizes[b] = (uint32_t)sz;
       pos += sz;

@@ -226,9 +226,19 @@ namespace {
 // error below 2^-22, i.e. an absolute error below 0.25, so its truncation is
 // q - 1, q or q + 1; one signed correction of the remainder makes it exact.
 // The result is therefore identical to the scalar encoder's.
-TZ_AVX512 inline void enc16(__m512i& x, const uint8_t* sp, const SimdEncTable& t, uint16_t*& wp) {
-  const __m512i sy = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)sp));
-  const __m512i fs = _mm512_i32gather_epi32(sy, t.freq_start, 4);
+//
+// With lane contexts (Ctx), table = the context of the lane's previous
+// symbol sp[l - 32] (tables of 256 entries each, concatenated in fst).
+template <bool Ctx>
+TZ_AVX512 inline void enc16(__m512i& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, __m512i cbase,
+                            __m512i cmax) {
+  __m512i sy = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)sp));
+  if (Ctx) {
+    const __m512i pv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(sp - kLanes)));
+    const __m512i c = _mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(pv, cbase), _mm512_setzero_si512()), cmax);
+    sy = _mm512_add_epi32(sy, _mm512_slli_epi32(c, 8));
+  }
+  const __m512i fs = _mm512_i32gather_epi32(sy, fst, 4);
   const __m512i f = _mm512_and_si512(fs, _mm512_set1_epi32(0x1FFF));
   const __m512i st = _mm512_srli_epi32(fs, 13);
   const __mmask16 m = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(x, 20), f);
@@ -253,31 +263,47 @@ TZ_AVX512 inline void enc16(__m512i& x, const uint8_t* sp, const SimdEncTable& t
 
 }  // namespace
 
-TZ_AVX512 size_t rans_encode_simd(const uint8_t* sym, uint32_t n, const SimdEncTable& t, uint16_t* words,
-                                  uint8_t* out, size_t limit) {
+namespace {
+
+// Shared by the plain and the lane-context encoder. fst: ctx.n tables of
+// 256 (one when ctx.n <= 1).
+TZ_AVX512 size_t encode_simd_t(const uint8_t* sym, uint32_t n, const uint32_t* fst, const RansCtx& ctx,
+                               uint16_t* words, uint8_t* out, size_t limit) {
   uint16_t* const wend = words + n;
   uint16_t* wp = wend;
   alignas(64) uint32_t x[kLanes];
   for (int l = 0; l < kLanes; ++l) x[l] = kRansL;
   const uint32_t full_steps = n / kLanes;
+  const bool use_ctx = ctx.n > 1;
   // The partial last step is encoded first (steps run backwards), scalar.
   if (n % kLanes) {
     const uint32_t base = full_steps * kLanes;
     for (uint32_t l = n - base; l-- > 0;) {
       const uint8_t s = sym[base + l];
+      const uint32_t c = use_ctx && full_steps > 0 ? rans_ctx_of(sym[base - kLanes + l], ctx) : 0;
       RansEncSym e;
-      e.freq = t.freq_start[s] & 0x1FFFu;
-      e.start = t.freq_start[s] >> 13;
+      e.freq = fst[256 * c + s] & 0x1FFFu;
+      e.start = fst[256 * c + s] >> 13;
       e.rcp = ((UINT64_C(1) << 44) + e.freq - 1) / e.freq;
       x[l] = rans_enc_put(x[l], e, &wp);
     }
   }
   __m512i x0 = _mm512_load_si512(x);
   __m512i x1 = _mm512_load_si512(x + 16);
-  for (uint32_t s = full_steps; s-- > 0;) {
+  uint32_t s = full_steps;
+  if (use_ctx) {
+    const __m512i cbase = _mm512_set1_epi32((int)ctx.base), cmax = _mm512_set1_epi32((int)ctx.n - 1);
+    for (; s > 1;) {
+      --s;
+      const uint8_t* sp = sym + (size_t)s * kLanes;
+      enc16<true>(x1, sp + 16, fst, wp, cbase, cmax);
+      enc16<true>(x0, sp, fst, wp, cbase, cmax);
+    }
+  }
+  while (s-- > 0) {  // without contexts every step; with them step 0 (table 0)
     const uint8_t* sp = sym + (size_t)s * kLanes;
-    enc16(x1, sp + 16, t, wp);
-    enc16(x0, sp, t, wp);
+    enc16<false>(x1, sp + 16, fst, wp, x1, x1);  // (context arguments unused)
+    enc16<false>(x0, sp, fst, wp, x0, x0);
   }
   const size_t n_words = (size_t)(wend - wp);
   const size_t size = kRansStateBytes + 2 * n_words;
@@ -286,6 +312,19 @@ TZ_AVX512 size_t rans_encode_simd(const uint8_t* sym, uint32_t n, const SimdEncT
   _mm512_storeu_si512(out + 64, x1);
   memcpy(out + kRansStateBytes, wp, 2 * n_words);
   return size;
+}
+
+}  // namespace
+
+TZ_AVX512 size_t rans_encode_simd(const uint8_t* sym, uint32_t n, const SimdEncTable& t, uint16_t* words,
+                                  uint8_t* out, size_t limit) {
+  return encode_simd_t(sym, n, t.freq_start, RansCtx{}, words, out, limit);
+}
+
+TZ_AVX512 size_t rans_encode_ctx_simd(const uint8_t* sym, uint32_t n, const SimdEncTable* t, const RansCtx& ctx,
+                                      uint16_t* words, uint8_t* out, size_t limit) {
+  static_assert(sizeof(SimdEncTable) == 256 * sizeof(uint32_t), "tables must be contiguous");
+  return encode_simd_t(sym, n, t[0].freq_start, ctx, words, out, limit);
 }
 
 namespace {
@@ -446,6 +485,10 @@ void rans_decode2_bf16_simd(const RansStream&, const uint8_t*, int* st_a, const 
 }
 void build_simd_enc(const uint32_t*, SimdEncTable*) {}
 size_t rans_encode_simd(const uint8_t*, uint32_t, const SimdEncTable&, uint16_t*, uint8_t*, size_t) { return 0; }
+size_t rans_encode_ctx_simd(const uint8_t*, uint32_t, const SimdEncTable*, const RansCtx&, uint16_t*, uint8_t*,
+                            size_t) {
+  return 0;
+}
 void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
   split_fields(dtype, src, n, streams);
 }

@@ -45,6 +45,10 @@ void build_simd_enc(const uint32_t* freq, SimdEncTable* t);
 size_t rans_encode_simd(const uint8_t* sym, uint32_t n, const SimdEncTable& t, uint16_t* words, uint8_t* out,
                         size_t limit);
 
+// As tz::rans_encode_ctx (lane contexts, ctx.n >= 2): t holds ctx.n tables.
+size_t rans_encode_ctx_simd(const uint8_t* sym, uint32_t n, const SimdEncTable* t, const RansCtx& ctx, uint16_t* words,
+                            uint8_t* out, size_t limit);
+
 // Smallest and largest byte of field stream k over n elements.
 void stream_minmax_simd(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi);
 
