@@ -194,11 +194,14 @@ class Checkpoint {
   std::unique_ptr<Impl> impl_;
 };
 
-// True if dir holds a complete checkpoint (a manifest that parses and
-// matches its checksum).
+// True if dir holds a complete checkpoint: a manifest that parses and
+// matches its checksum, and, for a delta checkpoint (SaveOptions::ref), the
+// same for every checkpoint it depends on (manifest "depends_on", a sibling
+// folder), so that a checkpoint whose previous one was deleted does not count.
 bool is_complete(const std::string& dir);
 // The last complete checkpoint folder directly under `root` (by name order),
-// or "" if none: after a crash, restart from this one.
+// or "" if none: after a crash, restart from this one. Retention: delete a
+// checkpoint folder only when no kept checkpoint depends on it.
 std::string latest(const std::string& root);
 
 }  // namespace tz::checkpoint

@@ -1306,12 +1306,24 @@ std::vector<std::string> Checkpoint::verify() {
 }
 
 bool is_complete(const std::string& dir) {
-  try {
-    unwrap_manifest(read_small(dir + "/" + kManifest, ErrorKind::kIncomplete), dir);
-    return true;
-  } catch (const Error&) {
-    return false;
+  // A delta checkpoint needs the one it depends_on (a sibling folder), and
+  // that one its own: follow the chain (a cycle or a chain longer than any
+  // real one counts as damage).
+  std::string d = dir;
+  while (!d.empty() && d.back() == '/') d.pop_back();
+  for (int depth = 0; depth < 10000; ++depth) {
+    std::string dep;
+    try {
+      const json body = unwrap_manifest(read_small(d + "/" + kManifest, ErrorKind::kIncomplete), d);
+      dep = body.value("depends_on", std::string());
+    } catch (const std::exception&) {
+      return false;
+    }
+    if (dep.empty()) return true;
+    if (dep.find('/') != std::string::npos || dep == "." || dep == "..") return false;
+    d = (std::filesystem::path(d).parent_path() / dep).string();
   }
+  return false;
 }
 
 std::string latest(const std::string& root) {

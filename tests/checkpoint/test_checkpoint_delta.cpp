@@ -250,6 +250,42 @@ TEST(CheckpointDelta, MultiRankManifestRecordsDependency) {
   EXPECT_TRUE(ck::Checkpoint(d.path + "/B", 2).verify().empty());
 }
 
+// A delta checkpoint whose previous one is gone (or damaged) is not
+// complete, and latest() falls back to the newest restorable one.
+TEST(CheckpointDelta, LatestSkipsCheckpointsWithAMissingDependency) {
+  const std::string data = TZ_TEST_DATA_DIR;
+  const auto a = load_safetensors(data + "/fixture-slice-fp32.safetensors");
+  const auto b = next_step(a);
+  const auto c = next_step(b);
+  TempDir d;
+  auto o = opts();
+  ck::save(d.path + "/step-1", views(a), o);
+  o.ref = d.path + "/step-1";
+  EXPECT_GT(ck::save(d.path + "/step-2", views(b), o).deltas, 0u);
+  o.ref = d.path + "/step-2";
+  EXPECT_GT(ck::save(d.path + "/step-3", views(c), o).deltas, 0u);
+  o.ref.clear();
+  ck::save(d.path + "/step-0", views(a), o);  // standalone, oldest by name
+  EXPECT_TRUE(ck::is_complete(d.path + "/step-3"));
+  EXPECT_TRUE(ck::is_complete(d.path + "/step-3/"));
+  EXPECT_EQ(ck::latest(d.path), d.path + "/step-3");
+
+  // The chain's root damaged: step-2 and step-3 cannot be restored.
+  fs::rename(d.path + "/step-1/manifest.json", d.path + "/step-1/manifest.json.bak");
+  EXPECT_FALSE(ck::is_complete(d.path + "/step-1"));
+  EXPECT_FALSE(ck::is_complete(d.path + "/step-2"));
+  EXPECT_FALSE(ck::is_complete(d.path + "/step-3"));
+  EXPECT_EQ(ck::latest(d.path), d.path + "/step-0");
+  fs::rename(d.path + "/step-1/manifest.json.bak", d.path + "/step-1/manifest.json");
+  EXPECT_EQ(ck::latest(d.path), d.path + "/step-3");
+
+  // The middle link deleted (a retention policy that ignored depends_on).
+  fs::remove_all(d.path + "/step-2");
+  EXPECT_FALSE(ck::is_complete(d.path + "/step-3"));
+  EXPECT_EQ(ck::latest(d.path), d.path + "/step-1");
+  EXPECT_THROW(ck::Checkpoint(d.path + "/step-3", 1), ck::Error);
+}
+
 // The real AdamW run: step 400 saved with step 200 as reference. Prints the
 // sizes (bench/RESULTS.md); master weights take a delta.
 TEST(CheckpointDelta, FixtureStep200ToStep400) {
