@@ -21,6 +21,9 @@ constexpr size_t kTrailerHashedSize = 32;  // trailer bytes covered by the file 
 constexpr uint64_t kAlign = 64;            // frames and the header start at multiples of 64
 constexpr uint64_t kMinChunkBytes = 1ull << 20;
 constexpr uint64_t kMaxChunkBytes = 64ull << 20;  // bounds reader memory on hostile input
+// Preamble flags (section 2.1). Bit 0: the header is stored as one zstd
+// frame (section 3.2). Every other bit is reserved and must be 0.
+constexpr uint32_t kFlagHeaderZstd = 1;
 
 inline uint64_t align_up(uint64_t x) { return (x + kAlign - 1) & ~(kAlign - 1); }
 
@@ -81,6 +84,12 @@ std::string encode_header(const TzipHeader& h);
 void decode_header(const char* p, size_t n, uint64_t header_offset, uint16_t major, const std::string& what,
                    TzipHeader* out);
 bool parse_hex64(const std::string& s, uint64_t* out);
+// The stored form of a header JSON (kFlagHeaderZstd): one zstd frame that
+// records its content size. unpack_header checks what section 3.2 requires
+// (a single frame, the declared size <= kMaxHeaderBytes and exact) and
+// throws kBadInput naming `what`.
+std::string pack_header(const std::string& json);
+std::string unpack_header(const uint8_t* p, size_t n, const std::string& what);
 void link_segments(TzipHeader* h);
 
 }  // namespace tz::container::detail

@@ -29,7 +29,8 @@ struct Reader::Impl {
   unsigned threads = 0;
   uint16_t minor = 0;
   uint64_t header_offset = 0;
-  std::string header;       // raw bytes
+  std::string header;       // raw bytes, as stored (compressed or not)
+  std::string header_json;  // the JSON (header, or its decompression)
   uint8_t trailer[kTrailerSize] = {};
   uint64_t file_hash = 0;
   TzipHeader h;
@@ -229,8 +230,9 @@ Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
                                    " is newer than this reader (reads versions up to " +
                                    std::to_string(kTzipMaxReadMajor) + "); upgrade tensorzip");
   if (major < 1) fail(ErrorKind::kBadInput, path + ": bad .tzip format version " + std::to_string(major));
-  if (get_le32(pre + 8) != 0 || get_le32(pre + 12) != 0)
-    fail(ErrorKind::kBadInput, path + ": .tzip preamble has unknown flags set");
+  const uint32_t flags = get_le32(pre + 8);
+  if ((flags & ~kFlagHeaderZstd) != 0 || get_le32(pre + 12) != 0)
+    fail(ErrorKind::kBadInput, path + ": .tzip preamble has unknown flags set (a newer format?)");
   if (size < kAlign + kTrailerSize) fail(ErrorKind::kBadInput, path + ": truncated .tzip file (" + std::to_string(size) + " bytes)");
   m.f->pread_exact(size - kTrailerSize, m.trailer, kTrailerSize);
   const uint8_t* tr = m.trailer;
@@ -250,7 +252,12 @@ Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
   if (XXH64(m.header.data(), hsize, 0) != get_le64(tr + 16))
     fail(ErrorKind::kBadInput, path + ": .tzip header checksum mismatch (header corrupted)");
   m.file_hash = get_le64(tr + 32);
-  decode_header(m.header.data(), hsize, m.header_offset, major, path, &m.h);
+  if (flags & kFlagHeaderZstd) {
+    m.header_json = unpack_header(reinterpret_cast<const uint8_t*>(m.header.data()), m.header.size(), path);
+    decode_header(m.header_json.data(), m.header_json.size(), m.header_offset, major, path, &m.h);
+  } else {
+    decode_header(m.header.data(), hsize, m.header_offset, major, path, &m.h);
+  }
   m.by_name.reserve(m.h.tensors.size());
   for (size_t i = 0; i < m.h.tensors.size(); ++i) m.by_name.emplace(m.h.tensors[i].name, (long)i);
   const std::string dir = dir_of(path);

@@ -470,6 +470,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
   XXH64_reset(fh, 0);
   uint8_t pre[kAlign] = {};
   std::memcpy(pre, kMagic, 4);
+  put_le32(pre + 8, kFlagHeaderZstd);
   put_le16(pre + 4, h.major);
   put_le16(pre + 6, kTzipVersionMinor);
   XXH64_update(fh, pre, kAlign);
@@ -665,8 +666,9 @@ TensorWriterStats TensorWriter::Impl::finish() {
 
   // ---- header + trailer ------------------------------------------------------
   const uint64_t header_offset = pos;
-  std::string tail = encode_header(h);
-  if (tail.size() > kMaxHeaderBytes) fail(ErrorKind::kUsage, path + ": tensor table too large for a .tzip header");
+  const std::string json = encode_header(h);
+  if (json.size() > kMaxHeaderBytes) fail(ErrorKind::kUsage, path + ": tensor table too large for a .tzip header");
+  std::string tail = pack_header(json);
   const uint64_t header_size = tail.size();
   uint8_t tr[kTrailerSize] = {};
   put_le64(tr + 0, header_offset);

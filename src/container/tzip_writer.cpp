@@ -297,6 +297,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
 
   uint8_t pre[kPreambleSize] = {};
   std::memcpy(pre, kMagic, 4);
+  put_le32(pre + 8, kFlagHeaderZstd);
   put_le16(pre + 4, h.major);
   put_le16(pre + 6, kTzipVersionMinor);
   emit(pre, sizeof pre);
@@ -406,9 +407,10 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
 
   pad();
   const uint64_t header_offset = out.offset();
-  const std::string header = encode_header(h);
-  if (header.size() > kMaxHeaderBytes)
-    fail(ErrorKind::kBadInput, in + ": tensor table too large for a .tzip header (" + std::to_string(header.size()) + " bytes)");
+  const std::string json = encode_header(h);
+  if (json.size() > kMaxHeaderBytes)
+    fail(ErrorKind::kBadInput, in + ": tensor table too large for a .tzip header (" + std::to_string(json.size()) + " bytes)");
+  const std::string header = pack_header(json);
   emit(header.data(), header.size());
   uint8_t tr[kTrailerSize] = {};
   put_le64(tr + 0, header_offset);

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include "tensorzip/container.hpp"
 #include "tensorzip/tzip_file.h"
@@ -393,12 +394,26 @@ uint64_t le64(const uint8_t* p) {
 void put64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
 }
+// Headers are stored zstd-compressed (preamble flag 1): decompressed for
+// the edit, compressed again.
 Bytes with_header(const Bytes& f, const std::function<void(nlohmann::json&)>& edit) {
   const uint8_t* tr = f.data() + f.size() - 48;
   const uint64_t ho = le64(tr), hs = le64(tr + 8);
-  nlohmann::json j = nlohmann::json::parse(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
+  const bool packed = f[8] & 1;
+  std::string text(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
+  if (packed) {
+    std::string u(ZSTD_getFrameContentSize(text.data(), text.size()), '\0');
+    EXPECT_EQ(ZSTD_decompress(u.data(), u.size(), text.data(), text.size()), u.size());
+    text = u;
+  }
+  nlohmann::json j = nlohmann::json::parse(text);
   edit(j);
-  const std::string h = j.dump();
+  std::string h = j.dump();
+  if (packed) {
+    std::string z(ZSTD_compressBound(h.size()), '\0');
+    z.resize(ZSTD_compress(z.data(), z.size(), h.data(), h.size(), 3));
+    h = z;
+  }
   Bytes out(f.begin(), f.begin() + (long)ho);
   out.insert(out.end(), h.begin(), h.end());
   Bytes t(tr, tr + 48);
@@ -407,6 +422,74 @@ Bytes with_header(const Bytes& f, const std::function<void(nlohmann::json&)>& ed
   out.insert(out.end(), t.begin(), t.end());
   put64(out.data() + out.size() - 16, XXH64(out.data(), out.size() - 16, 0));
   return out;
+}
+
+// The header is stored as one zstd frame (preamble flag 1, section 3.2).
+// Stored bytes that are not exactly one frame with a recorded size within
+// the limit are refused with the file named, before any JSON is parsed; an
+// uncompressed header (flag 0, files of earlier writers) still reads; other
+// flag bits are refused.
+TEST_F(Container, CompressedHeaderIsCheckedAndPlainHeadersStillRead) {
+  const Bytes good = read_all(tiny_tzip(dir));
+  ASSERT_EQ(good[8], 1) << "writers set flag 1 (zstd header)";
+  const uint8_t* tr = good.data() + good.size() - 48;
+  const uint64_t ho = le64(tr), hs = le64(tr + 8);
+  const std::string stored(good.begin() + (long)ho, good.begin() + (long)(ho + hs));
+  std::string json(ZSTD_getFrameContentSize(stored.data(), stored.size()), '\0');
+  ASSERT_EQ(ZSTD_decompress(json.data(), json.size(), stored.data(), stored.size()), json.size());
+  ASSERT_EQ(json.front(), '{');
+  EXPECT_LT(hs * 2, json.size()) << "the header should pack well";
+  // A file whose header bytes are `h`, flags `flags`, checksums fixed.
+  auto with_stored = [&](const std::string& h, uint8_t flags) {
+    Bytes out(good.begin(), good.begin() + (long)ho);
+    out[8] = flags;
+    out.insert(out.end(), h.begin(), h.end());
+    Bytes t(tr, tr + 48);
+    put64(t.data() + 8, h.size());
+    put64(t.data() + 16, XXH64(h.data(), h.size(), 0));
+    out.insert(out.end(), t.begin(), t.end());
+    put64(out.data() + out.size() - 16, XXH64(out.data(), out.size() - 16, 0));
+    return out;
+  };
+  auto zstd = [](const std::string& in, bool with_size) {
+    std::string z(ZSTD_compressBound(in.size()), '\0');
+    ZSTD_CCtx* c = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, with_size ? 1 : 0);
+    z.resize(ZSTD_compress2(c, z.data(), z.size(), in.data(), in.size()));
+    ZSTD_freeCCtx(c);
+    return z;
+  };
+  // The same header stored plain (flag 0): read and verified.
+  write_all(p("plain.tzip"), with_stored(json, 0));
+  {
+    tc::Reader r(p("plain.tzip"));
+    EXPECT_EQ(r.tensors().size(), tc::Reader(p("tiny.tzip")).tensors().size());
+    EXPECT_NO_THROW(r.verify("", tc::ReadOptions{}));
+  }
+  std::string big(200u << 20, ' ');  // a 200 MiB header (over the 100 MiB limit)
+  big.front() = '{';
+  const std::vector<std::tuple<const char*, Bytes, const char*>> bad = {
+      {"plain JSON under flag 1", with_stored(json, 1), "not a zstd frame"},
+      {"no recorded size", with_stored(zstd(json, false), 1), "not a zstd frame"},
+      {"trailing bytes", with_stored(stored + "xxxx", 1), "not exactly one zstd frame"},
+      {"two frames", with_stored(stored + stored, 1), "not exactly one zstd frame"},
+      {"truncated frame", with_stored(stored.substr(0, stored.size() - 3), 1), "header"},
+      {"declared size over the limit", with_stored(zstd(big, true), 1), "over the"},
+      {"zstd header under flag 0", with_stored(stored, 0), "header"},
+      {"unknown flag", with_stored(stored, 3), "unknown flags"},
+  };
+  for (const auto& [what, file, msg] : bad) {
+    write_all(p("h.tzip"), file);
+    try {
+      tc::Reader r(p("h.tzip"), 1);
+      r.verify("", tc::ReadOptions{});
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const tc::Error& e) {
+      EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << what;
+      EXPECT_NE(std::string(e.what()).find(p("h.tzip")), std::string::npos) << what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << what << ": " << e.what();
+    }
+  }
 }
 
 TEST_F(Container, HeaderValidationRejectsInconsistentTables) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -510,12 +511,26 @@ void put64(uint8_t* p, uint64_t v) {
 }
 // Rewrites the JSON header and fixes every checksum, so that the header
 // validation itself must catch the edit.
+// Headers are stored zstd-compressed (preamble flag 1): decompressed for
+// the edit, compressed again.
 Bytes with_header(const Bytes& f, const std::function<void(nlohmann::json&)>& edit) {
   const uint8_t* tr = f.data() + f.size() - 48;
   const uint64_t ho = le64(tr), hs = le64(tr + 8);
-  nlohmann::json j = nlohmann::json::parse(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
+  const bool packed = f[8] & 1;
+  std::string text(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
+  if (packed) {
+    std::string u(ZSTD_getFrameContentSize(text.data(), text.size()), '\0');
+    EXPECT_EQ(ZSTD_decompress(u.data(), u.size(), text.data(), text.size()), u.size());
+    text = u;
+  }
+  nlohmann::json j = nlohmann::json::parse(text);
   edit(j);
-  const std::string h = j.dump();
+  std::string h = j.dump();
+  if (packed) {
+    std::string z(ZSTD_compressBound(h.size()), '\0');
+    z.resize(ZSTD_compress(z.data(), z.size(), h.data(), h.size(), 3));
+    h = z;
+  }
   Bytes out(f.begin(), f.begin() + (long)ho);
   out.insert(out.end(), h.begin(), h.end());
   Bytes t(tr, tr + 48);
