@@ -480,7 +480,8 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t, uint64_t first
   const uint64_t bpc = m.blocks_per_chunk(t);
   size_t written = 0;
   auto cx = m.lease();
-  std::vector<uint8_t> prefix, blocks;
+  std::vector<uint8_t> prefix;
+  Buf blocks;  // compressed bytes: not zero-filled
   for (uint64_t b = first; b < last;) {
     const uint64_t c = b / bpc;
     const uint64_t lf = b - c * bpc;
@@ -500,10 +501,10 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t, uint64_t first
     if (tz_is_error(r) || off + size > t.frames[c].size)
       m.corrupt(t, "frame " + std::to_string(c) + " block index damaged (data corrupted)");
     if (capacity - written < rsize) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
-    blocks.resize(size);
-    m.f->pread_exact(t.frames[c].offset + off, blocks.data(), size);
+    uint8_t* const bp = blocks.reserve(size);
+    m.f->pread_exact(t.frames[c].offset + off, bp, size);
     const size_t d = tz_ctx_decompress_blocks(cx.c, out + written, capacity - written, prefix.data(),
-                                              prefix.size(), blocks.data(), size, (unsigned)lf, (unsigned)lc);
+                                              prefix.size(), bp, size, (unsigned)lf, (unsigned)lc);
     if (tz_is_error(d))
       m.corrupt(t, "blocks " + std::to_string(b) + ".." + std::to_string(b + lc - 1) + ": " + tz_get_error_name(d) +
                        " (" + tz_last_error_detail() + ")");
