@@ -84,25 +84,36 @@ if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then
 fi
 
 if [ "${TZ_SKIP_TESTS:-0}" != 1 ] && [ "${TZ_SKIP_PY:-0}" != 1 ]; then
-  # The Python module with CUDA (TensorWriter.add_cuda), built in the same tree (the codec and
-  # checkpoint libraries are already built) by the image's python3 (torch, nanobind, pytest;
-  # nothing is fetched), then the DCP test on CUDA tensors over NCCL: GPU encode counted by the
-  # writer, byte-identical reload onto the GPU, same rank file as the CPU path.
-  # Log: $OUT/py_tests.txt (configure, build and pytest).
+  # The Python module with CUDA (TensorWriter.add_cuda) as a user builds it (pip install . with
+  # TZ_CUDA=ON: pyproject.toml, static CUDA runtime; sm_90 only) into /tmp/tz-py with the
+  # image's python3 (torch, nanobind, scikit-build-core, pytest; nothing is fetched); if that
+  # fails, the module target of the build tree above. Then the DCP test on CUDA tensors over
+  # NCCL: GPU encode counted by the writer, byte-identical reload onto the GPU, same rank file
+  # as the CPU path. Log: $OUT/py_tests.txt (build and pytest).
   stamp "Python module with CUDA + tensorzip.dcp GPU encode (test_dcp.py -k cuda)"
   PY=$(command -v python3)
   PYPKG=/tmp/tz-py
-  { cmake -S . -B "$BUILD" -DTZ_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" &&
-    cmake --build "$BUILD" -j"$JOBS" --target _tensorzip; } >"$OUT/py_tests.txt" 2>&1
-  if [ $? -eq 0 ] && ls "$BUILD"/python/_tensorzip*.so >/dev/null 2>&1; then
-    rm -rf "$PYPKG" && mkdir -p "$PYPKG" && cp -r python/tensorzip "$PYPKG/" && cp "$BUILD"/python/_tensorzip*.so "$PYPKG/tensorzip/"
+  rm -rf "$PYPKG"
+  if CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "$PY" -m pip install -q --no-build-isolation --no-deps --no-index \
+      --target "$PYPKG" -C build-dir="$BUILD-py" -C cmake.define.TZ_CUDA=ON \
+      -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 . >"$OUT/py_tests.txt" 2>&1; then
+    echo "pip install . (TZ_CUDA=ON) into $PYPKG: done"
+  else
+    echo "pip install . failed (py_tests.txt); the module of the build tree instead" | tee -a "$OUT/py_tests.txt"
+    grep -E "error|Error|Could NOT" "$OUT/py_tests.txt" | head -10
+    rm -rf "$PYPKG"
+    { cmake -S . -B "$BUILD" -DTZ_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" &&
+      cmake --build "$BUILD" -j"$JOBS" --target _tensorzip; } >>"$OUT/py_tests.txt" 2>&1 &&
+      mkdir -p "$PYPKG" && cp -r python/tensorzip "$PYPKG/" && cp "$BUILD"/python/_tensorzip*.so "$PYPKG/tensorzip/"
+  fi
+  if ls "$PYPKG"/tensorzip/_tensorzip*.so >/dev/null 2>&1; then
     TZ_REQUIRE_GPU_ENCODE=1 TZ_PY_ALLOW_NO_CLI=1 PYTHONPATH="$PYPKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
       timeout 240 "$PY" -m pytest -p no:cacheprovider -ra -q python/tests/test_dcp.py -k "cuda or tensor_writer" \
       >>"$OUT/py_tests.txt" 2>&1
-    echo "python test_dcp.py -k cuda exit code $?"
+    echo "python test_dcp.py -k 'cuda or tensor_writer' exit code $?"
     grep -E "passed|failed|skipped|Error|assert|ok cuda|write stats" "$OUT/py_tests.txt" | tail -15
   else
-    echo "Python module build failed (see py_tests.txt):"
+    echo "no Python module with CUDA was built (py_tests.txt):"
     grep -E "error|Error|Could NOT|FAILED" "$OUT/py_tests.txt" | head -20
   fi
 fi
