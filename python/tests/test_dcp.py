@@ -705,12 +705,13 @@ def test_rank_killed_mid_save_leaves_previous_checkpoint(tmp_path):
 def test_cuda_tensors_nccl_single_rank(tmp_path):
     """CUDA tensors over NCCL: with a tensorzip module built with CUDA, encoded on the GPU (the writer's
     gpu_bytes count every tensor byte), reloaded byte-identical onto the GPU, and the rank file equals
-    the one of gpu_encode=False (CPU encode) byte for byte. A module without CUDA takes the CPU path
-    (TZ_REQUIRE_GPU_ENCODE=1, as bench/gpu/run.sh sets, makes that a failure)."""
+    the one of gpu_encode=False (CPU encode) byte for byte; dcp.async_save (staged to CPU memory by
+    DCP) encodes on the CPU. A module without CUDA takes the CPU path (TZ_REQUIRE_GPU_ENCODE=1, as
+    bench/gpu/run.sh sets, makes that a failure)."""
     procs = _spawn("cuda", 1, tmp_path)
     (out,) = _wait_all(procs, 240)
     assert procs[0].returncode == 0 and "ok cuda" in out, out[-6000:]
-    assert "ok cuda-cpu-path-same-file" in out, out[-6000:]
+    assert "ok cuda-cpu-path-same-file" in out and "ok cuda-async-staged-cpu" in out, out[-6000:]
     if tensorzip._tensorzip.HAVE_CUDA:
         assert "ok cuda-gpu-encode" in out, out[-6000:]
 
