@@ -273,7 +273,7 @@ class StorageWriter(FileSystemWriter):
         overwrite: allow writing over an existing checkpoint (as ``FileSystemWriter``).
         gpu_encode: encode CUDA tensors on the GPU when the tensorzip module was built with CUDA and a
             device is visible (default True); False: copy them to the CPU and encode there. The GPU
-            and the CPU write the same frames for the same level and block size.
+            codec is built to write the same frames as the CPU codec for the same level and block size.
         **kwargs: passed to ``FileSystemWriter`` (e.g. ``cache_staged_state_dict``);
             ``thread_count`` and ``single_file_per_rank`` have no effect.
 
