@@ -7,6 +7,10 @@
 #                        built here if missing)
 #   TZ_JOBS=N            parallel compile jobs (default 2)
 #   TZ_PY_SKIP_LARGE=1   skip the > 2 GiB tests (they skip themselves when memory is short)
+#   TZ_PY_CUDA=AUTO      TZ_CUDA of the module's build (default AUTO: with the CUDA backend and
+#                        TensorWriter.add_cuda where nvcc is found, so that the GPU binding compiles
+#                        and its refusal without a device is tested; OFF: CPU only, as a plain
+#                        `pip install .`). About one extra minute of compile on 2 cores (doc/python.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -14,7 +18,8 @@ JOBS="${TZ_JOBS:-2}"
 PIP=("$PY" -m pip --disable-pip-version-check)
 
 "${PIP[@]}" install -q -r python/requirements-test.txt
-CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP[@]}" install -q --no-build-isolation --force-reinstall --no-deps .
+CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP[@]}" install -q --no-build-isolation --force-reinstall --no-deps \
+  -C cmake.define.TZ_CUDA="${TZ_PY_CUDA:-AUTO}" .
 
 # The package must have been built with the .tzip container: without it the
 # file tests would only skip.
@@ -22,7 +27,9 @@ CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP[@]}" install -q --no-build-isolation -
 import sys, tensorzip
 if not tensorzip.HAVE_CONTAINER:
     sys.exit("python-test.sh: tensorzip was built without the .tzip container (src/container)")
-print(f"python-test.sh: tensorzip {tensorzip.__version__} from {tensorzip.__file__}")
+C = tensorzip._tensorzip
+print(f"python-test.sh: tensorzip {tensorzip.__version__} from {tensorzip.__file__}, "
+      f"CUDA in the build: {C.HAVE_CUDA}, device: {C.cuda_available()}")
 PYEOF
 
 if [ -z "${TZIP:-}" ]; then

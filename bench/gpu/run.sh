@@ -3,7 +3,8 @@
 # H200): build for sm_90 only, run the GPU tests (codec incl. lane-context
 # frames and fused prediction; compute-sanitizer memcheck on the corruption
 # tests when available; checkpoint save/restore from/to device memory and
-# tz_io_bench --gpu with and without cuFile), then benchmark
+# tz_io_bench --gpu with and without cuFile; the Python module built with
+# CUDA and the tensorzip.dcp GPU-encode test), then benchmark
 # tensorzip encode/decode against nvCOMP ANS and zstd on >= 4 GB per data
 # kind, with device-to-device memcpy bandwidth and a 1 MiB latency row.
 #
@@ -17,10 +18,11 @@
 # Device tool call:
 #   run(command="bash bench/gpu/run.sh", carry=[".device-data", ".whl"], timeout_s=600)
 #
-# Results: printed, and copied to $OUT (tests.txt, sanitizer.txt, bench.txt)
-# when the device tool sets it. Environment knobs: TZ_BENCH_BYTES (default
-# 4000000000 per data kind), TZ_BENCH_RUNS (default 7), TZ_SKIP_TESTS=1,
-# TZ_SKIP_IO_BENCH=1, TZ_IO_GIB (default 2). The whole script may need more
+# Results: printed, and copied to $OUT (tests.txt, sanitizer.txt, bench.txt,
+# py_tests.txt, ...; 8 files at most come back) when the device tool sets it.
+# Environment knobs: TZ_BENCH_BYTES (default 4000000000 per data kind),
+# TZ_BENCH_RUNS (default 7), TZ_SKIP_TESTS=1, TZ_SKIP_PY=1 (no Python module
+# / DCP test), TZ_SKIP_IO_BENCH=1, TZ_IO_GIB (default 2). The whole script may need more
 # than one 600 s call: run it once with TZ_BENCH_BYTES=1000000000 first if the
 # device budget is short (the tests come first, so they report even if the
 # benchmark is cut off).
@@ -79,6 +81,41 @@ if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then
   timeout 120 "$BUILD/tests/checkpoint/tz_checkpoint_gpu_tests" >"$OUT/checkpoint_tests.txt" 2>&1
   echo "tz_checkpoint_gpu_tests exit code $?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|io:|cuFile|Expected|Which is" "$OUT/checkpoint_tests.txt" | head -30
+fi
+
+if [ "${TZ_SKIP_TESTS:-0}" != 1 ] && [ "${TZ_SKIP_PY:-0}" != 1 ]; then
+  # The Python module with CUDA (TensorWriter.add_cuda) as a user builds it (pip install . with
+  # TZ_CUDA=ON: pyproject.toml, static CUDA runtime; sm_90 only) into /tmp/tz-py with the
+  # image's python3 (torch, nanobind, scikit-build-core, pytest; nothing is fetched); if that
+  # fails, the module target of the build tree above. Then the DCP test on CUDA tensors over
+  # NCCL: GPU encode counted by the writer, byte-identical reload onto the GPU, same rank file
+  # as the CPU path. Log: $OUT/py_tests.txt (build and pytest).
+  stamp "Python module with CUDA + tensorzip.dcp GPU encode (test_dcp.py -k cuda)"
+  PY=$(command -v python3)
+  PYPKG=/tmp/tz-py
+  rm -rf "$PYPKG"
+  if CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "$PY" -m pip install -q --no-build-isolation --no-deps --no-index \
+      --target "$PYPKG" -C build-dir="$BUILD-py" -C cmake.define.TZ_CUDA=ON \
+      -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 . >"$OUT/py_tests.txt" 2>&1; then
+    echo "pip install . (TZ_CUDA=ON) into $PYPKG: done"
+  else
+    echo "pip install . failed (py_tests.txt); the module of the build tree instead" | tee -a "$OUT/py_tests.txt"
+    grep -E "error|Error|Could NOT" "$OUT/py_tests.txt" | head -10
+    rm -rf "$PYPKG"
+    { cmake -S . -B "$BUILD" -DTZ_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" &&
+      cmake --build "$BUILD" -j"$JOBS" --target _tensorzip; } >>"$OUT/py_tests.txt" 2>&1 &&
+      mkdir -p "$PYPKG" && cp -r python/tensorzip "$PYPKG/" && cp "$BUILD"/python/_tensorzip*.so "$PYPKG/tensorzip/"
+  fi
+  if ls "$PYPKG"/tensorzip/_tensorzip*.so >/dev/null 2>&1; then
+    TZ_REQUIRE_GPU_ENCODE=1 TZ_PY_ALLOW_NO_CLI=1 PYTHONPATH="$PYPKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+      timeout 240 "$PY" -m pytest -p no:cacheprovider -ra -q python/tests/test_dcp.py -k "cuda or tensor_writer" \
+      >>"$OUT/py_tests.txt" 2>&1
+    echo "python test_dcp.py -k 'cuda or tensor_writer' exit code $?"
+    grep -E "passed|failed|skipped|Error|assert|ok cuda|write stats" "$OUT/py_tests.txt" | tail -15
+  else
+    echo "no Python module with CUDA was built (py_tests.txt):"
+    grep -E "error|Error|Could NOT|FAILED" "$OUT/py_tests.txt" | head -20
+  fi
 fi
 
 if [ "${TZ_SKIP_IO_BENCH:-0}" != 1 ]; then

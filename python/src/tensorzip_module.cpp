@@ -31,6 +31,9 @@
 #ifdef TZ_PY_HAVE_IO
 #include "queue_sink.hpp"
 #endif
+#ifdef TZ_PY_HAVE_CUDA
+#include "checkpoint_gpu.hpp"  // tz::checkpoint::gpu::WriterEncoder (src/checkpoint)
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -470,12 +473,16 @@ class PyReader {
 
 // Python handle of a tc::TensorWriter. add() keeps a buffer view (and so the
 // Python object) of every tensor until finish() or abort(): the writer reads
-// the bytes only in finish(), which runs without the GIL.
+// the bytes only in finish(), which runs without the GIL. add_cuda() (builds
+// with the CUDA backend) takes a device pointer: its chunks are encoded on
+// the GPU in finish() (tz::checkpoint::gpu::WriterEncoder, batched across
+// tensors), and the optional owner object is kept until then.
 class PyTensorWriter {
  public:
   PyTensorWriter(const std::string& path, int level, unsigned threads, uint64_t chunk_bytes, bool direct_io,
                  bool predict, const std::map<std::string, std::string>& metadata, unsigned block_elems,
-                 bool force, const std::string& io, unsigned io_threads) {
+                 bool force, const std::string& io, unsigned io_threads)
+      : level_(level), block_elems_(block_elems) {
     tc::TensorWriterOptions opt;
     opt.level = level;
     opt.threads = threads;
@@ -510,6 +517,7 @@ class PyTensorWriter {
     // Destroyed with the GIL held (nanobind): the writer drops its temporary.
     w_.reset();
     views_.clear();
+    owners_.clear();
   }
 
   void add(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
@@ -520,18 +528,56 @@ class PyTensorWriter {
     views_.push_back(std::move(view));
   }
 
+  // A tensor in CUDA device memory (data_ptr: its device address, e.g.
+  // torch.Tensor.data_ptr(); nbytes: its size). The memory must stay valid
+  // and unchanged until finish() returns, and work writing it must be
+  // complete before finish() (the GPU encoder reads it on streams of its
+  // own): synchronise the producing stream first. `owner` (e.g. the tensor)
+  // is kept alive until finish() or abort().
+  void add_cuda(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
+                uintptr_t data_ptr, uint64_t nbytes, nb::object owner) {
+    tc::TensorWriter& w = get();
+#ifdef TZ_PY_HAVE_CUDA
+    if (!genc_) genc_ = std::make_unique<tz::checkpoint::gpu::WriterEncoder>(level_);
+    {
+      nb::gil_scoped_release nogil;
+      guarded([&] { genc_->add(w, name, dtype, shape, reinterpret_cast<const void*>(data_ptr), nbytes, block_elems_); });
+    }
+    owners_.push_back(std::move(owner));
+#else
+    (void)w;
+    (void)data_ptr;
+    (void)nbytes;
+    (void)owner;
+    throw PyErrorOf(g_usage, "tensor '" + name + "' (" + dtype + ", device memory): this tensorzip build has no CUDA "
+                             "support (the Python module was built with TZ_CUDA=OFF); copy the tensor to the CPU and "
+                             "use add(), or rebuild with pip install . -C cmake.define.TZ_CUDA=ON");
+#endif
+  }
+
   nb::dict finish() {
     tc::TensorWriter& w = get();
     tc::TensorWriterStats st;
+    uint64_t gpu_bytes = 0, gpu_host_bytes = 0;
     try {
       nb::gil_scoped_release nogil;
+#ifdef TZ_PY_HAVE_CUDA
+      if (genc_) guarded([&] { genc_->start(); });
+#endif
       st = guarded([&] { return w.finish(); });
+#ifdef TZ_PY_HAVE_CUDA
+      if (genc_) gpu_bytes = genc_->gpu_bytes(), gpu_host_bytes = genc_->host_bytes();
+#endif
     } catch (...) {
       views_.clear();
+      owners_.clear();
       throw;
     }
     views_.clear();
+    owners_.clear();
     nb::dict d;
+    d["gpu_bytes"] = gpu_bytes;
+    d["gpu_host_bytes"] = gpu_host_bytes;
     d["raw_bytes"] = st.raw_bytes;
     d["file_bytes"] = st.file_bytes;
     d["encode_seconds"] = st.encode_seconds;
@@ -568,20 +614,38 @@ class PyTensorWriter {
       w_->abort();
     }
     views_.clear();
+    owners_.clear();
   }
 
   std::string path() { return get().path(); }
-  size_t size() const { return views_.size(); }
+  size_t size() const { return views_.size() + owners_.size(); }
 
  private:
   tc::TensorWriter& get() {
     if (!w_) throw PyErrorOf(PyExc_ValueError, "tensorzip.TensorWriter is closed");
     return *w_;
   }
+  int level_;
+  unsigned block_elems_;
+#ifdef TZ_PY_HAVE_CUDA
+  std::unique_ptr<tz::checkpoint::gpu::WriterEncoder> genc_;  // outlives w_'s finish(); destroyed after w_
+#endif
   std::unique_ptr<tc::TensorWriter> w_;
   std::vector<std::unique_ptr<BufferView>> views_;
+  std::vector<nb::object> owners_;  // objects owning add_cuda() memory
 };
 #endif
+
+// True when this module was built with the CUDA backend and a CUDA device
+// is visible (initialises the CUDA runtime in a build with CUDA).
+bool cuda_available() {
+#ifdef TZ_PY_HAVE_CUDA
+  nb::gil_scoped_release nogil;
+  return tz::checkpoint::gpu::device_count() > 0;
+#else
+  return false;
+#endif
+}
 
 PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
   const std::string full = std::string("tensorzip.") + name;
@@ -626,6 +690,14 @@ NB_MODULE(_tensorzip, m) {
 #else
   m.attr("HAVE_CONTAINER") = false;
 #endif
+#ifdef TZ_PY_HAVE_CUDA
+  m.attr("HAVE_CUDA") = true;
+#else
+  m.attr("HAVE_CUDA") = false;
+#endif
+  m.def("cuda_available", &cuda_available,
+        "True when the module was built with CUDA (TensorWriter.add_cuda encodes on the GPU) and a CUDA device "
+        "is visible.");
   m.def("library_version", [] { return tz_version_number(); });
   m.def("compress_bound", &tz_compress_bound, "size"_a);
   m.def("compress", &compress, "prefix"_a, "data"_a, "dtype"_a, "level"_a = 0, "block_elems"_a = 0u,
@@ -679,6 +751,10 @@ NB_MODULE(_tensorzip, m) {
            "predict"_a = false, "metadata"_a = std::map<std::string, std::string>(), "block_elems"_a = 0u,
            "force"_a = false, "io"_a = "auto", "io_threads"_a = 0u)
       .def("add", &PyTensorWriter::add, "name"_a, "dtype"_a, "shape"_a, "data"_a)
+      .def("add_cuda", &PyTensorWriter::add_cuda, "name"_a, "dtype"_a, "shape"_a, "data_ptr"_a, "nbytes"_a,
+           "owner"_a.none() = nb::none(),
+           "A tensor in CUDA device memory, encoded on the GPU in finish() (builds with CUDA; else UsageError). "
+           "Synchronise the stream that wrote it first; it must stay unchanged until finish() returns.")
       .def("finish", &PyTensorWriter::finish)
       .def("abort", &PyTensorWriter::abort)
       .def_prop_ro("path", &PyTensorWriter::path)

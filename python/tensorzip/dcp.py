@@ -46,11 +46,25 @@ override how item bytes are written and read, how files are named and how
 ``.metadata`` is committed; planning, ``reset``/``checkpoint_id`` and the async
 staging of ``FileSystemWriter`` are DCP's.
 
+GPU encode: with a tensorzip module built with CUDA (``pip install . -C
+cmake.define.TZ_CUDA=ON``; see doc/python.md) and a visible device
+(:func:`tensorzip._tensorzip.cuda_available`), CUDA tensors of a codec dtype
+(BF16, F16, F32, F8) are encoded on the GPU where they are (made contiguous
+there if needed): the encoder reads device memory, and only the encoded
+frames reach host memory (pinned buffers). Other CUDA tensors (integers,
+bool, F64) and level 3 are copied to the host chunk by chunk and encoded on
+the CPU; ``StorageWriter(..., gpu_encode=False)`` copies every CUDA tensor to
+the CPU first and encodes there, as a module without CUDA does.
+``last_write_stats["gpu_bytes"]`` counts the raw bytes encoded on the GPU.
+``dcp.async_save`` stages the state dict into CPU memory before the writer
+runs, so its writer only sees CPU tensors (CPU encode).
+
 Limits:
 
-- Tensors are copied to the CPU and encoded there (no GPU encode yet). The
-  writer reads every item of the rank in its final pass, so a rank's CPU
-  copies of GPU tensors are all alive until its file is written.
+- Without GPU encode, CUDA tensors are copied to the CPU and encoded there;
+  the writer reads every item of the rank in its final pass, so a rank's CPU
+  copies of GPU tensors are all alive until its file is written (with GPU
+  encode, the contiguous device tensors stay referenced until then).
 - ``thread_count`` and ``single_file_per_rank`` of ``FileSystemWriter`` are
   ignored: each rank writes exactly one file; tensorzip itself codes with
   ``threads`` threads (0 = all hardware threads).
@@ -175,6 +189,21 @@ def read_stats() -> Dict[str, int]:
 reset_read_stats()
 
 
+_CUDA_ENCODE: Optional[bool] = None
+
+
+def _cuda_encode_available() -> bool:
+    """Whether the tensorzip module encodes on the GPU here (built with CUDA and a device visible).
+
+    Asked once, when the first CUDA tensor is saved (so that importing this module never
+    initialises CUDA)."""
+    global _CUDA_ENCODE
+    if _CUDA_ENCODE is None:
+        probe = getattr(_C, "cuda_available", None)
+        _CUDA_ENCODE = bool(probe()) if probe is not None else False
+    return _CUDA_ENCODE
+
+
 def _item_name(index: Any) -> str:
     fqn = getattr(index, "fqn", str(index))
     offset = getattr(index, "offset", None)
@@ -242,16 +271,23 @@ class StorageWriter(FileSystemWriter):
         direct_io: write with O_DIRECT where the file system allows it (bypasses the page cache).
         sync_files: accepted for ``FileSystemWriter`` compatibility; the rank files are always fsync'd.
         overwrite: allow writing over an existing checkpoint (as ``FileSystemWriter``).
+        gpu_encode: encode CUDA tensors on the GPU when the tensorzip module was built with CUDA and a
+            device is visible (default True); False: copy them to the CPU and encode there. The GPU
+            codec is built to write the same frames as the CPU codec for the same level and block size.
         **kwargs: passed to ``FileSystemWriter`` (e.g. ``cache_staged_state_dict``);
             ``thread_count`` and ``single_file_per_rank`` have no effect.
 
     After a save, :attr:`last_write_stats` holds this rank's writer statistics
-    (``raw_bytes``, ``file_bytes``, ``io`` back end, ``direct``, ``seconds``, ...).
+    (``raw_bytes``, ``file_bytes``, ``io`` back end, ``direct``, ``seconds``, ``gpu_bytes``: raw
+    bytes encoded on the GPU, ``gpu_host_bytes``: raw bytes of CUDA tensors added for GPU encode that
+    the GPU codec does not take, copied to the host chunk by chunk and encoded on the CPU,
+    ``gpu_tensors``: items added for GPU encode, ...).
     """
 
     def __init__(self, path: Union[str, os.PathLike], *, level: int = 0, threads: int = 0, block_elems: int = 0,
                  chunk_bytes: int = 0, io: str = "auto", direct_io: bool = False,
-                 sync_files: bool = True, overwrite: bool = True, **kwargs: Any) -> None:
+                 sync_files: bool = True, overwrite: bool = True, gpu_encode: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(path, sync_files=sync_files, overwrite=overwrite, **kwargs)
         # UsageError now for a bad level/threads/block_elems
         _core.compress(torch.zeros(1), level=level, threads=threads, block_elems=block_elems)
@@ -265,6 +301,7 @@ class StorageWriter(FileSystemWriter):
         self.chunk_bytes = chunk_bytes
         self.io = io
         self.direct_io = direct_io
+        self.gpu_encode = bool(gpu_encode)
         self.last_write_stats: Optional[Dict[str, Any]] = None
 
     # ---- planning: one save id per save, agreed through the global plan ----
@@ -282,6 +319,18 @@ class StorageWriter(FileSystemWriter):
                 if plan.storage_data is None else plan for i, plan in enumerate(plans)]
 
     # ---- data ----
+
+    def _gpu_target(self, item: Any, data: Any) -> Optional[Tuple[str, Any]]:
+        """(dtype, contiguous device tensor) of an item to encode on the GPU, or None (CPU path)."""
+        if not self.gpu_encode or item.type == WriteItemType.BYTE_IO or not isinstance(data, torch.Tensor):
+            return None
+        if data.device.type != "cuda" or data.numel() == 0 or not _cuda_encode_available():
+            return None
+        try:
+            dtype = _dtypes.name_of_torch(data.dtype)
+        except ValueError:
+            return None  # stored as torch.save bytes (CPU path)
+        return dtype, data.detach().contiguous()
 
     @staticmethod
     def _as_stored(item: Any, data: Any) -> Tuple[str, str, Tuple[int, ...], Any, Any, int]:
@@ -317,10 +366,24 @@ class StorageWriter(FileSystemWriter):
                              direct_io=self.direct_io, predict=False, block_elems=self.block_elems, force=True,
                              io=self.io) as writer:
             names = set()
+            gpu_streams: Dict[Any, Any] = {}  # device -> its current stream, synchronised before finish()
+            n_gpu = 0
             for n, item in enumerate(plan.items):
                 data = planner.resolve_data(item)
-                codec, dtype, shape, buf, owner, crc = self._as_stored(item, data)
                 name = _stored_name(item.index, n, names)
+                gpu = self._gpu_target(item, data)
+                if gpu is not None:
+                    # Encoded on the GPU in finish(): the writer reads the device memory there.
+                    dtype, tensor = gpu
+                    shape = tuple(int(x) for x in tensor.shape)
+                    nbytes = tensor.numel() * tensor.element_size()
+                    writer.add_cuda(name, dtype, list(shape), tensor.data_ptr(), nbytes, owner=tensor)
+                    keep.append(tensor)
+                    gpu_streams.setdefault(tensor.device, torch.cuda.current_stream(tensor.device))
+                    pending.append((item, name, _CODEC_TZIP, shape, 0, nbytes))
+                    n_gpu += 1
+                    continue
+                codec, dtype, shape, buf, owner, crc = self._as_stored(item, data)
                 writer.add(name, dtype, list(shape), buf)
                 keep.append(owner)
                 if item.type == WriteItemType.BYTE_IO:
@@ -330,10 +393,14 @@ class StorageWriter(FileSystemWriter):
                 pending.append((item, name, codec, shape, crc, size_in_bytes))
             if stall is not None:
                 self._stall(stall[1])
+            # The GPU encoder reads on streams of its own: the work that produced the tensors (and
+            # their .contiguous() copies) on the current streams must be complete first.
+            for stream in gpu_streams.values():
+                stream.synchronize()
             stats = writer.finish()  # encode + write + fsync + rename (GIL released)
         del keep
         stored = {t["name"]: t for t in stats.pop("tensors")}
-        self.last_write_stats = dict(stats, path=path, items=len(pending))
+        self.last_write_stats = dict(stats, path=path, items=len(pending), gpu_tensors=n_gpu)
         results: List[WriteResult] = []
         for item, name, codec, shape, crc, size_in_bytes in pending:
             t = stored[name]

@@ -237,15 +237,52 @@ def single_crash(out: str) -> None:
 
 def cuda(rank: int, world: int, out: str) -> None:
     """NCCL, one rank per GPU: CUDA model + AdamW state and a DTensor saved and loaded back onto the GPU."""
+    from tensorzip import _tensorzip as tzc
+
     device = torch.device("cuda", rank)
     mesh = DeviceMesh.from_group(dist.group.WORLD, "cuda")
     full = mapped(full_state(0), lambda x: x.to(device) if isinstance(x, torch.Tensor) else x)
-    dcp.save(sharded(full, mesh, "rows"), storage_writer=tzdcp.StorageWriter(os.path.join(out, "cuda")))
+    writer = tzdcp.StorageWriter(os.path.join(out, "cuda"))
+    dcp.save(sharded(full, mesh, "rows"), storage_writer=writer)
+    st = writer.last_write_stats
+    print("write stats", {k: v for k, v in st.items() if k != "path"}, flush=True)
+    if os.environ.get("TZ_REQUIRE_GPU_ENCODE") == "1":
+        assert tzc.HAVE_CUDA, "TZ_REQUIRE_GPU_ENCODE=1 but the tensorzip module was built without CUDA"
+    if tzc.HAVE_CUDA:
+        # Every tensor of the state is a float tensor on the GPU: all of them encoded there.
+        assert tzc.cuda_available()
+        tensors = []
+        mapped(full, lambda x: tensors.append(x) if isinstance(x, torch.Tensor) else None)
+        want = sum(t.numel() * t.element_size() for t in tensors) if world == 1 else None
+        assert st["gpu_tensors"] >= 1 and st["gpu_bytes"] > 0 and st["gpu_host_bytes"] == 0, st
+        assert want is None or st["gpu_bytes"] == want, (st, want)
+        print("ok cuda-gpu-encode", st["gpu_bytes"], flush=True)
+    else:
+        assert st["gpu_bytes"] == 0 and st["gpu_tensors"] == 0, st
     target = sharded(full, mesh, "cols", blank=True)
     dcp.load(target, storage_reader=tzdcp.StorageReader(os.path.join(out, "cuda")))
     assert target["emb"].to_local().device.type == "cuda"
     check_equal(full, target, "cuda")
     print("ok cuda", flush=True)
+    # The CPU path (gpu_encode=False: copies to the host, CPU encode) writes the same file.
+    cpu_writer = tzdcp.StorageWriter(os.path.join(out, "cuda-cpu"), gpu_encode=False)
+    dcp.save(sharded(full, mesh, "rows"), storage_writer=cpu_writer)
+    assert cpu_writer.last_write_stats["gpu_bytes"] == 0 and cpu_writer.last_write_stats["gpu_tensors"] == 0
+    with open(st["path"], "rb") as f_gpu, open(cpu_writer.last_write_stats["path"], "rb") as f_cpu:
+        assert f_gpu.read() == f_cpu.read(), "rank files of GPU and CPU encode differ"
+    print("ok cuda-cpu-path-same-file", flush=True)
+    # dcp.async_save stages the state into CPU memory first (StorageWriter is DCP's AsyncStager):
+    # the writer sees CPU tensors only (CPU encode); the checkpoint loads back onto the GPU.
+    async_pg = dist.new_group(backend="gloo")  # async_save needs a CPU backend
+    async_writer = tzdcp.StorageWriter(os.path.join(out, "cuda-async"))
+    fut = dcp.async_save(sharded(full, mesh, "rows"), storage_writer=async_writer, process_group=async_pg)
+    fut.result()
+    ast = async_writer.last_write_stats
+    assert ast["gpu_tensors"] == 0 and ast["gpu_bytes"] == 0, ast
+    target = sharded(full, mesh, "cols", blank=True)
+    dcp.load(target, storage_reader=tzdcp.StorageReader(os.path.join(out, "cuda-async")))
+    check_equal(full, target, "cuda-async")
+    print("ok cuda-async-staged-cpu", flush=True)
 
 
 def main() -> None:

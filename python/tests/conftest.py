@@ -22,7 +22,7 @@ FIXTURES = REPO.parent / "shared" / "fixtures"
 
 def pytest_report_header(config):
     return [f"tensorzip {tensorzip.__version__} from {Path(tensorzip.__file__).parent}, "
-            f"container: {tensorzip.HAVE_CONTAINER}"]
+            f"container: {tensorzip.HAVE_CONTAINER}, CUDA: {getattr(tensorzip._tensorzip, 'HAVE_CUDA', False)}"]
 
 
 @pytest.fixture(scope="session")

@@ -317,6 +317,45 @@ def test_tensor_writer_binding(tmp_path):
         C.TensorWriter(str(tmp_path / "a.tzip"))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a CUDA device")
+def test_no_cuda_device_cpu_path(tmp_path):
+    """Without a CUDA device: cuda_available() is False (also in a build with CUDA), TensorWriter.add_cuda
+    refuses with a clear error (a build without CUDA: no CUDA support; with CUDA: no usable device
+    memory) and leaves the writer usable, and StorageWriter encodes on the CPU (gpu_bytes == 0)."""
+    import numpy as np
+    C = tensorzip._tensorzip
+    assert isinstance(C.HAVE_CUDA, bool)
+    assert C.cuda_available() is False
+    raw = np.arange(1000, dtype=np.float32)
+    with C.TensorWriter(str(tmp_path / "a.tzip")) as w:
+        with pytest.raises(tensorzip.UsageError) as e:
+            w.add_cuda("g", "F32", [1000], 1 << 40, 4000)
+        msg = str(e.value)
+        assert "'g'" in msg, msg
+        if C.HAVE_CUDA:
+            assert "a.tzip: tensor 'g'" in msg, msg  # e.g. "cannot use its memory on the GPU: no CUDA-capable ..."
+        else:
+            assert "no CUDA support" in msg and "TZ_CUDA" in msg, msg
+        w.add("x", "F32", [1000], raw)  # the refused tensor was not added
+        st = w.finish()
+    assert [t["name"] for t in st["tensors"]] == ["x"] and st["gpu_bytes"] == 0 and st["gpu_host_bytes"] == 0
+    assert tensorzip.safe_open(str(tmp_path / "a.tzip")).get_tensor("x").tobytes() == raw.tobytes()
+
+    state = _big_state()
+    for gpu_encode in (True, False):
+        w = tzdcp.StorageWriter(tmp_path / f"ck{gpu_encode}", gpu_encode=gpu_encode)
+        dcp.save(state, storage_writer=w)
+        st = w.last_write_stats
+        assert st["gpu_bytes"] == 0 and st["gpu_host_bytes"] == 0 and st["gpu_tensors"] == 0, st
+        out = _big_state(seed=3)
+        dcp.load(out, storage_reader=tzdcp.StorageReader(tmp_path / f"ck{gpu_encode}"))
+        _assert_identical(state, out)
+    # Same state, same options: the same rank file, byte for byte (what the GPU test relies on to
+    # compare a GPU-encoded file with a CPU-encoded one).
+    a, b = (next((tmp_path / f"ck{g}").glob("*" + tzdcp.SUFFIX)) for g in (True, False))
+    assert a.read_bytes() == b.read_bytes()
+
+
 def test_corrupt_non_tensor_item_detected(tmp_path):
     # BYTE_IO items are U8 tensors of the rank's .tzip: frame/block checksums and a per-item CRC-32.
     state = {"w": torch.randn(64, 64), "blob": bytes(range(256)) * 8}
@@ -664,9 +703,17 @@ def test_rank_killed_mid_save_leaves_previous_checkpoint(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not dist.is_nccl_available(), reason="needs a CUDA GPU and NCCL")
 def test_cuda_tensors_nccl_single_rank(tmp_path):
+    """CUDA tensors over NCCL: with a tensorzip module built with CUDA, encoded on the GPU (the writer's
+    gpu_bytes count every tensor byte), reloaded byte-identical onto the GPU, and the rank file equals
+    the one of gpu_encode=False (CPU encode) byte for byte; dcp.async_save (staged to CPU memory by
+    DCP) encodes on the CPU. A module without CUDA takes the CPU path (TZ_REQUIRE_GPU_ENCODE=1, as
+    bench/gpu/run.sh sets, makes that a failure)."""
     procs = _spawn("cuda", 1, tmp_path)
     (out,) = _wait_all(procs, 240)
     assert procs[0].returncode == 0 and "ok cuda" in out, out[-6000:]
+    assert "ok cuda-cpu-path-same-file" in out and "ok cuda-async-staged-cpu" in out, out[-6000:]
+    if tensorzip._tensorzip.HAVE_CUDA:
+        assert "ok cuda-gpu-encode" in out, out[-6000:]
 
 
 def test_missing_data_file_named(tmp_path):

@@ -465,46 +465,27 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   tz::container::TensorWriterStats ws;
   std::vector<tz::container::TensorEntry> stored;
   try {
+    tz::container::TensorWriter w(fin, wo);
 #ifdef TZ_CHECKPOINT_CUDA
     // Device tensors: batched GPU encode into pinned buffers, handed to the
-    // writer chunk by chunk as pre-encoded frames.
-    std::vector<gpu::DevChunk> dev_chunks;
-    std::vector<size_t> dev_base(segs.size(), 0);
-    for (size_t i = 0; i < segs.size(); ++i) {
-      const Seg& s = segs[i];
-      if (s.t->memory != Memory::kDevice) continue;
-      dev_base[i] = dev_chunks.size();
-      const unsigned esz = std::max(1u, tz::container::dtype_bits(s.t->dtype) / 8);
-      for (uint64_t off = 0; off < s.t->size; off += chunk)
-        dev_chunks.push_back({static_cast<const uint8_t*>(s.t->data) + off, std::min<uint64_t>(chunk, s.t->size - off),
-                              s.cd, s.block_elems, esz});
-    }
-    std::unique_ptr<gpu::BatchEncoder> genc;
-    if (!dev_chunks.empty()) genc = std::make_unique<gpu::BatchEncoder>(std::move(dev_chunks), choice.level);
+    // writer chunk by chunk as encoded frames (gpu::WriterEncoder).
+    gpu::WriterEncoder genc(choice.level);
+    bool any_dev = false;
 #endif
-    tz::container::TensorWriter w(fin, wo);
     for (size_t i = 0; i < segs.size(); ++i) {
       const Seg& s = segs[i];
 #ifdef TZ_CHECKPOINT_CUDA
       if (s.t->memory == Memory::kDevice) {
-        gpu::BatchEncoder* ge = genc.get();
-        const size_t base = dev_base[i];
-        const std::string name = s.t->name;
-        w.add_encoder(
-            s.t->name, s.t->dtype, s.t->shape, s.t->size,
-            [ge, base, name](uint64_t k, uint8_t* dst, size_t cap) -> size_t {
-              try {
-                return ge->encode(base + k, dst, cap);
-              } catch (const std::runtime_error& e) {
-                throw Error(ErrorKind::kInternal, "tensor '" + name + "': " + e.what());
-              }
-            },
-            choice.level, s.block_elems);
+        genc.add(w, s.t->name, s.t->dtype, s.t->shape, s.t->data, s.t->size, s.block_elems);
+        any_dev = true;
         continue;
       }
 #endif
       w.add(s.t->name, s.t->dtype, s.t->shape, s.t->data, s.t->size);
     }
+#ifdef TZ_CHECKPOINT_CUDA
+    if (any_dev) genc.start();
+#endif
     ws = w.finish();
     stored = w.tensors();
   } catch (const tz::container::Error& e) {

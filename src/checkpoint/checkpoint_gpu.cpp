@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -15,6 +16,7 @@
 
 #include "../io/cufile.hpp"
 #include "../io/write_queue.hpp"
+#include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip_cuda.h"
 
 namespace tz::checkpoint::gpu {
@@ -103,8 +105,10 @@ void pinned_put(void* b) {
 struct BatchEncoder::Impl {
   std::vector<DevChunk> chunks;
   int level;
+  std::atomic<uint64_t> gpu_bytes{0}, host_bytes{0};
   struct Batch {
     size_t first = 0, count = 0;
+    int device = -1;
     enum { kIdle, kEncoding, kReady, kFailed } st = kIdle;
     void* pinned = nullptr;
     std::vector<uint64_t> off, size;
@@ -118,9 +122,11 @@ struct BatchEncoder::Impl {
   std::condition_variable cv;
   unsigned holding = 0;  // batches holding pinned memory
 
-  bool on_gpu(const DevChunk& c) const { return c.cd != TZ_DTYPE_BYTES && c.n % c.elem_size == 0; }
+  // Level 3 (lane-context tables) is encoded by the CPU codec only.
+  bool on_gpu(const DevChunk& c) const { return level != 3 && c.cd != TZ_DTYPE_BYTES && c.n % c.elem_size == 0; }
 
   void run(Batch& b) {
+    ck(cudaSetDevice(b.device), "cudaSetDevice");  // this worker thread: the batch's device
     Stream st;
     std::vector<tz_cuda_compress_item> items;
     std::vector<size_t> idx;  // batch position of each item
@@ -146,7 +152,7 @@ struct BatchEncoder::Impl {
     if (items.empty()) return;
     tz_params p{};
     p.level = level;
-    p.block_elems = chunks[b.first + idx[0]].block_elems;  // one block size for every float dtype (65536)
+    p.block_elems = chunks[b.first + idx[0]].block_elems;  // one block size per batch (see the constructor)
     const size_t temp = tz_cuda_compress_temp_size(items.data(), items.size(), &p);
     d_temp.alloc(temp, "cudaMalloc (encode temp)");
     d_sizes.alloc(items.size() * sizeof(size_t), "cudaMalloc");
@@ -184,13 +190,26 @@ BatchEncoder::BatchEncoder(std::vector<DevChunk> chunks, int level, uint64_t bat
   m.chunks = std::move(chunks);
   m.level = level;
   m.batch_of.resize(m.chunks.size());
+  int cur = -1;
+  if (!m.chunks.empty() && cudaGetDevice(&cur) != cudaSuccess) cur = 0;
+  for (auto& c : m.chunks)
+    if (c.device < 0) c.device = cur;
+  // A batch: chunks of one device, and (the GPU codec's parameters are per
+  // call) one block size among the chunks the GPU takes.
   uint64_t acc = 0;
+  unsigned batch_be = 0;  // block size of the batch's GPU chunks (0: none yet)
   for (size_t i = 0; i < m.chunks.size(); ++i) {
-    if (m.batches.empty() || acc + m.chunks[i].n > batch_bytes) {
+    const DevChunk& c = m.chunks[i];
+    const bool gpu = m.on_gpu(c);
+    if (m.batches.empty() || acc + c.n > batch_bytes || c.device != m.batches.back().device ||
+        (gpu && batch_be && c.block_elems != batch_be)) {
       m.batches.emplace_back();
       m.batches.back().first = i;
+      m.batches.back().device = c.device;
       acc = 0;
+      batch_be = 0;
     }
+    if (gpu) batch_be = c.block_elems;
     ++m.batches.back().count;
     ++m.batches.back().remaining;
     acc += m.chunks[i].n;
@@ -235,11 +254,14 @@ size_t BatchEncoder::encode(size_t i, uint8_t* dst, size_t cap) {
     if (b.size[k] > cap) throw std::runtime_error("GPU frame larger than its buffer");
     std::memcpy(dst, static_cast<uint8_t*>(b.pinned) + b.off[k], b.size[k]);
     r = b.size[k];
+    m.gpu_bytes += m.chunks[i].n;
   } else if (b.status[k] == TZ_ERROR_UNSUPPORTED) {
     // Not on the GPU: host copy + CPU encode (same bitstream).
     const DevChunk& c = m.chunks[i];
     std::vector<uint8_t> host(c.n);
+    ck(cudaSetDevice(b.device), "cudaSetDevice");
     ck(cudaMemcpy(host.data(), c.src, c.n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    m.host_bytes += c.n;
     tz_params p{};
     p.dtype = c.cd;
     p.level = m.level;
@@ -258,6 +280,66 @@ size_t BatchEncoder::encode(size_t i, uint8_t* dst, size_t cap) {
   }
   return r;
 }
+
+uint64_t BatchEncoder::gpu_bytes() const { return impl_->gpu_bytes.load(); }
+uint64_t BatchEncoder::host_bytes() const { return impl_->host_bytes.load(); }
+
+// ---- device tensors of a container TensorWriter ---------------------------
+WriterEncoder::WriterEncoder(int level) : level_(level) {}
+WriterEncoder::~WriterEncoder() = default;
+
+void WriterEncoder::add(tz::container::TensorWriter& w, const std::string& name, const std::string& dtype,
+                        const std::vector<uint64_t>& shape, const void* data, uint64_t size, unsigned block_elems) {
+  using tz::container::Error;
+  using tz::container::ErrorKind;
+  const std::string what = w.path() + ": tensor '" + name + "'";
+  if (enc_) throw Error(ErrorKind::kUsage, what + ": added after the GPU encode started");
+  tz_dtype cd = TZ_DTYPE_BYTES;
+  if (!tz::container::codec_dtype_for(dtype, &cd)) throw Error(ErrorKind::kUsage, what + ": unknown dtype '" + dtype + "'");
+  if (!block_elems) block_elems = cd == TZ_DTYPE_BYTES ? 262144 : 65536;  // the container's defaults
+  int device = -1;
+  if (size) {
+    if (!data) throw Error(ErrorKind::kUsage, what + ": null device pointer");
+    cudaPointerAttributes a{};
+    const cudaError_t e = cudaPointerGetAttributes(&a, data);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it
+      throw Error(ErrorKind::kUsage, what + ": cannot use its memory on the GPU: " + cudaGetErrorString(e));
+    }
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+      throw Error(ErrorKind::kUsage, what + ": not CUDA device memory");
+    device = a.device;
+  }
+  // Registered first (it checks name, dtype, shape, size and block size);
+  // the chunks follow the writer's chunk_bytes, one frame each.
+  const size_t base = chunks_.size();
+  w.add_encoder(
+      name, dtype, shape, size,
+      [this, base, what](uint64_t k, uint8_t* dst, size_t cap) -> size_t {
+        if (!enc_) throw Error(ErrorKind::kInternal, what + ": GPU encode not started");
+        try {
+          return enc_->encode(base + k, dst, cap);
+        } catch (const Error&) {
+          throw;
+        } catch (const std::runtime_error& e) {
+          throw Error(ErrorKind::kInternal, what + ": " + e.what());
+        }
+      },
+      level_, block_elems);
+  const uint64_t chunk = w.chunk_bytes();
+  const unsigned esz = std::max(1u, tz::container::dtype_bits(dtype) / 8);
+  for (uint64_t off = 0; off < size; off += chunk)
+    chunks_.push_back({static_cast<const uint8_t*>(data) + off, std::min<uint64_t>(chunk, size - off), cd, block_elems,
+                       esz, device});
+}
+
+void WriterEncoder::start() {
+  if (enc_) throw tz::container::Error(tz::container::ErrorKind::kUsage, "GPU encode started twice");
+  enc_ = std::make_unique<BatchEncoder>(std::move(chunks_), level_);
+}
+
+uint64_t WriterEncoder::gpu_bytes() const { return enc_ ? enc_->gpu_bytes() : 0; }
+uint64_t WriterEncoder::host_bytes() const { return enc_ ? enc_->host_bytes() : 0; }
 
 // ---- batched decode into device memory -----------------------------------
 // Two batches in flight: while the GPU decodes batch b (and its frames are
