@@ -143,7 +143,8 @@ struct BatchEncoder::Impl {
     for (size_t k = 0; k < b.count; ++k) {
       const DevChunk& c = chunks[b.first + k];
       if (!on_gpu(c)) continue;
-      items.push_back({c.src, c.n, c.cd, static_cast<uint8_t*>(d_out.p) + out_off[k], tz_compress_bound(c.n)});
+      items.push_back({c.src, c.n, c.cd, static_cast<uint8_t*>(d_out.p) + out_off[k], tz_compress_bound(c.n),
+                       tz_cuda_prediction{}});
       idx.push_back(k);
     }
     b.off.assign(b.count, 0);
@@ -409,7 +410,7 @@ void launch_batch(DecodeBatch& b, std::vector<DevFrame>& frames, bool gds,
   }
   for (size_t k = b.first; k < b.last; ++k)
     b.items.push_back({static_cast<uint8_t*>(b.d_in.p) + b.off[k - b.first], frames[k].size, frames[k].dst,
-                       frames[k].raw_size});
+                       frames[k].raw_size, tz_cuda_prediction{}});
   const size_t temp = tz_cuda_decompress_temp_size(b.items.data(), b.items.size());
   b.d_temp.ensure(temp, "cudaMalloc (decode temp)");
   b.d_sizes.ensure(b.items.size() * sizeof(size_t), "cudaMalloc");
