@@ -266,6 +266,7 @@ TEST(LaneCtx, PortableEncoderDecoderAgreeOnEdgeContexts) {
         EXPECT_EQ(b, sym);
       }
       // A corrupted word must be rejected identically by both decoders.
+      if (sz == tz::kRansStateBytes) continue;  // short streams may carry no word
       Bytes bad(payload.begin(), payload.begin() + (long)sz);
       bad[tz::kRansStateBytes + (sz - tz::kRansStateBytes) / 2] ^= 0x5A;
       const int st = tz::rans_decode_ctx(bad.data(), sz, n, dec.data(), rc, out.data());
