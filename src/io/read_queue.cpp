@@ -26,14 +26,8 @@ struct ReadQueue::Uring : detail::UringRing<Req> {};
 
 ReadQueue::ReadQueue(Backend backend, unsigned threads, unsigned depth)
     : backend_(backend), depth_(depth ? depth : 16) {
-  if (backend_ == Backend::kAuto) backend_ = Backend::kUring;
-  if (backend_ == Backend::kUring) {
-    ring_ = std::make_unique<Uring>();
-    if (ring_->init(depth_ + 1) < 0) {  // one entry more: room for the wake-up no-op
-      ring_.reset();
-      backend_ = Backend::kPosix;  // no io_uring here (old kernel, seccomp, no liburing): pread threads
-    }
-  }
+  // one entry more than reads in flight: room for the wake-up no-op
+  backend_ = detail::open_ring(backend_, depth_ + 1, &ring_);
   if (backend_ == Backend::kPosix) {
     for (unsigned i = 0; i < (threads ? threads : 1); ++i) threads_.emplace_back([this] { posix_loop(); });
   } else {
@@ -43,14 +37,7 @@ ReadQueue::ReadQueue(Backend backend, unsigned threads, unsigned depth)
 
 ReadQueue::~ReadQueue() {
   drain();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-    cv_.notify_all();
-    if (ring_) ring_->wake();
-  }
-  for (auto& t : threads_) t.join();
-  ring_.reset();  // io_uring_queue_exit
+  detail::stop_and_join(mu_, cv_, &stop_, &ring_, &threads_);
 }
 
 void ReadQueue::finish(Req& r, int err, size_t got) {

@@ -14,12 +14,17 @@
 
 #include <errno.h>
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
+#include <vector>
+
+#include "write_queue.hpp"  // Backend
 
 namespace tz::io::detail {
 
@@ -99,5 +104,36 @@ class UringRing : public UringCore {
   std::map<uint64_t, Req> pending_;
   uint64_t next_id_ = 1;
 };
+
+// A queue's back-end choice: kAuto means io_uring, and io_uring falls back
+// to kPosix (*ring left null) where a ring of `entries` cannot be set up.
+template <class Ring>
+Backend open_ring(Backend b, unsigned entries, std::unique_ptr<Ring>* ring) {
+  if (b == Backend::kAuto) b = Backend::kUring;
+  if (b == Backend::kUring) {
+    *ring = std::make_unique<Ring>();
+    if ((*ring)->init(entries) < 0) {  // old kernel, seccomp, built without liburing
+      ring->reset();
+      b = Backend::kPosix;
+    }
+  }
+  return b;
+}
+
+// A queue's teardown, once drained: sets *stop under mu, wakes the POSIX
+// workers (cv) and the reaper (the wake-up no-op), joins every thread, then
+// closes the ring.
+template <class Ring>
+void stop_and_join(std::mutex& mu, std::condition_variable& cv, bool* stop, std::unique_ptr<Ring>* ring,
+                   std::vector<std::thread>* threads) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    *stop = true;
+    cv.notify_all();
+    if (*ring) (*ring)->wake();
+  }
+  for (auto& t : *threads) t.join();
+  ring->reset();  // io_uring_queue_exit
+}
 
 }  // namespace tz::io::detail

@@ -47,14 +47,7 @@ struct WriteQueue::Uring : detail::UringRing<Req> {};
 
 WriteQueue::WriteQueue(int fd, Backend backend, unsigned threads, unsigned depth)
     : fd_(fd), backend_(backend), depth_(depth ? depth : 8) {
-  if (backend_ == Backend::kAuto) backend_ = Backend::kUring;
-  if (backend_ == Backend::kUring) {
-    ring_ = std::make_unique<Uring>();
-    if (ring_->init(depth_) < 0) {
-      ring_.reset();
-      backend_ = Backend::kPosix;  // kernel without io_uring, seccomp, no liburing: fall back
-    }
-  }
+  backend_ = detail::open_ring(backend_, depth_, &ring_);
   if (backend_ == Backend::kPosix) {
     for (unsigned i = 0; i < (threads ? threads : 1); ++i) threads_.emplace_back([this] { posix_loop(); });
   } else {
@@ -64,14 +57,7 @@ WriteQueue::WriteQueue(int fd, Backend backend, unsigned threads, unsigned depth
 
 WriteQueue::~WriteQueue() {
   drain();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-    cv_.notify_all();
-    if (ring_) ring_->wake();  // wake the reaper with a no-op
-  }
-  for (auto& t : threads_) t.join();
-  ring_.reset();  // io_uring_queue_exit
+  detail::stop_and_join(mu_, cv_, &stop_, &ring_, &threads_);
 }
 
 void WriteQueue::finish(Req& r, int err) {
