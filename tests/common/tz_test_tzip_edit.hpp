@@ -4,6 +4,9 @@
 #pragma once
 
 #include <xxhash.h>
+#include <zstd.h>
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <functional>
@@ -23,15 +26,29 @@ inline void put64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-// f: a whole .tzip file; edit: changes its header. Returns the new file.
+// f: a whole .tzip file; edit: changes its header. Returns the new file. A
+// header stored zstd-compressed (preamble flag bit 0) is decompressed for
+// the edit and compressed again.
 inline std::vector<uint8_t> with_header(const std::vector<uint8_t>& f,
                                         const std::function<void(nlohmann::json&)>& edit) {
   using Bytes = std::vector<uint8_t>;
   const uint8_t* tr = f.data() + f.size() - 48;
   const uint64_t ho = le64(tr), hs = le64(tr + 8);
-  nlohmann::json j = nlohmann::json::parse(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
+  const bool packed = f[8] & 1;
+  std::string text(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
+  if (packed) {
+    std::string u(ZSTD_getFrameContentSize(text.data(), text.size()), '\0');
+    EXPECT_EQ(ZSTD_decompress(u.data(), u.size(), text.data(), text.size()), u.size());
+    text = u;
+  }
+  nlohmann::json j = nlohmann::json::parse(text);
   edit(j);
-  const std::string h = j.dump();
+  std::string h = j.dump();
+  if (packed) {
+    std::string z(ZSTD_compressBound(h.size()), '\0');
+    z.resize(ZSTD_compress(z.data(), z.size(), h.data(), h.size(), 3));
+    h = z;
+  }
   Bytes out(f.begin(), f.begin() + (long)ho);
   out.insert(out.end(), h.begin(), h.end());
   Bytes t(tr, tr + 48);
