@@ -13,6 +13,7 @@ import json
 import math
 import os
 import struct
+import tempfile
 import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -172,6 +173,25 @@ class TensorSlice:
 
     def __repr__(self) -> str:
         return f"TensorSlice({self._name!r}, dtype={self._dtype}, shape={list(self._shape)})"
+
+
+def save_to_bytes(save_file: Callable[..., None], tensors: Mapping[str, Any],
+                  metadata: Optional[Mapping[str, str]], level: int, threads: int) -> bytes:
+    """The bytes of the ``.tzip`` file that ``save_file`` (numpy's or torch's) writes."""
+    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
+        path = os.path.join(d, "t.tzip")
+        save_file(tensors, path, metadata, level=level, threads=threads)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def load_from_bytes(data: bytes, load_file: Callable[[str], Any]) -> Any:
+    """``load_file(path)`` of a ``.tzip`` file held in memory (through a temporary file)."""
+    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
+        path = os.path.join(d, "t.tzip")
+        with open(path, "wb") as f:
+            f.write(data)
+        return load_file(path)
 
 
 def _normalize_key(key: Any, shape: Tuple[int, ...]) -> List[Union[int, slice]]:

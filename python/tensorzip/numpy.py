@@ -5,8 +5,6 @@ bfloat16 and float8 arrays use the ``ml_dtypes`` types
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -63,17 +61,9 @@ def load_file(filename: PathLike, *, threads: int = 0, refs: Any = None) -> Dict
 def save(tensor_dict: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None, *, level: int = 0,
          threads: int = 0) -> bytes:
     """Like :func:`save_file`, but returns the ``.tzip`` file's bytes."""
-    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
-        path = os.path.join(d, "t.tzip")
-        save_file(tensor_dict, path, metadata, level=level, threads=threads)
-        with open(path, "rb") as f:
-            return f.read()
+    return _file.save_to_bytes(save_file, tensor_dict, metadata, level, threads)
 
 
 def load(data: bytes, *, threads: int = 0) -> Dict[str, np.ndarray]:
     """Loads the arrays of a ``.tzip`` file held in memory."""
-    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
-        path = os.path.join(d, "t.tzip")
-        with open(path, "wb") as f:
-            f.write(data)
-        return load_file(path, threads=threads)
+    return _file.load_from_bytes(data, lambda path: load_file(path, threads=threads))

@@ -1,8 +1,6 @@
 """PyTorch API, mirroring ``safetensors.torch``: ``.tzip`` files of torch tensors."""
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 try:
@@ -66,20 +64,12 @@ def load_file(filename: PathLike, device: Union[str, int, torch.device] = "cpu",
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *, level: int = 0,
          threads: int = 0) -> bytes:
     """Like :func:`save_file`, but returns the ``.tzip`` file's bytes."""
-    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
-        path = os.path.join(d, "t.tzip")
-        save_file(tensors, path, metadata, level=level, threads=threads)
-        with open(path, "rb") as f:
-            return f.read()
+    return _file.save_to_bytes(save_file, tensors, metadata, level, threads)
 
 
 def load(data: bytes, device: Union[str, int, torch.device] = "cpu", *, threads: int = 0) -> Dict[str, torch.Tensor]:
     """Loads the tensors of a ``.tzip`` file held in memory."""
-    with tempfile.TemporaryDirectory(prefix="tensorzip-") as d:
-        path = os.path.join(d, "t.tzip")
-        with open(path, "wb") as f:
-            f.write(data)
-        return load_file(path, device, threads=threads)
+    return _file.load_from_bytes(data, lambda path: load_file(path, device, threads=threads))
 
 
 def save_model(model: torch.nn.Module, filename: PathLike, metadata: Optional[Dict[str, str]] = None, *,

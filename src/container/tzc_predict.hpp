@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,38 @@ struct SampleRuns {
   uint64_t elems = 0;
 };
 SampleRuns sample_runs(uint64_t n, uint64_t R = 4);
+
+// Cast discovery: which FP32 tensor a BF16/F16 target (n elements of 2
+// bytes; kind tz::predict::kCastBF16 or kCastF16) is a round-to-nearest-even
+// cast of. Candidates (FP32 tensors of the target's shape) are tried in the
+// caller's order:
+//  - probe: 64 elements from the middle of the tensor (cheap first filter);
+//    a candidate whose cast matches fewer than half of them is skipped;
+//  - cost: on the sample_runs(n) sample, the order-0 per-byte-plane cost of
+//    the residual (value XOR cast(candidate)) must be below (1 - min_gain)
+//    of the values' own cost; the cheapest candidate wins (ties: the first);
+//  - stop_at_exact (TensorWriter): the search ends at the first candidate
+//    that matches the whole probe and passes the cost test, so that a save
+//    holding many FP32 tensors of one shape stays linear in its size.
+// Returns the winner's index, or -1. The data come through callbacks (files
+// for compress_file, memory for TensorWriter), asked only for what the rule
+// needs; element offsets and counts are in elements:
+struct CastData {
+  // count 16-bit elements of the target from element `first` into dst
+  std::function<void(uint64_t first, uint64_t count, uint8_t* dst)> read_target;
+  // candidate i's FP32 elements [first, first + count) (the probe; the
+  // caller may cache it: every call for one target asks for the same range)
+  std::function<const uint8_t*(size_t i, uint64_t first, uint64_t count)> cand_probe;
+  // count FP32 elements of candidate i from element `first` into dst
+  std::function<void(size_t i, uint64_t first, uint64_t count, uint8_t* dst)> read_cand;
+};
+struct CastScratch {  // buffers reused across targets
+  std::vector<uint8_t> probe, sample, cand, resid;
+};
+// tz::predict::kCastBF16 / kCastF16 for a cast target's dtype, else -1.
+int cast_kind(const std::string& dtype);
+long find_cast_source(uint64_t n, int kind, double min_gain, size_t n_cands, const CastData& data,
+                      bool stop_at_exact, CastScratch* scratch);
 
 // Delta discovery sample: the first 16384 elements of the reference tensor's
 // middle codec block (one block to decode from the reference).

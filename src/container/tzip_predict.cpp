@@ -108,6 +108,53 @@ SampleRuns sample_runs(uint64_t n, uint64_t R) {
   return s;
 }
 
+int cast_kind(const std::string& dtype) {
+  if (dtype == "BF16") return tz::predict::kCastBF16;
+  if (dtype == "F16") return tz::predict::kCastF16;
+  return -1;
+}
+
+long find_cast_source(uint64_t n, int kind, double min_gain, size_t n_cands, const CastData& data,
+                      bool stop_at_exact, CastScratch* scratch) {
+  if (n_cands == 0 || n == 0) return -1;
+  const uint64_t pa = n > 64 ? (n - 64) / 2 : 0, pn = std::min<uint64_t>(64, n);
+  const SampleRuns sr = sample_runs(n);
+  auto& tprobe = scratch->probe;
+  tprobe.resize(pn * 2);
+  data.read_target(pa, pn, tprobe.data());
+  // The target's own sample and its cost, read only when a candidate
+  // survives the probe (most tensors have none).
+  bool have_sample = false;
+  double best = 0;
+  long winner = -1;
+  for (size_t i = 0; i < n_cands; ++i) {
+    const uint8_t* cprobe = data.cand_probe(i, pa, pn);
+    uint64_t hits = 0;
+    for (uint64_t e = 0; e < pn; ++e)
+      hits += tz::predict::cast_f32(load_le32(cprobe + 4 * e), kind) == load_le16(tprobe.data() + 2 * e);
+    if (hits * 2 < pn) continue;  // fewer than half exact: not a cast of this tensor
+    if (!have_sample) {
+      have_sample = true;
+      scratch->sample.resize(sr.elems * 2);
+      uint64_t o = 0;
+      for (const auto& r : sr.runs) data.read_target(r.first, r.second, scratch->sample.data() + o), o += r.second * 2;
+      best = plane_cost(scratch->sample.data(), sr.elems, 2) * (1.0 - min_gain);
+    }
+    scratch->cand.resize(sr.elems * 4);
+    uint64_t o = 0;
+    for (const auto& r : sr.runs) data.read_cand(i, r.first, r.second, scratch->cand.data() + o), o += r.second * 4;
+    scratch->resid = scratch->sample;
+    tz::predict::cast_xor(scratch->cand.data(), scratch->resid.data(), sr.elems, kind);
+    const double cost = plane_cost(scratch->resid.data(), sr.elems, 2);
+    if (cost < best) {
+      best = cost;
+      winner = (long)i;
+      if (stop_at_exact && hits == pn) break;  // exact on the probe: good enough, stop searching
+    }
+  }
+  return winner;
+}
+
 DeltaWindow delta_window(const TensorEntry& rt, unsigned esz) {
   DeltaWindow w;
   const uint64_t rbb = rt.block_bytes();

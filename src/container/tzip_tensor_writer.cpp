@@ -66,11 +66,9 @@ class PwriteSink final : public Sink {
 }
 
 // Discovery follows compress_file (tzip_writer.cpp) with the shared rules
-// of tzc_predict.hpp, on memory. Cast: a 64-element probe from the middle
-// must match the cast for at least half of the elements, then the order-0
-// per-byte-plane cost of the residual on a sample of up to 4 runs of 4096
-// elements must beat the tensor's own cost by min_gain; the cheapest
-// candidate wins. Delta (TensorWriterOptions::ref): the tensor of the same
+// of tzc_predict.hpp, on memory. Cast: find_cast_source (a 64-element probe,
+// then the residual's cost on a sample against min_gain), stopping at the
+// first candidate exact on the probe. Delta (TensorWriterOptions::ref): the tensor of the same
 // name, dtype and shape in the reference, sampled on one decoded block.
 
 enum class Src { kHost, kFrames, kEncoder };
@@ -297,18 +295,12 @@ TensorWriterStats TensorWriter::Impl::finish() {
     auto ends_with = [](const std::string& a, const std::string& b) {
       return a.size() > b.size() && a.compare(a.size() - b.size(), b.size(), b) == 0;
     };
-    std::vector<uint8_t> sample, cand_bytes, resid;
+    CastScratch scratch;
     for (size_t i = 0; i < items.size() && !by_shape.empty(); ++i) {
       Item& t = items[i];
-      if (t.src != Src::kHost || t.e.raw_size() == 0 || (t.e.dtype != "BF16" && t.e.dtype != "F16")) continue;
-      const int kind = t.e.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16;
-      const uint64_t n = t.e.raw_size() / 2;
-      const uint64_t pa = n > 64 ? (n - 64) / 2 : 0, pn = std::min<uint64_t>(64, n);
-      const SampleRuns sr = sample_runs(n);
-      const uint64_t elems = sr.elems;
-      const auto& runs = sr.runs;
-      bool have_sample = false;
-      double best = 0;
+      if (t.src != Src::kHost || t.e.raw_size() == 0) continue;
+      const int kind = cast_kind(t.e.dtype);
+      if (kind < 0) continue;
       const auto shp = by_shape.find(t.e.shape);
       if (shp == by_shape.end()) continue;
       std::vector<size_t> cands;
@@ -316,32 +308,19 @@ TensorWriterStats TensorWriter::Impl::finish() {
         if (ends_with(items[j].e.name, t.e.name)) cands.push_back(j);
       for (size_t j : shp->second)
         if (!ends_with(items[j].e.name, t.e.name)) cands.push_back(j);
-      for (size_t j : cands) {
-        const Item& c = items[j];
-        uint64_t hits = 0;
-        for (uint64_t e = pa; e < pa + pn; ++e)
-          hits += tz::predict::cast_f32(load_le32(c.data + 4 * e), kind) == load_le16(t.data + 2 * e);
-        if (hits * 2 < pn) continue;
-        if (!have_sample) {
-          have_sample = true;
-          sample.resize(elems * 2);
-          uint64_t o = 0;
-          for (const auto& r : runs) std::memcpy(sample.data() + o, t.data + r.first * 2, r.second * 2), o += r.second * 2;
-          best = plane_cost(sample.data(), elems, 2) * (1.0 - opt.min_gain);
-        }
-        cand_bytes.resize(elems * 4);
-        uint64_t o = 0;
-        for (const auto& r : runs)
-          std::memcpy(cand_bytes.data() + o, c.data + r.first * 4, r.second * 4), o += r.second * 4;
-        resid = sample;
-        tz::predict::cast_xor(cand_bytes.data(), resid.data(), elems, kind);
-        const double cost = plane_cost(resid.data(), elems, 2);
-        if (cost < best) {
-          best = cost;
-          t.cast_from = (long)j;
-          if (hits == pn) break;  // exact on the probe: good enough, stop searching
-        }
-      }
+      CastData cd;
+      cd.read_target = [&](uint64_t first, uint64_t count, uint8_t* dst) {
+        std::memcpy(dst, t.data + first * 2, count * 2);
+      };
+      cd.cand_probe = [&](size_t k, uint64_t first, uint64_t) -> const uint8_t* {
+        return items[cands[k]].data + first * 4;
+      };
+      cd.read_cand = [&](size_t k, uint64_t first, uint64_t count, uint8_t* dst) {
+        std::memcpy(dst, items[cands[k]].data + first * 4, count * 4);
+      };
+      const long w = find_cast_source(t.e.raw_size() / 2, kind, opt.min_gain, cands.size(), cd,
+                                      /*stop_at_exact=*/true, &scratch);
+      if (w >= 0) t.cast_from = (long)cands[(size_t)w];
       if (t.cast_from >= 0) {
         t.e.predict.kind = PredictKind::kCast;
         t.e.predict.ref = -1;

@@ -144,9 +144,9 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
     } else if (!opt.ref_original.empty()) {
       fail(ErrorKind::kUsage, "ref_original (--ref-original) needs a previous checkpoint (--ref)");
     }
-    // Probe: 64 elements from the middle of the tensor (cheap first filter).
-    auto probe_at = [](uint64_t n) { return n > 64 ? (n - 64) / 2 : 0; };
-    std::vector<uint8_t> sample, cand_bytes, resid;
+    CastScratch cast_scratch;
+    std::vector<uint8_t> cand_bytes;
+    std::vector<size_t> same_shape;  // cands of the target's shape, in order
     for (size_t ti = 0; ti < h.tensors.size(); ++ti) {
       TensorEntry& t = h.tensors[ti];
       if (t.raw_size() == 0) continue;
@@ -154,55 +154,36 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
       if (bits == 0 || bits % 8 != 0) continue;  // sub-byte dtypes: never predicted
       const unsigned esz = bits / 8;
       const uint64_t n = t.raw_size() / esz;
-      const SampleRuns sr = sample_runs(n);
-      // The tensor's own sample and its cost, read only when a candidate
-      // survives the probe (most tensors have none).
-      bool have_sample = false;
-      double best = 0;
-      auto ensure_sample = [&] {
-        if (have_sample) return;
-        have_sample = true;
-        sample.resize(sr.elems * esz);
-        uint64_t o = 0;
-        for (const auto& r : sr.runs) {
-          src.pread_exact(st.data_start + t.data_begin + r.first * esz, sample.data() + o, r.second * esz);
-          o += r.second * esz;
-        }
-        best = plane_cost(sample.data(), sr.elems, esz) * (1.0 - opt.min_gain);
-      };
-      const bool is_cast_target = (t.dtype == "BF16" || t.dtype == "F16");
-      const int kind = t.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16;
-      if (is_cast_target) {
-        const uint64_t pa = probe_at(n), pn = std::min<uint64_t>(64, n);
-        std::vector<uint8_t> tprobe(pn * 2);
-        src.pread_exact(st.data_start + t.data_begin + pa * 2, tprobe.data(), pn * 2);
-        for (auto& c : cands) {
-          if (c.t->shape != t.shape) continue;
-          if (c.probe.empty()) {
-            c.probe.resize(pn * 4);
-            c.file->pread_exact(c.abs_off + pa * 4, c.probe.data(), pn * 4);
+      const int kind = cast_kind(t.dtype);
+      if (kind >= 0) {  // cast discovery (tzc_predict.hpp), candidates read from their files
+        same_shape.clear();
+        for (size_t j = 0; j < cands.size(); ++j)
+          if (cands[j].t->shape == t.shape) same_shape.push_back(j);
+        const uint64_t t_off = st.data_start + t.data_begin;
+        CastData cd;
+        cd.read_target = [&](uint64_t first, uint64_t count, uint8_t* dst) {
+          src.pread_exact(t_off + first * 2, dst, count * 2);
+        };
+        cd.cand_probe = [&](size_t i, uint64_t first, uint64_t count) -> const uint8_t* {
+          Cand& c = cands[same_shape[i]];
+          if (c.probe.empty()) {  // same shape, so the same probe range for every target
+            c.probe.resize(count * 4);
+            c.file->pread_exact(c.abs_off + first * 4, c.probe.data(), count * 4);
           }
-          uint64_t hits = 0;
-          for (uint64_t i = 0; i < pn; ++i)
-            hits += tz::predict::cast_f32(load_le32(c.probe.data() + 4 * i), kind) == load_le16(tprobe.data() + 2 * i);
-          if (hits * 2 < pn) continue;  // fewer than half exact: not a cast of this tensor
-          ensure_sample();
-          cand_bytes.resize(sr.elems * 4);
-          uint64_t o = 0;
-          for (const auto& r : sr.runs) {
-            c.file->pread_exact(c.abs_off + r.first * 4, cand_bytes.data() + o, r.second * 4);
-            o += r.second * 4;
-          }
-          resid = sample;
-          tz::predict::cast_xor(cand_bytes.data(), resid.data(), sr.elems, kind);
-          const double cost = plane_cost(resid.data(), sr.elems, 2);
-          if (cost < best) {
-            best = cost;
-            t.predict.kind = PredictKind::kCast;
-            t.predict.source = c.t->name;
-            t.predict.ref = c.other;  // mapped to a references index below
-            pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, 0, nullptr, 0};
-          }
+          return c.probe.data();
+        };
+        cd.read_cand = [&](size_t i, uint64_t first, uint64_t count, uint8_t* dst) {
+          const Cand& c = cands[same_shape[i]];
+          c.file->pread_exact(c.abs_off + first * 4, dst, count * 4);
+        };
+        const long w = find_cast_source(n, kind, opt.min_gain, same_shape.size(), cd, /*stop_at_exact=*/false,
+                                        &cast_scratch);
+        if (w >= 0) {
+          const Cand& c = cands[same_shape[(size_t)w]];
+          t.predict.kind = PredictKind::kCast;
+          t.predict.source = c.t->name;
+          t.predict.ref = c.other;  // mapped to a references index below
+          pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, 0, nullptr, 0};
         }
       }
       if (t.predict.kind == PredictKind::kNone && delta_ref) {

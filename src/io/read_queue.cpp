@@ -3,11 +3,7 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include <map>
-
-#ifdef TZ_IO_HAVE_URING
-#include <liburing.h>
-#endif
+#include "uring_ring.hpp"
 
 namespace tz::io {
 
@@ -26,30 +22,12 @@ int pread_upto(int fd, void* p, size_t n, uint64_t off, size_t* got) {
   return 0;
 }
 
-#ifdef TZ_IO_HAVE_URING
-struct ReadQueue::Uring {
-  io_uring ring{};
-  std::map<uint64_t, Req> pending;  // by user_data, touched under mu_
-  uint64_t next_id = 1;
-};
-#else
-struct ReadQueue::Uring {};
-#endif
+struct ReadQueue::Uring : detail::UringRing<Req> {};
 
 ReadQueue::ReadQueue(Backend backend, unsigned threads, unsigned depth)
     : backend_(backend), depth_(depth ? depth : 16) {
-  if (backend_ == Backend::kAuto) backend_ = Backend::kUring;
-#ifdef TZ_IO_HAVE_URING
-  if (backend_ == Backend::kUring) {
-    ring_ = std::make_unique<Uring>();
-    if (io_uring_queue_init(depth_ + 1, &ring_->ring, 0) < 0) {
-      ring_.reset();
-      backend_ = Backend::kPosix;  // no io_uring here (old kernel, seccomp): pread threads
-    }
-  }
-#else
-  if (backend_ == Backend::kUring) backend_ = Backend::kPosix;
-#endif
+  // one entry more than reads in flight: room for the wake-up no-op
+  backend_ = detail::open_ring(backend_, depth_ + 1, &ring_);
   if (backend_ == Backend::kPosix) {
     for (unsigned i = 0; i < (threads ? threads : 1); ++i) threads_.emplace_back([this] { posix_loop(); });
   } else {
@@ -59,24 +37,7 @@ ReadQueue::ReadQueue(Backend backend, unsigned threads, unsigned depth)
 
 ReadQueue::~ReadQueue() {
   drain();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-    cv_.notify_all();
-#ifdef TZ_IO_HAVE_URING
-    if (ring_) {  // wake the reaper with a no-op
-      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring)) {
-        io_uring_prep_nop(sqe);
-        io_uring_sqe_set_data64(sqe, 0);
-        io_uring_submit(&ring_->ring);
-      }
-    }
-#endif
-  }
-  for (auto& t : threads_) t.join();
-#ifdef TZ_IO_HAVE_URING
-  if (ring_) io_uring_queue_exit(&ring_->ring);
-#endif
+  detail::stop_and_join(mu_, cv_, &stop_, &ring_, &threads_);
 }
 
 void ReadQueue::finish(Req& r, int err, size_t got) {
@@ -90,24 +51,15 @@ void ReadQueue::submit(int fd, uint64_t off, void* p, size_t n, std::function<vo
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [&] { return in_flight_ < depth_; });
   ++in_flight_;
-#ifdef TZ_IO_HAVE_URING
   if (ring_) {
-    if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring)) {
-      const uint64_t id = ring_->next_id++;
-      io_uring_prep_read(sqe, fd, p, (unsigned)n, off);
-      io_uring_sqe_set_data64(sqe, id);
-      ring_->pending.emplace(id, Req{fd, off, p, n, std::move(done)});
-      io_uring_submit(&ring_->ring);
-      return;
-    }
-    lk.unlock();  // no free entry (cannot happen with in_flight_ <= depth_): read inline
     Req r{fd, off, p, n, std::move(done)};
+    if (ring_->submit(Uring::Op::kRead, fd, p, n, off, r)) return;
+    lk.unlock();  // no free entry (cannot happen with in_flight_ <= depth_): read inline
     size_t got = 0;
     const int e = pread_upto(fd, p, n, off, &got);
     finish(r, e, got);
     return;
   }
-#endif
   q_.push_back(Req{fd, off, p, n, std::move(done)});
   cv_.notify_all();
 }
@@ -129,27 +81,7 @@ void ReadQueue::posix_loop() {
 }
 
 void ReadQueue::uring_loop() {
-#ifdef TZ_IO_HAVE_URING
-  for (;;) {
-    io_uring_cqe* cqe = nullptr;
-    const int rc = io_uring_wait_cqe(&ring_->ring, &cqe);
-    if (rc == -EINTR) continue;
-    if (rc < 0) return;
-    const uint64_t id = io_uring_cqe_get_data64(cqe);
-    const int res = cqe->res;
-    io_uring_cqe_seen(&ring_->ring, cqe);
-    if (id == 0) {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (stop_ && ring_->pending.empty()) return;
-      continue;
-    }
-    Req r;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      auto it = ring_->pending.find(id);
-      r = std::move(it->second);
-      ring_->pending.erase(it);
-    }
+  ring_->reap(mu_, stop_, [this](Req& r, int res) {
     int err = 0;
     size_t got = 0;
     if (res < 0) {
@@ -163,8 +95,7 @@ void ReadQueue::uring_loop() {
       }
     }
     finish(r, err, got);
-  }
-#endif
+  });
 }
 
 void ReadQueue::drain() {

@@ -3,11 +3,7 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include <map>
-
-#ifdef TZ_IO_HAVE_URING
-#include <liburing.h>
-#endif
+#include "uring_ring.hpp"
 
 namespace tz::io {
 
@@ -47,30 +43,11 @@ int pread_full(int fd, void* p, size_t n, uint64_t off) {
   return 0;
 }
 
-#ifdef TZ_IO_HAVE_URING
-struct WriteQueue::Uring {
-  io_uring ring{};
-  std::map<uint64_t, Req> pending;  // by user_data, touched under mu_
-  uint64_t next_id = 1;
-};
-#else
-struct WriteQueue::Uring {};
-#endif
+struct WriteQueue::Uring : detail::UringRing<Req> {};
 
 WriteQueue::WriteQueue(int fd, Backend backend, unsigned threads, unsigned depth)
     : fd_(fd), backend_(backend), depth_(depth ? depth : 8) {
-  if (backend_ == Backend::kAuto) backend_ = Backend::kUring;
-#ifdef TZ_IO_HAVE_URING
-  if (backend_ == Backend::kUring) {
-    ring_ = std::make_unique<Uring>();
-    if (io_uring_queue_init(depth_, &ring_->ring, 0) < 0) {
-      ring_.reset();
-      backend_ = Backend::kPosix;  // kernel without io_uring, or seccomp: fall back
-    }
-  }
-#else
-  if (backend_ == Backend::kUring) backend_ = Backend::kPosix;
-#endif
+  backend_ = detail::open_ring(backend_, depth_, &ring_);
   if (backend_ == Backend::kPosix) {
     for (unsigned i = 0; i < (threads ? threads : 1); ++i) threads_.emplace_back([this] { posix_loop(); });
   } else {
@@ -80,27 +57,7 @@ WriteQueue::WriteQueue(int fd, Backend backend, unsigned threads, unsigned depth
 
 WriteQueue::~WriteQueue() {
   drain();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-    cv_.notify_all();
-  }
-#ifdef TZ_IO_HAVE_URING
-  if (ring_) {
-    // Wake the reaper with a no-op.
-    std::lock_guard<std::mutex> lk(mu_);
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
-    if (sqe) {
-      io_uring_prep_nop(sqe);
-      io_uring_sqe_set_data64(sqe, 0);
-      io_uring_submit(&ring_->ring);
-    }
-  }
-#endif
-  for (auto& t : threads_) t.join();
-#ifdef TZ_IO_HAVE_URING
-  if (ring_) io_uring_queue_exit(&ring_->ring);
-#endif
+  detail::stop_and_join(mu_, cv_, &stop_, &ring_, &threads_);
 }
 
 void WriteQueue::finish(Req& r, int err) {
@@ -121,24 +78,14 @@ void WriteQueue::submit(uint64_t off, const void* p, size_t n, std::function<voi
     finish(r, 0);
     return;
   }
-#ifdef TZ_IO_HAVE_URING
   if (ring_) {
-    const uint64_t id = ring_->next_id++;
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
-    if (sqe) {
-      io_uring_prep_write(sqe, fd_, p, (unsigned)n, off);
-      io_uring_sqe_set_data64(sqe, id);
-      ring_->pending.emplace(id, Req{off, p, n, std::move(done)});
-      io_uring_submit(&ring_->ring);
-      return;
-    }
+    Req r{off, p, n, std::move(done)};
+    if (ring_->submit(Uring::Op::kWrite, fd_, const_cast<void*>(p), n, off, r)) return;
     // Ring full (cannot happen with in_flight_ <= depth_): write inline.
     lk.unlock();
-    Req r{off, p, n, std::move(done)};
     finish(r, pwrite_full(fd_, p, n, off));
     return;
   }
-#endif
   q_.push_back(Req{off, p, n, std::move(done)});
   cv_.notify_all();
 }
@@ -158,34 +105,13 @@ void WriteQueue::posix_loop() {
 }
 
 void WriteQueue::uring_loop() {
-#ifdef TZ_IO_HAVE_URING
-  for (;;) {
-    io_uring_cqe* cqe = nullptr;
-    const int rc = io_uring_wait_cqe(&ring_->ring, &cqe);
-    if (rc == -EINTR) continue;
-    if (rc < 0) return;
-    const uint64_t id = io_uring_cqe_get_data64(cqe);
-    const int res = cqe->res;
-    io_uring_cqe_seen(&ring_->ring, cqe);
-    if (id == 0) {  // wake-up no-op from the destructor
-      std::lock_guard<std::mutex> lk(mu_);
-      if (stop_ && ring_->pending.empty()) return;
-      continue;
-    }
-    Req r;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      auto it = ring_->pending.find(id);
-      r = std::move(it->second);
-      ring_->pending.erase(it);
-    }
+  ring_->reap(mu_, stop_, [this](Req& r, int res) {
     int err = 0;
     if (res < 0) err = -res;
     else if ((size_t)res < r.n)  // short write: finish it synchronously
       err = pwrite_full(fd_, static_cast<const uint8_t*>(r.p) + res, r.n - (size_t)res, r.off + (uint64_t)res);
     finish(r, err);
-  }
-#endif
+  });
 }
 
 int WriteQueue::drain() {

@@ -19,55 +19,18 @@
 #include "cufile.hpp"  // src/io: the GPUDirect Storage decision
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
+#include "tz_test_checkpoint.hpp"  // tests/common
 
 namespace fs = std::filesystem;
 namespace ck = tz::checkpoint;
+using namespace tz_test;
 
 namespace {
 
-struct Owned {
-  std::string name, dtype;
-  std::vector<uint64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-// Every tensor of a safetensors file, read with the container's header parser.
-std::vector<Owned> load_safetensors(const std::string& path, const std::string& prefix = "") {
-  const auto st = tz::container::read_safetensors_info(path);
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  EXPECT_GE(fd, 0);
-  std::vector<Owned> out;
-  for (const auto& t : st.tensors) {
-    Owned o{prefix + t.name, t.dtype, t.shape, std::vector<uint8_t>(t.raw_size())};
-    EXPECT_EQ(::pread(fd, o.bytes.data(), o.bytes.size(), (off_t)(st.data_start + t.data_begin)),
-              (ssize_t)o.bytes.size());
-    out.push_back(std::move(o));
-  }
-  ::close(fd);
-  return out;
-}
-
 std::vector<Owned> real_tensors() {
-  auto a = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors");
-  auto b = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors");
-  a.insert(a.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
-  return a;
+  return load_pair(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors",
+                   std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors");
 }
-
-std::vector<ck::TensorView> views(const std::vector<Owned>& v) {
-  std::vector<ck::TensorView> out;
-  for (const auto& o : v) out.push_back({o.name, o.dtype, o.shape, o.bytes.data(), o.bytes.size()});
-  return out;
-}
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/tz_ckpt_test_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 void expect_identical(ck::Checkpoint& c, const std::vector<Owned>& ref) {
   ASSERT_EQ(c.tensors().size(), ref.size());

@@ -15,59 +15,13 @@
 
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
+#include "tz_test_checkpoint.hpp"  // tests/common
 
 namespace fs = std::filesystem;
 namespace ck = tz::checkpoint;
+using namespace tz_test;
 
 namespace {
-
-struct Owned {
-  std::string name, dtype;
-  std::vector<uint64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-std::vector<Owned> load_safetensors(const std::string& path) {
-  const auto st = tz::container::read_safetensors_info(path);
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  EXPECT_GE(fd, 0);
-  std::vector<Owned> out;
-  for (const auto& t : st.tensors) {
-    Owned o{t.name, t.dtype, t.shape, std::vector<uint8_t>(t.raw_size())};
-    EXPECT_EQ(::pread(fd, o.bytes.data(), o.bytes.size(), (off_t)(st.data_start + t.data_begin)),
-              (ssize_t)o.bytes.size());
-    out.push_back(std::move(o));
-  }
-  ::close(fd);
-  return out;
-}
-
-std::vector<Owned> load_pair(const std::string& a, const std::string& b) {
-  auto x = load_safetensors(a);
-  auto y = load_safetensors(b);
-  x.insert(x.end(), std::make_move_iterator(y.begin()), std::make_move_iterator(y.end()));
-  return x;
-}
-
-std::vector<ck::TensorView> views(const std::vector<Owned>& v) {
-  std::vector<ck::TensorView> out;
-  for (const auto& o : v) out.push_back({o.name, o.dtype, o.shape, o.bytes.data(), o.bytes.size()});
-  return out;
-}
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/tz_ckdelta_test_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 
 void expect_identical(ck::Checkpoint& c, const std::vector<Owned>& ref) {
   ASSERT_EQ(c.tensors().size(), ref.size());

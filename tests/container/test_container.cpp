@@ -24,21 +24,13 @@
 
 #include "tensorzip/container.hpp"
 #include "tensorzip/tzip_file.h"
+#include "tz_test_files.hpp"       // tests/common
+#include "tz_test_tzip_edit.hpp"  // tests/common
 
 namespace tc = tz::container;
-using Bytes = std::vector<uint8_t>;
+using namespace tz_test;
 
 namespace {
-
-Bytes read_all(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return Bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-void write_all(const std::string& p, const Bytes& b) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
-}
 
 void write_st(const std::string& p, const std::string& header, const Bytes& data) {
   Bytes b(8);
@@ -69,15 +61,9 @@ std::vector<std::string> list_dir(const std::string& d) {
   return v;
 }
 
-class Container : public ::testing::Test {
+class Container : public DirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tz_container_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-  }
-  void TearDown() override { std::system(("rm -rf '" + dir + "'").c_str()); }
-  std::string p(const std::string& n) const { return dir + "/" + n; }
+  std::string tag() const override { return "tz_container"; }
 
   // A file with several real tensors, one of them large enough to span
   // several 1 MiB frames, non-float dtypes, a zero-size tensor, a gap and
@@ -111,8 +97,6 @@ class Container : public ::testing::Test {
     write_st(p(name), h, data);
     return p(name);
   }
-
-  std::string dir;
 };
 
 tc::WriteOptions small_chunks() {
@@ -384,45 +368,8 @@ TEST_F(Container, TruncationWrongMagicAndNewerVersion) {
   }
 }
 
-// Rewrites the JSON header of a .tzip file and fixes every checksum, so that
-// the header validation itself (not the hash) must catch the edit.
-uint64_t le64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
-}
-// Headers are stored zstd-compressed (preamble flag 1): decompressed for
-// the edit, compressed again.
-Bytes with_header(const Bytes& f, const std::function<void(nlohmann::json&)>& edit) {
-  const uint8_t* tr = f.data() + f.size() - 48;
-  const uint64_t ho = le64(tr), hs = le64(tr + 8);
-  const bool packed = f[8] & 1;
-  std::string text(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
-  if (packed) {
-    std::string u(ZSTD_getFrameContentSize(text.data(), text.size()), '\0');
-    EXPECT_EQ(ZSTD_decompress(u.data(), u.size(), text.data(), text.size()), u.size());
-    text = u;
-  }
-  nlohmann::json j = nlohmann::json::parse(text);
-  edit(j);
-  std::string h = j.dump();
-  if (packed) {
-    std::string z(ZSTD_compressBound(h.size()), '\0');
-    z.resize(ZSTD_compress(z.data(), z.size(), h.data(), h.size(), 3));
-    h = z;
-  }
-  Bytes out(f.begin(), f.begin() + (long)ho);
-  out.insert(out.end(), h.begin(), h.end());
-  Bytes t(tr, tr + 48);
-  put64(t.data() + 8, h.size());
-  put64(t.data() + 16, XXH64(h.data(), h.size(), 0));
-  out.insert(out.end(), t.begin(), t.end());
-  put64(out.data() + out.size() - 16, XXH64(out.data(), out.size() - 16, 0));
-  return out;
-}
+// with_header (tests/common/tz_test_tzip_edit.hpp): the header validation
+// itself, not the hash, must catch each edit.
 
 // The header is stored as one zstd frame (preamble flag 1, section 3.2).
 // Stored bytes that are not exactly one frame with a recorded size within

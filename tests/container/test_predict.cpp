@@ -25,21 +25,15 @@
 
 #include "codec/predict.h"
 #include "tensorzip/container.hpp"
+#include "tz_test_files.hpp"       // tests/common
+#include "tz_test_tzip_edit.hpp"  // tests/common
 
 namespace tc = tz::container;
 namespace tp = tz::predict;
-using Bytes = std::vector<uint8_t>;
+using namespace tz_test;
 
 namespace {
 
-Bytes read_all(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return Bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-void write_all(const std::string& p, const Bytes& b) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(b.data()), (std::streamsize)b.size());
-}
 bool exists(const std::string& p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
@@ -117,15 +111,9 @@ uint16_t bf16_reference(uint32_t x) {
   return (lo & 1) ? hi : lo;
 }
 
-class Predict : public ::testing::Test {
+class Predict : public DirTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tz_predict_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-  }
-  void TearDown() override { std::system(("rm -rf '" + dir + "'").c_str()); }
-  std::string p(const std::string& n) const { return dir + "/" + n; }
+  std::string tag() const override { return "tz_predict"; }
   void roundtrip(const std::string& tz, const std::string& orig, const tc::ReadOptions& ro = {}) {
     tc::Reader r(tz);
     tc::ReadOptions o = ro;
@@ -133,7 +121,6 @@ class Predict : public ::testing::Test {
     r.export_safetensors(p("rt.safetensors"), o);
     EXPECT_EQ(read_all(p("rt.safetensors")), read_all(orig)) << tz;
   }
-  std::string dir;
 };
 
 const tc::TensorEntry& entry(const tc::Reader& r, const std::string& name) {
@@ -500,47 +487,8 @@ TEST_F(Predict, DecompressCheckpointRestoresSourcesFirstAndUsesThem) {
 
 // ---- hostile version-2 headers ---------------------------------------------
 
-namespace {
-uint64_t le64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
-}
-// Rewrites the JSON header and fixes every checksum, so that the header
-// validation itself must catch the edit.
-// Headers are stored zstd-compressed (preamble flag 1): decompressed for
-// the edit, compressed again.
-Bytes with_header(const Bytes& f, const std::function<void(nlohmann::json&)>& edit) {
-  const uint8_t* tr = f.data() + f.size() - 48;
-  const uint64_t ho = le64(tr), hs = le64(tr + 8);
-  const bool packed = f[8] & 1;
-  std::string text(f.begin() + (long)ho, f.begin() + (long)(ho + hs));
-  if (packed) {
-    std::string u(ZSTD_getFrameContentSize(text.data(), text.size()), '\0');
-    EXPECT_EQ(ZSTD_decompress(u.data(), u.size(), text.data(), text.size()), u.size());
-    text = u;
-  }
-  nlohmann::json j = nlohmann::json::parse(text);
-  edit(j);
-  std::string h = j.dump();
-  if (packed) {
-    std::string z(ZSTD_compressBound(h.size()), '\0');
-    z.resize(ZSTD_compress(z.data(), z.size(), h.data(), h.size(), 3));
-    h = z;
-  }
-  Bytes out(f.begin(), f.begin() + (long)ho);
-  out.insert(out.end(), h.begin(), h.end());
-  Bytes t(tr, tr + 48);
-  put64(t.data() + 8, h.size());
-  put64(t.data() + 16, XXH64(h.data(), h.size(), 0));
-  out.insert(out.end(), t.begin(), t.end());
-  put64(out.data() + out.size() - 16, XXH64(out.data(), out.size() - 16, 0));
-  return out;
-}
-}  // namespace
+// with_header (tests/common/tz_test_tzip_edit.hpp) rewrites the JSON header and
+// fixes every checksum, so that the header validation itself must catch the edit.
 
 TEST_F(Predict, HeaderValidationOfPredictions) {
   const Bytes m = normal_f32(4096, 0.02f, 41);

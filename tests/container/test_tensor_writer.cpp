@@ -14,48 +14,13 @@
 
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip.h"
+#include "tz_test_files.hpp"  // tests/common
 
 namespace fs = std::filesystem;
 namespace tc = tz::container;
+using namespace tz_test;
 
 namespace {
-
-struct Owned {
-  std::string name, dtype;
-  std::vector<uint64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-std::vector<Owned> load_safetensors(const std::string& path, const std::string& prefix = "") {
-  const auto st = tc::read_safetensors_info(path);
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  EXPECT_GE(fd, 0);
-  std::vector<Owned> out;
-  for (const auto& t : st.tensors) {
-    Owned o{prefix + t.name, t.dtype, t.shape, std::vector<uint8_t>(t.raw_size())};
-    EXPECT_EQ(::pread(fd, o.bytes.data(), o.bytes.size(), (off_t)(st.data_start + t.data_begin)),
-              (ssize_t)o.bytes.size());
-    out.push_back(std::move(o));
-  }
-  ::close(fd);
-  return out;
-}
-
-struct TempDir {
-  std::string path;
-  explicit TempDir(const char* base = "/tmp") {
-    std::string t = std::string(base) + "/tz_tw_test_XXXXXX";
-    std::vector<char> b(t.begin(), t.end());
-    b.push_back(0);
-    path = ::mkdtemp(b.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  size_t entries() const {
-    size_t n = 0;
-    for (const auto& e : fs::directory_iterator(path)) (void)e, ++n;
-    return n;
-  }
-};
 
 std::vector<Owned> mixed_tensors() {
   auto v = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors");

@@ -17,11 +17,12 @@
 #include "codec/predict.h"
 #include "tensorzip/tensorzip.h"
 #include "tensorzip/tensorzip_cuda.h"
+#include "cuda_test_common.h"
 #include "tz_test_data.h"
 
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using namespace tz_cuda_test;
 
 bool have_gpu() {
   int n = 0;
@@ -62,11 +63,6 @@ struct DevBuf {
     }
     return true;
   }
-};
-
-struct Result {
-  std::vector<size_t> size;
-  std::vector<int> status;
 };
 
 // Runs one batch call with fresh temp memory and returns per-item results.
@@ -114,38 +110,11 @@ Result gpu_decompress(const std::vector<tz_cuda_decompress_item>& items) {
   return res;
 }
 
-Bytes cpu_compress(const Bytes& src, const tz_params& p) {
-  Bytes out(tz_compress_bound(src.size()));
-  const size_t r = tz_compress(out.data(), out.size(), src.data(), src.size(), &p);
-  EXPECT_FALSE(tz_is_error(r)) << tz_get_error_name(r);
-  out.resize(tz_is_error(r) ? 0 : r);
-  return out;
-}
-
 uint32_t elem_size(tz_dtype dt) {
   switch (dt) {
     case TZ_DTYPE_BF16: case TZ_DTYPE_F16: return 2;
     case TZ_DTYPE_F32: return 4;
     default: return 1;
-  }
-}
-
-// Realistic values: normal weights of random scale cast to the dtype.
-Bytes make_tensor(tz_dtype dt, size_t n_elems, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, std::ldexp(1.0f, -(int)(seed % 12)));
-  std::vector<float> v(n_elems);
-  for (auto& f : v) f = nd(rng);
-  switch (dt) {
-    case TZ_DTYPE_BF16: return tzt::to_bf16(v);
-    case TZ_DTYPE_F16: return tzt::to_f16(v);
-    case TZ_DTYPE_F8_E4M3: return tzt::to_f8_e4m3(v);
-    case TZ_DTYPE_F8_E5M2: return tzt::to_f8_e5m2(v);
-    default: {
-      Bytes b(n_elems * 4);
-      memcpy(b.data(), v.data(), b.size());
-      return b;
-    }
   }
 }
 
@@ -202,8 +171,6 @@ void roundtrip_batch(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, con
   }
 }
 
-const tz_dtype kFloatTypes[] = {TZ_DTYPE_BF16, TZ_DTYPE_F16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3, TZ_DTYPE_F8_E5M2};
-
 TEST(CudaGpu, RandomSizesEveryDtype) {
   REQUIRE_GPU();
   std::mt19937 rng(42);
@@ -231,14 +198,7 @@ TEST(CudaGpu, SpecialValues) {
   for (tz_dtype dt : kFloatTypes) {
     std::vector<float> v(70000);
     for (size_t i = 0; i < v.size(); ++i) v[i] = specials[(i * 7 + i / 3) % 10];
-    Bytes b;
-    switch (dt) {
-      case TZ_DTYPE_BF16: b = tzt::to_bf16(v); break;
-      case TZ_DTYPE_F16: b = tzt::to_f16(v); break;
-      case TZ_DTYPE_F8_E4M3: b = tzt::to_f8_e4m3(v); break;
-      case TZ_DTYPE_F8_E5M2: b = tzt::to_f8_e5m2(v); break;
-      default: b.resize(v.size() * 4); memcpy(b.data(), v.data(), b.size());
-    }
+    const Bytes b = float_bytes(dt, v);
     batch.push_back({dt, b});
     batch.push_back({dt, Bytes(b.size(), 0)});                         // all zero: one symbol per stream
     batch.push_back({dt, tzt::hash_stream(b.size(), (uint64_t)dt)});  // incompressible: raw blocks

@@ -17,11 +17,12 @@
 #include "common/crc32c.h"
 #include "tensorzip/tensorzip.h"
 #include "tensorzip/tensorzip_cuda.h"
+#include "cuda_test_common.h"  // tests/cuda (shared with test_cuda_gpu.cpp)
 #include "tz_test_data.h"
 
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using namespace tz_cuda_test;
 
 // "Device" buffer in host memory, 256-aligned, with canaries on both sides.
 struct Buf {
@@ -46,11 +47,6 @@ struct Buf {
   }
 };
 
-struct Result {
-  std::vector<size_t> size;
-  std::vector<int> status;
-};
-
 Result emu_compress(const std::vector<tz_cuda_compress_item>& items, const tz_params& p) {
   const size_t n = items.size();
   const size_t tb = tz_cuda_compress_temp_size(items.data(), n, &p);
@@ -73,32 +69,6 @@ Result emu_decompress(const std::vector<tz_cuda_decompress_item>& items) {
   EXPECT_EQ(tz_cuda_decompress(items.data(), n, temp.p(), tb, r.size.data(), r.status.data(), nullptr), 0u);
   EXPECT_TRUE(temp.guards_intact()) << "write outside temp";
   return r;
-}
-
-Bytes cpu_compress(const Bytes& src, tz_params p) {
-  Bytes out(tz_compress_bound(src.size()));
-  const size_t r = tz_compress(out.data(), out.size(), src.data(), src.size(), &p);
-  EXPECT_FALSE(tz_is_error(r)) << tz_get_error_name(r);
-  out.resize(tz_is_error(r) ? 0 : r);
-  return out;
-}
-
-Bytes make_tensor(tz_dtype dt, size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, std::ldexp(1.0f, -(int)(seed % 12)));
-  std::vector<float> v(n);
-  for (auto& f : v) f = nd(rng);
-  switch (dt) {
-    case TZ_DTYPE_BF16: return tzt::to_bf16(v);
-    case TZ_DTYPE_F16: return tzt::to_f16(v);
-    case TZ_DTYPE_F8_E4M3: return tzt::to_f8_e4m3(v);
-    case TZ_DTYPE_F8_E5M2: return tzt::to_f8_e5m2(v);
-    default: {
-      Bytes b(n * 4);
-      memcpy(b.data(), v.data(), b.size());
-      return b;
-    }
-  }
 }
 
 void roundtrip_batch(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, const tz_params& p) {
@@ -149,8 +119,6 @@ void roundtrip_batch(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, con
     ASSERT_TRUE(back2[i]->get(data.size()) == data);
   }
 }
-
-const tz_dtype kFloatTypes[] = {TZ_DTYPE_BF16, TZ_DTYPE_F16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3, TZ_DTYPE_F8_E5M2};
 
 // Compresses each tensor on the CPU with p, decodes the frames in one
 // emulated GPU batch and checks the bytes. Returns how many frames use
@@ -242,8 +210,7 @@ TEST(CudaEmu, SpecialValuesZerosAndNoise) {
   for (tz_dtype dt : {TZ_DTYPE_BF16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3}) {
     std::vector<float> v(5000);
     for (size_t i = 0; i < v.size(); ++i) v[i] = specials[(i * 7 + i / 3) % 10];
-    Bytes b = dt == TZ_DTYPE_BF16 ? tzt::to_bf16(v) : dt == TZ_DTYPE_F8_E4M3 ? tzt::to_f8_e4m3(v) : Bytes(v.size() * 4);
-    if (dt == TZ_DTYPE_F32) memcpy(b.data(), v.data(), b.size());
+    const Bytes b = float_bytes(dt, v);
     batch.push_back({dt, b});
     batch.push_back({dt, Bytes(b.size(), 0)});
     batch.push_back({dt, tzt::hash_stream(b.size(), (uint64_t)dt)});
