@@ -102,7 +102,9 @@ TEST(TensorWriter, RoundTripHostTensors) {
     EXPECT_EQ(st.file_bytes, fs::file_size(file));
     EXPECT_EQ(st.io, "pwrite");
     EXPECT_EQ(d.entries(), 1u);
-    if (level > 0) EXPECT_LT(st.file_bytes, raw);
+    if (level > 0) {
+      EXPECT_LT(st.file_bytes, raw);
+    }
     ASSERT_EQ(w.tensors().size(), data.size());
     EXPECT_EQ(w.tensors()[data.size() - 4].frames.size(), 3u);  // big.f32: 3 chunks
     tc::Reader r(file, 1);
@@ -382,7 +384,9 @@ TEST(TensorWriter, CustomSinkSeesAlignedOrderedWrites) {
     std::vector<std::pair<uint64_t, size_t>>* log;
     void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
       log->push_back({off, n});
-      if (direct) EXPECT_EQ((off | n | (uint64_t)(uintptr_t)p) % 4096, 0u);
+      if (direct) {
+        EXPECT_EQ((off | n | (uint64_t)(uintptr_t)p) % 4096, 0u);
+      }
       EXPECT_EQ(::pwrite(fd, p, n, (off_t)off), (ssize_t)n);
       if (done) done();
     }
