@@ -26,12 +26,29 @@ inline void put64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
 }
 
+// f: a whole .tzip file; returns it with the stored header bytes replaced
+// by `stored` and the preamble flags by `flags`, checksums fixed.
+inline std::vector<uint8_t> with_stored_header(const std::vector<uint8_t>& f, const std::string& stored,
+                                               uint8_t flags) {
+  using Bytes = std::vector<uint8_t>;
+  const uint8_t* tr = f.data() + f.size() - 48;
+  const uint64_t ho = le64(tr);
+  Bytes out(f.begin(), f.begin() + (long)ho);
+  out[8] = flags;
+  out.insert(out.end(), stored.begin(), stored.end());
+  Bytes t(tr, tr + 48);
+  put64(t.data() + 8, stored.size());
+  put64(t.data() + 16, XXH64(stored.data(), stored.size(), 0));
+  out.insert(out.end(), t.begin(), t.end());
+  put64(out.data() + out.size() - 16, XXH64(out.data(), out.size() - 16, 0));
+  return out;
+}
+
 // f: a whole .tzip file; edit: changes its header. Returns the new file. A
 // header stored zstd-compressed (preamble flag bit 0) is decompressed for
 // the edit and compressed again.
 inline std::vector<uint8_t> with_header(const std::vector<uint8_t>& f,
                                         const std::function<void(nlohmann::json&)>& edit) {
-  using Bytes = std::vector<uint8_t>;
   const uint8_t* tr = f.data() + f.size() - 48;
   const uint64_t ho = le64(tr), hs = le64(tr + 8);
   const bool packed = f[8] & 1;
@@ -49,14 +66,7 @@ inline std::vector<uint8_t> with_header(const std::vector<uint8_t>& f,
     z.resize(ZSTD_compress(z.data(), z.size(), h.data(), h.size(), 3));
     h = z;
   }
-  Bytes out(f.begin(), f.begin() + (long)ho);
-  out.insert(out.end(), h.begin(), h.end());
-  Bytes t(tr, tr + 48);
-  put64(t.data() + 8, h.size());
-  put64(t.data() + 16, XXH64(h.data(), h.size(), 0));
-  out.insert(out.end(), t.begin(), t.end());
-  put64(out.data() + out.size() - 16, XXH64(out.data(), out.size() - 16, 0));
-  return out;
+  return with_stored_header(f, h, f[8]);
 }
 
 }  // namespace tz_test

@@ -387,17 +387,7 @@ TEST_F(Container, CompressedHeaderIsCheckedAndPlainHeadersStillRead) {
   ASSERT_EQ(json.front(), '{');
   EXPECT_LT(hs * 2, json.size()) << "the header should pack well";
   // A file whose header bytes are `h`, flags `flags`, checksums fixed.
-  auto with_stored = [&](const std::string& h, uint8_t flags) {
-    Bytes out(good.begin(), good.begin() + (long)ho);
-    out[8] = flags;
-    out.insert(out.end(), h.begin(), h.end());
-    Bytes t(tr, tr + 48);
-    put64(t.data() + 8, h.size());
-    put64(t.data() + 16, XXH64(h.data(), h.size(), 0));
-    out.insert(out.end(), t.begin(), t.end());
-    put64(out.data() + out.size() - 16, XXH64(out.data(), out.size() - 16, 0));
-    return out;
-  };
+  auto with_stored = [&](const std::string& h, uint8_t flags) { return tz_test::with_stored_header(good, h, flags); };
   auto zstd = [](const std::string& in, bool with_size) {
     std::string z(ZSTD_compressBound(in.size()), '\0');
     ZSTD_CCtx* c = ZSTD_createCCtx();
