@@ -276,8 +276,11 @@ class Reader {
   // as itself, without decoding, by the codec's stored per-block checksums
   // (CRC32C) of the blocks covering the range (read() is asked for whole
   // blocks); a predicted tensor is decoded and compared. False on a mismatch.
+  // `bytes`, if given, holds [offset, offset+size): when that range is whole
+  // blocks it is checked in place and read() is not called.
   bool check_bytes(size_t index, uint64_t offset, uint64_t size,
-                   const std::function<void(uint64_t off, uint64_t len, uint8_t* dst)>& read);
+                   const std::function<void(uint64_t off, uint64_t len, uint8_t* dst)>& read,
+                   const uint8_t* bytes = nullptr);
 
   // Writes the original safetensors file to `out` (atomic, byte-identical).
   PassStats export_safetensors(const std::string& out, const ReadOptions& opt);

@@ -350,10 +350,12 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
       Reader& rr = reference((size_t)t.predict.ref);
       const long ri = rr.find(sname);
       const uint64_t so = cast ? off * 2 : off, sn = cast ? n * 2 : n;
-      const bool same = ri >= 0 && rr.check_bytes((size_t)ri, so, sn, [&](uint64_t q, uint64_t len, uint8_t* dst) {
-        if (q == so && len == sn) std::memcpy(dst, tmp_p, len);
-        else o.f->pread_exact(o.st.data_start + s->data_begin + q, dst, len);
-      });
+      const bool same = ri >= 0 && rr.check_bytes(
+                                       (size_t)ri, so, sn,
+                                       [&](uint64_t q, uint64_t len, uint8_t* dst) {
+                                         o.f->pread_exact(o.st.data_start + s->data_begin + q, dst, len);
+                                       },
+                                       tmp_p);
       if (!same)
         fail(ErrorKind::kUsage, o.f->path() + ": tensor '" + sname + "' differs from " + ref_paths[(size_t)t.predict.ref] +
                                     " (block checksums): not the content of the reference");
@@ -531,7 +533,7 @@ void Reader::read_range(size_t index, uint64_t offset, uint64_t size, void* dst)
 }
 
 bool Reader::check_bytes(size_t index, uint64_t offset, uint64_t size,
-                         const std::function<void(uint64_t, uint64_t, uint8_t*)>& read) {
+                         const std::function<void(uint64_t, uint64_t, uint8_t*)>& read, const uint8_t* bytes) {
   Impl& m = *impl_;
   if (index >= m.h.tensors.size()) fail(ErrorKind::kUsage, m.path + ": tensor index out of range");
   const TensorEntry& t = m.h.tensors[index];
@@ -542,13 +544,18 @@ bool Reader::check_bytes(size_t index, uint64_t offset, uint64_t size,
   const uint64_t bb = t.block_bytes();
   const uint64_t fb = offset / bb, lb = (end - 1) / bb;  // covering blocks
   const uint64_t a = fb * bb, z = std::min((lb + 1) * bb, t.raw_size());
-  std::unique_ptr<uint8_t[]> data(new uint8_t[z - a]);
-  read(a, z - a, data.get());
+  std::unique_ptr<uint8_t[]> own;
+  const uint8_t* data = bytes;  // [a, z)
+  if (!bytes || a != offset || z != end) {
+    own.reset(new uint8_t[z - a]);
+    read(a, z - a, own.get());
+    data = own.get();
+  }
   if (t.predict.kind != PredictKind::kNone) {  // checksums cover the residual: decode
     std::unique_ptr<uint8_t[]> dec(new uint8_t[z - a]);
     size_t w = 0;
     m.read_blocks_into(t, index, fb, lb - fb + 1, dec.get(), z - a, &w);
-    return w == z - a && std::memcmp(dec.get(), data.get(), z - a) == 0;
+    return w == z - a && std::memcmp(dec.get(), data, z - a) == 0;
   }
   const uint64_t bpc = m.blocks_per_chunk(t);
   std::vector<uint8_t> prefix;
@@ -564,7 +571,7 @@ bool Reader::check_bytes(size_t index, uint64_t offset, uint64_t size,
         m.corrupt(t, "frame " + std::to_string(c) + " block index damaged (data corrupted)");
       uint8_t word[4];
       m.f->pread_exact(fr.offset + boff, word, 4);
-      const uint8_t* p = data.get() + (b * bb - a);
+      const uint8_t* p = data + (b * bb - a);
       if (b * bb + rsize > z) return false;
       if ((tz::cpu::block_checksum(p, rsize) ^ tz::block_checksum_salt(lf)) != get_le32(word)) return false;
     }

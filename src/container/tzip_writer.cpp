@@ -310,13 +310,10 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             // ref_original is checked against the reference's stored block
             // checksums (CRC32C, no decoding): a wrong file cannot make a
             // file that decodes wrongly.
-            const bool same = ps.reader->check_bytes(ps.index, u.seg_off, u.raw,
-                                                     [&](uint64_t o, uint64_t len, uint8_t* dst) {
-                                                       if (o == u.seg_off && len == u.raw)
-                                                         std::memcpy(dst, tmp.data(), len);
-                                                       else
-                                                         ps.orig->pread_exact(ps.orig_off + o, dst, len);
-                                                     });
+            const bool same = ps.reader->check_bytes(
+                ps.index, u.seg_off, u.raw,
+                [&](uint64_t o, uint64_t len, uint8_t* dst) { ps.orig->pread_exact(ps.orig_off + o, dst, len); },
+                tmp.data());
             if (!same)
               fail(ErrorKind::kUsage, opt.ref_original + ": tensor '" + u.seg->name + "' differs from " + opt.ref +
                                           " (block checksums): not the content of the reference");
