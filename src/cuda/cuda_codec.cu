@@ -805,7 +805,9 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
 // Decodes one block with a warp: header checks as decode_block, then all
 // streams in lock step (one symbol of every field per lane and step) so the
 // fields merge straight into dst, then the segmented checksum of dst.
-template <int DT>
+// Ctx: the frame has a lane-context stream (kind 3); without it the per-
+// symbol table offset and context update are compiled out.
+template <int DT, bool Ctx>
 __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t n, const uint8_t* kind,
                                  const uint32_t* dec, const uint8_t* tab0, const uint8_t* ctx_base,
                                  const uint8_t* ctx_n, const uint32_t* crc_t, uint8_t* dst, uint32_t lane,
@@ -867,8 +869,8 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
         uint32_t sym = 0;
         bool need = false;
         if (active) {
-          sym = rans_dec_sym(x[k], dec + (size_t)tab0[k] * kProbScale + coff[k]);
-          if (rc[k].n > 1) coff[k] = rans_ctx_of(sym, rc[k]) * kProbScale;
+          sym = rans_dec_sym(x[k], dec + (size_t)tab0[k] * kProbScale + (Ctx ? coff[k] : 0u));
+          if (Ctx && rc[k].n > 1) coff[k] = rans_ctx_of(sym, rc[k]) * kProbScale;
           need = x[k] < kRansL;
         }
         const uint32_t b = __ballot_sync(kFull, need);
@@ -954,14 +956,21 @@ __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* item
   const uint8_t* blk = it.src + S.prefix + offs[it.slot_base + b];
   const uint32_t bsz = load_le32(it.src + kFrameHeaderSize + S.tables_size + 4ull * b);
   uint8_t* dst = it.dst + (uint64_t)b * h.block_elems * es;
+  bool has_ctx = false;  // the same for every warp of the frame
+  for (int k = 0; k < K; ++k) has_ctx |= ctx_n[k] > 1;
+  const uint32_t salt = block_checksum_salt(b);
   int st;
+#define TZ_WARP_DECODE(DT)                                                                             \
+  (has_ctx ? warp_decode_block<DT, true>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt) \
+           : warp_decode_block<DT, false>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt))
   switch (h.dtype) {
-    case kBF16: st = warp_decode_block<kBF16>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
-    case kF16: st = warp_decode_block<kF16>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
-    case kF32: st = warp_decode_block<kF32>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
-    case kBytes: st = warp_decode_block<kBytes>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
-    default: st = warp_decode_block<kF8E4M3>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, block_checksum_salt(b)); break;
+    case kBF16: st = TZ_WARP_DECODE(kBF16); break;
+    case kF16: st = TZ_WARP_DECODE(kF16); break;
+    case kF32: st = TZ_WARP_DECODE(kF32); break;
+    case kBytes: st = TZ_WARP_DECODE(kBytes); break;
+    default: st = TZ_WARP_DECODE(kF8E4M3); break;
   }
+#undef TZ_WARP_DECODE
   if (st == kOk && it.pred_kind != kPredNone) {
     __syncwarp();  // every lane has finished reading the block (checksum)
     apply_prediction_block(it, h.dtype, (uint64_t)b * h.block_elems, n, dst, lane);
