@@ -276,6 +276,7 @@ void OutFile::flush_buffer() {
 
 void OutFile::write(const void* src, size_t n) {
   check_cancel();
+  if (n == 0) return;  // src may be null (a size-0 frame)
   const uint8_t* p = static_cast<const uint8_t*>(src);
   offset_ += n;
   if (buf_used_ + n <= kOutBuf) {
