@@ -199,16 +199,27 @@ struct TzRun {
 };
 
 // Compresses and decompresses n_items items of item_bytes each, laid out
-// back to back at d_src, with the batch API.
+// back to back at d_src, with the batch API. With pred_kind (issue 6:
+// checkpoint-aware coding), item i is coded against the prediction at
+// d_pred + i * pred_item_bytes, fused into the kernels on both sides; the
+// frames then hold residuals, so the CPU comparison is left to the GPU test
+// (CudaGpu.PredictedCastAndDelta) and only the exact round trip is checked.
 TzRun run_tz(const uint8_t* d_src, size_t item_bytes, size_t n_items, tz_dtype dt, const Bytes& host_item, int runs,
-             cudaStream_t s) {
+             cudaStream_t s, int pred_kind = TZ_CUDA_PREDICT_NONE, const uint8_t* d_pred = nullptr,
+             size_t pred_item_bytes = 0) {
   TzRun r;
   const size_t bound = tz_compress_bound(item_bytes);
   uint8_t *d_frames, *d_out;
   CK(cudaMalloc(&d_frames, bound * n_items));
   CK(cudaMalloc(&d_out, item_bytes * n_items));
+  auto prediction = [&](size_t i) {
+    tz_cuda_prediction pr{};
+    if (pred_kind != TZ_CUDA_PREDICT_NONE) pr = {pred_kind, d_pred + i * pred_item_bytes, pred_item_bytes};
+    return pr;
+  };
   std::vector<tz_cuda_compress_item> ci(n_items);
-  for (size_t i = 0; i < n_items; ++i) ci[i] = {d_src + i * item_bytes, item_bytes, dt, d_frames + i * bound, bound};
+  for (size_t i = 0; i < n_items; ++i)
+    ci[i] = {d_src + i * item_bytes, item_bytes, dt, d_frames + i * bound, bound, prediction(i)};
   tz_params p{};
   const size_t ctb = tz_cuda_compress_temp_size(ci.data(), n_items, &p);
   void* ctemp;
@@ -232,7 +243,7 @@ TzRun run_tz(const uint8_t* d_src, size_t item_bytes, size_t n_items, tz_dtype d
   }
   r.ratio = total ? (double)item_bytes * n_items / total : 0;
   // Byte identity with the CPU encoder on the first item.
-  {
+  if (pred_kind == TZ_CUDA_PREDICT_NONE) {
     Bytes cpu(tz_compress_bound(item_bytes)), gpu(sizes[0]);
     tz_params cp{};
     cp.dtype = dt;
@@ -245,7 +256,8 @@ TzRun run_tz(const uint8_t* d_src, size_t item_bytes, size_t n_items, tz_dtype d
       r.ok = false, r.note += " CPU-decode-of-GPU-frame FAILED";
   }
   std::vector<tz_cuda_decompress_item> di(n_items);
-  for (size_t i = 0; i < n_items; ++i) di[i] = {d_frames + i * bound, sizes[i], d_out + i * item_bytes, item_bytes};
+  for (size_t i = 0; i < n_items; ++i)
+    di[i] = {d_frames + i * bound, sizes[i], d_out + i * item_bytes, item_bytes, prediction(i)};
   const size_t dtb = tz_cuda_decompress_temp_size(di.data(), n_items);
   void* dtemp;
   CK(cudaMalloc(&dtemp, dtb));
@@ -360,6 +372,60 @@ TzRun run_nvcomp(int algo, const uint8_t* d_src, size_t total, tz_dtype dt, int 
 }
 #endif
 
+// Checkpoint-aware coding rows (issue 6): values and their predictions.
+//  - delta: the step-400 FP32 master weights against the same tensors at
+//    step 200 (DIR/step200/, written by make_device_data.py);
+//  - cast: the step-400 BF16 weights against their FP32 master weights
+//    (round-to-nearest-even), the tensors of the slice that have both.
+struct Pairing {
+  const char* name;
+  int kind;
+  tz_dtype dt;
+  Bytes values, pred;
+};
+
+std::vector<Pairing> build_pairings(const std::vector<std::string>& dirs) {
+  std::map<std::string, const Tensor*> cur;
+  std::vector<Tensor> all, prev;
+  for (const auto& dir : dirs) {
+    DIR* d = opendir(dir.c_str());
+    if (!d) continue;
+    std::vector<std::string> files;
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.size() > 12 && n.substr(n.size() - 12) == ".safetensors") files.push_back(dir + "/" + n);
+    }
+    closedir(d);
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files)
+      for (auto& t : read_safetensors(f)) all.push_back(std::move(t));
+    if (!all.empty()) {
+      prev = read_safetensors(dir + "/step200/step200-optim-master-slice.safetensors");
+      break;
+    }
+  }
+  for (const auto& t : all) cur[t.name] = &t;
+  std::vector<Pairing> pairings(2);
+  pairings[0] = {"delta fp32-master vs step 200", TZ_CUDA_PREDICT_DELTA, TZ_DTYPE_F32, {}, {}};
+  pairings[1] = {"cast bf16-weights from fp32-master", TZ_CUDA_PREDICT_CAST, TZ_DTYPE_BF16, {}, {}};
+  for (const auto& t : prev) {
+    auto it = cur.find(t.name);
+    if (t.dtype != "F32" || it == cur.end() || it->second->dtype != "F32" || it->second->data.size() != t.data.size())
+      continue;
+    pairings[0].values.insert(pairings[0].values.end(), it->second->data.begin(), it->second->data.end());
+    pairings[0].pred.insert(pairings[0].pred.end(), t.data.begin(), t.data.end());
+  }
+  for (const auto& t : all) {
+    auto it = cur.find("master." + t.name);
+    if (t.dtype != "BF16" || it == cur.end() || it->second->dtype != "F32" ||
+        it->second->data.size() != 2 * t.data.size())
+      continue;
+    pairings[1].values.insert(pairings[1].values.end(), t.data.begin(), t.data.end());
+    pairings[1].pred.insert(pairings[1].pred.end(), it->second->data.begin(), it->second->data.end());
+  }
+  return pairings;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -382,6 +448,9 @@ int main(int argc, char** argv) {
   if (list_only) {
     for (const auto& ds : load_datasets(dirs))
       printf("%s: dtype %d, %.2f MiB of real data\n", ds.kind.c_str(), (int)ds.dtype, ds.base.size() / 1048576.0);
+    for (const auto& pg : build_pairings(dirs))
+      printf("%s: %.2f MiB of values, %.2f MiB of predictions\n", pg.name, pg.values.size() / 1048576.0,
+             pg.pred.size() / 1048576.0);
     return 0;
   }
   int dev = 0;
@@ -439,6 +508,46 @@ int main(int argc, char** argv) {
 #endif
     CK(cudaFree(d_src));
   }
+  // Checkpoint-aware coding (issue 6), prediction fused into the kernels
+  // (build_pairings). Same tiling as above (items of >= 16 MiB, >= target
+  // bytes); compare the speeds with the plain fp32-master and bf16-weights rows.
+  {
+    const std::vector<Pairing> pairings = build_pairings(dirs);
+    for (const Pairing& pg : pairings) {
+      if (pg.values.empty()) {
+        printf("%s: no data (run bench/gpu/make_device_data.py)\n", pg.name);
+        continue;
+      }
+      const size_t base = pg.values.size(), pbase = pg.pred.size();
+      const size_t copies = std::max<size_t>(1, ((16u << 20) + base - 1) / base);
+      const size_t item = base * copies, pitem = pbase * copies;
+      const size_t n_items = std::max<size_t>(1, (target + item - 1) / item);
+      const size_t total = item * n_items;
+      Bytes host_item(item), host_pred(pitem);
+      for (size_t c = 0; c < copies; ++c) {
+        memcpy(host_item.data() + c * base, pg.values.data(), base);
+        memcpy(host_pred.data() + c * pbase, pg.pred.data(), pbase);
+      }
+      uint8_t *d_src, *d_pred;
+      CK(cudaMalloc(&d_src, total));
+      CK(cudaMalloc(&d_pred, pitem * n_items));
+      CK(cudaMemcpy(d_src, host_item.data(), item, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(d_pred, host_pred.data(), pitem, cudaMemcpyHostToDevice));
+      for (size_t i = 1; i < n_items; ++i) {
+        CK(cudaMemcpy(d_src + i * item, d_src, item, cudaMemcpyDeviceToDevice));
+        CK(cudaMemcpy(d_pred + i * pitem, d_pred, pitem, cudaMemcpyDeviceToDevice));
+      }
+      printf("%s: %zu items x %.1f MiB = %.2f GB (real data %.1f MiB)\n", pg.name, n_items, item / 1048576.0,
+             total / 1e9, base / 1048576.0);
+      fflush(stdout);
+      const TzRun t = run_tz(d_src, item, n_items, pg.dt, host_item, runs, s, pg.kind, d_pred, pitem);
+      rows.push_back({std::string("tensorzip  ") + pg.name, total / 1e9, t.ratio, gbps(total, t.enc_ms),
+                      gbps(total, t.dec_ms), t.ok ? "exact round trip" : t.note});
+      print_row(rows.back());
+      CK(cudaFree(d_src));
+      CK(cudaFree(d_pred));
+    }
+  }
   rows.push_back({"memcpy D2D (reference)", 0, 1.0, memcpy_gbps, memcpy_gbps, "copy of the first data kind"});
 
   // Latency: one 1 MiB BF16 (or first kind) tensor per call.
@@ -454,7 +563,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&d_o, n));
     CK(cudaMemcpy(d_src, h.data(), n, cudaMemcpyHostToDevice));
     tz_params p{};
-    tz_cuda_compress_item ci{d_src, n, ds.dtype, d_f, bound};
+    tz_cuda_compress_item ci{d_src, n, ds.dtype, d_f, bound, {}};
     const size_t ctb = tz_cuda_compress_temp_size(&ci, 1, &p);
     void* temp;
     size_t* d_sz;
@@ -465,7 +574,7 @@ int main(int argc, char** argv) {
     const double enc = median_ms(51, s, [&] { tz_cuda_compress(&ci, 1, &p, temp, ctb, d_sz, d_st, s); });
     size_t fs = 0;
     CK(cudaMemcpy(&fs, d_sz, 8, cudaMemcpyDeviceToHost));
-    tz_cuda_decompress_item di{d_f, fs, d_o, n};
+    tz_cuda_decompress_item di{d_f, fs, d_o, n, {}};
     const size_t dtb = tz_cuda_decompress_temp_size(&di, 1);
     void* dtemp;
     CK(cudaMalloc(&dtemp, std::max<size_t>(dtb, 256)));

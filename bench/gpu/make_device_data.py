@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Fills .device-data/ (git-ignored) with real checkpoint tensors for
-bench/gpu/run.sh: the step-400 BF16 model file whole (9.9 MB) and a slice of
+bench/gpu/run.sh: the step-400 BF16 model file whole (9.9 MB), a slice of
 the FP32 optimizer file holding, for each of master / exp_avg / exp_avg_sq,
-its first tensors up to --per-kind-mib MiB. The default keeps the folder at
-~28 MB, so that it and the nvCOMP wheel in .whl/ (~30 MB) fit the device
-tool's 64 MiB carry limit.
+its first tensors up to --per-kind-mib MiB, and the same master tensors at
+step 200 in step200/ (the GPU delta row). The default keeps the folder at
+~25 MB: the device tool sends at most 64 MiB in all (tracked files ~10 MB,
+this folder, the nvCOMP wheel in .whl/ ~30 MB); the total is printed.
 
     python3 bench/gpu/make_device_data.py [--fixtures ../shared/fixtures] [--out .device-data]
 """
@@ -13,6 +14,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 
 
 def read_header(path):
@@ -27,7 +29,7 @@ def main():
     repo = os.path.dirname(os.path.dirname(here))
     ap.add_argument("--fixtures", default=os.path.join(repo, "..", "shared", "fixtures"))
     ap.add_argument("--out", default=os.path.join(repo, ".device-data"))
-    ap.add_argument("--per-kind-mib", type=float, default=6.0)
+    ap.add_argument("--per-kind-mib", type=float, default=3.7)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     model = os.path.join(a.fixtures, "gpt-small-step400-model-bf16.safetensors")
@@ -62,8 +64,48 @@ def main():
         f.write(struct.pack("<Q", len(h)) + h)
         for d in blobs:
             f.write(d)
-    total = sum(os.path.getsize(os.path.join(a.out, x)) for x in os.listdir(a.out))
-    print(f"{a.out}: {total / 1e6:.1f} MB ({', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in used.items())})")
+    # The same master tensors at step 200, in a subfolder (the benchmark's
+    # data kinds come from the top folder only): the delta row of
+    # tz_gpu_bench codes the step-400 masters against them.
+    prev = os.path.join(a.fixtures, "gpt-small-step200-optim-fp32.safetensors")
+    phdr, pstart = read_header(prev)
+    masters = [(b0, name, info) for b0, name, info in keep if name.startswith("master.") and name in phdr]
+    p_hdr, p_blobs, off = {}, [], 0
+    with open(prev, "rb") as f:
+        for _, name, _ in masters:
+            b0, b1 = phdr[name]["data_offsets"]
+            f.seek(pstart + b0)
+            data = f.read(b1 - b0)
+            p_hdr[name] = {"dtype": phdr[name]["dtype"], "shape": phdr[name]["shape"],
+                           "data_offsets": [off, off + len(data)]}
+            p_blobs.append(data)
+            off += len(data)
+    h = json.dumps(p_hdr, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    os.makedirs(os.path.join(a.out, "step200"), exist_ok=True)
+    with open(os.path.join(a.out, "step200", "step200-optim-master-slice.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for d in p_blobs:
+            f.write(d)
+    total = 0
+    for root, _, files in os.walk(a.out):
+        total += sum(os.path.getsize(os.path.join(root, x)) for x in files)
+    print(f"{a.out}: {total / 1e6:.1f} MB ({', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in used.items())}, "
+          f"step-200 masters {off / 1e6:.1f} MB)")
+    # What one device call sends: tracked and untracked-not-ignored files,
+    # plus the carried .device-data and .whl (limit 64 MiB).
+    try:
+        files = subprocess.run(["git", "-C", repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                               check=True, capture_output=True).stdout.split(b"\0")
+        tree = sum(os.path.getsize(os.path.join(repo, f.decode())) for f in files
+                   if f and os.path.isfile(os.path.join(repo, f.decode())))
+        whl = sum(os.path.getsize(os.path.join(repo, ".whl", x)) for x in os.listdir(os.path.join(repo, ".whl"))) \
+            if os.path.isdir(os.path.join(repo, ".whl")) else 0
+        sent = tree + total + whl
+        print(f"one device call sends {sent / 1048576:.1f} MiB (tree {tree / 1e6:.1f} MB, data {total / 1e6:.1f} MB, "
+              f".whl {whl / 1e6:.1f} MB): {'OK' if sent <= 64 * 1048576 else 'OVER the 64 MiB limit: lower --per-kind-mib'}")
+    except (OSError, subprocess.CalledProcessError):
+        pass
 
 
 if __name__ == "__main__":

@@ -9,11 +9,11 @@
 # kind, with device-to-device memcpy bandwidth and a 1 MiB latency row.
 #
 # Before calling it (on the build machine, once; both folders are git-ignored):
-#   python3 bench/gpu/make_device_data.py      # real fixture slices -> .device-data/ (~28 MB)
+#   python3 bench/gpu/make_device_data.py      # real fixture slices -> .device-data/ (~25 MB; prints what a call sends)
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
 #     --platform manylinux2014_x86_64 -d .whl nvidia-libnvcomp-cu13   # optional (~30 MB)
-# Together they stay under the device tool's 64 MiB carry limit.
+# With the tracked files (~10 MB) they stay under the 64 MiB a device call may send (~62 MiB).
 #
 # Device tool call:
 #   run(command="bash bench/gpu/run.sh", carry=[".device-data", ".whl"], timeout_s=600)
