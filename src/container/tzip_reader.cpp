@@ -373,9 +373,17 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
   const std::string& sname = t.predict.kind == PredictKind::kCast ? t.predict.source : t.name;
   const TensorEntry* s = nullptr;
   size_t sidx = 0;
-  const auto& list = self_src ? h.tensors : src_reader->tensors();
-  for (size_t i = 0; i < list.size(); ++i)
-    if (list[i].name == sname) s = &list[i], sidx = i;
+  {
+    const auto& list = self_src ? h.tensors : src_reader->tensors();
+    long i = -1;
+    if (self_src) {
+      const auto it = by_name.find(sname);
+      if (it != by_name.end()) i = it->second;
+    } else {
+      i = src_reader->find(sname);
+    }
+    if (i >= 0) s = &list[(size_t)i], sidx = (size_t)i;
+  }
   const std::string where = self_src ? path : ref_paths[(size_t)t.predict.ref];
   if (!s) corrupt(t, "predictor tensor '" + sname + "' not found in " + where);
   // Bytes [o, o + len) of the predictor tensor from another file: straight
@@ -407,9 +415,17 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
   } else {
     if (s->dtype != t.dtype || s->shape != t.shape)
       corrupt(t, "delta reference tensor in " + where + " has a different dtype or shape");
-    tmp_buf.reset(new uint8_t[n]);
-    read_ref(off, n, tmp_buf.get());
-    tz::predict::xor_bytes(tmp_buf.get(), io, n);
+    // In pieces of whole blocks (about 1 MiB): each piece is decoded into a
+    // buffer that stays in cache and XORed into io at once.
+    const uint64_t bb = s->block_bytes();
+    const uint64_t piece = off % bb == 0 ? std::max<uint64_t>(bb, (UINT64_C(1) << 20) / bb * bb) : n;
+    tmp_buf.reset(new uint8_t[std::min(piece, n)]);
+    for (uint64_t done = 0; done < n;) {
+      const uint64_t len = std::min(piece, n - done);
+      read_ref(off + done, len, tmp_buf.get());
+      tz::predict::xor_bytes(tmp_buf.get(), io + done, len);
+      done += len;
+    }
   }
 }
 
