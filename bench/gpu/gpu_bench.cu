@@ -92,19 +92,24 @@ struct Dataset {
   Bytes base;  // concatenated real tensors
 };
 
+// The .safetensors files directly in dir, sorted (none if it cannot be read).
+std::vector<std::string> list_safetensors(const std::string& dir) {
+  std::vector<std::string> files;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return files;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.size() > 12 && n.substr(n.size() - 12) == ".safetensors") files.push_back(dir + "/" + n);
+  }
+  closedir(d);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 std::vector<Dataset> load_datasets(const std::vector<std::string>& dirs) {
   std::map<std::string, Dataset> m;
   for (const auto& dir : dirs) {
-    DIR* d = opendir(dir.c_str());
-    if (!d) continue;
-    std::vector<std::string> files;
-    while (dirent* e = readdir(d)) {
-      const std::string n = e->d_name;
-      if (n.size() > 12 && n.substr(n.size() - 12) == ".safetensors") files.push_back(dir + "/" + n);
-    }
-    closedir(d);
-    std::sort(files.begin(), files.end());
-    for (const auto& file : files) {
+    for (const auto& file : list_safetensors(dir)) {
       for (auto& t : read_safetensors(file)) {
         std::string kind;
         tz_dtype dt;
@@ -388,16 +393,7 @@ std::vector<Pairing> build_pairings(const std::vector<std::string>& dirs) {
   std::map<std::string, const Tensor*> cur;
   std::vector<Tensor> all, prev;
   for (const auto& dir : dirs) {
-    DIR* d = opendir(dir.c_str());
-    if (!d) continue;
-    std::vector<std::string> files;
-    while (dirent* e = readdir(d)) {
-      const std::string n = e->d_name;
-      if (n.size() > 12 && n.substr(n.size() - 12) == ".safetensors") files.push_back(dir + "/" + n);
-    }
-    closedir(d);
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files)
+    for (const auto& f : list_safetensors(dir))
       for (auto& t : read_safetensors(f)) all.push_back(std::move(t));
     if (!all.empty()) {
       prev = read_safetensors(dir + "/step200/step200-optim-master-slice.safetensors");
