@@ -176,20 +176,18 @@ size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8
 // decode-time cache). On success fills *rc and ctx_freq (rc->n tables).
 constexpr uint64_t kCtxMinElems = 1u << 14;
 
-// Stream 0 of n elements (what split_fields writes to streams[0]).
-void stream0_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* __restrict out) {
+// Stream 0 of n elements (what split_fields writes to streams[0]), by the
+// same per-element rule as the histograms (stream_byte).
+template <uint8_t DT>
+void stream0_t(const uint8_t* src, uint32_t n, uint8_t* __restrict out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = stream_byte(DT, src, i, 0);
+}
+void stream0_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* out) {
   switch (dtype) {
-    case kBF16:
-      for (uint32_t i = 0; i < n; ++i) out[i] = (uint8_t)(load_le16(src + 2 * (size_t)i) >> 7);
-      break;
-    case kF16:
-      for (uint32_t i = 0; i < n; ++i) out[i] = src[2 * (size_t)i + 1];
-      break;
-    case kF32:
-      for (uint32_t i = 0; i < n; ++i) out[i] = (uint8_t)(load_le32(src + 4 * (size_t)i) >> 23);
-      break;
-    default:
-      memcpy(out, src, n);
+    case kBF16: return stream0_t<kBF16>(src, n, out);
+    case kF16: return stream0_t<kF16>(src, n, out);
+    case kF32: return stream0_t<kF32>(src, n, out);
+    default: return stream0_t<kF8E4M3>(src, n, out);
   }
 }
 
