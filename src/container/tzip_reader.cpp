@@ -134,6 +134,18 @@ struct Reader::Impl {
 
   // value = residual XOR prediction, for raw bytes [off, off+n) of t held in io.
   void apply_prediction(const TensorEntry& t, uint64_t off, uint8_t* io, uint64_t n);
+  // The tensor at index (kUsage if out of range).
+  const TensorEntry& tensor_at(size_t index) const {
+    if (index >= h.tensors.size()) fail(ErrorKind::kUsage, path + ": tensor index out of range");
+    return h.tensors[index];
+  }
+  // tensor_at(index), checking that bytes [offset, offset + size) lie in it; *end = offset + size.
+  const TensorEntry& byte_range(size_t index, uint64_t offset, uint64_t size, uint64_t* end) const {
+    const TensorEntry& t = tensor_at(index);
+    if (!checked_add(offset, size, end) || *end > t.raw_size())
+      fail(ErrorKind::kUsage, path + ": " + label(t) + ": byte range outside the tensor");
+    return t;
+  }
   void read_blocks_into(const TensorEntry& t, size_t index, uint64_t first, uint64_t count, uint8_t* out,
                         size_t capacity, size_t* written);
   std::string label(const TensorEntry& t) const {
@@ -451,8 +463,7 @@ long Reader::find(const std::string& name) const {
 
 void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
   Impl& m = *impl_;
-  if (index >= m.h.tensors.size()) fail(ErrorKind::kUsage, m.path + ": tensor index out of range");
-  const TensorEntry& t = m.h.tensors[index];
+  const TensorEntry& t = m.tensor_at(index);
   if (capacity < t.raw_size()) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
   std::vector<uint8_t> buf;
   uint8_t* out = static_cast<uint8_t*>(dst);
@@ -481,8 +492,7 @@ std::vector<uint8_t> Reader::read_tensor(const std::string& name) {
 
 size_t Reader::read_blocks(size_t index, uint64_t first, uint64_t count, void* dst, size_t capacity) {
   Impl& m = *impl_;
-  if (index >= m.h.tensors.size()) fail(ErrorKind::kUsage, m.path + ": tensor index out of range");
-  const TensorEntry& t = m.h.tensors[index];
+  const TensorEntry& t = m.tensor_at(index);
   uint64_t last;
   if (!checked_add(first, count, &last) || last > t.n_blocks())
     fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": block range outside the tensor");
@@ -535,11 +545,8 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t, uint64_t first
 
 void Reader::read_range(size_t index, uint64_t offset, uint64_t size, void* dst) {
   Impl& m = *impl_;
-  if (index >= m.h.tensors.size()) fail(ErrorKind::kUsage, m.path + ": tensor index out of range");
-  const TensorEntry& t = m.h.tensors[index];
   uint64_t end;
-  if (!checked_add(offset, size, &end) || end > t.raw_size())
-    fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": byte range outside the tensor");
+  const TensorEntry& t = m.byte_range(index, offset, size, &end);
   if (size == 0) return;
   const uint64_t bb = t.block_bytes();
   const uint64_t fb = offset / bb, lb = (end - 1) / bb;
@@ -551,11 +558,8 @@ void Reader::read_range(size_t index, uint64_t offset, uint64_t size, void* dst)
 bool Reader::check_bytes(size_t index, uint64_t offset, uint64_t size,
                          const std::function<void(uint64_t, uint64_t, uint8_t*)>& read, const uint8_t* bytes) {
   Impl& m = *impl_;
-  if (index >= m.h.tensors.size()) fail(ErrorKind::kUsage, m.path + ": tensor index out of range");
-  const TensorEntry& t = m.h.tensors[index];
   uint64_t end;
-  if (!checked_add(offset, size, &end) || end > t.raw_size())
-    fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": byte range outside the tensor");
+  const TensorEntry& t = m.byte_range(index, offset, size, &end);
   if (size == 0) return true;
   const uint64_t bb = t.block_bytes();
   const uint64_t fb = offset / bb, lb = (end - 1) / bb;  // covering blocks
