@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "checkpoint_gpu.hpp"
+#include "tz_test_files.hpp"
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
 
@@ -27,50 +28,43 @@ bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-struct Owned {
-  std::string name, dtype;
-  std::vector<uint64_t> shape;
-  std::vector<uint8_t> bytes;
+// The fixture slices (tests/common) with a device copy of each tensor.
+struct Owned : tz_test::Owned {
   void* dev = nullptr;
 };
 
-std::vector<Owned> load_safetensors(const std::string& path) {
-  const auto st = tz::container::read_safetensors_info(path);
-  const int fd = ::open(path.c_str(), O_RDONLY);
+std::vector<Owned> load_fixture_slices() {
   std::vector<Owned> out;
-  for (const auto& t : st.tensors) {
-    Owned o{t.name, t.dtype, t.shape, std::vector<uint8_t>(t.raw_size())};
-    EXPECT_EQ(::pread(fd, o.bytes.data(), o.bytes.size(), (off_t)(st.data_start + t.data_begin)), (ssize_t)o.bytes.size());
-    out.push_back(std::move(o));
-  }
-  ::close(fd);
+  for (auto& o : tz_test::load_pair(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors",
+                                    std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors"))
+    out.push_back({std::move(o)});
   return out;
 }
 
-std::vector<uint8_t> file_bytes(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  std::vector<uint8_t> b((size_t)fs::file_size(path));
-  EXPECT_EQ(::pread(fd, b.data(), b.size(), 0), (ssize_t)b.size()) << path;
-  ::close(fd);
-  return b;
+// Restores tensor `name` (n bytes) into a fresh device buffer and returns
+// the bytes copied back to the host (empty with a test failure on a CUDA error).
+std::vector<uint8_t> load_to_device(ck::Checkpoint& c, const std::string& name, size_t n) {
+  void* out = nullptr;
+  if (cudaMalloc(&out, n ? n : 1) != cudaSuccess) {
+    ADD_FAILURE() << "cudaMalloc failed";
+    return {};
+  }
+  const ck::LoadRequest r{name, out, n, ck::Memory::kDevice};
+  c.load(std::span<const ck::LoadRequest>(&r, 1));
+  std::vector<uint8_t> back(n);
+  if (cudaMemcpy(back.data(), out, n, cudaMemcpyDeviceToHost) != cudaSuccess) ADD_FAILURE() << "cudaMemcpy failed";
+  cudaFree(out);
+  return back;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/tz_ckpt_gpu_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using tz_test::TempDir;
 
 }  // namespace
 
 TEST(CheckpointGpu, DeviceSaveAndRestore) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  auto data = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors");
-  for (auto& t : load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors")) data.push_back(t);
-  data.push_back({"ids", "I64", {6}, std::vector<uint8_t>(48, 5)});  // not on the GPU codec: CPU path
+  auto data = load_fixture_slices();
+  data.push_back({{"ids", "I64", {6}, std::vector<uint8_t>(48, 5)}});  // not on the GPU codec: CPU path
   std::vector<ck::TensorView> v;
   for (auto& t : data) {
     ASSERT_EQ(cudaMalloc(&t.dev, t.bytes.size() ? t.bytes.size() : 1), cudaSuccess);
@@ -97,14 +91,8 @@ TEST(CheckpointGpu, DeviceSaveAndRestore) {
       ck::Checkpoint c(dir, 2, false, io);
       for (const auto& t : data) {
         EXPECT_TRUE(c.read(t.name) == t.bytes) << t.name;  // host destination
-        void* out = nullptr;
-        ASSERT_EQ(cudaMalloc(&out, t.bytes.size() ? t.bytes.size() : 1), cudaSuccess);
-        const ck::LoadRequest r{t.name, out, t.bytes.size(), ck::Memory::kDevice};
-        c.load(std::span<const ck::LoadRequest>(&r, 1));
-        std::vector<uint8_t> back(t.bytes.size());
-        ASSERT_EQ(cudaMemcpy(back.data(), out, back.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-        EXPECT_TRUE(back == t.bytes) << t.name << " (device destination, " << c.io() << ")";
-        cudaFree(out);
+        EXPECT_TRUE(load_to_device(c, t.name, t.bytes.size()) == t.bytes)
+            << t.name << " (device destination, " << c.io() << ")";
       }
     }
   }
@@ -118,14 +106,7 @@ TEST(CheckpointGpu, DeviceSaveAndRestore) {
     RecordProperty("predicted", std::to_string(st.predicted));
     ck::Checkpoint c(d.path + "/host");
     for (const auto& t : data) {
-      void* out = nullptr;
-      ASSERT_EQ(cudaMalloc(&out, t.bytes.size() ? t.bytes.size() : 1), cudaSuccess);
-      const ck::LoadRequest r{t.name, out, t.bytes.size(), ck::Memory::kDevice};
-      c.load(std::span<const ck::LoadRequest>(&r, 1));
-      std::vector<uint8_t> back(t.bytes.size());
-      ASSERT_EQ(cudaMemcpy(back.data(), out, back.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-      EXPECT_TRUE(back == t.bytes) << t.name;
-      cudaFree(out);
+      EXPECT_TRUE(load_to_device(c, t.name, t.bytes.size()) == t.bytes) << t.name;
     }
   }
   for (auto& t : data) cudaFree(t.dev);
@@ -137,9 +118,8 @@ TEST(CheckpointGpu, DeviceSaveAndRestore) {
 // level 3 (not taken by the GPU codec) go through the host-copy path.
 TEST(CheckpointGpu, WriterEncoderFileEqualsCpuWriter) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  auto data = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors");
-  for (auto& t : load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors")) data.push_back(t);
-  data.push_back({"ids", "I64", {6}, std::vector<uint8_t>(48, 5)});
+  auto data = load_fixture_slices();
+  data.push_back({{"ids", "I64", {6}, std::vector<uint8_t>(48, 5)}});
   uint64_t float_bytes = 0;
   for (auto& t : data) {
     ASSERT_EQ(cudaMalloc(&t.dev, t.bytes.size() ? t.bytes.size() : 1), cudaSuccess);
@@ -163,7 +143,7 @@ TEST(CheckpointGpu, WriterEncoderFileEqualsCpuWriter) {
       for (const auto& t : data) enc.add(gw, t.name, t.dtype, t.shape, t.dev, t.bytes.size(), block_elems);
       enc.start();
       gw.finish();
-      EXPECT_TRUE(file_bytes(d.path + "/gpu" + tag + ".tzip") == file_bytes(d.path + "/cpu" + tag + ".tzip"))
+      EXPECT_TRUE(tz_test::read_all(d.path + "/gpu" + tag + ".tzip") == tz_test::read_all(d.path + "/cpu" + tag + ".tzip"))
           << "level " << level << ", block_elems " << block_elems;
       if (level == 3) {
         EXPECT_EQ(enc.gpu_bytes(), 0u);
