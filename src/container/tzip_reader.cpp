@@ -45,6 +45,7 @@ struct Reader::Impl {
   struct Original {                           // verified export of a reference
     std::unique_ptr<InFile> f;
     SafetensorsInfo st;
+    std::unordered_map<std::string, size_t> by_name;  // tensor name -> index in st.tensors
     bool verify = false;                      // check its bytes against the reference's block checksums
   };
   std::vector<std::unique_ptr<Original>> originals;
@@ -287,6 +288,7 @@ void Reader::add_reference_original(const std::string& tzip_path, const std::str
     if (m.h.references[i].xxh64 == sum) {
       auto o = std::make_unique<Impl::Original>();
       o->st = read_safetensors_info(st_path);
+      for (size_t k = 0; k < o->st.tensors.size(); ++k) o->by_name.emplace(o->st.tensors[k].name, k);
       o->f = std::make_unique<InFile>(st_path);
       if (o->st.header_bytes != ref.safetensors_header() || o->f->size() != ref.original_size())
         fail(ErrorKind::kUsage, st_path + ": is not the safetensors file " + tzip_path +
@@ -350,8 +352,7 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
     const Original& o = *originals[(size_t)t.predict.ref];
     const std::string& sname = t.predict.kind == PredictKind::kCast ? t.predict.source : t.name;
     const TensorEntry* s = nullptr;
-    for (const auto& e : o.st.tensors)
-      if (e.name == sname) s = &e;
+    if (const auto it = o.by_name.find(sname); it != o.by_name.end()) s = &o.st.tensors[it->second];
     const bool cast = t.predict.kind == PredictKind::kCast;
     if (!s || (cast ? (s->dtype != "F32" || s->shape != t.shape) : (s->dtype != t.dtype || s->shape != t.shape)))
       corrupt(t, "predictor tensor '" + sname + "' missing or of another dtype/shape in " + o.f->path());
