@@ -866,8 +866,9 @@ int main(int argc, char** argv) {
   try {
     a = parse_args(argc, argv);
     if (a.command == "-V" || a.command == "--version") {
-      std::printf("tzip %d.%d.%d (container format %d.%d, frame format %d)\n", TZ_VERSION_MAJOR, TZ_VERSION_MINOR,
-                  TZ_VERSION_PATCH, tc::kTzipVersionMajor, tc::kTzipVersionMinor, TZ_FORMAT_VERSION);
+      std::printf("tzip %d.%d.%d (container format %d.%d, frame format %d, CPU kernels: %s)\n", TZ_VERSION_MAJOR,
+                  TZ_VERSION_MINOR, TZ_VERSION_PATCH, tc::kTzipVersionMajor, tc::kTzipVersionMinor,
+                  TZ_FORMAT_VERSION, tz_simd_path());
       return kExitOk;
     }
     if (a.help) {

@@ -56,6 +56,10 @@ const char* tz_get_error_name(size_t code);
 const char* tz_error_code_name(tz_error_code code);
 const char* tz_dtype_name(tz_dtype dtype);
 unsigned tz_version_number(void); /* MAJOR*10000 + MINOR*100 + PATCH */
+/* The CPU kernel set in use: "portable", "avx2", "avx512" or "neon" (the best
+ * this CPU and build have, or the one the environment variable TZ_SIMD names).
+ * Every path produces the same bytes; only speed differs. */
+const char* tz_simd_path(void);
 
 /* Human-readable detail of the last error returned on this thread, e.g.
  * "block 17: checksum mismatch". Empty string if none. */

@@ -4,6 +4,7 @@
 #include <new>
 
 #include "cpu/frame.h"
+#include "cpu/simd_path.h"
 #include "tensorzip/tensorzip.h"
 
 using tz::cpu::make_error;
@@ -81,6 +82,8 @@ const char* tz_dtype_name(tz_dtype d) {
     default: return "unknown";
   }
 }
+
+const char* tz_simd_path(void) { return tz::cpu::simd_path_name(tz::cpu::active_simd_path()); }
 
 unsigned tz_version_number(void) {
   return TZ_VERSION_MAJOR * 10000 + TZ_VERSION_MINOR * 100 + TZ_VERSION_PATCH;

@@ -1,5 +1,7 @@
 #include "cpu/simd_x86.h"
 
+#include "cpu/simd_path.h"
+
 #include <cstdlib>
 
 #include "codec/fields.h"
@@ -14,13 +16,7 @@ namespace tz::cpu {
 
 #if defined(__x86_64__)
 
-bool simd_available() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                         __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2") &&
-                         std::getenv("TZ_NO_SIMD") == nullptr;
-  return ok;
-}
+bool simd_available() { return active_simd_path() == SimdPath::kAvx512; }
 
 namespace {
 

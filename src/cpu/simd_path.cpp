@@ -1,0 +1,124 @@
+#include "cpu/simd_path.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
+namespace tz::cpu {
+
+namespace {
+
+bool cpu_has(SimdPath p) {
+  switch (p) {
+    case SimdPath::kPortable: return true;
+#if defined(__x86_64__)
+    case SimdPath::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+    case SimdPath::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2");
+#endif
+#if defined(__aarch64__)
+    case SimdPath::kNeon:
+#if defined(__linux__)
+      return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+#else
+      return true;  // Advanced SIMD is mandatory in AArch64
+#endif
+#endif
+    default: return false;
+  }
+}
+
+// Kernels compiled into this build. A path is listed here only once its
+// kernel file exists (src/cpu/simd_*.cpp).
+bool built_with(SimdPath p) {
+  switch (p) {
+    case SimdPath::kPortable: return true;
+#if defined(__x86_64__)
+    case SimdPath::kAvx512: return true;
+#endif
+    default: return false;
+  }
+}
+
+std::string g_note;
+
+SimdPath initial_path() {
+  const SimdPath best = best_simd_path();
+  const char* env = std::getenv("TZ_SIMD");
+  if (env && *env) {
+    SimdPath want;
+    if (!parse_simd_path(env, &want)) {
+      g_note = std::string("TZ_SIMD=") + env + " is not a known path (portable, avx2, avx512, neon); using " +
+               simd_path_name(best);
+      return best;
+    }
+    if (!simd_path_supported(want)) {
+      g_note = std::string("TZ_SIMD=") + env + ": not available on this CPU or build; using " + simd_path_name(best);
+      return best;
+    }
+    return want;
+  }
+  const char* no_simd = std::getenv("TZ_NO_SIMD");
+  if (no_simd && *no_simd && std::strcmp(no_simd, "0") != 0) return SimdPath::kPortable;
+  return best;
+}
+
+std::atomic<SimdPath>& active() {
+  static std::atomic<SimdPath> p{initial_path()};
+  return p;
+}
+
+}  // namespace
+
+const char* simd_path_name(SimdPath p) {
+  switch (p) {
+    case SimdPath::kPortable: return "portable";
+    case SimdPath::kAvx2: return "avx2";
+    case SimdPath::kAvx512: return "avx512";
+    case SimdPath::kNeon: return "neon";
+  }
+  return "unknown";
+}
+
+bool parse_simd_path(const char* name, SimdPath* out) {
+  for (SimdPath p : kAllSimdPaths)
+    if (std::strcmp(name, simd_path_name(p)) == 0) {
+      *out = p;
+      return true;
+    }
+  return false;
+}
+
+bool simd_path_supported(SimdPath p) { return built_with(p) && cpu_has(p); }
+
+SimdPath best_simd_path() {
+  static const SimdPath best = [] {
+    for (SimdPath p : {SimdPath::kAvx512, SimdPath::kAvx2, SimdPath::kNeon})
+      if (simd_path_supported(p)) return p;
+    return SimdPath::kPortable;
+  }();
+  return best;
+}
+
+SimdPath active_simd_path() { return active().load(std::memory_order_relaxed); }
+
+const char* simd_path_note() {
+  (void)active();  // the note is set when the path is first chosen
+  return g_note.c_str();
+}
+
+ScopedSimdPath::ScopedSimdPath(SimdPath p) : prev_(active_simd_path()) {
+  active().store(simd_path_supported(p) ? p : prev_, std::memory_order_relaxed);
+}
+ScopedSimdPath::~ScopedSimdPath() { active().store(prev_, std::memory_order_relaxed); }
+
+}  // namespace tz::cpu
