@@ -37,8 +37,8 @@ bool cpu_has(SimdPath p) {
   }
 }
 
-// Kernels compiled into this build. A path is listed here only once its
-// kernel file exists (src/cpu/simd_*.cpp).
+// Paths the frame codec of this build has kernels for. A path is listed
+// here only once its kernels are complete (src/cpu/simd_*.cpp).
 bool built_with(SimdPath p) {
   switch (p) {
     case SimdPath::kPortable: return true;
@@ -98,6 +98,7 @@ bool parse_simd_path(const char* name, SimdPath* out) {
   return false;
 }
 
+bool simd_path_cpu_has(SimdPath p) { return cpu_has(p); }
 bool simd_path_supported(SimdPath p) { return built_with(p) && cpu_has(p); }
 
 SimdPath best_simd_path() {

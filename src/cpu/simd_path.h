@@ -20,7 +20,12 @@ const char* simd_path_name(SimdPath p);
 // Parses a name as TZ_SIMD spells it; false when unknown.
 bool parse_simd_path(const char* name, SimdPath* out);
 
-// True when this build has kernels for p and this CPU can run them.
+// True when this CPU can run instructions of path p (whether or not the
+// frame codec of this build has kernels for it: a component with kernels of
+// its own, or a test calling one kernel directly, checks this).
+bool simd_path_cpu_has(SimdPath p);
+// True when the frame codec of this build has kernels for p and this CPU can
+// run them: the paths active_simd_path() may take.
 bool simd_path_supported(SimdPath p);
 // The best supported path (ignores TZ_SIMD).
 SimdPath best_simd_path();
