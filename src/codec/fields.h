@@ -29,6 +29,25 @@ TZ_HD uint32_t merge_elem_f32(uint8_t s0, uint8_t s1, uint8_t s2, uint8_t s3) {
          ((uint32_t)s2 << 8) | s3;
 }
 
+// Byte of field stream k of element i (what split_fields writes to
+// streams[k][i]).
+TZ_HD uint8_t field_byte(uint8_t dtype, const uint8_t* src, uint64_t i, int k) {
+  switch (dtype) {
+    case kBF16: {
+      uint8_t s0, s1;
+      split_elem_bf16(load_le16(src + 2 * i), s0, s1);
+      return k == 0 ? s0 : s1;
+    }
+    case kF16: return src[2 * i + 1 - k];
+    case kF32: {
+      uint8_t s[4];
+      split_elem_f32(load_le32(src + 4 * i), s[0], s[1], s[2], s[3]);
+      return s[k];
+    }
+    default: return src[i];
+  }
+}
+
 // Splits n elements of src into streams[k] (each n bytes).
 TZ_HD_NOINLINE void split_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
   switch (dtype) {

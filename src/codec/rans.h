@@ -230,13 +230,26 @@ TZ_HD void rans_build_dec(const uint32_t* freq, uint32_t* dec) {
 
 // ---------------------------------------------------------------- coding --
 
-// One rANS encode step for state x and symbol e.
-// Returns true and sets *word if a 16-bit word must be emitted first.
+// One rANS encode step for state x and symbol e: emits the low 16 bits of x
+// below *wp first when x >= freq << 20 (at most one word per symbol).
 TZ_HD uint32_t rans_enc_put(uint32_t x, const RansEncSym& e, uint16_t** wp) {
   if ((uint64_t)x >= ((uint64_t)e.freq << 20)) {
     *--(*wp) = (uint16_t)(x & 0xFFFFu);
     x >>= 16;
   }
+  const uint64_t q = mulhi64((uint64_t)x << 20, e.rcp);
+  return (uint32_t)(q << kProbBits) + (x - (uint32_t)q * e.freq) + e.start;
+}
+
+// rans_enc_put without a branch (the portable encoder's hot loop): the word
+// is always stored at wp[-1] and kept only by moving wp. wp[-1] must be
+// writable, which holds in rans_encode_ctx: with j symbols left to code, at
+// most n - j words were pushed, so wp >= words + j >= words + 1.
+TZ_HD uint32_t rans_enc_put_nb(uint32_t x, const RansEncSym& e, uint16_t*& wp) {
+  const uint32_t out = (uint64_t)x >= ((uint64_t)e.freq << 20) ? 1u : 0u;
+  wp[-1] = (uint16_t)(x & 0xFFFFu);
+  wp -= out;
+  x >>= 16u * out;
   const uint64_t q = mulhi64((uint64_t)x << 20, e.rcp);
   return (uint32_t)(q << kProbBits) + (x - (uint32_t)q * e.freq) + e.start;
 }
@@ -258,9 +271,10 @@ TZ_HD_NOINLINE size_t rans_encode_ctx(const uint8_t* sym, uint32_t n, const Rans
     const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
     const uint8_t* sp = sym + base;
     if (ctx.n > 1 && s > 0) {
-      for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put(x[l], enc[256 * rans_ctx_of(sym[base - kLanes + l], ctx) + sp[l]], &wp);
+      for (uint32_t l = here; l-- > 0;)
+        x[l] = rans_enc_put_nb(x[l], enc[256 * rans_ctx_of(sym[base - kLanes + l], ctx) + sp[l]], wp);
     } else {
-      for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put(x[l], enc[sp[l]], &wp);
+      for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put_nb(x[l], enc[sp[l]], wp);
     }
   }
   const size_t n_words = (size_t)(wend - wp);
@@ -325,13 +339,25 @@ TZ_HD int rans_decode_tail(uint32_t* x, const uint8_t* p, const uint8_t* end, ui
   return kOk;
 }
 
-// Decodes n symbols from a payload of `size` bytes. Never reads outside
-// [in, in+size) nor writes outside [out, out+n). Returns kOk only if the
+// Renormalisation without a branch (the decoders' fast paths): the next word
+// is always read and kept only when the state fell below L; the pointer moves
+// by 2 bytes for each lane that took a word. Needs 2 readable bytes at p.
+TZ_HD uint32_t rans_renorm_nb(uint32_t x, const uint8_t*& p) {
+  const uint32_t take = x < kRansL ? 1u : 0u;
+  const uint32_t w = load_le16(p);
+  p += 2u * take;
+  return take ? (x << 16) | w : x;
+}
+
+// Decodes n symbols from a payload of `size` bytes; emit(i, symbol) stores
+// symbol i (RansEmitBytes: as bytes; the frame decoder also merges fields on
+// the fly). Never reads outside [in, in+size). Returns kOk only if the
 // words are consumed exactly and every lane ends in the encoder's initial
 // state L, which catches most corruption before the checksum does.
 // `dec` holds ctx.n tables of kProbScale entries.
-TZ_HD_NOINLINE int rans_decode_ctx(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
-                                   const RansCtx& ctx, uint8_t* out) {
+template <class Emit>
+TZ_HD int rans_decode_ctx_with(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
+                               const Emit& emit) {
   if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
   uint32_t x[kLanes];
   uint32_t cx[kLanes];
@@ -344,37 +370,36 @@ TZ_HD_NOINLINE int rans_decode_ctx(const uint8_t* in, size_t size, uint32_t n, c
   const uint32_t full_steps = n / kLanes;
   uint32_t s = 0;
   // Fast path: while at least one word per lane remains, a step cannot
-  // overrun, so the per-word check is skipped.
+  // overrun, so the per-word check is skipped. Lanes are independent but
+  // for the word pointer, which moves by one add per lane.
   if (ctx.n > 1) {
     for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s) {
-      uint8_t* op = out + (size_t)s * kLanes;
+      const uint32_t base = s * kLanes;
       for (int l = 0; l < kLanes; ++l) {
         uint32_t xl = x[l];
         const uint32_t sym = rans_dec_sym(xl, dec + (size_t)kProbScale * cx[l]);
-        op[l] = (uint8_t)sym;
+        emit(base + (uint32_t)l, sym);
         cx[l] = rans_ctx_of(sym, ctx);
-        if (xl < kRansL) {
-          xl = (xl << 16) | load_le16(p);
-          p += 2;
-        }
-        x[l] = xl;
+        x[l] = rans_renorm_nb(xl, p);
       }
     }
   } else {
     for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s) {
-      uint8_t* op = out + (size_t)s * kLanes;
+      const uint32_t base = s * kLanes;
       for (int l = 0; l < kLanes; ++l) {
         uint32_t xl = x[l];
-        op[l] = (uint8_t)rans_dec_sym(xl, dec);
-        if (xl < kRansL) {
-          xl = (xl << 16) | load_le16(p);
-          p += 2;
-        }
-        x[l] = xl;
+        emit(base + (uint32_t)l, rans_dec_sym(xl, dec));
+        x[l] = rans_renorm_nb(xl, p);
       }
     }
   }
-  return rans_decode_tail(x, p, end, s, n, dec, RansEmitBytes{out}, ctx, cx);
+  return rans_decode_tail(x, p, end, s, n, dec, emit, ctx, cx);
+}
+
+// As rans_decode_ctx_with, storing bytes: never writes outside [out, out+n).
+TZ_HD_NOINLINE int rans_decode_ctx(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                                   const RansCtx& ctx, uint8_t* out) {
+  return rans_decode_ctx_with(in, size, n, dec, ctx, RansEmitBytes{out});
 }
 
 TZ_HD int rans_decode(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out) {

@@ -19,7 +19,8 @@ bool cpu_has(SimdPath p) {
     case SimdPath::kPortable: return true;
 #if defined(__x86_64__)
     case SimdPath::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+             __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
     case SimdPath::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -38,12 +39,17 @@ bool cpu_has(SimdPath p) {
 }
 
 // Paths the frame codec of this build has kernels for. A path is listed
-// here only once its kernels are complete (src/cpu/simd_*.cpp).
+// here only once its kernel table is complete (src/cpu/kernels.h,
+// src/cpu/simd_*.cpp).
 bool built_with(SimdPath p) {
   switch (p) {
     case SimdPath::kPortable: return true;
 #if defined(__x86_64__)
+    case SimdPath::kAvx2: return true;
     case SimdPath::kAvx512: return true;
+#endif
+#if defined(__aarch64__)
+    case SimdPath::kNeon: return true;
 #endif
     default: return false;
   }

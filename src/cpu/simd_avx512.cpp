@@ -1,29 +1,18 @@
-#include "cpu/simd_x86.h"
-
-#include "cpu/simd_path.h"
-
-#include <cstdlib>
-
+// AVX-512 kernels of the CPU backend (SimdPath::kAvx512, kernels.h). Each
+// produces exactly the bytes (or the status) of its portable counterpart;
+// tests/test_simd.cpp compares them.
 #include "codec/fields.h"
 #include "codec/rans.h"
+#include "cpu/kernels.h"
+#include "cpu/simd_common.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define TZ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,bmi,bmi2,popcnt")))
-#endif
 
 namespace tz::cpu {
 
-#if defined(__x86_64__)
-
-bool simd_available() { return active_simd_path() == SimdPath::kAvx512; }
-
 namespace {
-
-// Views of caller buffers for element loads and stores: the C API accepts
-// any address, so these must not assume 2- or 4-byte alignment.
-typedef uint16_t u16_unaligned __attribute__((aligned(1), may_alias));
-typedef uint32_t u32_unaligned __attribute__((aligned(1), may_alias));
 
 // One decode step for 16 lanes: returns the 16 symbols (one per 32-bit
 // lane) and advances *p past the words the lanes consumed, in lane order.
@@ -154,7 +143,6 @@ TZ_AVX512 void decode_two(const uint8_t* in_a, size_t size_a, uint32_t n_a, cons
                                st_b);
 }
 
-}  // namespace
 
 // Emitters for decode_driver (structs, not lambdas: GCC does not give a
 // lambda its enclosing function's target attribute).
@@ -182,36 +170,6 @@ struct EmitBF16 {
   }
 };
 
-TZ_AVX512 int rans_decode_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out,
-                               const RansCtx& ctx) {
-  return decode_one(in, size, n, dec, EmitBytes{out}, ctx);
-}
-
-TZ_AVX512 int rans_decode_bf16_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
-                                    const uint8_t* mant, uint8_t* out, const RansCtx& ctx) {
-  return decode_one(in, size, n, dec, EmitBF16{out, mant}, ctx);
-}
-
-TZ_AVX512 void rans_decode2_simd(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
-  decode_two(a.in, a.size, a.n, a.dec, EmitBytes{a.out}, st_a, b.in, b.size, b.n, b.dec, EmitBytes{b.out}, st_b,
-             a.ctx, b.ctx);
-}
-
-TZ_AVX512 void rans_decode2_bf16_simd(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
-                                      const uint8_t* mant_b, int* st_b) {
-  decode_two(a.in, a.size, a.n, a.dec, EmitBF16{a.out, mant_a}, st_a, b.in, b.size, b.n, b.dec,
-             EmitBF16{b.out, mant_b}, st_b, a.ctx, b.ctx);
-}
-
-void build_simd_enc(const uint32_t* freq, SimdEncTable* t) {
-  uint32_t start = 0;
-  for (int s = 0; s < 256; ++s) {
-    t->freq_start[s] = freq[s] | ((freq[s] ? start : 0u) << 13);
-    start += freq[s];
-  }
-}
-
-namespace {
 
 // One encode step for 16 lanes (symbols sp[0..15]); words go below *wp in
 // ascending lane order, as the scalar encoder's descending pushes leave them.
@@ -257,14 +215,13 @@ TZ_AVX512 inline void enc16(__m512i& x, const uint8_t* sp, const uint32_t* fst, 
   x = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, kProbBits), rem), st);
 }
 
-}  // namespace
 
-namespace {
 
 // Shared by the plain and the lane-context encoder. fst: ctx.n tables of
 // 256 (one when ctx.n <= 1).
-TZ_AVX512 size_t encode_simd_t(const uint8_t* sym, uint32_t n, const uint32_t* fst, const RansCtx& ctx,
+TZ_AVX512 size_t encode_simd_t(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx,
                                uint16_t* words, uint8_t* out, size_t limit) {
+  const uint32_t* fst = t.freq_start;
   uint16_t* const wend = words + n;
   uint16_t* wp = wend;
   alignas(64) uint32_t x[kLanes];
@@ -277,11 +234,7 @@ TZ_AVX512 size_t encode_simd_t(const uint8_t* sym, uint32_t n, const uint32_t* f
     for (uint32_t l = n - base; l-- > 0;) {
       const uint8_t s = sym[base + l];
       const uint32_t c = use_ctx && full_steps > 0 ? rans_ctx_of(sym[base - kLanes + l], ctx) : 0;
-      RansEncSym e;
-      e.freq = fst[256 * c + s] & 0x1FFFu;
-      e.start = fst[256 * c + s] >> 13;
-      e.rcp = ((UINT64_C(1) << 44) + e.freq - 1) / e.freq;
-      x[l] = rans_enc_put(x[l], e, &wp);
+      x[l] = rans_enc_put(x[l], t.sym[256 * c + s], &wp);
     }
   }
   __m512i x0 = _mm512_load_si512(x);
@@ -310,192 +263,47 @@ TZ_AVX512 size_t encode_simd_t(const uint8_t* sym, uint32_t n, const uint32_t* f
   return size;
 }
 
+
+TZ_AVX512 size_t encode_avx512(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx,
+                               uint16_t* words, uint8_t* out, size_t limit) {
+  return encode_simd_t(sym, n, t, ctx, words, out, limit);
+}
+
+TZ_AVX512 int decode_avx512(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
+                            uint8_t* out) {
+  return decode_one(in, size, n, dec, EmitBytes{out}, ctx);
+}
+
+TZ_AVX512 int decode_bf16_avx512(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
+                                 const uint8_t* mant, uint8_t* out) {
+  return decode_one(in, size, n, dec, EmitBF16{out, mant}, ctx);
+}
+
+TZ_AVX512 void decode2_avx512(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
+  decode_two(a.in, a.size, a.n, a.dec, EmitBytes{a.out}, st_a, b.in, b.size, b.n, b.dec, EmitBytes{b.out}, st_b,
+             a.ctx, b.ctx);
+}
+
+TZ_AVX512 void decode2_bf16_avx512(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
+                                   const uint8_t* mant_b, int* st_b) {
+  decode_two(a.in, a.size, a.n, a.dec, EmitBF16{a.out, mant_a}, st_a, b.in, b.size, b.n, b.dec,
+             EmitBF16{b.out, mant_b}, st_b, a.ctx, b.ctx);
+}
+
+// Field loops (split, merge, min/max, histogram) compiled for AVX-512.
+namespace loops {
+#define TZ_LOOP_TARGET TZ_AVX512
+#include "cpu/simd_field_loops.inc"
+#undef TZ_LOOP_TARGET
+}  // namespace loops
+
 }  // namespace
 
-TZ_AVX512 size_t rans_encode_simd(const uint8_t* sym, uint32_t n, const SimdEncTable& t, uint16_t* words,
-                                  uint8_t* out, size_t limit) {
-  return encode_simd_t(sym, n, t.freq_start, RansCtx{}, words, out, limit);
-}
-
-TZ_AVX512 size_t rans_encode_ctx_simd(const uint8_t* sym, uint32_t n, const SimdEncTable* t, const RansCtx& ctx,
-                                      uint16_t* words, uint8_t* out, size_t limit) {
-  static_assert(sizeof(SimdEncTable) == 256 * sizeof(uint32_t), "tables must be contiguous");
-  return encode_simd_t(sym, n, t[0].freq_start, ctx, words, out, limit);
-}
-
-namespace {
-template <class Get>
-TZ_AVX512 inline void minmax_loop(uint32_t n, const Get& get, uint8_t* lo, uint8_t* hi) {
-  uint8_t a = 255, b = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint8_t v = get(i);
-    a = v < a ? v : a;
-    b = v > b ? v : b;
-  }
-  *lo = a;
-  *hi = b;
-}
-struct GetBF16 {
-  const u16_unaligned* v; int k;
-  TZ_AVX512 uint8_t operator()(uint32_t i) const {
-    return k == 0 ? (uint8_t)(v[i] >> 7) : (uint8_t)(((v[i] >> 8) & 0x80u) | (v[i] & 0x7Fu));
-  }
+const CodecKernels kAvx512Kernels = {
+    SimdPath::kAvx512,   encode_avx512,    decode_avx512, decode_bf16_avx512, decode2_avx512,
+    decode2_bf16_avx512, loops::histogram, loops::minmax, loops::split,       loops::merge,
 };
-struct GetF32 {
-  const u32_unaligned* v; int k;
-  TZ_AVX512 uint8_t operator()(uint32_t i) const {
-    const uint32_t x = v[i];
-    switch (k) {
-      case 0: return (uint8_t)(x >> 23);
-      case 1: return (uint8_t)(((x >> 24) & 0x80u) | ((x >> 16) & 0x7Fu));
-      case 2: return (uint8_t)(x >> 8);
-      default: return (uint8_t)x;
-    }
-  }
-};
-struct GetBytes {
-  const uint8_t* v; int stride, off;
-  TZ_AVX512 uint8_t operator()(uint32_t i) const { return v[(size_t)i * stride + off]; }
-};
-}  // namespace
-
-TZ_AVX512 void stream_minmax_simd(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi) {
-  switch (dtype) {
-    case kBF16: {
-      const u16_unaligned* v = (const u16_unaligned*)src;
-      if (k == 0)
-        minmax_loop(n, GetBF16{v, 0}, lo, hi);
-      else
-        minmax_loop(n, GetBF16{v, 1}, lo, hi);
-      break;
-    }
-    case kF32: {
-      const u32_unaligned* v = (const u32_unaligned*)src;
-      if (k == 0) minmax_loop(n, GetF32{v, 0}, lo, hi);
-      else if (k == 1) minmax_loop(n, GetF32{v, 1}, lo, hi);
-      else if (k == 2) minmax_loop(n, GetF32{v, 2}, lo, hi);
-      else minmax_loop(n, GetF32{v, 3}, lo, hi);
-      break;
-    }
-    case kF16: minmax_loop(n, GetBytes{src, 2, 1 - k}, lo, hi); break;
-    default: minmax_loop(n, GetBytes{src, 1, 0}, lo, hi); break;
-  }
-}
-
-// The portable loops, inlined here so the compiler vectorises them with
-// AVX-512 (the out-of-line copies elsewhere stay baseline x86-64).
-TZ_AVX512 void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
-  switch (dtype) {
-    case kBF16: {
-      uint8_t* __restrict s0 = streams[0];
-      uint8_t* __restrict s1 = streams[1];
-      const u16_unaligned* v = (const u16_unaligned*)src;
-      for (uint32_t i = 0; i < n; ++i) {
-        const uint16_t x = v[i];
-        s0[i] = (uint8_t)(x >> 7);
-        s1[i] = (uint8_t)(((x >> 8) & 0x80u) | (x & 0x7Fu));
-      }
-      break;
-    }
-    case kF16: {
-      uint8_t* __restrict s0 = streams[0];
-      uint8_t* __restrict s1 = streams[1];
-      const u16_unaligned* v = (const u16_unaligned*)src;
-      for (uint32_t i = 0; i < n; ++i) {
-        s0[i] = (uint8_t)(v[i] >> 8);
-        s1[i] = (uint8_t)v[i];
-      }
-      break;
-    }
-    case kF32: {
-      uint8_t* __restrict s0 = streams[0];
-      uint8_t* __restrict s1 = streams[1];
-      uint8_t* __restrict s2 = streams[2];
-      uint8_t* __restrict s3 = streams[3];
-      const u32_unaligned* v = (const u32_unaligned*)src;
-      for (uint32_t i = 0; i < n; ++i) {
-        const uint32_t x = v[i];
-        s0[i] = (uint8_t)(x >> 23);
-        s1[i] = (uint8_t)(((x >> 24) & 0x80u) | ((x >> 16) & 0x7Fu));
-        s2[i] = (uint8_t)(x >> 8);
-        s3[i] = (uint8_t)x;
-      }
-      break;
-    }
-    default:
-      memcpy(streams[0], src, n);
-  }
-}
-
-TZ_AVX512 void merge_fields_simd(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst) {
-  switch (dtype) {
-    case kBF16: {
-      const uint8_t* __restrict s0 = streams[0];
-      const uint8_t* __restrict s1 = streams[1];
-      u16_unaligned* __restrict v = (u16_unaligned*)dst;
-      for (uint32_t i = 0; i < n; ++i)
-        v[i] = (uint16_t)(((uint32_t)(s1[i] & 0x80u) << 8) | ((uint32_t)s0[i] << 7) | (s1[i] & 0x7Fu));
-      break;
-    }
-    case kF16: {
-      const uint8_t* __restrict s0 = streams[0];
-      const uint8_t* __restrict s1 = streams[1];
-      u16_unaligned* __restrict v = (u16_unaligned*)dst;
-      for (uint32_t i = 0; i < n; ++i) v[i] = (uint16_t)(((uint32_t)s0[i] << 8) | s1[i]);
-      break;
-    }
-    case kF32: {
-      const uint8_t* __restrict s0 = streams[0];
-      const uint8_t* __restrict s1 = streams[1];
-      const uint8_t* __restrict s2 = streams[2];
-      const uint8_t* __restrict s3 = streams[3];
-      u32_unaligned* __restrict v = (u32_unaligned*)dst;
-      for (uint32_t i = 0; i < n; ++i)
-        v[i] = ((uint32_t)(s1[i] & 0x80u) << 24) | ((uint32_t)s0[i] << 23) | ((uint32_t)(s1[i] & 0x7Fu) << 16) |
-               ((uint32_t)s2[i] << 8) | s3[i];
-      break;
-    }
-    default:
-      memcpy(dst, streams[0], n);
-  }
-}
-
-#else  // not x86-64: no SIMD kernels; callers use the portable code.
-
-bool simd_available() { return false; }
-int rans_decode_simd(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out,
-                     const RansCtx& ctx) {
-  return rans_decode_ctx(in, size, n, dec, ctx, out);
-}
-int rans_decode_bf16_simd(const uint8_t*, size_t, uint32_t, const uint32_t*, const uint8_t*, uint8_t*,
-                          const RansCtx&) {
-  return kErrUnsupported;
-}
-void rans_decode2_simd(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
-  *st_a = rans_decode_ctx(a.in, a.size, a.n, a.dec, a.ctx, a.out);
-  *st_b = rans_decode_ctx(b.in, b.size, b.n, b.dec, b.ctx, b.out);
-}
-void rans_decode2_bf16_simd(const RansStream&, const uint8_t*, int* st_a, const RansStream&, const uint8_t*,
-                            int* st_b) {
-  *st_a = *st_b = kErrUnsupported;
-}
-void build_simd_enc(const uint32_t*, SimdEncTable*) {}
-size_t rans_encode_simd(const uint8_t*, uint32_t, const SimdEncTable&, uint16_t*, uint8_t*, size_t) { return 0; }
-size_t rans_encode_ctx_simd(const uint8_t*, uint32_t, const SimdEncTable*, const RansCtx&, uint16_t*, uint8_t*,
-                            size_t) {
-  return 0;
-}
-void split_fields_simd(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
-  split_fields(dtype, src, n, streams);
-}
-void merge_fields_simd(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst) {
-  merge_fields(dtype, streams, n, dst);
-}
-void stream_minmax_simd(uint8_t, int, const uint8_t*, uint32_t, uint8_t* lo, uint8_t* hi) {
-  *lo = 0;
-  *hi = 255;
-}
-
-#endif
 
 }  // namespace tz::cpu
+
+#endif  // __x86_64__
