@@ -268,7 +268,9 @@ TEST(LaneCtx, EncodersAndDecodersAgreeOnEdgeContexts) {
       // A corrupted word must be rejected identically by both decoders.
       if (sz == tz::kRansStateBytes) continue;  // short streams may carry no word
       Bytes bad(payload.begin(), payload.begin() + (long)sz);
-      bad[tz::kRansStateBytes + (sz - tz::kRansStateBytes) / 2] ^= 0x5A;
+      const size_t mid = tz::kRansStateBytes + (sz - tz::kRansStateBytes) / 2;
+      ASSERT_LT(mid, bad.size());
+      bad.at(mid) ^= 0x5A;
       const int st = tz::rans_decode_ctx(bad.data(), sz, n, dec.data(), rc, out.data());
       for (const tz::cpu::CodecKernels* k : kernels)
         EXPECT_EQ(k->rans_decode(bad.data(), sz, n, dec.data(), rc, out_simd.data()), st)

@@ -6,6 +6,7 @@
 // have and prints the ones it skipped ("[ PATH SKIP ]").
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -376,11 +377,19 @@ TEST(Simd, FieldKernelsMatchPortable) {
             k->minmax(dt, s, src, n, &lo1, &hi1);
             ASSERT_EQ(lo0, lo1) << tag << " min of stream " << s;
             ASSERT_EQ(hi0, hi1) << tag << " max of stream " << s;
-            std::vector<uint64_t> h0(256), h1(256);
-            for (int v = 0; v < 256; ++v) h0[v] = h1[v] = (uint64_t)v * 3;  // histograms add up
+            std::vector<uint64_t> h0(256), h1(256), want(256);
+            for (int v = 0; v < 256; ++v) h0[v] = h1[v] = want[v] = (uint64_t)v * 3;  // histograms add up
             kPortableKernels.histogram(dt, s, src, n, h0.data());
             k->histogram(dt, s, src, n, h1.data());
+            uint8_t lo = 255, hi = 0;  // straight from the format's per-element rule
+            for (uint32_t i = 0; i < n; ++i) {
+              const uint8_t b = tz::field_byte(dt, src, i, s);
+              ++want[b], lo = std::min(lo, b), hi = std::max(hi, b);
+            }
+            ASSERT_EQ(h0, want) << tag << " portable histogram of stream " << s;
             ASSERT_EQ(h0, h1) << tag << " histogram of stream " << s;
+            ASSERT_EQ(lo0, lo) << tag << " portable min of stream " << s;
+            ASSERT_EQ(hi0, hi) << tag << " portable max of stream " << s;
           }
         }
 }

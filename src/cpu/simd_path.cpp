@@ -123,6 +123,12 @@ const char* simd_path_note() {
   return g_note.c_str();
 }
 
+bool set_active_simd_path(SimdPath p) {
+  if (!simd_path_supported(p)) return false;
+  active().store(p, std::memory_order_relaxed);
+  return true;
+}
+
 ScopedSimdPath::ScopedSimdPath(SimdPath p) : prev_(active_simd_path()) {
   active().store(simd_path_supported(p) ? p : prev_, std::memory_order_relaxed);
 }

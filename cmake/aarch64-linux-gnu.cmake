@@ -1,0 +1,20 @@
+# Cross build for AArch64 Linux with Debian's g++-aarch64-linux-gnu, against
+# the arm64 libraries of Debian's multiarch (libzstd-dev:arm64,
+# libgtest-dev:arm64 in /usr/lib/aarch64-linux-gnu). Binaries run under
+# qemu-aarch64 (scripts/test-aarch64.sh).
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
+# Libraries and packages of the target only; headers-only packages
+# (nlohmann_json in /usr/share) are found too.
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu /)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
+# Run with the cross sysroot (loader, libstdc++); qemu falls back to the host
+# root for the multiarch libraries in /usr/lib/aarch64-linux-gnu.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
