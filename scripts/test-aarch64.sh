@@ -20,4 +20,4 @@ cmake --build "$BUILD" --target tz_tests -j "$JOBS"
 # architecture-specific code beyond what the others cover.
 FILTER="${TZ_AARCH64_FILTER:--Corruption.EveryBitFlip*:Degenerate.*:RansNormalize.SameTablesAsTheGreedyScan}"
 echo "qemu-aarch64 $BUILD/tests/tz_tests --gtest_filter=$FILTER"
-qemu-aarch64 -L /usr/aarch64-linux-gnu "$BUILD/tests/tz_tests" --gtest_filter="$FILTER" --gtest_brief=1
+qemu-aarch64 -L /usr/aarch64-linux-gnu "$BUILD/tests/tz_tests" --gtest_filter="$FILTER" --gtest_brief=1 --gtest_print_time=1

@@ -473,7 +473,8 @@ TEST(Simd, CorruptFramesGiveTheSameResultOnEveryPath) {
   std::mt19937 rng(7);
   const auto cases = frame_cases();
   for (size_t ci : {0u, 1u, 2u, 3u, 5u}) {
-    const FrameCase& c = cases[ci];
+    FrameCase c = cases[ci];
+    c.data.resize(std::min<size_t>(c.data.size(), 300000) / 4 * 4 + (c.data.size() % 2));  // keeps odd sizes odd
     for (int level : {1, 3}) {
       const Bytes good = compress_frame(c, level, 4096);
       const size_t prefix = tz_frame_prefix_size(good.data(), good.size());

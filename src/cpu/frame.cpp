@@ -690,10 +690,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
   std::mutex bad_mu;  // guards the lowest failing block and its status
   uint32_t bad = UINT32_MAX;
   int bad_status = kOk;
-  // BF16 blocks decode two at a time (below): runs of at least two blocks
-  // when that still leaves every worker one.
-  uint32_t per_task = std::max<uint32_t>(1, count / (ctx.pool.size() * 8));
-  if (h.dtype == kBF16 && per_task == 1 && count >= 2 * ctx.pool.size()) per_task = 2;
+  const uint32_t per_task = std::max<uint32_t>(1, count / (ctx.pool.size() * 8));
   const size_t n_tasks = (count + per_task - 1) / per_task;
   ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
     uint8_t* scratch = ctx.worker_scratch(w, scratch_bytes);

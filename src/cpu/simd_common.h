@@ -22,15 +22,17 @@ struct HistogramCounter {
   uint32_t h[8][256] = {};
   inline void add(const uint8_t* b, uint32_t n) {
     uint32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      ++h[0][b[i]];
-      ++h[1][b[i + 1]];
-      ++h[2][b[i + 2]];
-      ++h[3][b[i + 3]];
-      ++h[4][b[i + 4]];
-      ++h[5][b[i + 5]];
-      ++h[6][b[i + 6]];
-      ++h[7][b[i + 7]];
+    for (; i + 8 <= n; i += 8) {  // one 8-byte load, bytes by shifts
+      uint64_t w;
+      __builtin_memcpy(&w, b + i, 8);
+      ++h[0][w & 0xFF];
+      ++h[1][(w >> 8) & 0xFF];
+      ++h[2][(w >> 16) & 0xFF];
+      ++h[3][(w >> 24) & 0xFF];
+      ++h[4][(w >> 32) & 0xFF];
+      ++h[5][(w >> 40) & 0xFF];
+      ++h[6][(w >> 48) & 0xFF];
+      ++h[7][w >> 56];
     }
     for (; i < n; ++i) ++h[0][b[i]];
   }
