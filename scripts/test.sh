@@ -8,6 +8,10 @@ JOBS="${TZ_JOBS:-$(nproc)}"
 cmake --preset default
 cmake --build --preset default -j "$JOBS"
 ctest --preset default -j "$JOBS"
+# The codec on AArch64: cross-built, tests under qemu (TZ_AARCH64=0 skips).
+if [ "${TZ_AARCH64:-1}" != "0" ]; then
+  TZ_JOBS="$JOBS" ./scripts/test-aarch64.sh
+fi
 if [ -d python/tests ]; then
   ./scripts/python-test.sh
 fi
