@@ -286,6 +286,9 @@ TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uin
   x = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q, kProbBits), rem), st);
 }
 
+}  // namespace
+
+// Not in the anonymous namespace: the AVX-512 table uses it too (kernels.h).
 TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                            uint8_t* out, size_t limit) {
   const uint32_t* fst = t.freq_start;
@@ -335,6 +338,8 @@ TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, c
   memcpy(out + kRansStateBytes, wp, 2 * n_words);
   return size;
 }
+
+namespace {
 
 // Field loops (split, merge, min/max, histogram) compiled for AVX2.
 namespace loops {
