@@ -205,6 +205,8 @@ TZ_AVX2 int decode_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32
   return decode_one(in, size, n, dec, ctx, EmitBytes{out});
 }
 
+// Merged in the step (EmitBF16): measured faster than decoding the bytes,
+// then merging (1.94 against 2.2 cycles per element on real BF16 weights).
 TZ_AVX2 int decode_bf16_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
                              const uint8_t* mant, uint8_t* out) {
   return decode_one(in, size, n, dec, ctx, EmitBF16{out, mant});
