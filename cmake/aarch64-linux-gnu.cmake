@@ -15,6 +15,11 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
-# Run with the cross sysroot (loader, libstdc++); qemu falls back to the host
-# root for the multiarch libraries in /usr/lib/aarch64-linux-gnu.
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
+# At run time the loader, libc and libzstd all come from Debian's multiarch
+# arm64 packages (/lib/ld-linux-aarch64.so.1, /lib/aarch64-linux-gnu), and
+# libstdc++/libgcc are linked in. Running with the cross sysroot instead
+# (qemu-aarch64 -L /usr/aarch64-linux-gnu) mixes that sysroot's loader with
+# the multiarch libc (two builds of glibc 2.36), and the first
+# pthread_create then never returns.
+set(CMAKE_EXE_LINKER_FLAGS_INIT "-static-libstdc++ -static-libgcc")
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64)
