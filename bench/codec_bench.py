@@ -195,7 +195,8 @@ class TzParams(ctypes.Structure):
 def load_tz_lib(lib_path: Path):
     lib = ctypes.CDLL(str(lib_path))
     lib.tz_simd_path.restype, lib.tz_simd_path.argtypes = ctypes.c_char_p, []
-    lib.tz_set_simd_path.restype, lib.tz_set_simd_path.argtypes = ctypes.c_int, [ctypes.c_char_p]
+    if hasattr(lib, "tz_set_simd_path"):  # (older libraries: only TZ_SIMD)
+        lib.tz_set_simd_path.restype, lib.tz_set_simd_path.argtypes = ctypes.c_int, [ctypes.c_char_p]
     return lib
 
 
@@ -208,7 +209,7 @@ class TensorZip:
         # The kernel set is one per process: a codec that names one switches
         # to it before each call (runs are interleaved across codecs).
         self.simd = simd.encode() if simd else None
-        if self.simd and lib.tz_set_simd_path(self.simd) != 0:
+        if self.simd and (not hasattr(lib, "tz_set_simd_path") or lib.tz_set_simd_path(self.simd) != 0):
             raise SystemExit(f"--simd {simd}: not available on this CPU/build (available here: see tzip --version)")
         sz, vp = ctypes.c_size_t, ctypes.c_void_p
         lib.tz_ctx_create.restype, lib.tz_ctx_create.argtypes = vp, [ctypes.c_uint]
