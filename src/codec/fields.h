@@ -74,7 +74,7 @@ TZ_HD_NOINLINE void split_fields(uint8_t dtype, const uint8_t* __restrict src, u
       break;
     }
     default:
-      memcpy(s0, src, n);
+      if (n) memcpy(s0, src, n);
       break;
   }
 }
@@ -104,7 +104,7 @@ TZ_HD_NOINLINE void merge_fields(uint8_t dtype, const uint8_t* const* streams, u
       break;
     }
     default:
-      memcpy(dst, s0, n);
+      if (n) memcpy(dst, s0, n);
       break;
   }
 }
