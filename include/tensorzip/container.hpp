@@ -356,6 +356,12 @@ struct TensorWriterOptions {
   bool force = false;               // replace an existing output
   std::map<std::string, std::string> metadata;       // safetensors __metadata__ of the export
   std::map<std::string, std::string> user_metadata;  // .tzip header only
+  // The export's safetensors header JSON, verbatim (without its 8-byte length). Empty: made
+  // from the added tensors. Given (e.g. laid out as safetensors' own writer does, so that the
+  // export equals that writer's file byte for byte), it must describe exactly the added tensors
+  // (names, dtypes, shapes, data offsets in the order added) with `metadata` as its
+  // __metadata__; finish() checks that (kUsage) before writing anything.
+  std::string safetensors_header;
   // Cast prediction (doc/container.md section 12): a BF16/F16 host tensor
   // that is the RNE cast of an FP32 host tensor of the same shape added to
   // this writer is stored as the XOR residual against that cast, where a

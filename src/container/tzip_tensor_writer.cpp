@@ -109,6 +109,38 @@ struct AlignedBuf {
 
 std::unique_ptr<Sink> make_pwrite_sink(int fd) { return std::make_unique<PwriteSink>(fd); }
 
+namespace {
+// TensorWriterOptions::safetensors_header: the given header must describe the added tensors
+// exactly (and nothing else), with `metadata` as its __metadata__.
+void check_given_header(const std::string& hdr, const std::vector<Item>& items,
+                        const std::map<std::string, std::string>& metadata, uint64_t data_size,
+                        const std::string& path) {
+  const std::string what = path + ": given safetensors header";
+  SafetensorsInfo info;
+  try {
+    info = parse_safetensors_header(reinterpret_cast<const uint8_t*>(hdr.data()), hdr.size(),
+                                    8 + (uint64_t)hdr.size() + data_size, what);
+  } catch (const Error& e) {
+    fail(ErrorKind::kUsage, e.what());
+  }
+  if (info.tensors.size() != items.size())
+    fail(ErrorKind::kUsage, what + " holds " + std::to_string(info.tensors.size()) + " tensors, " +
+                                std::to_string(items.size()) + " were added");
+  std::map<std::string, const TensorEntry*> by_name;
+  for (const auto& t : info.tensors) by_name[t.name] = &t;
+  for (const auto& it : items) {
+    const auto f = by_name.find(it.e.name);
+    if (f == by_name.end()) fail(ErrorKind::kUsage, what + " has no tensor '" + it.e.name + "'");
+    const TensorEntry& t = *f->second;
+    if (t.dtype != it.e.dtype || t.shape != it.e.shape || t.data_begin != it.e.data_begin ||
+        t.data_end != it.e.data_end)
+      fail(ErrorKind::kUsage, what + ": tensor '" + it.e.name + "' differs from the added one (dtype, shape or "
+                                     "data offsets)");
+  }
+  if (info.metadata != metadata) fail(ErrorKind::kUsage, what + ": __metadata__ differs from the writer's metadata");
+}
+}  // namespace
+
 struct TensorWriter::Impl {
   std::string path, tmp;
   int slot = -1;
@@ -273,7 +305,10 @@ TensorWriterStats TensorWriter::Impl::finish() {
   h.data_size = data_size;
   h.metadata = opt.metadata;
   h.user_metadata = opt.user_metadata;
-  {
+  if (!opt.safetensors_header.empty()) {
+    check_given_header(opt.safetensors_header, items, opt.metadata, data_size, path);
+    h.safetensors_header = opt.safetensors_header;
+  } else {
     nlohmann::json sj = nlohmann::json::object();
     if (!opt.metadata.empty()) sj["__metadata__"] = opt.metadata;
     for (const auto& it : items)
