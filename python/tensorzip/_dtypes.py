@@ -46,7 +46,7 @@ class DType(NamedTuple):
 # rank = safetensors 0.8's Rust `Dtype` enum order (BOOL F4 F6_E2M3 F6_E3M2 U8 I8 F8_E5M2
 # F8_E4M3 F8_E8M0 F8_E4M3FNUZ F8_E5M2FNUZ I16 U16 F16 BF16 I32 U32 F32 C64 F64 I64 U64;
 # checked against safetensors' output in the tests). F6_* have no torch or NumPy type here.
-# Codec choices for E8M0, F4, FNUZ and C64: measured, bench/RESULTS.md ("New dtypes").
+# Codec choices for E8M0, F4, FNUZ and C64: measured (bench/dtype_codec_bench.py, bench/RESULTS.md).
 _TABLE = [
     DType("BOOL", 1, CODEC_BYTES, 0, "bool_", "bool"),
     DType("F4", 1, CODEC_BYTES, 1, "float4_e2m1fn", "float4_e2m1fn_x2", packed=2),
@@ -54,7 +54,7 @@ _TABLE = [
     DType("I8", 1, CODEC_BYTES, 5, "int8", "int8"),
     DType("F8_E5M2", 1, CODEC_F8_E5M2, 6, "float8_e5m2", "float8_e5m2"),
     DType("F8_E4M3", 1, CODEC_F8_E4M3, 7, "float8_e4m3fn", "float8_e4m3fn"),
-    DType("F8_E8M0", 1, CODEC_BYTES, 8, "float8_e8m0fnu", "float8_e8m0fnu"),
+    DType("F8_E8M0", 1, CODEC_F8_E4M3, 8, "float8_e8m0fnu", "float8_e8m0fnu"),
     DType("F8_E4M3FNUZ", 1, CODEC_F8_E4M3, 9, "float8_e4m3fnuz", "float8_e4m3fnuz"),
     DType("F8_E5M2FNUZ", 1, CODEC_F8_E5M2, 10, "float8_e5m2fnuz", "float8_e5m2fnuz"),
     DType("I16", 2, CODEC_BYTES, 11, "int16", "int16"),
@@ -64,7 +64,7 @@ _TABLE = [
     DType("I32", 4, CODEC_BYTES, 15, "int32", "int32"),
     DType("U32", 4, CODEC_BYTES, 16, "uint32", "uint32"),
     DType("F32", 4, CODEC_F32, 17, "float32", "float32"),
-    DType("C64", 8, CODEC_BYTES, 18, "complex64", "complex64"),
+    DType("C64", 8, CODEC_F32, 18, "complex64", "complex64"),
     DType("F64", 8, CODEC_BYTES, 19, "float64", "float64"),
     DType("I64", 8, CODEC_BYTES, 20, "int64", "int64"),
     DType("U64", 8, CODEC_BYTES, 21, "uint64", "uint64"),

@@ -238,8 +238,10 @@ def test_rank_file_is_a_tzip_written_by_the_io_engine(tmp_path):
             out = bytearray(names[info.tensor][3])
             r.read_tensor(r.find(info.tensor), out)
             assert bytes(out) == _tensor_bytes(state["emb"])
-        if index.fqn in ("blob", "c"):
+        if index.fqn == "blob":
             assert names[info.tensor][1] == "U8", names[info.tensor]
+        if index.fqn == "c":  # complex64: a C64 tensor of the file (F32 codec), not torch.save bytes
+            assert names[info.tensor][1] == "C64" and info.codec == "tzip", names[info.tensor]
     r.close()
     # The io="pwrite" sink (writer thread) gives the same file contents.
     w2 = tzdcp.StorageWriter(tmp_path / "pw", io="pwrite")
