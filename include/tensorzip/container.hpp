@@ -96,9 +96,10 @@ struct ReadOptions {
   ProgressFn progress;
 };
 
-// safetensors dtype string -> codec dtype (BF16, F16, F32, F8_E4M3, F8_E5M2
-// map to their own; every other known dtype to TZ_DTYPE_BYTES). Returns false
-// for an unknown dtype string.
+// safetensors dtype string -> the codec dtype a writer uses for it (BF16, F16,
+// F32, F8_E4M3, F8_E5M2 map to their own; the FNUZ FP8 types and F8_E8M0 to an
+// FP8 codec, C64 to F32, every other known dtype to TZ_DTYPE_BYTES: doc/container.md
+// section 5). Returns false for an unknown dtype string.
 bool codec_dtype_for(const std::string& st_dtype, tz_dtype* out);
 // Bits per element of a safetensors dtype (0 if unknown).
 unsigned dtype_bits(const std::string& st_dtype);

@@ -378,6 +378,27 @@ int container_codec_dtype(const std::string& dtype) {
   return tc::codec_dtype_for(dtype, &d) ? static_cast<int>(d) : -1;
 }
 
+// Hugging Face model folders (tz::container::compress_folder / decompress_folder, as
+// `tzip compress/decompress DIR`): every *.safetensors file <-> .tzip, other files copied.
+void container_compress_folder(const std::string& in, const std::string& out, int level, unsigned threads,
+                               bool force, bool predict) {
+  tc::WriteOptions opt;
+  opt.level = level;
+  opt.threads = threads;
+  opt.force = force;
+  opt.predict = predict;
+  nb::gil_scoped_release nogil;
+  guarded([&] { tc::compress_folder(in, out, opt); }, {&in, &out});
+}
+
+void container_decompress_folder(const std::string& in, const std::string& out, unsigned threads, bool force) {
+  tc::ReadOptions opt;
+  opt.threads = threads;
+  opt.force = force;
+  nb::gil_scoped_release nogil;
+  guarded([&] { tc::decompress_folder(in, out, opt); }, {&in, &out});
+}
+
 // Python-side handle of an open .tzip file. Every call on one Reader holds
 // its mutex (the C++ Reader is not meant for concurrent use, and close() may
 // come from another thread). The mutex is never held while waiting for the
@@ -834,6 +855,11 @@ NB_MODULE(_tensorzip, m) {
         "threads"_a = 0u, "chunk_bytes"_a = 0, "force"_a = false, "predict"_a = true, "ref"_a = "",
         "ref_original"_a = "", "min_gain"_a = -1.0, "user_metadata"_a = std::map<std::string, std::string>(),
         "Compresses a safetensors file into a .tzip file; returns (raw_bytes, file_bytes).");
+  m.def("compress_folder", &container_compress_folder, "src"_a, "dst"_a, "level"_a = 0, "threads"_a = 0u,
+        "force"_a = false, "predict"_a = true,
+        "Compresses a model folder like `tzip compress DIR`: *.safetensors -> .tzip, other files copied.");
+  m.def("decompress_folder", &container_decompress_folder, "src"_a, "dst"_a, "threads"_a = 0u, "force"_a = false,
+        "Restores a compressed model folder like `tzip decompress DIR` (byte-identical).");
   m.def("safetensors_info", &safetensors_info, "path"_a,
         "Validated header of a safetensors file: data_start, file_size, metadata, tensors [(name, dtype, shape, "
         "begin, end)] in data order.");

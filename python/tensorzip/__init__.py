@@ -27,12 +27,20 @@ from ._core import (
 )
 from ._core import compress as _compress
 from ._core import decompress as _decompress
-from ._file import SafeOpen, TensorSlice, compress_safetensors, export_safetensors, read_metadata
+from ._file import (
+    SafeOpen,
+    TensorSlice,
+    compress_folder,
+    compress_safetensors,
+    decompress_folder,
+    export_safetensors,
+    read_metadata,
+)
 
 __version__ = "0.1.0"
 __all__ = [
     "compress", "decompress", "safe_open", "SafeOpen", "TensorSlice", "read_metadata",
-    "compress_safetensors", "export_safetensors",
+    "compress_safetensors", "export_safetensors", "compress_folder", "decompress_folder",
     "TensorZipError", "CorruptDataError", "UsageError", "TensorZipIOError", "TensorZipExistsError",
     "TensorZipFileNotFoundError", "TensorZipPermissionError",
     "HAVE_CONTAINER", "__version__",

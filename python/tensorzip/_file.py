@@ -235,3 +235,20 @@ def compress_safetensors(src: PathLike, dst: PathLike, level: int = 0, threads: 
                                  predict=bool(predict), ref=ref_s, ref_original=ref_orig_s,
                                  user_metadata=dict(user_metadata or {}))
     return int(raw), int(size)
+
+
+def compress_folder(src: PathLike, dst: PathLike, level: int = 0, threads: int = 0, overwrite: bool = False, *,
+                    predict: bool = True) -> None:
+    """Compresses a model folder, like ``tzip compress DIR -o DST``: every ``x.safetensors`` becomes
+    ``x.tzip``, every other file (configs, tokenizer, ``model.safetensors.index.json``) is copied;
+    the folder is built under a temporary name and renamed. ``tensorzip.transformers.from_pretrained``
+    loads the result."""
+    require_container()
+    _C.compress_folder(os.fspath(src), os.fspath(dst), level=level, threads=threads, force=overwrite,
+                       predict=bool(predict))
+
+
+def decompress_folder(src: PathLike, dst: PathLike, threads: int = 0, overwrite: bool = False) -> None:
+    """Restores a compressed model folder, like ``tzip decompress DIR -o DST`` (byte-identical)."""
+    require_container()
+    _C.decompress_folder(os.fspath(src), os.fspath(dst), threads=threads, force=overwrite)

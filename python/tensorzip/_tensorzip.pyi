@@ -26,6 +26,11 @@ CONTAINER_VERSION: Tuple[int, int]
 def library_version() -> int: ...
 def simd_path() -> str:
     """The CPU kernel set the codec runs: portable, avx2, avx512 or neon."""
+def compress_folder(src: str, dst: str, level: int = 0, threads: int = 0, force: bool = False,
+                    predict: bool = True) -> None:
+    """Model folder -> compressed folder, like `tzip compress DIR` (*.safetensors -> .tzip, others copied)."""
+def decompress_folder(src: str, dst: str, threads: int = 0, force: bool = False) -> None:
+    """Compressed folder -> the original folder, byte for byte, like `tzip decompress DIR`."""
 def safetensors_info(path: str) -> Dict[str, Any]:
     """Validated safetensors header: data_start, file_size, metadata, tensors [(name, dtype, shape,
     begin, end)] in data order (offsets relative to data_start)."""

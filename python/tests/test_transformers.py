@@ -211,3 +211,28 @@ def test_errors(minilm, tmp_path):
         tzt.from_pretrained(transformers.AutoModel, broken)
     with pytest.raises(tensorzip.UsageError, match="push_to_hub"):
         tzt.save_pretrained(torch.nn.Linear(2, 2), tmp_path / "x", push_to_hub=True)
+
+
+def test_readme_transformers_example_runs(tmp_path, monkeypatch):
+    """The README's transformers example, as written, on a copy of the MiniLM folder named my-model/."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    marker = "<!-- README transformers example: run by python/tests/test_transformers.py -->"
+    assert marker in readme
+    block = readme.split(marker, 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    assert "from_pretrained" in block and "compress_folder" in block
+    shutil.copytree(minilm_folder(), tmp_path / "my-model")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    ref = transformers.AutoModel.from_pretrained(tmp_path / "my-model")
+    same_state(ref, scope["model"])
+    same_outputs(ref, scope["model"])
+    same_outputs(ref, tzt.from_pretrained(transformers.AutoModel, tmp_path / "my-model-2.tzip"))
+    # compress_folder / decompress_folder: the folder comes back byte for byte
+    tensorzip.decompress_folder(tmp_path / "my-model.tzip", tmp_path / "restored")
+    names = sorted(os.listdir(tmp_path / "my-model"))
+    assert sorted(os.listdir(tmp_path / "restored")) == names
+    assert all(filecmp.cmp(tmp_path / "my-model" / n, tmp_path / "restored" / n, shallow=False)
+               for n in names if (tmp_path / "my-model" / n).is_file())
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        tensorzip.compress_folder(tmp_path / "my-model", tmp_path / "my-model.tzip")
