@@ -22,7 +22,7 @@ Layout of a checkpoint directory (one per ``path``):
   ``U8`` tensors of their bytes (DCP's bytes / ``torch.save`` bytes), so a
   rank has exactly one file, every byte of it under the frames' xxh64 and the
   codec's block checksums, and the file opens with ``tzip inspect/verify`` and
-  :func:`tensorzip.open`. The file's safetensors export holds the same items.
+  :func:`tensorzip.safe_open`. The file's safetensors export holds the same items.
 - ``.metadata``: DCP's own pickled :class:`~torch.distributed.checkpoint.metadata.Metadata`,
   written last by the coordinator in :meth:`StorageWriter.finish` (temporary
   file, fsync, atomic rename). Each item's storage entry records the file, the

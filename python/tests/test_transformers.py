@@ -86,6 +86,10 @@ def test_cli_folder_loads_like_the_original(minilm):
     assert info == ref_info
     assert not info["missing_keys"] and not info["mismatched_keys"]
     same_outputs(ref, m2)
+    # the folder's other files are as they were: the tokenizer loads from it directly
+    text = "tensorzip compresses model folders losslessly"
+    assert transformers.AutoTokenizer.from_pretrained(tz)(text)["input_ids"] == \
+        transformers.AutoTokenizer.from_pretrained(src)(text)["input_ids"]
 
 
 @pytest.mark.parametrize("kwargs", [

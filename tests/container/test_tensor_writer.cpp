@@ -465,3 +465,64 @@ TEST(TensorWriter, DeltaAgainstPreviousFile) {
   EXPECT_THROW(write(b, d.path + "/next/x.tzip", d.path + "/nope.tzip"), tc::Error);
   EXPECT_FALSE(fs::exists(d.path + "/next/x.tzip"));
 }
+
+// TensorWriterOptions::safetensors_header: the export's header is the given
+// JSON, byte for byte (here laid out as safetensors' own writer does: metadata
+// first, tensors in data order, padded with spaces to 8 bytes); a header that
+// does not describe the added tensors is refused before anything is written.
+TEST(TensorWriter, GivenSafetensorsHeaderIsExportedVerbatim) {
+  TempDir d;
+  const std::vector<uint8_t> w(24, 7), ids(16, 1);
+  std::string hdr =
+      R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+      R"("ids":{"dtype":"I64","shape":[2],"data_offsets":[24,40]}})";
+  hdr.append((8 - hdr.size() % 8) % 8, ' ');
+  tc::TensorWriterOptions o;
+  o.threads = 1;
+  o.metadata = {{"format", "pt"}};
+  o.safetensors_header = hdr;
+  const std::string file = d.path + "/h.tzip";
+  {
+    tc::TensorWriter tw(file, o);
+    tw.add("w", "F32", {2, 3}, w.data(), w.size());
+    tw.add("ids", "I64", {2}, ids.data(), ids.size());
+    tw.finish();
+  }
+  tc::Reader r(file, 1);
+  EXPECT_EQ(r.safetensors_header(), hdr);
+  const std::string st = d.path + "/h.safetensors";
+  r.export_safetensors(st, tc::ReadOptions{});
+  std::string expect(8, '\0');
+  for (int i = 0; i < 8; ++i) expect[i] = static_cast<char>((hdr.size() >> (8 * i)) & 0xff);
+  expect += hdr;
+  expect.append(w.begin(), w.end());
+  expect.append(ids.begin(), ids.end());
+  EXPECT_EQ(slurp(st), expect);
+
+  // Wrong shape, a missing tensor, other metadata: kUsage from finish(), no file.
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> bad = {
+      {R"({"w":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]},"ids":{"dtype":"I64","shape":[2],"data_offsets":[24,40]}})",
+       {}},
+      {R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})", {}},
+      {R"({"__metadata__":{"a":"b"},"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+       R"("ids":{"dtype":"I64","shape":[2],"data_offsets":[24,40]}})",
+       {{"a", "c"}}},
+  };
+  for (const auto& [h, meta] : bad) {
+    TempDir e;
+    tc::TensorWriterOptions ob;
+    ob.threads = 1;
+    ob.metadata = meta;
+    ob.safetensors_header = h;
+    tc::TensorWriter tw(e.path + "/x.tzip", ob);
+    tw.add("w", "F32", {2, 3}, w.data(), w.size());
+    tw.add("ids", "I64", {2}, ids.data(), ids.size());
+    try {
+      tw.finish();
+      ADD_FAILURE() << "accepted: " << h;
+    } catch (const tc::Error& err) {
+      EXPECT_EQ(err.kind(), tc::ErrorKind::kUsage) << err.what();
+    }
+    EXPECT_EQ(e.entries(), 0u) << h;
+  }
+}
