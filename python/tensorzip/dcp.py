@@ -89,7 +89,6 @@ import io
 import math
 import os
 import pickle
-import re
 import time
 import uuid
 import zlib
@@ -116,34 +115,30 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from . import _core, _dtypes
 from . import _tensorzip as _C
 from ._core import CorruptDataError
+from ._dcp_extension import (  # noqa: F401  (public here)
+    DCP_TOOLS_READ_TENSORZIP,
+    ExtensionRegistry,
+    TensorZipExtension,
+    _descriptor,
+    extension_registry,
+)
+from ._dcp_layout import (  # noqa: F401  (public here, and the names the tests use)
+    SUFFIX,
+    _CODEC_TZIP,
+    _CODEC_TZIP_PT,
+    _CODEC_TZIP_RAW,
+    _DATA_FILE,
+    _DATA_TMP,
+    _METADATA,
+    _RANK_METADATA,
+    _check_finished,
+    _fsync_dir,
+    _stale_data_files,
+    clear_interrupted,
+)
 
 __all__ = ["StorageWriter", "StorageReader", "SUFFIX", "read_stats", "reset_read_stats", "clear_interrupted",
            "first_failure", "TensorZipExtension", "extension_registry", "DCP_TOOLS_READ_TENSORZIP"]
-
-#: Suffix of the per-rank data files (standard .tzip files).
-SUFFIX = ".tzip"
-
-_METADATA = ".metadata"
-# Data files written by StorageWriter: __<rank>_<save id>.tzip.
-_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)(" + re.escape(SUFFIX) + r")$")
-# The temporary name TensorWriter builds a data file under (left behind by a killed save).
-_DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) + r"\.tmp-\d+-\d+$")
-
-_RANK_METADATA = re.compile(r"^__\d+\.metadata$")  # written by saves with use_collectives=False
-
-# How an item is stored (recorded in the checkpoint metadata).
-# Every item is one tensor of the rank's .tzip file.
-_CODEC_TZIP = "tzip"            # the tensor itself (dtype and shape as saved)
-_CODEC_TZIP_PT = "tzip:torch.save"  # U8 tensor: torch.save bytes of a tensor of a dtype .tzip cannot hold
-_CODEC_TZIP_RAW = "tzip:raw"    # U8 tensor: a BYTE_IO item, as given by DCP
-
-# Each item's DCP transform descriptor: "tensorzip/3|<codec>|<dtype>|<shape>|<crc32>". DCP's own
-# readers hand it to the extension registered under "tensorzip" (TensorZipExtension below), which
-# decodes the item's frames; a reader without it fails with "Unknown extension name='tensorzip'"
-# instead of misreading bytes. ("tensorzip/2": development layouts, read by StorageReader only.)
-_DESCRIPTOR_NAME = "tensorzip"
-_DESCRIPTOR_VERSION = "3"
-_FRAME_ALIGN = 64  # frames of a .tzip file start at multiples of 64 (doc/container.md)
 
 # Test hook (tests/test_dcp.py): "<rank>:<bytes>:<marker path>" makes that rank's
 # writer stop for good once its items are handed to the TensorWriter (whose
@@ -243,19 +238,6 @@ def _stored_name(index: Any, n: int, seen: set) -> str:
 def _new_save_id() -> str:
     # Sortable by time (seconds, base 36) + random part: unique per save in practice.
     return f"{np.base_repr(int(time.time()), 36).lower()}{uuid.uuid4().hex[:8]}"
-
-
-def _fsync_dir(path: Any) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class StorageWriter(FileSystemWriter):
@@ -694,63 +676,6 @@ class StorageReader(FileSystemReader):
         return out
 
 
-# ---- checkpoint folder state: finished or not, leftovers of interrupted saves ----
-
-def _stale_data_files(path: str, keep: set) -> List[str]:
-    """Names of data files and writer temporaries in ``path`` that ``keep`` does not hold (files
-    StorageWriter writes, and nothing else: their names are __<rank>_<save id>.tzip and
-    .__<rank>_<save id>.tzip.tmp-<pid>-<n>)."""
-    return sorted(n for n in os.listdir(path) if n not in keep and (_DATA_FILE.match(n) or _DATA_TMP.match(n)))
-
-
-def _check_finished(path: str, rank: Optional[int] = None) -> None:
-    """CorruptDataError when ``path`` holds data files of a save but no finished checkpoint."""
-    if not os.path.isdir(path):
-        return  # DCP's FileNotFoundError
-    names = os.listdir(path)
-    meta = _METADATA if rank is None else f"__{rank}{_METADATA}"
-    if meta in names:
-        return
-    leftovers = sorted(n for n in names if _DATA_FILE.match(n) or _DATA_TMP.match(n))
-    per_rank = rank is None and any(_RANK_METADATA.match(n) for n in names)
-    if leftovers and not per_rank:  # (a save without collectives has __<rank>.metadata: DCP falls back)
-        shown = ", ".join(leftovers[:4]) + (", ..." if len(leftovers) > 4 else "")
-        raise CorruptDataError(
-            f"tensorzip.dcp: {path} holds no finished checkpoint: {meta} is missing but data files of an "
-            f"unfinished save are there ({shown}); that save was interrupted before it wrote its metadata, so "
-            f"there is nothing to load (tensorzip.dcp.clear_interrupted({path!r}) removes them)")
-
-
-def clear_interrupted(path: Union[str, os.PathLike]) -> List[str]:
-    """Removes what interrupted saves left in a checkpoint folder; returns the names removed.
-
-    That is: ``StorageWriter`` data files (``__<rank>_<save id>.tzip``) that no finished checkpoint
-    of the folder uses (none, when no save finished there), and writer temporaries
-    (``.__<rank>_<save id>.tzip.tmp-*``). The finished checkpoint (``.metadata`` and the files it
-    names; with ``use_collectives=False``, every ``__<rank>.metadata`` and its files) and every other
-    file are left alone. The next finished save into the folder does the same by itself; this is
-    for a folder that is to be kept as it is, or reused later. Call it when no save into the folder
-    is running (it would remove that save's files).
-    """
-    folder = os.fspath(path)
-    keep: set = set()
-    for name in os.listdir(folder):
-        if name == _METADATA or _RANK_METADATA.match(name):
-            with open(os.path.join(folder, name), "rb") as f:
-                md = pickle.load(f)
-            keep |= {getattr(info, "relative_path", None) for info in (md.storage_data or {}).values()}
-    removed = []
-    for name in _stale_data_files(folder, keep):
-        try:
-            os.unlink(os.path.join(folder, name))
-            removed.append(name)
-        except FileNotFoundError:
-            pass
-    if removed:
-        _fsync_dir(folder)
-    return removed
-
-
 def first_failure(exc: BaseException) -> BaseException:
     """The error behind DCP's ``CheckpointException`` (which ``dcp.load`` / ``dcp.save`` raise for any
     failure of a rank, and which is a ``BaseException``, not an ``Exception``): the exception of the
@@ -768,131 +693,6 @@ def first_failure(exc: BaseException) -> BaseException:
         first = failures[min(failures)]
         return first[0] if isinstance(first, tuple) else first
     return exc
-
-
-# ---- DCP's own readers: the "tensorzip" stream transform extension ----
-
-def _descriptor(codec: str, dtype: str, shape: Sequence[int], crc: int) -> str:
-    return "|".join([f"{_DESCRIPTOR_NAME}/{_DESCRIPTOR_VERSION}", codec, dtype, ",".join(str(int(x)) for x in shape),
-                     str(int(crc))])
-
-
-try:
-    from torch.distributed.checkpoint._extension import ExtensionRegistry, StreamTransformExtension
-except ImportError:  # pragma: no cover - torch without DCP extensions (< 2.6)
-    ExtensionRegistry = None  # type: ignore[assignment,misc]
-    StreamTransformExtension = object  # type: ignore[assignment,misc]
-
-
-class TensorZipExtension(StreamTransformExtension):  # type: ignore[misc,valid-type]
-    """Decodes one item of a tensorzip checkpoint for DCP's own ``FileSystemReader``.
-
-    DCP reads the byte range of an item (its frames in the rank's ``.tzip`` file) and passes it
-    through the transforms named by the item's descriptor: this one decodes the frames (every
-    block checksum checked; bytes items against their CRC-32) and returns what
-    ``FileSystemReader`` expects, ``torch.save`` bytes of the tensor or the item's bytes. So
-    ``FileSystemReader(dir)``, ``dcp.load(state, checkpoint_id=dir)`` and
-    ``torch.distributed.checkpoint.format_utils.dcp_to_torch_save(dir, out)`` read tensorzip
-    checkpoints once this module is imported (reading a tensorzip checkpoint's ``.metadata``
-    imports it by itself). :class:`StorageReader` remains the efficient reader: it decodes into
-    the target tensors and, for resharded loads, only the needed blocks.
-    """
-
-    def __init__(self, codec: str = _CODEC_TZIP, dtype: str = "U8", shape: Tuple[int, ...] = (0,), crc: int = 0):
-        super().__init__()
-        self.codec, self.dtype, self.shape, self.crc = codec, dtype, tuple(shape), crc
-
-    @staticmethod
-    def registry_name() -> str:
-        return _DESCRIPTOR_NAME
-
-    @staticmethod
-    def from_descriptor(version: str) -> "TensorZipExtension":
-        parts = str(version).split("|")
-        if parts[0] != _DESCRIPTOR_VERSION or len(parts) != 5:
-            raise ValueError(f"tensorzip.dcp: item descriptor version {parts[0]!r} is not read by DCP's own readers "
-                             f"(this tensorzip writes version {_DESCRIPTOR_VERSION}); read the checkpoint with "
-                             f"tensorzip.dcp.StorageReader")
-        _, codec, dtype, shape_s, crc = parts
-        shape = tuple(int(x) for x in shape_s.split(",")) if shape_s else ()
-        return TensorZipExtension(codec, dtype, shape, int(crc))
-
-    def get_descriptor(self) -> str:
-        return _descriptor(self.codec, self.dtype, self.shape, self.crc)[len(_DESCRIPTOR_NAME) + 1:]
-
-    def transform_to(self, output: Any) -> Any:
-        raise NotImplementedError("tensorzip checkpoints are written by tensorzip.dcp.StorageWriter")
-
-    def transform_from(self, input: Any) -> Any:
-        data = input.read()
-        if self.codec == _CODEC_TZIP:
-            out = torch.empty(self.shape, dtype=_dtypes.torch_dtype(self.dtype))
-            flat = out.reshape(-1).view(torch.uint8).numpy() if out.numel() else np.empty(0, np.uint8)
-            _decode_frames(data, flat)
-            buf = io.BytesIO()
-            torch.save(out, buf)
-            buf.seek(0)
-            return buf
-        payload = np.empty(int(np.prod(self.shape)) if self.shape else 0, dtype=np.uint8)
-        _decode_frames(data, payload)
-        if zlib.crc32(payload) != self.crc:
-            raise CorruptDataError(f"tensorzip.dcp: item corrupt (CRC-32 mismatch of its {payload.size} bytes)")
-        return io.BytesIO(payload.tobytes())
-
-
-def _decode_frames(data: bytes, out: np.ndarray) -> None:
-    """Decodes the consecutive frames of one .tzip tensor (each at a multiple of 64 bytes from the
-    first) into ``out``, which must be exactly their raw size."""
-    view = memoryview(data)
-    pos = done = 0
-    while done < out.size:
-        if pos >= len(view):
-            raise CorruptDataError("tensorzip.dcp: item truncated: its frames end before its data")
-        info = _C.frame_info(view, pos)
-        size, raw = int(info["frame_size"]), int(info["raw_size"])
-        if pos + size > len(view) or done + raw > out.size:
-            raise CorruptDataError("tensorzip.dcp: item corrupt: a frame runs past the item")
-        _C.decompress_into(view[pos:pos + size], 0, out[done:done + raw])
-        done += raw
-        pos += (size + _FRAME_ALIGN - 1) // _FRAME_ALIGN * _FRAME_ALIGN
-
-
-def extension_registry() -> Any:
-    """A DCP ``ExtensionRegistry`` that knows tensorzip items, for ``FileSystemReader(path,
-    _extension_registry=tensorzip.dcp.extension_registry())`` (DCP's experimental argument)."""
-    if ExtensionRegistry is None:  # pragma: no cover
-        raise _core.UsageError("this torch has no DCP stream extensions (torch >= 2.6 needed)")
-    reg = ExtensionRegistry()
-    reg.register(TensorZipExtension)
-    return reg
-
-
-def _register_with_dcp() -> bool:
-    """Makes every DCP ExtensionRegistry know "tensorzip" items, also registries made before this
-    module was imported (a FileSystemReader exists before it unpickles .metadata, which imports this
-    module): the lookup method adds TensorZipExtension to a registry that lacks it. An extension the
-    user registered under the same name is kept. Returns False where DCP has no such registry."""
-    if ExtensionRegistry is None or not hasattr(ExtensionRegistry, "from_descriptor_list"):
-        return False  # pragma: no cover
-    lookup = ExtensionRegistry.from_descriptor_list
-    if getattr(lookup, "_tensorzip", False):
-        return True
-
-    def from_descriptor_list(self: Any, descriptors: Sequence[str]) -> Sequence[Any]:
-        exts = getattr(self, "extensions", None)
-        if isinstance(exts, dict) and _DESCRIPTOR_NAME not in exts:
-            self.register(TensorZipExtension)
-        return lookup(self, descriptors)
-
-    from_descriptor_list._tensorzip = True  # type: ignore[attr-defined]
-    from_descriptor_list.__doc__ = lookup.__doc__
-    ExtensionRegistry.from_descriptor_list = from_descriptor_list  # type: ignore[method-assign]
-    return True
-
-
-#: Whether DCP's own readers (FileSystemReader, dcp_to_torch_save, dcp.load(checkpoint_id=)) read
-#: tensorzip checkpoints in this process (see TensorZipExtension).
-DCP_TOOLS_READ_TENSORZIP = _register_with_dcp()
 
 
 def _block_ranges(runs: Tuple[Any, int], itemsize: int, block_bytes: int,
