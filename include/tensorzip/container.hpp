@@ -378,6 +378,12 @@ struct TensorWriterOptions {
   // readers need it there (or given explicitly) to restore those tensors.
   // Independent of `predict`. Empty: no deltas.
   std::string ref;
+  // With `ref`: its content as a safetensors file (the file it was made from,
+  // or its export). The delta predictors are read from it instead of decoding
+  // `ref` (faster; the same file is written). Its header and size must match
+  // `ref`, and every byte used is checked against `ref`'s stored block
+  // checksums (kUsage if it differs). Empty: decode `ref`.
+  std::string ref_original;
   // O_DIRECT: frames are gathered into aligned staging buffers of
   // direct_buffer_bytes (a multiple of 4096) and written bypassing the page
   // cache; where the file system refuses O_DIRECT (tmpfs), buffered writes.

@@ -574,13 +574,14 @@ class PyReader {
 class PyTensorWriter {
  public:
   // user_metadata: .tzip header only; safetensors_header: the export's header JSON verbatim
-  // ("" = made by the writer); ref: previous checkpoint for delta coding ("" = none).
+  // ("" = made by the writer); ref: previous checkpoint for delta coding ("" = none);
+  // ref_original: ref's content as a safetensors file, read instead of decoding ref.
   PyTensorWriter(const std::string& path, int level, unsigned threads, uint64_t chunk_bytes, bool direct_io,
                  bool predict, const std::map<std::string, std::string>& metadata, unsigned block_elems,
                  bool force, const std::string& io, unsigned io_threads,
                  const std::map<std::string, std::string>& user_metadata, const std::string& safetensors_header,
-                 const std::string& ref)
-      : level_(level), block_elems_(block_elems), ref_(ref) {
+                 const std::string& ref, const std::string& ref_original)
+      : level_(level), block_elems_(block_elems), ref_(ref), ref_original_(ref_original) {
     tc::TensorWriterOptions opt;
     opt.level = level;
     opt.threads = threads;
@@ -592,6 +593,7 @@ class PyTensorWriter {
     opt.user_metadata = user_metadata;
     opt.safetensors_header = safetensors_header;
     opt.ref = ref;
+    opt.ref_original = ref_original;
     opt.force = force;
     if (io == "pwrite") {
       // the container's synchronous pwrite sink (opt.sink left empty)
@@ -665,7 +667,7 @@ class PyTensorWriter {
 #ifdef TZ_PY_HAVE_CUDA
       if (genc_) guarded([&] { genc_->start(); });
 #endif
-      st = guarded([&] { return w.finish(); }, {&w.path(), &ref_});
+      st = guarded([&] { return w.finish(); }, {&w.path(), &ref_, &ref_original_});
 #ifdef TZ_PY_HAVE_CUDA
       if (genc_) gpu_bytes = genc_->gpu_bytes(), gpu_host_bytes = genc_->host_bytes();
 #endif
@@ -728,7 +730,7 @@ class PyTensorWriter {
   }
   int level_;
   unsigned block_elems_;
-  std::string ref_;
+  std::string ref_, ref_original_;
 #ifdef TZ_PY_HAVE_CUDA
   std::unique_ptr<tz::checkpoint::gpu::WriterEncoder> genc_;  // outlives w_'s finish(); destroyed after w_
 #endif
@@ -890,11 +892,12 @@ NB_MODULE(_tensorzip, m) {
   nb::class_<PyTensorWriter>(m, "TensorWriter")
       .def(nb::init<const std::string&, int, unsigned, uint64_t, bool, bool, const std::map<std::string, std::string>&,
                     unsigned, bool, const std::string&, unsigned, const std::map<std::string, std::string>&,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, const std::string&>(),
            "path"_a, "level"_a = 0, "threads"_a = 0u, "chunk_bytes"_a = 0, "direct_io"_a = false,
            "predict"_a = false, "metadata"_a = std::map<std::string, std::string>(), "block_elems"_a = 0u,
            "force"_a = false, "io"_a = "auto", "io_threads"_a = 0u,
-           "user_metadata"_a = std::map<std::string, std::string>(), "safetensors_header"_a = "", "ref"_a = "")
+           "user_metadata"_a = std::map<std::string, std::string>(), "safetensors_header"_a = "", "ref"_a = "",
+           "ref_original"_a = "")
       .def("add", &PyTensorWriter::add, "name"_a, "dtype"_a, "shape"_a, "data"_a)
       .def("add_cuda", &PyTensorWriter::add_cuda, "name"_a, "dtype"_a, "shape"_a, "data_ptr"_a, "nbytes"_a,
            "owner"_a.none() = nb::none(),

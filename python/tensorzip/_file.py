@@ -10,9 +10,6 @@ byte-identical to `safetensors.*.save_file` of the same dict.
 The tensors go from their own memory into the writer (encoded chunk by chunk
 while earlier chunks are written): no raw copy of them is written anywhere,
 so a save needs only the output's size on disk (plus its temporary name).
-The one exception is ``ref_original=`` (a speed option of delta saves), which
-is a feature of the safetensors-file compressor: the tensors then go through
-a temporary safetensors file beside the output.
 
 Reading (safe_open and friends) lives in _open.py.
 """
@@ -22,7 +19,6 @@ import json
 import os
 import struct
 import tempfile
-import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -127,48 +123,13 @@ def save_sources(tensors: Mapping[str, Any], filename: PathLike, metadata: Optio
         views.append(flat)
     header, order = safetensors_header(items, metadata)
     out = os.fspath(filename)
-    if ref_orig_s:
-        _save_through_safetensors_file(header, order, views, out, level, threads, block_elems, chunk_bytes,
-                                       predict, ref_s, ref_orig_s)
-        return
     with _C.TensorWriter(out, level=level, threads=threads, chunk_bytes=chunk_bytes, predict=predict,
                          metadata=dict(metadata or {}), block_elems=block_elems, force=True,
-                         safetensors_header=header[8:].decode("utf-8"), ref=ref_s) as w:
+                         safetensors_header=header[8:].decode("utf-8"), ref=ref_s, ref_original=ref_orig_s) as w:
         for i in order:
             name, dtype, shape, _n = items[i]
             w.add(name, dtype, list(shape), views[i])
         w.finish()  # encode + write + fsync + rename (GIL released); nothing at `out` before
-
-
-def _save_through_safetensors_file(header: bytes, order: List[int], views: List[np.ndarray], out: str,
-                                   level: int, threads: int, block_elems: int, chunk_bytes: int, predict: bool,
-                                   ref: str, ref_original: str) -> None:
-    """save_file with ref_original: the safetensors-file compressor (tz::container::compress_file)
-    reads the predictors from ref_original, so the tensors go through a temporary safetensors
-    file beside the output."""
-    folder, base = os.path.split(os.path.abspath(out))
-    tmp = os.path.join(folder, f".{base}.{os.getpid()}-{uuid.uuid4().hex[:8]}.safetensors")
-    try:
-        try:
-            with open(tmp, "wb") as f:
-                f.write(header)
-                for i in order:
-                    if views[i].nbytes:
-                        f.write(views[i].data)
-        except OSError as e:
-            from ._open import os_error
-            raise os_error(e, out, "cannot write the tensors beside the output") from None
-        try:
-            _C.compress_file(tmp, out, level=level, block_elems=block_elems, threads=threads,
-                             chunk_bytes=chunk_bytes, force=True, predict=predict, ref=ref,
-                             ref_original=ref_original)
-        except TensorZipError as e:
-            raise type(e)(str(e).replace(tmp, "(the tensors)")) from None
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
 
 
 def _scrub(e: BaseException, path: str, what: str) -> BaseException:

@@ -94,9 +94,11 @@ class TensorWriter:
     def __init__(self, path: str, level: int = 0, threads: int = 0, chunk_bytes: int = 0,
                  direct_io: bool = False, predict: bool = False, metadata: Dict[str, str] = ...,
                  block_elems: int = 0, force: bool = False, io: str = "auto", io_threads: int = 0,
-                 user_metadata: Dict[str, str] = ..., safetensors_header: str = "", ref: str = "") -> None:
+                 user_metadata: Dict[str, str] = ..., safetensors_header: str = "", ref: str = "",
+                 ref_original: str = "") -> None:
         """user_metadata: .tzip header only; safetensors_header: the export's header JSON verbatim
-        (checked against the added tensors; "" = made by the writer); ref: previous .tzip (delta)."""
+        (checked against the added tensors; "" = made by the writer); ref: previous .tzip (delta);
+        ref_original: ref's content as a safetensors file (read, checked, instead of decoding ref)."""
     def add(self, name: str, dtype: str, shape: Sequence[int], data: Buffer) -> None:
         """dtype: a safetensors dtype string ("BF16", "F32", "U8", ...); data: C-contiguous, len = bytes."""
     def finish(self) -> Dict[str, Any]:

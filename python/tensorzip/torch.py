@@ -28,8 +28,7 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: PathLike, metadata: Op
     ``NotImplementedError``, with safetensors' messages.
 
     The tensors are encoded from their own memory while the file is written
-    (no raw copy of them is written anywhere; ``ref_original`` excepted, see
-    doc/python.md).
+    (no raw copy of them is written anywhere).
 
     Args:
         tensors: name -> tensor.

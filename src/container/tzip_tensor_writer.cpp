@@ -367,9 +367,13 @@ TensorWriterStats TensorWriter::Impl::finish() {
   }
   // ---- delta prediction discovery (TensorWriterOptions::ref) ---------------
   std::unique_ptr<Reader> dref;
+  std::unique_ptr<RefOriginal> dref_orig;  // TensorWriterOptions::ref_original
+  if (!opt.ref_original.empty() && opt.ref.empty())
+    fail(ErrorKind::kUsage, path + ": ref_original needs ref (the previous checkpoint's .tzip)");
   if (!opt.ref.empty()) {
     check_not_same_file(opt.ref, path);  // the new file would replace its own reference
     dref = std::make_unique<Reader>(opt.ref, 1);
+    if (!opt.ref_original.empty()) dref_orig = std::make_unique<RefOriginal>(opt.ref_original, *dref, opt.ref);
     int ref_index = -1;
     std::vector<uint8_t> cur, blk;
     for (size_t i = 0; i < items.size(); ++i) {
@@ -587,9 +591,13 @@ TensorWriterStats TensorWriter::Impl::finish() {
               zero = acc == 0;  // exact prediction: a frame of size 0 (section 12.2)
               src = resid.data();
             } else if (it.delta_of >= 0) {
-              // Residual = value XOR the reference's bytes of this chunk.
+              // Residual = value XOR the reference's bytes of this chunk (decoded,
+              // or read from ref_original and checked against its block checksums).
               pred.resize(u.n);
-              dref->read_range((size_t)it.delta_of, u.off, u.n, pred.data());
+              if (dref_orig)
+                dref_orig->read_checked(*dref, (size_t)it.delta_of, u.off, u.n, pred.data());
+              else
+                dref->read_range((size_t)it.delta_of, u.off, u.n, pred.data());
               resid.assign(src, src + u.n);
               tz::predict::xor_bytes(pred.data(), resid.data(), u.n);
               uint64_t acc = 0;

@@ -464,6 +464,48 @@ TEST(TensorWriter, DeltaAgainstPreviousFile) {
   // A missing reference is refused by name.
   EXPECT_THROW(write(b, d.path + "/next/x.tzip", d.path + "/nope.tzip"), tc::Error);
   EXPECT_FALSE(fs::exists(d.path + "/next/x.tzip"));
+
+  // ref_original: the predictors read from the reference's safetensors export instead of
+  // decoded: the same file, byte for byte; a file of other content is refused (not safetensors:
+  // at once; other bytes: by the reference's block checksums), and nothing is written.
+  const std::string orig = d.path + "/prev/r.safetensors";
+  tc::Reader(d.path + "/prev/r.tzip", 1).export_safetensors(orig, tc::ReadOptions{});
+  auto write_orig = [&](const std::string& path, const std::string& ref_original) {
+    tc::TensorWriterOptions o;
+    o.threads = 2;
+    o.chunk_bytes = 1u << 20;
+    o.ref = d.path + "/prev/r.tzip";
+    o.ref_original = ref_original;
+    tc::TensorWriter w(path, o);
+    for (const auto& t : b) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+    return w.finish();
+  };
+  write_orig(d.path + "/next/o.tzip", orig);
+  EXPECT_EQ(slurp(d.path + "/next/o.tzip"), slurp(d.path + "/next/r.tzip"));
+  std::string bytes = slurp(orig);
+  const auto info = tc::read_safetensors_info(orig);
+  uint64_t big_at = 0;
+  for (const auto& t : info.tensors)
+    if (t.name == "big.f32") big_at = info.data_start + t.data_begin;
+  ASSERT_GT(big_at, 0u);
+  bytes[big_at + (2u << 20) + 12] ^= 0x40;  // in big.f32's third chunk (a delta, read from the original)
+  const std::string other = d.path + "/prev/other.safetensors";
+  write_all(other, Bytes(bytes.begin(), bytes.end()));
+  const std::string short_one = d.path + "/prev/short.safetensors";
+  write_all(short_one, Bytes(bytes.begin(), bytes.end() - 1));
+  for (const std::string& bad : {short_one, other}) {
+    try {
+      write_orig(d.path + "/next/bad.tzip", bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const tc::Error& e) {
+      // the short file is not a valid safetensors file at all (kBadInput); the other one is,
+      // with the reference's header and size, but its bytes differ (kUsage)
+      EXPECT_EQ(e.kind(), bad == other ? tc::ErrorKind::kUsage : tc::ErrorKind::kBadInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      if (bad == other) EXPECT_NE(std::string(e.what()).find("differs from"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(d.path + "/next/bad.tzip"));
+  }
 }
 
 // TensorWriterOptions::safetensors_header: the export's header is the given
