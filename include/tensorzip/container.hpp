@@ -96,9 +96,10 @@ struct ReadOptions {
   ProgressFn progress;
 };
 
-// safetensors dtype string -> codec dtype (BF16, F16, F32, F8_E4M3, F8_E5M2
-// map to their own; every other known dtype to TZ_DTYPE_BYTES). Returns false
-// for an unknown dtype string.
+// safetensors dtype string -> the codec dtype a writer uses for it (BF16, F16,
+// F32, F8_E4M3, F8_E5M2 map to their own; the FNUZ FP8 types and F8_E8M0 to an
+// FP8 codec, C64 to F32, every other known dtype to TZ_DTYPE_BYTES: doc/container.md
+// section 5). Returns false for an unknown dtype string.
 bool codec_dtype_for(const std::string& st_dtype, tz_dtype* out);
 // Bits per element of a safetensors dtype (0 if unknown).
 unsigned dtype_bits(const std::string& st_dtype);
@@ -356,6 +357,12 @@ struct TensorWriterOptions {
   bool force = false;               // replace an existing output
   std::map<std::string, std::string> metadata;       // safetensors __metadata__ of the export
   std::map<std::string, std::string> user_metadata;  // .tzip header only
+  // The export's safetensors header JSON, verbatim (without its 8-byte length). Empty: made
+  // from the added tensors. Given (e.g. laid out as safetensors' own writer does, so that the
+  // export equals that writer's file byte for byte), it must describe exactly the added tensors
+  // (names, dtypes, shapes, data offsets in the order added) with `metadata` as its
+  // __metadata__; finish() checks that (kUsage) before writing anything.
+  std::string safetensors_header;
   // Cast prediction (doc/container.md section 12): a BF16/F16 host tensor
   // that is the RNE cast of an FP32 host tensor of the same shape added to
   // this writer is stored as the XOR residual against that cast, where a
@@ -371,6 +378,12 @@ struct TensorWriterOptions {
   // readers need it there (or given explicitly) to restore those tensors.
   // Independent of `predict`. Empty: no deltas.
   std::string ref;
+  // With `ref`: its content as a safetensors file (the file it was made from,
+  // or its export). The delta predictors are read from it instead of decoding
+  // `ref` (faster; the same file is written). Its header and size must match
+  // `ref`, and every byte used is checked against `ref`'s stored block
+  // checksums (kUsage if it differs). Empty: decode `ref`.
+  std::string ref_original;
   // O_DIRECT: frames are gathered into aligned staging buffers of
   // direct_buffer_bytes (a multiple of 4096) and written bypassing the page
   // cache; where the file system refuses O_DIRECT (tmpfs), buffered writes.

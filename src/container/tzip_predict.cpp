@@ -25,6 +25,23 @@ using namespace detail;
 
 namespace detail {
 
+RefOriginal::RefOriginal(const std::string& path, const Reader& ref, const std::string& ref_path)
+    : path_(path), ref_path_(ref_path), info_(read_safetensors_info(path)), file_(std::make_unique<InFile>(path)) {
+  if (info_.header_bytes != ref.safetensors_header() || file_->size() != ref.original_size())
+    fail(ErrorKind::kUsage, path + ": is not the safetensors file " + ref_path + " decodes to (header or size differs)");
+}
+
+void RefOriginal::read_checked(Reader& ref, size_t index, uint64_t off, uint64_t n, uint8_t* dst) const {
+  const TensorEntry& t = ref.tensors()[index];
+  const uint64_t base = tensor_offset(t);
+  file_->pread_exact(base + off, dst, n);
+  const bool same = ref.check_bytes(
+      index, off, n, [&](uint64_t o, uint64_t len, uint8_t* d) { file_->pread_exact(base + o, d, len); }, dst);
+  if (!same)
+    fail(ErrorKind::kUsage, path_ + ": tensor '" + t.name + "' differs from " + ref_path_ +
+                                " (block checksums): not the content of the reference");
+}
+
 namespace {
 std::vector<std::string> split_path(const std::string& p) {
   std::vector<std::string> v;

@@ -109,6 +109,38 @@ struct AlignedBuf {
 
 std::unique_ptr<Sink> make_pwrite_sink(int fd) { return std::make_unique<PwriteSink>(fd); }
 
+namespace {
+// TensorWriterOptions::safetensors_header: the given header must describe the added tensors
+// exactly (and nothing else), with `metadata` as its __metadata__.
+void check_given_header(const std::string& hdr, const std::vector<Item>& items,
+                        const std::map<std::string, std::string>& metadata, uint64_t data_size,
+                        const std::string& path) {
+  const std::string what = path + ": given safetensors header";
+  SafetensorsInfo info;
+  try {
+    info = parse_safetensors_header(reinterpret_cast<const uint8_t*>(hdr.data()), hdr.size(),
+                                    8 + (uint64_t)hdr.size() + data_size, what);
+  } catch (const Error& e) {
+    fail(ErrorKind::kUsage, e.what());
+  }
+  if (info.tensors.size() != items.size())
+    fail(ErrorKind::kUsage, what + " holds " + std::to_string(info.tensors.size()) + " tensors, " +
+                                std::to_string(items.size()) + " were added");
+  std::map<std::string, const TensorEntry*> by_name;
+  for (const auto& t : info.tensors) by_name[t.name] = &t;
+  for (const auto& it : items) {
+    const auto f = by_name.find(it.e.name);
+    if (f == by_name.end()) fail(ErrorKind::kUsage, what + " has no tensor '" + it.e.name + "'");
+    const TensorEntry& t = *f->second;
+    if (t.dtype != it.e.dtype || t.shape != it.e.shape || t.data_begin != it.e.data_begin ||
+        t.data_end != it.e.data_end)
+      fail(ErrorKind::kUsage, what + ": tensor '" + it.e.name + "' differs from the added one (dtype, shape or "
+                                     "data offsets)");
+  }
+  if (info.metadata != metadata) fail(ErrorKind::kUsage, what + ": __metadata__ differs from the writer's metadata");
+}
+}  // namespace
+
 struct TensorWriter::Impl {
   std::string path, tmp;
   int slot = -1;
@@ -273,7 +305,10 @@ TensorWriterStats TensorWriter::Impl::finish() {
   h.data_size = data_size;
   h.metadata = opt.metadata;
   h.user_metadata = opt.user_metadata;
-  {
+  if (!opt.safetensors_header.empty()) {
+    check_given_header(opt.safetensors_header, items, opt.metadata, data_size, path);
+    h.safetensors_header = opt.safetensors_header;
+  } else {
     nlohmann::json sj = nlohmann::json::object();
     if (!opt.metadata.empty()) sj["__metadata__"] = opt.metadata;
     for (const auto& it : items)
@@ -332,9 +367,13 @@ TensorWriterStats TensorWriter::Impl::finish() {
   }
   // ---- delta prediction discovery (TensorWriterOptions::ref) ---------------
   std::unique_ptr<Reader> dref;
+  std::unique_ptr<RefOriginal> dref_orig;  // TensorWriterOptions::ref_original
+  if (!opt.ref_original.empty() && opt.ref.empty())
+    fail(ErrorKind::kUsage, path + ": ref_original needs ref (the previous checkpoint's .tzip)");
   if (!opt.ref.empty()) {
     check_not_same_file(opt.ref, path);  // the new file would replace its own reference
     dref = std::make_unique<Reader>(opt.ref, 1);
+    if (!opt.ref_original.empty()) dref_orig = std::make_unique<RefOriginal>(opt.ref_original, *dref, opt.ref);
     int ref_index = -1;
     std::vector<uint8_t> cur, blk;
     for (size_t i = 0; i < items.size(); ++i) {
@@ -552,9 +591,13 @@ TensorWriterStats TensorWriter::Impl::finish() {
               zero = acc == 0;  // exact prediction: a frame of size 0 (section 12.2)
               src = resid.data();
             } else if (it.delta_of >= 0) {
-              // Residual = value XOR the reference's bytes of this chunk.
+              // Residual = value XOR the reference's bytes of this chunk (decoded,
+              // or read from ref_original and checked against its block checksums).
               pred.resize(u.n);
-              dref->read_range((size_t)it.delta_of, u.off, u.n, pred.data());
+              if (dref_orig)
+                dref_orig->read_checked(*dref, (size_t)it.delta_of, u.off, u.n, pred.data());
+              else
+                dref->read_range((size_t)it.delta_of, u.off, u.n, pred.data());
               resid.assign(src, src + u.n);
               tz::predict::xor_bytes(pred.data(), resid.data(), u.n);
               uint64_t acc = 0;
