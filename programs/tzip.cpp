@@ -143,9 +143,12 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "plan") return tzip_plan_main(argc - 1, argv + 1);
 #endif
   const int rc = tzip::run(argc, argv);
+  // Done: every output is in place, whether or not a signal came late.
+  if (rc == tzip::kExitOk) tzip::finish_signals();
   std::fflush(stdout);
   // Interrupted: the temporaries are gone (the library unwound); end as the
   // signal would have, so that a calling shell or script sees it.
-  if (const int sig = tzip::pending_signal()) tzip::die_by_signal(sig);
+  if (rc != tzip::kExitOk)
+    if (const int sig = tzip::pending_signal()) tzip::die_by_signal(sig);
   return rc;
 }

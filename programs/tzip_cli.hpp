@@ -89,6 +89,7 @@ class Progress {
 // tzip_signals.cpp
 void install_signals();
 int pending_signal();       // the first signal received, or 0
+void finish_signals();      // the command succeeded: a late signal no longer ends the process
 [[noreturn]] void die_by_signal(int sig);  // default action of `sig` (after cleanup)
 
 // tzip_paths.cpp

@@ -148,6 +148,7 @@ uint64_t tree_size(const std::string& path) {
 void report_dependencies(const std::vector<std::string>& tzip_files) {
   bool cross_cast = false;
   for (const auto& f : tzip_files) {
+    if (tc::path_kind(f) != tc::PathKind::kFile) continue;  // written through (/dev/null, a FIFO)
     tc::Reader r(f, 1);
     const auto& refs = r.references();
     for (size_t k = 0; k < refs.size(); ++k) {

@@ -10,6 +10,8 @@
 // signal, it removes every registered temporary itself
 // (tc::remove_temporaries waits for a rename in progress, and nothing is
 // created or published after it) and ends the process with the signal.
+// A command that succeeded (its outputs published) exits 0 even when a
+// signal came after its last rename; one that did not dies by the signal.
 #include <semaphore.h>
 #include <signal.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@ namespace tzip {
 namespace {
 std::atomic<int> g_first_signal{0};
 std::atomic<int> g_count{0};
+std::atomic<bool> g_finished{false};  // the command succeeded; exiting 0
 sem_t g_wake;
 constexpr double kGraceSeconds = 0.5;
 
@@ -51,6 +54,7 @@ void watchdog() {
   until.tv_nsec %= 1000000000L;
   while (sem_timedwait(&g_wake, &until) != 0 && errno == EINTR) {
   }
+  if (g_finished.load()) return;  // main is exiting with its outputs in place
   tc::remove_temporaries();
   die_by_signal(g_first_signal.load());
 }
@@ -72,6 +76,8 @@ void install_signals() {
 }
 
 int pending_signal() { return g_first_signal.load(); }
+
+void finish_signals() { g_finished.store(true); }
 
 void die_by_signal(int sig) {
   if (sig <= 0) sig = SIGTERM;

@@ -436,7 +436,6 @@ void remove_stale_temporaries(const std::string& final_path) {
   DIR* d = opendir(dir.c_str());
   if (!d) return;
   std::vector<std::string> stale;
-  const time_t now = time(nullptr);
   while (dirent* e = readdir(d)) {
     const std::string n = e->d_name;
     if (n.compare(0, prefix.size(), prefix) != 0) continue;
@@ -447,10 +446,7 @@ void remove_stale_temporaries(const std::string& final_path) {
     const long pid = std::strtol(tail.c_str() + mine.size(), &end, 10);
     if (pid <= 0 || *end != '-' || std::strlen(end + 1) != 16) continue;
     if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-    const std::string full = (dir == "." ? std::string() : dir + "/") + n;
-    struct stat st;
-    if (lstat(full.c_str(), &st) != 0 || now - st.st_ctime < 5) continue;
-    stale.push_back(full);
+    stale.push_back((dir == "." ? std::string() : dir + "/") + n);
   }
   closedir(d);
   if (stale.empty()) return;

@@ -124,10 +124,11 @@ void apply_attrs(int fd, const OutputAttrs& a, const std::string& name_for_error
 // The same for a folder path (call once its content is complete).
 void apply_dir_attrs(const std::string& dir, const OutputAttrs& a);
 
-// Temporaries left beside final_path by a process that no longer runs (on
-// this machine, same pid namespace: the tag and pid in the name say so) and
-// last changed more than a few seconds ago are removed: they are what a
-// kill -9 leaves. Called before an output is written.
+// Temporaries left beside final_path by a process that no longer runs (the
+// tag in the name says "this machine, this boot, this pid namespace", and
+// that pid is gone) are removed: they are what a kill -9 leaves. Called
+// before an output is written. A temporary of another machine (a shared
+// file system) or of a running process is left alone.
 void remove_stale_temporaries(const std::string& final_path);
 
 }  // namespace tz::container::detail
