@@ -1,4 +1,5 @@
 // tzip compress, decompress, rebase.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,6 +48,13 @@ Streams resolve_streams(const Args& a) {
     throw UsageError("--rm needs an input file and an output file (not standard input or output)");
   if (s.to_stdout) check_stdout_usable();
   if (s.from_stdin) s.inputs[0] = stdin_path();
+  struct stat out_st;
+  if (s.to_stdout && fstat(STDOUT_FILENO, &out_st) == 0 && S_ISREG(out_st.st_mode))
+    for (const auto& in : s.inputs) {
+      struct stat in_st;
+      if (stat(in.c_str(), &in_st) == 0 && in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino)
+        throw UsageError(in + ": standard output is the input file");
+    }
   for (const auto& in : s.inputs) {
     check_exists(in);
     if (s.to_stdout && tc::path_kind(in) == tc::PathKind::kDir)
