@@ -22,7 +22,7 @@ Layout of a checkpoint directory (one per ``path``):
   ``U8`` tensors of their bytes (DCP's bytes / ``torch.save`` bytes), so a
   rank has exactly one file, every byte of it under the frames' xxh64 and the
   codec's block checksums, and the file opens with ``tzip inspect/verify`` and
-  :func:`tensorzip.open`. The file's safetensors export holds the same items.
+  :func:`tensorzip.safe_open`. The file's safetensors export holds the same items.
 - ``.metadata``: DCP's own pickled :class:`~torch.distributed.checkpoint.metadata.Metadata`,
   written last by the coordinator in :meth:`StorageWriter.finish` (temporary
   file, fsync, atomic rename). Each item's storage entry records the file, the
@@ -115,8 +115,10 @@ SUFFIX = ".tzip"
 _METADATA = ".metadata"
 # Data files written by StorageWriter: __<rank>_<save id>.tzip.
 _DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)(" + re.escape(SUFFIX) + r")$")
-# The temporary name TensorWriter builds a data file under (left behind by a killed save).
-_DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) + r"\.tmp-\d+-\d+$")
+# The temporary name TensorWriter builds a data file under (left behind by a killed save):
+# ".NAME.tmp-<machine tag>-<pid>-<random>" (src/container/tzc_output.hpp), or "-<pid>-<n>" (older).
+_DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) +
+                       r"\.tmp-(?:[0-9a-f]{8}-\d+-[0-9a-f]{16}|\d+-\d+)$")
 
 _RANK_METADATA = re.compile(r"^__\d+\.metadata$")  # written by saves with use_collectives=False
 
