@@ -102,6 +102,8 @@ std::string display_name(const std::string& path);  // "stdin" for stdin_path()
 std::string stdin_in_message(const std::string& msg);  // the spool path replaced by "stdin"
 // Output of one input: -o OUT names it, or OUT/NAME when OUT is an existing
 // folder (as cp does); without -o the default name beside the input.
+// "-o OUT/" that does not exist: the output folder of a folder input, an
+// error for a file input.
 std::string output_for(const Args& a, const std::string& in, const std::string& default_name);
 // Refuses standard output when it is a terminal.
 void check_stdout_usable();

@@ -88,11 +88,13 @@ std::string stdin_in_message(const std::string& msg) {
 }
 
 std::string output_for(const Args& a, const std::string& in, const std::string& default_name) {
-  (void)in;
   if (a.output.empty()) return default_name;
   if (tc::path_kind(a.output) == tc::PathKind::kDir)
     return a.output + (a.output.back() == '/' ? "" : "/") + base_name(default_name);
-  if (a.output.back() == '/') throw tc::Error(ErrorKind::kIO, a.output + ": no such folder");
+  // "-o new/" names a folder: the output folder of a folder input (as cp -r),
+  // but no file's name.
+  if (a.output.back() == '/' && tc::path_kind(in) != tc::PathKind::kDir)
+    throw tc::Error(ErrorKind::kIO, a.output + ": no such folder");
   return a.output;
 }
 

@@ -430,7 +430,12 @@ void apply_dir_attrs(const std::string& dir, const OutputAttrs& a) {
 // ---- stale temporaries ---------------------------------------------------------------
 void remove_stale_temporaries(const std::string& final_path) {
   const std::string dir = dir_of(final_path);
-  if (is_temp_name(base_of(dir))) return;  // inside our own fresh temporary folder
+  // Inside a temporary folder (ours, fresh): nothing stale there.
+  for (size_t b = 0; b < dir.size();) {
+    const size_t e = std::min(dir.find('/', b), dir.size());
+    if (is_temp_name(dir.substr(b, e - b))) return;
+    b = e + 1;
+  }
   const std::string prefix = temp_prefix(base_of(final_path));
   const std::string mine = machine_tag() + "-";
   DIR* d = opendir(dir.c_str());

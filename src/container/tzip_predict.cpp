@@ -208,7 +208,9 @@ struct StagedOutputs {
     for (auto it = items.rbegin(); it != items.rend(); ++it) {
       if (it->exchanged) {
         // Swap back: the replaced file returns, the new one is removed with the stage.
-        renameat2(AT_FDCWD, it->stage.path().c_str(), AT_FDCWD, it->final_path.c_str(), RENAME_EXCHANGE);
+        if (renameat2(AT_FDCWD, it->stage.path().c_str(), AT_FDCWD, it->final_path.c_str(), RENAME_EXCHANGE) != 0 &&
+            rename(it->stage.path().c_str(), it->final_path.c_str()) == 0)
+          it->stage.release();  // (no RENAME_EXCHANGE: the kept file was renamed back over the new one)
       } else if (it->published) {
         unlink(it->final_path.c_str());
       }

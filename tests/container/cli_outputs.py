@@ -114,9 +114,12 @@ def case_outputs_folder(tmp):
     os.mkdir(d)
     run(["compress", "-q", src, "-o", d], 0)
     check(os.listdir(d) == ["fixture-slice-bf16.tzip"], f"one input into a folder: {os.listdir(d)}")
-    # a -o that ends in '/' but is no folder: refused, nothing created
+    # a -o that ends in '/' but is no folder: no file's name (refused, nothing created),
+    # the new output folder of a folder input (as cp -r)
     one_line_error(run(["compress", src, "-o", os.path.join(tmp, "nofolder") + "/"], 3), "nofolder", "no such folder")
     check(not os.path.exists(os.path.join(tmp, "nofolder")), "created a folder for -o DIR/")
+    run(["decompress", "-q", os.path.join(work, "minilm.tzip"), "-o", os.path.join(tmp, "restored") + "/"], 0)
+    check(tree(os.path.join(tmp, "restored")) == before_m, "decompress FOLDER -o new/ differs")
 
 
 def case_outputs_force(tmp):
