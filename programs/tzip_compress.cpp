@@ -156,7 +156,7 @@ int cmd_compress(const Args& a) {
     for (size_t i = 0; i < outs.size(); ++i) say(inputs[i] + " -> " + outs[i]);
     say("checkpoint: " + human(st.raw_bytes) + " -> " + human(st.file_bytes) + " (ratio " +
         ratio_str(st.raw_bytes, st.file_bytes) + ", " + human(st.raw_bytes / std::max(el, 1e-9)) + "/s)");
-    report_dependencies(outs);
+    if (!a.independent || !refs.empty()) report_dependencies(outs);
     if (a.remove_inputs) remove_after_compress(inputs, outs, a.threads);
     return kExitOk;
   }
@@ -185,7 +185,9 @@ int cmd_compress(const Args& a) {
     bar.finish();
     say(display_name(in) + " -> " + out + ": " + human(raw) + " -> " + human(comp) + " (ratio " + ratio_str(raw, comp) +
         ", " + human(raw / std::max(el, 1e-9)) + "/s)");
-    if (!io.to_stdout) report_dependencies(dir ? files_with_suffix(out, ".tzip") : std::vector<std::string>{out});
+    // One file can need another only through --ref (casts across files need several inputs).
+    if (dir) report_dependencies(files_with_suffix(out, ".tzip"));
+    else if (!io.to_stdout && !o.ref.empty()) report_dependencies({out});
     if (a.remove_inputs) remove_after_compress({in}, {out}, a.threads);
   }
   return kExitOk;
