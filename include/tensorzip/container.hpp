@@ -335,7 +335,7 @@ void request_cancel();
 void clear_cancel();
 // Removes the temporary files this process is writing, without unwinding
 // (last resort for a second signal). Async-signal-safe, so files and empty
-// folders only.
+// folders only, and the first 256 temporaries only.
 void remove_temporaries_on_signal();
 // Removes every temporary (files and whole folders) this process is
 // writing and makes later attempts to create or publish one fail with

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <set>
 
 #include "tzc_io.hpp"
 
@@ -38,20 +39,31 @@ std::recursive_mutex& output_mutex() {
   return mu;
 }
 
+// Beyond the fixed slots (which remove_temporaries_on_signal can read from
+// a signal handler), under the output lock: e.g. the staged outputs of a
+// folder of hundreds of shards.
+std::set<std::string>& overflow_paths() {
+  static std::set<std::string> s;
+  return s;
+}
+constexpr int kOverflowSlot = -2;
+
 int register_path(const std::string& path) {
-  if (path.size() + 1 > kTempPathMax) fail(ErrorKind::kUsage, path + ": path too long");
-  for (int i = 0; i < kMaxTemps; ++i) {
-    bool expected = false;
-    if (!g_temp_used[i].load() && g_temp_used[i].compare_exchange_strong(expected, true)) {
-      std::memcpy(g_temp_paths[i], path.c_str(), path.size() + 1);
-      return i;
+  if (path.size() + 1 <= kTempPathMax)
+    for (int i = 0; i < kMaxTemps; ++i) {
+      bool expected = false;
+      if (!g_temp_used[i].load() && g_temp_used[i].compare_exchange_strong(expected, true)) {
+        std::memcpy(g_temp_paths[i], path.c_str(), path.size() + 1);
+        return i;
+      }
     }
-  }
-  fail(ErrorKind::kInternal, path + ": too many temporary files at once (" + std::to_string(kMaxTemps) + ")");
+  overflow_paths().insert(path);  // callers hold the output lock
+  return kOverflowSlot;
 }
 
-void unregister_path(int slot) {
+void unregister_path(int slot, const std::string& path) {
   if (slot >= 0 && slot < kMaxTemps) g_temp_used[slot].store(false);
+  if (slot == kOverflowSlot) overflow_paths().erase(path);
 }
 
 // Same machine and pid namespace: the part of a temporary's name that tells
@@ -205,7 +217,7 @@ Temporary::~Temporary() { remove(); }
 
 void Temporary::release() {
   auto lk = output_lock();
-  unregister_path(slot_);
+  unregister_path(slot_, path_);
   slot_ = -1;
   path_.clear();
 }
@@ -214,7 +226,7 @@ void Temporary::remove() {
   if (path_.empty()) return;
   auto lk = output_lock();
   remove_tree(path_);
-  unregister_path(slot_);
+  unregister_path(slot_, path_);
   slot_ = -1;
   path_.clear();
 }
@@ -484,5 +496,7 @@ void remove_temporaries() {
       remove_tree(g_temp_paths[i]);
       g_temp_used[i].store(false);
     }
+  for (const auto& p : overflow_paths()) remove_tree(p);
+  overflow_paths().clear();
 }
 }  // namespace tz::container

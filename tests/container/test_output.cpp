@@ -221,6 +221,34 @@ TEST_F(Output, StaleTemporariesOfEndedProcessesAreRemovedOthersKept) {
   EXPECT_TRUE(std::find(left.begin(), left.end(), ".out.tmp-deadbeef-1-0123456789abcdef") != left.end());
 }
 
+TEST_F(Output, RemoveTemporariesTakesEveryOneAndRefusesNewOnes) {
+  // In a child: remove_temporaries() is for a process about to end.
+  const pid_t child = fork();
+  if (child == 0) {
+    std::vector<td::Temporary> keep;
+    for (int i = 0; i < 300; ++i) {  // more than the fixed, signal-safe slots
+      int fd = -1;
+      std::string name = "f";
+      name += std::to_string(i);
+      keep.push_back(td::Temporary::create_file(p(name), &fd));
+      close(fd);
+    }
+    keep.push_back(td::Temporary::create_dir(p("d")));
+    fs::create_directories(keep.back().path() + "/a/b");
+    if (list().size() != 301) _exit(2);
+    tc::remove_temporaries();
+    if (!list().empty()) _exit(3);
+    int fd = -1;
+    if (kind_of([&] { td::Temporary::create_file(p("late"), &fd); }) != tc::ErrorKind::kInterrupted) _exit(4);
+    _exit(list().empty() ? 0 : 5);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(list().empty());
+}
+
 TEST_F(Output, TensorWriterFollowsTheOutputRules) {
   const std::vector<uint16_t> w(4096, 0x3f80);
   auto write_to = [&](const std::string& path, bool force) {
