@@ -116,17 +116,16 @@ std::string temp_prefix(const std::string& base) {
   return p;
 }
 
+// Read each time (a long-lived process may change it); /proc reads it
+// without changing it, which umask() cannot do safely with other threads.
 mode_t current_umask() {
-  static const mode_t m = [] {
-    std::ifstream f("/proc/self/status");
-    std::string line;
-    while (std::getline(f, line))
-      if (line.rfind("Umask:", 0) == 0) return (mode_t)std::strtoul(line.c_str() + 6, nullptr, 8);
-    const mode_t old = umask(022);  // no /proc: read by setting (once)
-    umask(old);
-    return old;
-  }();
-  return m;
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Umask:", 0) == 0) return (mode_t)std::strtoul(line.c_str() + 6, nullptr, 8);
+  const mode_t old = umask(022);  // no /proc
+  umask(old);
+  return old;
 }
 
 bool same_inode(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
