@@ -18,7 +18,7 @@ void fail(ErrorKind kind, const std::string& msg) { throw Error(kind, msg); }
 
 void fail_errno(const std::string& path, const std::string& what, int err) {
   const ErrorKind kind = (err == ENOMEM) ? ErrorKind::kInternal : ErrorKind::kIO;
-  fail(kind, path + ": " + what + ": " + std::strerror(err));
+  throw Error(kind, path + ": " + what + ": " + std::strerror(err), err);  // sys_errno(): ENOSPC, ENOENT, ...
 }
 
 unsigned resolve_threads(unsigned t) {
