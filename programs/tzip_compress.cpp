@@ -90,6 +90,29 @@ void remove_after_compress(const std::vector<std::string>& ins, const std::vecto
   for (const auto& in : ins) remove_input(in);
 }
 
+// --ref / --ref-original for several inputs compressed together: one per
+// input, or one folder each holding the files of the same names.
+void checkpoint_refs(const Args& a, const std::vector<std::string>& inputs, const std::vector<std::string>& outs,
+                     std::vector<std::string>* refs, std::vector<std::string>* ref_origs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (a.refs.size() == inputs.size()) {
+      refs->push_back(a.refs[i]);
+      if (!a.ref_origs.empty()) ref_origs->push_back(a.ref_origs[i]);
+    } else if (a.refs.size() == 1) {
+      if (tc::path_kind(a.refs[0]) != tc::PathKind::kDir)
+        throw UsageError("--ref: with several inputs, give a folder of .tzip files or one --ref per input");
+      const std::string r = a.refs[0] + "/" + base_name(outs[i]);
+      refs->push_back(tc::path_kind(r) == tc::PathKind::kFile ? r : std::string());
+      if (!a.ref_origs.empty()) {
+        if (tc::path_kind(a.ref_origs[0]) != tc::PathKind::kDir)
+          throw UsageError("--ref-original: with a --ref folder, give a folder of .safetensors files");
+        const std::string ro = a.ref_origs[0] + "/" + base_name(inputs[i]);
+        ref_origs->push_back(!refs->back().empty() && tc::path_kind(ro) == tc::PathKind::kFile ? ro : std::string());
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int cmd_compress(const Args& a) {
@@ -129,24 +152,8 @@ int cmd_compress(const Args& a) {
   // casts across files are found (doc/container.md section 12).
   if (many && all_files) {
     std::vector<std::string> outs, refs, ref_origs;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      outs.push_back(out_name(inputs[i], false));
-      if (a.refs.size() == inputs.size()) {
-        refs.push_back(a.refs[i]);
-        if (!a.ref_origs.empty()) ref_origs.push_back(a.ref_origs[i]);
-      } else if (a.refs.size() == 1) {
-        if (tc::path_kind(a.refs[0]) != tc::PathKind::kDir)
-          throw UsageError("--ref: with several inputs, give a folder of .tzip files or one --ref per input");
-        const std::string r = a.refs[0] + "/" + base_name(outs.back());
-        refs.push_back(tc::path_kind(r) == tc::PathKind::kFile ? r : std::string());
-        if (!a.ref_origs.empty()) {
-          if (tc::path_kind(a.ref_origs[0]) != tc::PathKind::kDir)
-            throw UsageError("--ref-original: with a --ref folder, give a folder of .safetensors files");
-          const std::string ro = a.ref_origs[0] + "/" + base_name(inputs[i]);
-          ref_origs.push_back(!refs.back().empty() && tc::path_kind(ro) == tc::PathKind::kFile ? ro : std::string());
-        }
-      }
-    }
+    for (const auto& in : inputs) outs.push_back(out_name(in, false));
+    checkpoint_refs(a, inputs, outs, &refs, &ref_origs);
     Progress bar("checkpoint");
     o.progress = bar.fn();
     const double t0 = now_s();
