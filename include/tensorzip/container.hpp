@@ -423,7 +423,10 @@ struct TensorWriterStats {
 
 // Writes a .tzip file of named tensors. Nothing is written to the final path
 // before finish(): the file is built under a temporary name in the same
-// folder (created by the constructor), fsync'd and renamed. abort(), the
+// folder (created by the constructor), fsync'd and renamed. The output rules
+// of compress_file hold (an existing file only with force, links refused),
+// except that the output must be a regular file (frames are written at
+// their offsets): a FIFO or a device is refused (kUsage). abort(), the
 // destructor of an unfinished writer, and any error remove the temporary.
 // The file exports (Reader::export_safetensors) to a safetensors file holding
 // exactly the added tensors, in the order added.
