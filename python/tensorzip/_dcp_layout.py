@@ -19,7 +19,10 @@ _METADATA = ".metadata"
 # Data files written by StorageWriter: __<rank>_<save id>.tzip.
 _DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)(" + re.escape(SUFFIX) + r")$")
 # The temporary name TensorWriter builds a data file under (left behind by a killed save).
-_DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) + r"\.tmp-\d+-\d+$")
+# The temporary name TensorWriter builds a data file under (left behind by a killed save):
+# ".NAME.tmp-<machine tag>-<pid>-<random>" (src/container/tzc_output.hpp), or "-<pid>-<n>" (older).
+_DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) +
+                       r"\.tmp-(?:[0-9a-f]{8}-\d+-[0-9a-f]{16}|\d+-\d+)$")
 
 _RANK_METADATA = re.compile(r"^__\d+\.metadata$")  # written by saves with use_collectives=False
 

@@ -142,8 +142,8 @@ void check_given_header(const std::string& hdr, const std::vector<Item>& items,
 }  // namespace
 
 struct TensorWriter::Impl {
-  std::string path, tmp;
-  int slot = -1;
+  std::string path;
+  Temporary tmp;  // the file being written, beside `path`
   int fd = -1;
   TensorWriterOptions opt;
   std::vector<Item> items;
@@ -154,11 +154,7 @@ struct TensorWriter::Impl {
 
   void remove_tmp() {
     if (fd >= 0) ::close(fd), fd = -1;
-    if (!tmp.empty()) {
-      ::unlink(tmp.c_str());
-      unregister_temp(slot);
-      tmp.clear();
-    }
+    tmp.remove();
   }
   Item& add_common(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
                    uint64_t size, int level, unsigned block_elems);
@@ -179,20 +175,12 @@ TensorWriter::TensorWriter(const std::string& path, const TensorWriterOptions& o
                         opt.direct_buffers < 2))
     fail(ErrorKind::kUsage, path + ": direct_buffer_bytes must be a multiple of 4096 and direct_buffers >= 2");
   if (path.empty()) fail(ErrorKind::kUsage, "empty output path");
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) fail(ErrorKind::kUsage, path + ": is a directory, expected a file name");
-    if (!opt.force) fail(ErrorKind::kExists, path + ": already exists (use -f to overwrite)");
-  }
-  m.tmp = make_temp_name(path);
-  m.slot = register_temp(m.tmp);
-  m.fd = ::open(m.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (m.fd < 0) {
-    const int err = errno;
-    unregister_temp(m.slot);
-    m.tmp.clear();
-    fail_io(path, "cannot create output in " + dir_of(path), err);
-  }
+  // The output rules of every writer (tzc_output.hpp); the frames are
+  // written with pwrite at their offsets, so the output is a regular file.
+  if (check_file_target(path, opt.force) == FileTarget::kStream)
+    fail(ErrorKind::kUsage, path + ": not a regular file (a .tzip is written to a regular file)");
+  remove_stale_temporaries(path);
+  m.tmp = Temporary::create_file(path, &m.fd);
 }
 
 TensorWriter::~TensorWriter() {
@@ -424,7 +412,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
   // file system accepts it).
   const char* refuse = std::getenv("TZ_TEST_REFUSE_O_DIRECT");
   if (opt.direct_io && !(refuse && *refuse == '1')) {
-    dfd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
+    dfd = ::open(tmp.path().c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
     if (dfd >= 0) {
       // Probe: one aligned block at offset 0 (overwritten by the preamble's
       // block). tmpfs and some others refuse O_DIRECT at open or here.
@@ -709,6 +697,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
   if (const int e = tz::io::pwrite_full(fd, tail.data(), tail.size(), header_offset)) fail_io(path, "write failed", e);
   const uint64_t file_bytes = header_offset + tail.size();
   if (direct && ::ftruncate(fd, (off_t)file_bytes) != 0) fail_io(path, "truncate failed", errno);
+  apply_attrs(fd, attrs_of(""), path);  // 0666 & ~umask, as a newly created file
   if (::fsync(fd) != 0) fail_io(path, "fsync failed", errno);
   drain_guard.s = nullptr;
   sink.reset();
@@ -716,9 +705,8 @@ TensorWriterStats TensorWriter::Impl::finish() {
   const int cfd = fd;
   fd = -1;
   if (::close(cfd) != 0) fail_io(path, "close failed", errno);
-  publish(tmp, path, opt.force, false);  // rename + fsync of the folder
-  unregister_temp(slot);
-  tmp.clear();
+  publish(tmp.path(), path, opt.force, false);  // rename + fsync of the folder
+  tmp.release();
 
   out = h.tensors;
   stats.raw_bytes = data_size;

@@ -251,7 +251,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   for (size_t i = 0; i < h.tensors.size(); ++i)
     if (h.tensors[i].predict.kind != PredictKind::kNone) pred_of[&h.tensors[i]] = &pred[i];
 
-  OutFile out(out_path, opt.force);
+  OutFile out(out_path, opt.force, in, opt.output_fd);
   XXH64_state_t* fh = XXH64_createState();
   if (!fh) fail(ErrorKind::kInternal, "out of memory");
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> fh_guard(fh, &XXH64_freeState);
