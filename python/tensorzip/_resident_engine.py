@@ -40,7 +40,8 @@ class Engine:
         self.tensors = list(tensors)
         self.slots = [_Slot(), _Slot()]
         self.prefetch_group = -1
-        self.prefetch_slot = -1
+        self.prefetch_slot = -1           # -1 with prefetch_group >= 0: into prefetch_buf, a buffer of its own
+        self.prefetch_buf: Optional[torch.Tensor] = None
         self.prefetch_event: Any = None
         self.cuda = device.type == "cuda"
         if device.type not in ("cpu", "cuda"):
@@ -143,14 +144,16 @@ class Engine:
 
     def _slot_buffer(self, slot: _Slot) -> torch.Tensor:
         if slot.buf is None:
-            slot.buf = self._new_buffer(self.layout.max_group_bytes)
+            slot.buf = self._new_buffer(self.layout.slot_bytes)
         return slot.buf
+
+    def _fits(self, g: int) -> bool:
+        return self.layout.group_bytes[g] <= self.layout.slot_bytes
 
     def _drop_prefetch(self) -> None:
         """Forgets a decode ahead that was not needed (waits for it; its error, if any, shows when used)."""
         if self.prefetch_group < 0:
             return
-        slot = self.slots[self.prefetch_slot]
         if self.cuda:
             torch.cuda.current_stream(self.device).wait_event(self.prefetch_event)
         else:
@@ -158,26 +161,34 @@ class Engine:
                 self.plan.wait()
             except CorruptDataError:
                 pass
-        slot.state, slot.group = "free", -1
+        if self.prefetch_slot >= 0:
+            slot = self.slots[self.prefetch_slot]
+            slot.state, slot.group = "free", -1
         self.prefetch_group = self.prefetch_slot = -1
+        self.prefetch_buf = None
 
     def acquire(self, g: int, fresh: bool) -> Tuple[torch.Tensor, int]:
         """Group g decoded: (buffer, slot index or -1 for a buffer of its own)."""
         if self.prefetch_group == g and not fresh:
-            si = self.prefetch_slot
+            si, own = self.prefetch_slot, self.prefetch_buf
             self.prefetch_group = self.prefetch_slot = -1
+            self.prefetch_buf = None
             if self.cuda:
                 torch.cuda.current_stream(self.device).wait_event(self.prefetch_event)
             else:
                 try:
                     self.plan.wait()
                 except BaseException:
-                    self.slots[si].state, self.slots[si].group = "free", -1
+                    if si >= 0:
+                        self.slots[si].state, self.slots[si].group = "free", -1
                     raise
+            if si < 0:
+                assert own is not None
+                return own, -1
             self.slots[si].state = "active"
             return self._slot_buffer(self.slots[si]), si
         self._drop_prefetch()
-        if fresh:
+        if fresh or not self._fits(g):
             buf = self._new_buffer(self.layout.group_bytes[g])
             self._decode(g, buf)
             return buf, -1
@@ -205,21 +216,31 @@ class Engine:
         """Starts decoding group g into a free slot while the current group runs."""
         if self.prefetch_group >= 0 or g < 0 or g >= self.n_groups or self.layout.group_bytes[g] == 0:
             return
+        if not self._fits(g):  # a group larger than the slots: ahead into a buffer of its own
+            buf = self._new_buffer(self.layout.group_bytes[g])
+            self._start_ahead(g, buf, None)
+            self.prefetch_group, self.prefetch_slot, self.prefetch_buf = g, -1, buf
+            return
         for si, slot in enumerate(self.slots):
             if slot.state == "free":
-                buf = self._slot_buffer(slot)
-                if self.cuda:
-                    if slot.free_event is not None:
-                        self.side.wait_event(slot.free_event)  # compute finished reading its last group
-                    self._decode(g, buf, "side")
-                    ev = torch.cuda.Event()
-                    ev.record(self.side)
-                    self.prefetch_event = ev
-                else:
-                    self._decode(g, buf, "side")
+                self._start_ahead(g, self._slot_buffer(slot), slot)
                 slot.state, slot.group = "prefetch", g
                 self.prefetch_group, self.prefetch_slot = g, si
                 return
+
+    def _start_ahead(self, g: int, buf: torch.Tensor, slot: Optional[_Slot]) -> None:
+        if self.cuda:
+            if slot is not None and slot.free_event is not None:
+                self.side.wait_event(slot.free_event)  # compute finished reading the slot's last group
+            else:
+                self.side.wait_stream(torch.cuda.current_stream(self.device))  # buf allocated on compute
+            self._decode(g, buf, "side")
+            ev = torch.cuda.Event()
+            ev.record(self.side)
+            self.prefetch_event = ev
+            buf.record_stream(self.side)
+        else:
+            self._decode(g, buf, "side")
 
     def quiesce(self) -> None:
         """Waits for any decode ahead (before the tensors or the plan change)."""
@@ -273,7 +294,8 @@ class Layout:
 
     ALIGN = 256
 
-    def __init__(self, n_groups: int, members: Dict[int, List[int]], nbytes: Sequence[int]):
+    def __init__(self, n_groups: int, members: Dict[int, List[int]], nbytes: Sequence[int],
+                 repeated: Sequence[bool]):
         self.group_of: Dict[int, int] = {}
         self.offset_of: Dict[int, int] = {}
         self.group_bytes = [0] * n_groups
@@ -285,3 +307,8 @@ class Layout:
                 off += (nbytes[t] + self.ALIGN - 1) // self.ALIGN * self.ALIGN
             self.group_bytes[g] = off
         self.max_group_bytes = max(self.group_bytes, default=0)
+        # Slots fit the largest repeated layer (every group when the model has no layer list). A
+        # larger group (a big embedding table or output head) gets a buffer of its own while it
+        # runs, freed after it, so that the one-off giants are not held twice for the whole run.
+        layers = [b for b, r in zip(self.group_bytes, repeated) if r]
+        self.slot_bytes = max(layers) if layers else self.max_group_bytes

@@ -174,8 +174,9 @@ _BLOCK_LISTS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
 _NOT_CALLED = (nn.ModuleList, nn.ModuleDict)  # containers without a forward (no hook would ever run)
 
 
-def _find_groups(root: nn.Module, holders: Set[int]) -> List[Tuple[str, nn.Module]]:
-    """Top-level blocks: elements of layer lists, and other top-level parts that hold compressed weights."""
+def _find_groups(root: nn.Module, holders: Set[int]) -> List[Tuple[str, nn.Module, bool]]:
+    """Top-level blocks: elements of layer lists (repeated = True), and other top-level parts that hold
+    compressed weights."""
     memo_has: Dict[int, bool] = {}
 
     def has(m: nn.Module) -> bool:
@@ -190,18 +191,18 @@ def _find_groups(root: nn.Module, holders: Set[int]) -> List[Tuple[str, nn.Modul
     def has_block_list(m: nn.Module) -> bool:
         return is_block_list(m) or any(has_block_list(c) for c in m.children() if has(c))
 
-    out: List[Tuple[str, nn.Module]] = []
+    out: List[Tuple[str, nn.Module, bool]] = []
     seen: Set[int] = set()
 
-    def add(name: str, m: nn.Module) -> None:
+    def add(name: str, m: nn.Module, repeated: bool = False) -> None:
         if isinstance(m, _NOT_CALLED) and id(m) not in holders:  # never called: its elements are the groups
             for n, c in m.named_children():
                 if has(c):
-                    add(f"{name}.{n}" if name else n, c)
+                    add(f"{name}.{n}" if name else n, c, True)
             return
         if id(m) not in seen:
             seen.add(id(m))
-            out.append((name, m))
+            out.append((name, m, repeated))
 
     def visit(m: nn.Module, prefix: str) -> None:
         kids = [(n, c) for n, c in m.named_children() if has(c)]
@@ -211,7 +212,7 @@ def _find_groups(root: nn.Module, holders: Set[int]) -> List[Tuple[str, nn.Modul
         for n, c in kids:
             name = f"{prefix}.{n}" if prefix else n
             if is_block_list(m) or not has_block_list(c):
-                add(name, c)
+                add(name, c, is_block_list(m))
             else:
                 visit(c, name)
 
@@ -312,11 +313,12 @@ def _resident_class(cls: type) -> type:
 # ---- the model's state ---------------------------------------------------------
 
 class _Group:
-    __slots__ = ("name", "module", "members", "shared", "active", "slot", "buf", "hooks")
+    __slots__ = ("name", "module", "repeated", "members", "shared", "active", "slot", "buf", "hooks")
 
-    def __init__(self, name: str, module: nn.Module):
+    def __init__(self, name: str, module: nn.Module, repeated: bool):
         self.name = name
         self.module = module
+        self.repeated = repeated  # an element of a layer list: the slots are sized for these
         self.members: List[int] = []   # exclusive resident tensors (indices)
         self.shared: List[int] = []    # tensors also used by other groups
         self.active = 0
@@ -356,10 +358,10 @@ class ResidentState:
                 return i
         raise KeyError(rt.name)
 
-    def build_groups(self, groups: List[Tuple[str, nn.Module]]) -> None:
+    def build_groups(self, groups: List[Tuple[str, nn.Module, bool]]) -> None:
         owner_group: Dict[int, int] = {}
-        for gi, (name, m) in enumerate(groups):
-            self.groups.append(_Group(name, m))
+        for gi, (name, m, repeated) in enumerate(groups):
+            self.groups.append(_Group(name, m, repeated))
             for sub in m.modules():
                 owner_group.setdefault(id(sub), gi)
         for ti, rt in enumerate(self.tensors):
@@ -375,7 +377,7 @@ class ResidentState:
         self.quiesce()
         self.engines.clear()
         self.layout = Layout(len(self.groups), {g: grp.members for g, grp in enumerate(self.groups)},
-                             [rt.nbytes for rt in self.tensors])
+                             [rt.nbytes for rt in self.tensors], [grp.repeated for grp in self.groups])
 
     def quiesce(self) -> None:
         for e in self.engines.values():
@@ -597,13 +599,13 @@ def _attach(model: nn.Module, items: List[Tuple[str, torch.Tensor, List[Frame], 
             else:
                 gname, gmod = next((n for n, m in mods.items() if m is g), "?"), g
             if isinstance(gmod, _NOT_CALLED):  # a layer list: each element is a group
-                found.extend((f"{gname}.{n}", c) for n, c in gmod.named_children())
+                found.extend((f"{gname}.{n}", c, True) for n, c in gmod.named_children())
             else:
-                found.append((gname, gmod))
-        covered = {id(s) for _, m in found for s in m.modules()}
+                found.append((gname, gmod, True))
+        covered = {id(s) for _, m, _ in found for s in m.modules()}
         for mname, m in model.named_modules():
             if id(m) in holders and id(m) not in covered:
-                found.append((mname, m))  # weights outside the given groups: a group each
+                found.append((mname, m, False))  # weights outside the given groups: a group each
                 covered.update(id(s) for s in m.modules())
     # From here on the model changes.
     for rt, (_, buf, *_rest) in zip(tensors, items):
@@ -740,6 +742,7 @@ def resident_stats(model: nn.Module) -> Dict[str, Any]:
         "ratio": plain / comp if comp else float("inf"),
         "other_bytes": other,
         "max_group_bytes": state.layout.max_group_bytes,
+        "slot_bytes": state.layout.slot_bytes,
         "scratch_bytes": sum(e.scratch_bytes() for e in state.engines.values()),
         "decode_seconds": sum(e.decode_seconds for e in state.engines.values()),
         "decoded_bytes": sum(e.decoded_bytes for e in state.engines.values()),

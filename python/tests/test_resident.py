@@ -106,7 +106,12 @@ def test_memory_accounting_bf16(path):
     largest = max(sum(p.numel() * p.element_size() for p in m.parameters() if p.dim() >= 2)
                   for m in [plain.tok, plain.pos, plain.head, *plain.blocks])
     assert st["max_group_bytes"] == largest
-    assert st["scratch_bytes"] == 2 * largest
+    layer = sum(p.numel() * p.element_size() for p in plain.blocks[0].parameters() if p.dim() >= 2)
+    assert st["slot_bytes"] == layer  # slots hold one layer (the median group)
+    assert st["scratch_bytes"] == 2 * layer  # two with prefetch (one running, one decoded ahead)
+    m1 = tzt.compress_model(gpt(path), prefetch=False)
+    run(m1, real_text_ids())
+    assert tzt.resident_stats(m1)["scratch_bytes"] == layer
 
 
 # ---- MiniLM through transformers (real fp32 weights, real text) -------------------------------
