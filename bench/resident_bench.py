@@ -81,6 +81,7 @@ def per_block_hooks(model, fetch):
     """Pre-hook per block: fetch(name) -> tensor for each of the block's weights, set as its parameter."""
     import torch
 
+    dev = next(model.parameters()).device
     for gname, g, _ in _groups(model):
         names = []
         for mname, m in g.named_modules():
@@ -102,24 +103,32 @@ def per_block_hooks(model, fetch):
     for m in model.modules():
         for a, p in list(m._parameters.items()):
             if p is not None and p.dim() >= 2 and p.numel() >= 4096:
-                placeholder[(id(m), a)] = torch.nn.Parameter(torch.empty(0, dtype=p.dtype), requires_grad=False)
+                placeholder[(id(m), a)] = torch.nn.Parameter(torch.empty(0, dtype=p.dtype, device=dev),
+                                                             requires_grad=False)
 
 
-def make(mode: str, model_name: str, dtype_name: str, threads: int, tmp: Path):
+def make(mode: str, model_name: str, dtype_name: str, threads: int, tmp: Path, device: str = "cpu"):
     import torch
 
     import tensorzip
     import tensorzip.torch as tzt
 
     model, args, kwargs = build(model_name, dtype_name)
+    args = tuple(a.to(device) for a in args)
+    kwargs = {k: v.to(device) for k, v in kwargs.items()}
+    if mode in ("plain", "resident", "resident-np"):
+        model = model.to(device)
     if mode == "plain":
         return model, args, kwargs, None
     if mode in ("resident", "resident-np"):
         return tzt.compress_model(model, threads=threads, prefetch=mode == "resident"), args, kwargs, None
     weights = {n: p.detach().clone() for n, p in model.named_parameters() if p.dim() >= 2 and p.numel() >= 4096}
+    model = model.to(device)  # the small tensors; the weights come per block
+    if device != "cpu":
+        weights = {n: w.pin_memory() for n, w in weights.items()}
     if mode == "offload":
         def fetch(name):  # a new execution copy per use, dropped after the block (as offloading hooks do)
-            return weights[name].clone()
+            return weights[name].to(device, non_blocking=True) if device != "cpu" else weights[name].clone()
 
         per_block_hooks(model, fetch)
         for m in model.modules():  # the model itself no longer holds the weights
@@ -131,7 +140,7 @@ def make(mode: str, model_name: str, dtype_name: str, threads: int, tmp: Path):
     tzt.save_file(weights, path, threads=threads)
     handle = tensorzip.safe_open(path, framework="pt", threads=threads)
     handle.__enter__()
-    per_block_hooks(model, handle.get_tensor)
+    per_block_hooks(model, (lambda n: handle.get_tensor(n).to(device)) if device != "cpu" else handle.get_tensor)
     for m in model.modules():
         for a, p in list(m._parameters.items()):
             if p is not None and p.dim() >= 2 and p.numel() >= 4096:
@@ -200,6 +209,8 @@ def memory_row(mode: str, model_name: str, dtype_name: str, threads: int, folder
     if model_name == "minilm":
         import transformers  # noqa: F401
     _, args, kwargs = build(model_name, dtype_name) if model_name == "minilm" else (None, *build_inputs())
+    if mode.startswith("resident"):  # one load first: the meta-device path imports ~150 MB of torch code once
+        load_compressed(model_name, Path(folder), threads, True)
     gc.collect()
     base = rss_kib("VmRSS")
     with tempfile.TemporaryDirectory() as td:
@@ -221,14 +232,15 @@ def memory_row(mode: str, model_name: str, dtype_name: str, threads: int, folder
     return {"mode": mode, "held_bytes": held, "rss_model_kib": after - base, "rss_peak_kib": peak - base}
 
 
-def latency(model_name: str, dtype_name: str, threads: int, runs: int) -> dict:
+def latency(model_name: str, dtype_name: str, threads: int, runs: int, device: str = "cpu") -> dict:
     import torch
 
     torch.set_num_threads(threads)
     import tensorzip.torch as tzt
 
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     with tempfile.TemporaryDirectory() as td:
-        built = {m: make(m, model_name, dtype_name, threads, Path(td)) for m in MODES}
+        built = {m: make(m, model_name, dtype_name, threads, Path(td), device) for m in MODES}
         ref = None
         times = {m: [] for m in MODES}
         with torch.no_grad():
@@ -241,8 +253,10 @@ def latency(model_name: str, dtype_name: str, threads: int, runs: int) -> dict:
                     raise SystemExit(f"{model_name} {dtype_name}: {m} output differs from plain")
             for _ in range(runs):
                 for m, (model, args, kwargs, _) in built.items():
+                    sync()
                     t0 = time.perf_counter()
                     model(*args, **kwargs)
+                    sync()
                     times[m].append(time.perf_counter() - t0)
         st = tzt.resident_stats(built["resident"][0])
         for m, (_, _, _, h) in built.items():
@@ -253,17 +267,112 @@ def latency(model_name: str, dtype_name: str, threads: int, runs: int) -> dict:
             "max_group_bytes": st["max_group_bytes"], "groups": len(st["groups"])}
 
 
+def gpu_block(runs: int) -> None:
+    """A 4096-wide transformer block (Llama-7B shapes: attention 4 x 4096^2, gated MLP 3 x 4096 x 11008,
+    BF16 values tiled from the real fixture weights) on the GPU: one block's decode time against its
+    compute at batch 1 (1 token, 256 tokens), and 4 such blocks plain vs resident."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    import _gpt
+    import tensorzip.resident as R
+    import tensorzip.torch as tzt
+
+    src = torch.cat([v.flatten() for k, v in _gpt.state_dict_of(_gpt.FULL if _gpt.FULL.exists() else _gpt.SAMPLE).items()
+                     if v.dim() == 2])
+
+    def real(shape, seed):
+        n = 1
+        for d in shape:
+            n *= d
+        idx = (torch.arange(n) * 7919 + seed * 104729) % src.numel()  # tiled, shuffled real values
+        return src[idx].view(shape).clone()
+
+    class Block(nn.Module):
+        def __init__(s, seed):
+            super().__init__()
+            W = lambda o, i, k: nn.Parameter(real((o, i), seed * 10 + k), requires_grad=False)  # noqa: E731
+            s.q, s.k, s.v, s.o = (nn.Linear(4096, 4096, bias=False) for _ in range(4))
+            s.gate, s.up = nn.Linear(4096, 11008, bias=False), nn.Linear(4096, 11008, bias=False)
+            s.down = nn.Linear(11008, 4096, bias=False)
+            for j, lin in enumerate([s.q, s.k, s.v, s.o, s.gate, s.up, s.down]):
+                lin.weight = W(lin.out_features, lin.in_features, j)
+            s.n1, s.n2 = nn.RMSNorm(4096), nn.RMSNorm(4096)
+
+        def forward(s, x):
+            b, t, _ = x.shape
+            h = s.n1(x)
+            q, k, v = (z(h).view(b, t, 32, 128).transpose(1, 2) for z in (s.q, s.k, s.v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1).transpose(1, 2).reshape(b, t, 4096)
+            x = x + s.o(a)
+            h = s.n2(x)
+            return x + s.down(F.silu(s.gate(h)) * s.up(h))
+
+    class Stack(nn.Module):
+        def __init__(s, n):
+            super().__init__()
+            s.layers = nn.ModuleList([Block(i) for i in range(n)])
+
+        def forward(s, x):
+            for layer in s.layers:
+                x = layer(x)
+            return x
+
+    dev = torch.device("cuda")
+
+    def timed(fn, n=runs):
+        ts = []
+        for _ in range(n):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b))
+        return statistics.median(ts)
+
+    print(f"# GPU block: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("| tokens | block compute ms | block decode ms | decode / compute | 4 blocks plain ms | 4 blocks resident ms | x plain |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    plain = Stack(4).to(dev, torch.bfloat16).eval()
+    ref_model = Stack(4).to(dev, torch.bfloat16).eval()
+    res = tzt.compress_model(ref_model)
+    st = R._state(res)
+    eng = st.engine(dev)
+    g1 = next(i for i, g in enumerate(st.groups) if g.name == "layers.1")
+    buf = torch.empty(st.layout.group_bytes[g1], dtype=torch.uint8, device=dev)
+    with torch.no_grad():
+        for t in (1, 256):
+            x = torch.randn(1, t, 4096, device=dev, dtype=torch.bfloat16) * 0.1
+            assert torch.equal(res(x), plain(x)), "resident output differs"
+            comp = timed(lambda: plain.layers[1](x))
+            dec = timed(lambda: eng._decode(g1, buf))
+            tp = timed(lambda: plain(x))
+            tr = timed(lambda: res(x))
+            print(f"| {t} | {comp:.3f} | {dec:.3f} | {dec / comp:.2f} | {tp:.3f} | {tr:.3f} | {tr / tp:.2f} |", flush=True)
+    s2 = tzt.resident_stats(res)
+    print(f"<!-- block weights {st.layout.group_bytes[g1]} B, frames {s2['compressed_bytes']} B for "
+          f"{s2['plain_bytes']} B ({s2['compressed_bytes'] / s2['plain_bytes']:.4f}x) -->")
+    R.check(res)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--models", default="gpt,minilm")
     ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (latency rows only)")
+    ap.add_argument("--gpu-block", action="store_true", help="the 4096-wide block on the GPU, then exit")
     ap.add_argument("--memory-row", nargs=4, metavar=("MODE", "MODEL", "DTYPE", "FOLDER"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.memory_row:
         mode, model_name, dtype_name, folder = a.memory_row
         print(json.dumps(memory_row(mode, model_name, dtype_name, a.threads, folder)))
+        return
+    if a.gpu_block:
+        gpu_block(a.runs)
         return
     import torch
 
@@ -280,8 +389,14 @@ def main() -> None:
     print("|---|---|---|---:|---:|---:|---:|")
     for model_name in a.models.split(","):
         for dtype_name in a.dtypes.split(","):
-            lat = latency(model_name, dtype_name, a.threads, a.runs)
+            lat = latency(model_name, dtype_name, a.threads, a.runs, a.device)
             base = lat["median_ms"]["plain"]
+            if a.device != "cpu":
+                for mode in MODES:
+                    ms = lat["median_ms"][mode]
+                    print(f"| {model_name} | {dtype_name} | {mode} ({a.device}) | {ms:.2f} | {ms / base:.2f} | | |",
+                          flush=True)
+                continue
             td = tempfile.TemporaryDirectory()
             save_compressed(model_name, dtype_name, Path(td.name))
             for mode in MODES:

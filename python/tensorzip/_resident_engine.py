@@ -21,13 +21,12 @@ from ._core import CorruptDataError, UsageError
 
 
 class _Slot:
-    __slots__ = ("buf", "state", "group", "free_event")
+    __slots__ = ("buf", "state", "group")
 
     def __init__(self) -> None:
         self.buf: Optional[torch.Tensor] = None
         self.state = "free"          # "free", "active", "prefetch"
         self.group = -1
-        self.free_event: Any = None  # CUDA: recorded on the compute stream when the slot is released
 
 
 class Engine:
@@ -203,14 +202,12 @@ class Engine:
         return buf, -1
 
     def release(self, si: int) -> None:
+        # CUDA: the slot's readers are on the compute stream; a decode ahead into it waits for
+        # everything enqueued there so far (_start_ahead), so nothing needs recording here.
         if si < 0:
             return
         slot = self.slots[si]
         slot.state, slot.group = "free", -1
-        if self.cuda:
-            if slot.free_event is None:
-                slot.free_event = torch.cuda.Event()
-            slot.free_event.record(torch.cuda.current_stream(self.device))
 
     def prefetch(self, g: int) -> None:
         """Starts decoding group g into a free slot while the current group runs."""
@@ -230,10 +227,10 @@ class Engine:
 
     def _start_ahead(self, g: int, buf: torch.Tensor, slot: Optional[_Slot]) -> None:
         if self.cuda:
-            if slot is not None and slot.free_event is not None:
-                self.side.wait_event(slot.free_event)  # compute finished reading the slot's last group
-            else:
-                self.side.wait_stream(torch.cuda.current_stream(self.device))  # buf allocated on compute
+            # The side stream waits for the compute stream's work so far: the last readers of the
+            # slot (the group before the running one) are in it, and under CUDA graph capture this
+            # forks the side stream into the capture (joined again in acquire / after_forward).
+            self.side.wait_stream(torch.cuda.current_stream(self.device))
             self._decode(g, buf, "side")
             ev = torch.cuda.Event()
             ev.record(self.side)
@@ -252,10 +249,12 @@ class Engine:
     # ---- CUDA status (decode errors are reported by the device, read without a stall) --------
 
     def after_forward(self) -> None:
-        if not self.cuda or torch.cuda.is_current_stream_capturing():
+        if not self.cuda:
             return
         if self.prefetch_group >= 0:  # join the side stream (nothing left running past the forward)
             torch.cuda.current_stream(self.device).wait_event(self.prefetch_event)
+        if torch.cuda.is_current_stream_capturing():
+            return  # statuses of graph replays: check(model) reads them
         self._status_host.copy_(self._status, non_blocking=True)
         ev = torch.cuda.Event()
         ev.record(torch.cuda.current_stream(self.device))
@@ -263,19 +262,23 @@ class Engine:
 
     def check(self, block: bool = False) -> None:
         """Raises CorruptDataError for a frame the device failed to decode (CUDA; the CPU raises at once)."""
-        if not self.cuda or self._status_event is None:
+        if not self.cuda or torch.cuda.is_current_stream_capturing():
             return
         if block:
-            self._status_event.synchronize()
-        elif not self._status_event.query():
+            torch.cuda.current_stream(self.device).synchronize()
+            self.side.synchronize()
+            host = self._status.cpu()
+        elif self._status_event is None or not self._status_event.query():
             return
+        else:
+            host = self._status_host
         self._status_event = None
-        bad = torch.nonzero(self._status_host).flatten().tolist()
+        bad = torch.nonzero(host).flatten().tolist()
         if bad:
             i = bad[0]
             gid = max(k for k, off in enumerate(self._status_offset) if off <= i)
             name = self._names[gid][i - self._status_offset[gid]]
-            code = int(self._status_host[i])
+            code = int(host[i])
             self._status.zero_()
             raise CorruptDataError(f"resident weights: tensor '{name}' failed to decode on {self.device} "
                                    f"(tz error code {code}); outputs of the forward that used it are not valid")

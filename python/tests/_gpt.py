@@ -10,6 +10,7 @@ head), ../shared/fixtures the whole 6-block model.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -19,7 +20,9 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample" / "gpt-small-step400-model-bf16.safetensors"
-FULL = REPO.parent / "shared" / "fixtures" / "gpt-small-step400-model-bf16.safetensors"
+# TZ_GPT_FIXTURE: the whole model elsewhere (bench/gpu/run.sh carries it in .device-data/).
+FULL = Path(os.environ.get("TZ_GPT_FIXTURE") or
+            REPO.parent / "shared" / "fixtures" / "gpt-small-step400-model-bf16.safetensors")
 D, H, T = 256, 8, 256
 
 

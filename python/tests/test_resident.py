@@ -369,3 +369,83 @@ def test_selection_options():
         tzt.compress_model(gpt(), include="nothing.*")
     with pytest.raises(tensorzip.UsageError, match="not a module"):
         tzt.compress_model(gpt(), groups=["nope"])
+
+
+# ---- CUDA (run by bench/gpu/run.sh when a GPU is lent; skipped without one) ---------------------
+
+def _cuda_ready() -> bool:
+    ok = torch.cuda.is_available() and bool(getattr(tensorzip._tensorzip, "HAVE_RESIDENT_CUDA", False))
+    if not ok and os.environ.get("TZ_REQUIRE_RESIDENT_CUDA") == "1":
+        pytest.fail("TZ_REQUIRE_RESIDENT_CUDA=1 but no CUDA device or a module built without CUDA")
+    return ok
+
+
+needs_cuda = pytest.mark.skipif("not _cuda_ready()", reason="no CUDA device or tensorzip built without CUDA")
+GPT_ANY = FULL if FULL.exists() else SAMPLE
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_cuda_outputs_bit_identical(dtype):
+    x = real_text_ids().cuda()
+    plain = gpt(GPT_ANY, dtype).cuda()
+    ref = run(plain, x)
+    model = tzt.compress_model(gpt(GPT_ANY, dtype).cuda())
+    st = tzt.resident_stats(model)
+    assert st["devices"] == ["cuda:0"]
+    for _ in range(3):  # the later forwards decode each next block on the side stream
+        assert same(run(model, x), ref)
+    R.check(model)
+    assert tzt.resident_stats(model)["scratch_bytes"] == 2 * st["slot_bytes"]
+
+
+@needs_cuda
+def test_cuda_to_device_and_load_resident(tmp_path):
+    x = real_text_ids().cuda()
+    plain = gpt(GPT_ANY).cuda()
+    ref = run(plain, x)
+    model = tzt.compress_model(gpt(GPT_ANY)).to("cuda")  # frames move with the module
+    assert all(rt.device.type == "cuda" for rt in R._state(model).tensors)
+    assert same(run(model, x), ref)
+    f = tmp_path / "gpt.tzip"
+    tzt.save_file(gpt(GPT_ANY).state_dict(), f)
+    from _gpt import GPT
+
+    with torch.device("meta"):
+        meta = GPT(len(plain.blocks))
+    tzt.load_resident(meta, f, device="cuda")
+    assert same(run(meta, x), ref)
+    R.check(meta)
+
+
+@needs_cuda
+def test_cuda_graph_capture_and_replay():
+    x = real_text_ids().cuda()
+    plain = gpt(GPT_ANY).cuda()
+    ref = run(plain, x)
+    model = tzt.compress_model(gpt(GPT_ANY).cuda())
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.no_grad():
+        for _ in range(2):
+            model(x)  # warm-up: slots allocated, block order learned
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(g):
+        out = model(x)
+    for _ in range(3):
+        out.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        assert same(out, ref)
+    R.check(model)
+
+
+@needs_cuda
+def test_cuda_corrupt_frame_reported():
+    model = tzt.compress_model(gpt(GPT_ANY).cuda())
+    rt = next(t for t in R._state(model).tensors if t.name == "blocks.0.fc1.weight")
+    rt.data[rt.data.numel() - 64] ^= 0x10
+    run(model, real_text_ids().cuda())
+    with pytest.raises(tensorzip.CorruptDataError, match="blocks.0.fc1.weight"):
+        R.check(model)
