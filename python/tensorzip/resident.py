@@ -244,8 +244,10 @@ def _property(attr: str) -> property:
 def _sub_setattr(self: nn.Module, name: str, value: Any) -> None:
     b = self.__dict__.get("_tz_bind")
     if b is not None and name in b:
-        state = self.__dict__["_tz_state"]()
-        state.unbind(self, name)  # replaced by the user: that attribute is an ordinary one again
+        rt = b[name]
+        ok = value is None or (isinstance(value, torch.Tensor) if rt.is_buffer else isinstance(value, nn.Parameter))
+        if ok:  # replaced by the user: that attribute is an ordinary one again (else torch's TypeError below)
+            self.__dict__["_tz_state"]().unbind(self, name)
     self.__dict__["_tz_orig_class"].__setattr__(self, name, value)
 
 
@@ -534,7 +536,7 @@ class ResidentState:
         rt = b.pop(attr)
         rt.bindings = [(m, a) for m, a in rt.bindings if not (m is module and a == attr)]
         table = module._buffers if rt.is_buffer else module._parameters
-        table.pop(attr, None)
+        table[attr] = None  # still a registered slot, as in a plain module (the caller assigns it next)
         if rt.owner is module and rt.bindings:  # move the frames to another user
             m2 = rt.bindings[0][0]
             name2 = _buffer_name(m2, rt.bindings[0][1])

@@ -353,6 +353,21 @@ def test_tied_and_shared_weights():
     assert same(run(model, x), ref)
 
 
+def test_assigning_a_parameter_uncompresses_that_attribute():
+    model = tzt.compress_model(gpt())
+    new = nn.Parameter(torch.ones(1024, 256, dtype=torch.bfloat16))
+    model.blocks[0].fc1.weight = new
+    assert model.blocks[0].fc1.weight is new
+    assert "blocks.0.fc1.weight" not in {rt.name for rt in R._state(model).tensors}
+    plain = gpt()
+    plain.blocks[0].fc1.weight = nn.Parameter(torch.ones(1024, 256, dtype=torch.bfloat16))
+    x = real_text_ids()
+    assert same(run(model, x), run(plain, x))
+    with pytest.raises(TypeError):
+        model.blocks[0].fc2.weight = torch.zeros(256, 1024)  # as for a plain module: Parameter or None
+    assert same(model.blocks[0].fc2.weight, plain.blocks[0].fc2.weight)  # and nothing was lost
+
+
 def test_selection_options():
     m = tzt.compress_model(gpt(), include="blocks.*.fc?.weight")
     assert sorted(rt.name for rt in R._state(m).tensors) == ["blocks.0.fc1.weight", "blocks.0.fc2.weight"]
