@@ -243,6 +243,7 @@ def latency(model_name: str, dtype_name: str, threads: int, runs: int, device: s
         built = {m: make(m, model_name, dtype_name, threads, Path(td), device) for m in MODES}
         ref = None
         times = {m: [] for m in MODES}
+        cpu = {m: [] for m in MODES}
         with torch.no_grad():
             for m, (model, args, kwargs, _) in built.items():  # warm-up + identity check
                 out = model(*args, **kwargs)
@@ -254,15 +255,18 @@ def latency(model_name: str, dtype_name: str, threads: int, runs: int, device: s
             for _ in range(runs):
                 for m, (model, args, kwargs, _) in built.items():
                     sync()
-                    t0 = time.perf_counter()
+                    c0, t0 = time.process_time(), time.perf_counter()
                     model(*args, **kwargs)
                     sync()
                     times[m].append(time.perf_counter() - t0)
+                    cpu[m].append(time.process_time() - c0)
         st = tzt.resident_stats(built["resident"][0])
         for m, (_, _, _, h) in built.items():
             if m == "disk-tzip":
                 h.__exit__(None, None, None)
     return {"median_ms": {m: statistics.median(v) * 1e3 for m, v in times.items()},
+            "min_ms": {m: min(v) * 1e3 for m, v in times.items()},
+            "cpu_ms": {m: statistics.median(v) * 1e3 for m, v in cpu.items()},
             "ratio": st["ratio"], "plain_weight_bytes": st["plain_bytes"], "frame_bytes": st["compressed_bytes"],
             "max_group_bytes": st["max_group_bytes"], "groups": len(st["groups"])}
 
@@ -385,8 +389,9 @@ def main() -> None:
                 if ln.startswith("model name")), platform.processor())
     print(f"# {time.strftime('%Y-%m-%d')} {cpu}, {os.cpu_count()} vCPU, torch {torch.__version__} "
           f"({a.threads} threads), tensorzip CPU kernels: {simd} (tzip --version)")
-    print("| model | dtype | mode | forward ms (median) | x plain | weights held (MiB) | RSS model / peak (MiB) |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    print("| model | dtype | mode | forward ms (median) | x plain | min ms | x plain | CPU ms (median, all threads) "
+          "| x plain | weights held (MiB) | RSS model / peak (MiB) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for model_name in a.models.split(","):
         for dtype_name in a.dtypes.split(","):
             lat = latency(model_name, dtype_name, a.threads, a.runs, a.device)
@@ -394,7 +399,9 @@ def main() -> None:
             if a.device != "cpu":
                 for mode in MODES:
                     ms = lat["median_ms"][mode]
-                    print(f"| {model_name} | {dtype_name} | {mode} ({a.device}) | {ms:.2f} | {ms / base:.2f} | | |",
+                    mn = lat["min_ms"][mode]
+                    print(f"| {model_name} | {dtype_name} | {mode} ({a.device}) | {ms:.2f} | {ms / base:.2f} | "
+                          f"{mn:.2f} | {mn / lat['min_ms']['plain']:.2f} | | | | |",
                           flush=True)
                 continue
             td = tempfile.TemporaryDirectory()
@@ -404,7 +411,11 @@ def main() -> None:
                                     model_name, dtype_name, td.name], capture_output=True, text=True, check=True)
                 mem = json.loads(r.stdout.strip().splitlines()[-1])
                 ms = lat["median_ms"][mode]
-                print(f"| {model_name} | {dtype_name} | {mode} | {ms:.1f} | {ms / base:.2f} | "
+                cms = lat["cpu_ms"][mode]
+                mn = lat["min_ms"][mode]
+                print(f"| {model_name} | {dtype_name} | {mode} | {ms:.1f} | {ms / base:.2f} | {mn:.1f} | "
+                      f"{mn / lat['min_ms']['plain']:.2f} | {cms:.1f} | "
+                      f"{cms / lat['cpu_ms']['plain']:.2f} | "
                       f"{mem['held_bytes'] / 2**20:.2f} | {mem['rss_model_kib'] / 1024:.1f} / "
                       f"{mem['rss_peak_kib'] / 1024:.1f} |", flush=True)
             td.cleanup()

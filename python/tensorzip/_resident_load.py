@@ -25,7 +25,9 @@ import torch.nn as nn
 from . import _dtypes
 from . import _tensorzip as _C
 from ._core import UsageError
-from .resident import CODEC_OF, Frame, _attach, _encode, _selected, _selection
+from ._resident_select import _selected, _selection
+from ._resident_state import _attach
+from ._resident_tensor import CODEC_OF, Frame, _encode
 
 _FRAME_ALIGN = 16
 
@@ -117,7 +119,7 @@ def _decode_plain(e: _Entry, readers: Dict[str, Any], threads: int) -> torch.Ten
 def load_resident(model: nn.Module, path: Any, *, device: Any = None, strict: bool = True, include: Any = None,
                   exclude: Any = None, types: Any = None, min_numel: int = 4096, buffers: bool = False,
                   groups: Any = None, threads: int = 0, prefetch: bool = True, level: int = 0,
-                  block_elems: int = 0) -> nn.Module:
+                  block_elems: int = 0, embedding_rows: bool = True) -> nn.Module:
     """Fills ``model`` from a ``.tzip`` file or a folder of them, keeping the chosen weights compressed.
 
     ``model`` is best built on the meta device (``with torch.device("meta"): model = Net()``, or
@@ -129,7 +131,7 @@ def load_resident(model: nn.Module, path: Any, *, device: Any = None, strict: bo
     ``strict``: every parameter and persistent buffer of the model must be in the file(s).
     Returns ``model`` (its ``resident_stats(model)["load"]`` says what was kept, decoded, re-encoded).
     """
-    from .resident import is_resident
+    from ._resident_state import is_resident
 
     if is_resident(model):
         raise UsageError("load_resident: the model is already compressed (decompress_model first)")
@@ -199,7 +201,7 @@ def load_resident(model: nn.Module, path: Any, *, device: Any = None, strict: bo
             r.close()
     if not items:
         raise UsageError("load_resident: no tensor of the file is chosen to stay compressed")
-    _attach(model, items, groups, threads, prefetch, level, block_elems)
+    _attach(model, items, groups, threads, prefetch, level, block_elems, embedding_rows)
     model.__dict__["_tz_resident"].load_report = report
     return model
 

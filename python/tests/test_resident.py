@@ -57,7 +57,9 @@ def test_gpt_outputs_bit_identical(path, dtype):
     st = tzt.resident_stats(model)
     assert st["tensors"] == len(weight_names(plain))
     assert st["on_demand_decodes"] == 0  # every weight came from its block's batch decode
-    assert st["decoded_bytes"] == 3 * st["plain_bytes"]
+    tables = sum(p.numel() * p.element_size() for p in (plain.tok.weight, plain.pos.weight))
+    assert st["decoded_bytes"] == 3 * (st["plain_bytes"] - tables)  # embeddings: read by row
+    assert 0 < st["rows_decoded_bytes"] <= 3 * tables
 
 
 @pytest.mark.parametrize("path", GPT_SOURCES)
@@ -366,6 +368,37 @@ def test_assigning_a_parameter_uncompresses_that_attribute():
     with pytest.raises(TypeError):
         model.blocks[0].fc2.weight = torch.zeros(256, 1024)  # as for a plain module: Parameter or None
     assert same(model.blocks[0].fc2.weight, plain.blocks[0].fc2.weight)  # and nothing was lost
+
+
+@pytest.mark.parametrize("chunk", [0, 1 << 20], ids=["one-frame", "1MiB-frames"])
+def test_embedding_rows_decoded_by_block(tmp_path, chunk):
+    """A table read by row: only the codec blocks holding the ids' rows are decoded, rows may straddle
+    blocks and frames, values bit-identical to F.embedding's; out-of-range ids raise as in torch."""
+    torch.manual_seed(0)
+    w = (torch.randn(1024, 1000) * 0.02).to(torch.bfloat16)  # 2 MB: rows straddle 4096-element blocks
+    ids = torch.tensor([[5, 900, 5, 17], [1023, 0, 511, 512]])
+    plain = nn.Embedding(1024, 1000).to(torch.bfloat16)
+    plain.weight = nn.Parameter(w)
+    ref = plain(ids)
+    if chunk:
+        f = tmp_path / "e.tzip"
+        tzt.save_file({"weight": w}, f, block_elems=4096, chunk_bytes=chunk)
+        with torch.device("meta"):
+            model = nn.Embedding(1024, 1000)
+        tzt.load_resident(model, f)
+        assert len(R._state(model).tensors[0].frames) == 2
+    else:
+        model = tzt.compress_model(nn.Embedding(1024, 1000).to(torch.bfloat16), block_elems=4096)
+        model.load_state_dict({"weight": w})
+    with torch.no_grad():
+        assert same(model(ids), ref.detach())
+        st = tzt.resident_stats(model)
+        assert 0 < st["rows_decoded_bytes"] < st["plain_bytes"] / 10 and st["decoded_bytes"] == 0
+        with pytest.raises(IndexError):
+            model(torch.tensor([1024]))
+        model.to(torch.float32)  # casts after the gather, as plain .to() would
+        assert same(model(ids), plain.to(torch.float32)(ids).detach())
+    assert same(model(ids), plain(ids))  # grad mode: the whole table through the plain forward
 
 
 def test_selection_options():
