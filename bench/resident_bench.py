@@ -23,7 +23,9 @@ it and at the peak of a forward (VmHWM reset through /proc/self/clear_refs befor
 resident rows there are loaded as a user would (meta-device model + load_resident /
 tensorzip.resident.from_pretrained from a .tzip), the others built as plain models first.
 
-    python3 bench/resident_bench.py [--threads 2] [--runs 15] [--models gpt,minilm] [--markdown]
+    python3 bench/resident_bench.py [--threads 2] [--runs 15] [--models gpt,minilm] [--dtypes bfloat16,float32]
+    python3 bench/resident_bench.py --thread-time    # one thread, main-thread CPU time (robust under load)
+    python3 bench/resident_bench.py --device cuda    # latency rows on a GPU; --gpu-block: a 4096-wide block
 """
 from __future__ import annotations
 
@@ -266,6 +268,8 @@ def latency(model_name: str, dtype_name: str, threads: int, runs: int, device: s
                 h.__exit__(None, None, None)
     return {"median_ms": {m: statistics.median(v) * 1e3 for m, v in times.items()},
             "min_ms": {m: min(v) * 1e3 for m, v in times.items()},
+            # each round's time over the plain model's in the same round: robust to load drifting
+            "pair_ratio": {m: statistics.median(a / b for a, b in zip(v, times["plain"])) for m, v in times.items()},
             "cpu_ms": {m: statistics.median(v) * 1e3 for m, v in cpu.items()},
             "ratio": st["ratio"], "plain_weight_bytes": st["plain_bytes"], "frame_bytes": st["compressed_bytes"],
             "max_group_bytes": st["max_group_bytes"], "groups": len(st["groups"])}
@@ -361,6 +365,36 @@ def gpu_block(runs: int) -> None:
     R.check(res)
 
 
+def thread_time_rows(models, dtypes, runs: int) -> None:
+    """One thread everywhere (torch, decode; resident without prefetch), so that the main thread does
+    all the work and its CPU time (time.thread_time) measures the work itself, little affected by
+    other processes on a shared machine. Interleaved rounds; medians and median of per-round ratios."""
+    import torch
+
+    torch.set_num_threads(1)
+    print("| model | dtype | mode | main-thread CPU ms (median) | x plain (median of per-round ratios) | min ms |")
+    print("|---|---|---|---:|---:|---:|")
+    for model_name in models:
+        for dtype_name in dtypes:
+            with tempfile.TemporaryDirectory() as td:
+                modes = ["plain", "resident-np", "offload", "disk-tzip"]
+                built = {m: make(m, model_name, dtype_name, 1, Path(td)) for m in modes}
+                times = {m: [] for m in modes}
+                with torch.no_grad():
+                    for model, args, kwargs, _ in built.values():
+                        model(*args, **kwargs)
+                    for _ in range(runs):
+                        for m, (model, args, kwargs, _) in built.items():
+                            t0 = time.thread_time()
+                            model(*args, **kwargs)
+                            times[m].append(time.thread_time() - t0)
+                for m in modes:
+                    r = statistics.median(a / b for a, b in zip(times[m], times["plain"]))
+                    print(f"| {model_name} | {dtype_name} | {m} (1 thread) | {statistics.median(times[m]) * 1e3:.1f} | "
+                          f"{r:.2f} | {min(times[m]) * 1e3:.1f} |", flush=True)
+                built["disk-tzip"][3].__exit__(None, None, None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
@@ -369,6 +403,7 @@ def main() -> None:
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (latency rows only)")
     ap.add_argument("--gpu-block", action="store_true", help="the 4096-wide block on the GPU, then exit")
+    ap.add_argument("--thread-time", action="store_true", help="one-thread rows timed by main-thread CPU time, then exit")
     ap.add_argument("--memory-row", nargs=4, metavar=("MODE", "MODEL", "DTYPE", "FOLDER"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.memory_row:
@@ -377,6 +412,11 @@ def main() -> None:
         return
     if a.gpu_block:
         gpu_block(a.runs)
+        return
+    if a.thread_time:
+        print(f"# {time.strftime('%Y-%m-%d %H:%M')} UTC, load average {os.getloadavg()[0]:.1f}, 1 thread, "
+              f"main-thread CPU time")
+        thread_time_rows(a.models.split(","), a.dtypes.split(","), a.runs)
         return
     import torch
 
@@ -387,10 +427,10 @@ def main() -> None:
         simd = v.split("CPU kernels:")[-1].strip(" )\n") if "CPU kernels:" in v else "?"
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())
-    print(f"# {time.strftime('%Y-%m-%d')} {cpu}, {os.cpu_count()} vCPU, torch {torch.__version__} "
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} UTC, load average {os.getloadavg()[0]:.1f}, {cpu}, {os.cpu_count()} vCPU, torch {torch.__version__} "
           f"({a.threads} threads), tensorzip CPU kernels: {simd} (tzip --version)")
-    print("| model | dtype | mode | forward ms (median) | x plain | min ms | x plain | CPU ms (median, all threads) "
-          "| x plain | weights held (MiB) | RSS model / peak (MiB) |")
+    print("| model | dtype | mode | forward ms (median) | x plain (median of per-round ratios) | min ms | x plain "
+          "| CPU ms (median, all threads) | x plain | weights held (MiB) | RSS model / peak (MiB) |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for model_name in a.models.split(","):
         for dtype_name in a.dtypes.split(","):
@@ -400,7 +440,7 @@ def main() -> None:
                 for mode in MODES:
                     ms = lat["median_ms"][mode]
                     mn = lat["min_ms"][mode]
-                    print(f"| {model_name} | {dtype_name} | {mode} ({a.device}) | {ms:.2f} | {ms / base:.2f} | "
+                    print(f"| {model_name} | {dtype_name} | {mode} ({a.device}) | {ms:.2f} | {lat['pair_ratio'][mode]:.2f} | "
                           f"{mn:.2f} | {mn / lat['min_ms']['plain']:.2f} | | | | |",
                           flush=True)
                 continue
@@ -413,13 +453,13 @@ def main() -> None:
                 ms = lat["median_ms"][mode]
                 cms = lat["cpu_ms"][mode]
                 mn = lat["min_ms"][mode]
-                print(f"| {model_name} | {dtype_name} | {mode} | {ms:.1f} | {ms / base:.2f} | {mn:.1f} | "
+                print(f"| {model_name} | {dtype_name} | {mode} | {ms:.1f} | {lat['pair_ratio'][mode]:.2f} | {mn:.1f} | "
                       f"{mn / lat['min_ms']['plain']:.2f} | {cms:.1f} | "
                       f"{cms / lat['cpu_ms']['plain']:.2f} | "
                       f"{mem['held_bytes'] / 2**20:.2f} | {mem['rss_model_kib'] / 1024:.1f} / "
                       f"{mem['rss_peak_kib'] / 1024:.1f} |", flush=True)
             td.cleanup()
-            print(f"<!-- {model_name} {dtype_name}: frames {lat['frame_bytes']} B for {lat['plain_weight_bytes']} B "
+            print(f"<!-- load average now {os.getloadavg()[0]:.1f}; {model_name} {dtype_name}: frames {lat['frame_bytes']} B for {lat['plain_weight_bytes']} B "
                   f"of weights ({lat['frame_bytes'] / lat['plain_weight_bytes']:.4f}x), {lat['groups']} groups, "
                   f"largest {lat['max_group_bytes']} B, scratch 2 x that -->", flush=True)
 

@@ -2,8 +2,9 @@
 
 One engine per device holds the prepared plan (C++: ``_tensorzip.ResidentPlan``
 on the CPU, ``ResidentPlanCuda`` on a GPU), two reusable scratch slots the
-size of the largest group, and at most one decode ahead of the running group
-(a prefetch: the plan's own thread on the CPU, a side stream on CUDA).
+size of the largest layer (Layout.slot_bytes), and at most one decode ahead
+of the running group (a prefetch: the plan's own thread on the CPU, a side
+stream on CUDA).
 
 Plan group ids: ``0 .. G-1`` are the model's groups (their exclusive tensors,
 laid out in a slot), ``G + t`` is resident tensor ``t`` alone (decoded into a
@@ -45,7 +46,6 @@ class Engine:
         self.cuda = device.type == "cuda"
         if device.type not in ("cpu", "cuda"):
             raise UsageError(f"resident weights: device {device} is not supported (cpu and cuda are)")
-        self._frames_of: List[List[Tuple[int, int, int, int]]] = []  # per plan group: (ptr, size, raw, dst_off)
         if self.cuda:
             self._build_cuda()
         else:
