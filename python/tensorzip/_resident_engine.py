@@ -46,10 +46,19 @@ class Engine:
         self.cuda = device.type == "cuda"
         if device.type not in ("cpu", "cuda"):
             raise UsageError(f"resident weights: device {device} is not supported (cpu and cuda are)")
+        self._frames_alive: List[torch.Tensor] = []
         if self.cuda:
             self._build_cuda()
         else:
             self._build_cpu(threads)
+
+    def __del__(self) -> None:
+        # A decode ahead may still be writing a slot and reading frames: finish it before they go
+        # (finalizers of a garbage cycle run before any of its objects is freed).
+        try:
+            self._drop_prefetch()
+        except Exception:
+            pass
 
     # ---- plan construction --------------------------------------------------
 
@@ -66,6 +75,7 @@ class Engine:
                                      f"('{rt.name}'); pass groups= whose weights share a device")
             if rt.device != self.device:
                 continue
+            self._frames_alive.append(rt.data)  # the plan reads them: they live as long as the engine
             base = rt.data.data_ptr()
             for f in rt.frames:
                 item = (rt.name, base + f.offset, f.size, f.raw_size, f.raw_offset)
