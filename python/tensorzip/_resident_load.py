@@ -57,9 +57,20 @@ def empty_parameters() -> Iterator[None]:
 def _files(path: Any) -> List[str]:
     p = Path(os.fspath(path))
     if p.is_dir():
-        files = sorted(str(f) for f in p.glob("*.tzip") if f.is_file())
+        files: Optional[List[str]] = None
+        try:  # a model folder: its weight files as tensorzip.transformers finds them (index, shards)
+            from .transformers import weight_files
+
+            files = weight_files(str(p))
+        except ImportError:  # no transformers: every .tzip file of the folder
+            pass
+        if files is None:
+            files = sorted(str(f) for f in p.glob("*.tzip") if f.is_file())
         if not files:
             raise UsageError(f"load_resident: {p} holds no .tzip file")
+        plain = [f for f in files if not f.endswith(".tzip")]
+        if plain:
+            raise UsageError(f"load_resident: {plain[0]} is not compressed (compress it with tzip first)")
         return files
     if not p.exists():
         raise FileNotFoundError(2, "No such file or directory", str(p))
@@ -232,12 +243,17 @@ def _fill(plan: List[Tuple[int, _Entry, bool]], distinct: Dict[int, Any], device
             report["decoded"].append(names[0])
 
 
-def from_pretrained(model_class: Any, path: Any, *, device: Any = "cpu", **kwargs: Any) -> nn.Module:
-    """A transformers model from a folder compressed by ``tzip compress`` (config.json + .tzip files).
+def from_pretrained(model_class: Any, path: Any, *, device: Any = "cpu", dtype: Any = None,
+                    **kwargs: Any) -> nn.Module:
+    """A transformers model from a folder compressed by ``tzip compress`` or
+    ``tensorzip.transformers.save_pretrained`` (config.json + .tzip weights, sharded or not), with
+    its weights kept compressed.
 
     ``model_class``: e.g. ``transformers.AutoModel`` or ``BertModel``. The model is built with
-    empty (meta) parameters, then filled by :func:`load_resident` (keyword arguments: its options).
-    Returns the model in eval mode.
+    empty (meta) parameters, then filled by :func:`load_resident` (keyword arguments: its options);
+    ``dtype``: compute dtype (frames stay in the file's dtype, weights are cast on use). Returns
+    the model in eval mode. (``tensorzip.transformers.from_pretrained`` is the drop-in loader that
+    decodes every weight into a plain model.)
     """
     import transformers
 
@@ -248,4 +264,6 @@ def from_pretrained(model_class: Any, path: Any, *, device: Any = "cpu", **kwarg
         else:
             model = model_class._from_config(config)
     load_resident(model, path, device=device, **kwargs)
+    if dtype is not None:
+        model.to(dtype)
     return model.eval()

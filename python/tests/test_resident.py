@@ -196,6 +196,20 @@ def test_minilm_from_compressed_folder(minilm, tmp_path):
         assert same(model(**batch).last_hidden_state, ref)
 
 
+def test_minilm_from_sharded_folder_of_tensorzip_transformers(minilm, tmp_path):
+    """Shards written by tensorzip.transformers.save_pretrained (index + .tzip shards), computed in BF16."""
+    d, transformers, batch = minilm
+    tzhf = pytest.importorskip("tensorzip.transformers")
+    out = tmp_path / "sharded.tzip"
+    tzhf.save_pretrained(transformers.AutoModel.from_pretrained(str(d)), out, max_shard_size="30MB")
+    assert len(tzhf.weight_files(str(out))) >= 3
+    model = R.from_pretrained(transformers.AutoModel, out, dtype=torch.bfloat16)
+    assert {rt.dtype for rt in R._state(model).tensors} == {torch.float32}  # frames as stored
+    plain = _minilm_model(minilm, torch.bfloat16)
+    with torch.no_grad():
+        assert same(model(**batch).last_hidden_state, plain(**batch).last_hidden_state)
+
+
 # ---- loading from .tzip without materialising the plain model --------------------------------
 
 @pytest.mark.parametrize("path", GPT_SOURCES)
