@@ -761,6 +761,8 @@ PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const
 
 }  // namespace
 
+void bind_resident(nb::module_& m);  // resident_module.cpp
+
 NB_MODULE(_tensorzip, m) {
   m.doc() = "Low-level bindings of the tensorzip codec and .tzip container (use the tensorzip package).";
 
@@ -913,4 +915,5 @@ NB_MODULE(_tensorzip, m) {
             return false;
           }, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none());
 #endif
+  bind_resident(m);
 }
