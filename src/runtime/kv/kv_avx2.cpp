@@ -268,18 +268,24 @@ TZ_AVX2 size_t fixed_codes_avx2(const KvCodecTables& c, const uint8_t* s, uint32
   return n_esc + kv_fixed_codes(c, s + i, n - i, codes + i);
 }
 
-TZ_AVX2 void fixed_planes_avx2(const KvCodecTables& c, const uint8_t* codes, uint32_t n, uint8_t* out) {
+TZ_AVX2 void fixed_planes_avx2(const KvCodecTables& c, const uint8_t* codes, const uint8_t* s0, uint32_t n,
+                               uint8_t* out, uint8_t* lit) {
   const uint32_t bits = c.t.fixed_bits;
+  const __m256i esc = _mm256_set1_epi8((char)fixed_escape_code(bits));
   uint32_t g = 0;
   for (; (g + 1) * kGroup <= n; ++g) {
     const __m256i v = _mm256_loadu_si256((const __m256i*)(codes + g * kGroup));
     for (uint32_t b = 0; b < bits; ++b)  // bit b of each byte to the sign bit (codes < 128: no carry between bytes)
       store_le32(out + 4 * ((size_t)g * bits + b), (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(v, (int)(7 - b))));
+    for (uint32_t m = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, esc)); m; m &= m - 1)
+      *lit++ = s0[g * kGroup + __builtin_ctz(m)];
   }
   if (g * kGroup < n) {
     uint32_t plane[kMaxFixedBits];
     kv_fixed_planes(codes + g * kGroup, n - g * kGroup, bits, plane);
     for (uint32_t b = 0; b < bits; ++b) store_le32(out + 4 * ((size_t)g * bits + b), plane[b]);
+    for (uint32_t i = g * kGroup; i < n; ++i)
+      if (codes[i] == fixed_escape_code(bits)) *lit++ = s0[i];
   }
 }
 
@@ -295,15 +301,25 @@ TZ_AVX2 inline __m256i bits_to_bytes(uint32_t w) {
 // Fixed mode, codes of at most 4 bits (a 16-entry byte lookup): stream 0
 // decoded 32 elements at a time into scratch and merged with the raw
 // streams into dst right away (as KvScalarDecoder::fixed).
-TZ_AVX2 int fixed_decode_avx2(const KvCodecTables& c, const uint8_t* planes, uint32_t n, const uint8_t* lit,
+TZ_AVX2 int fixed_decode_avx2(const KvCodecTables& c, const uint8_t* planes, uint32_t n, const uint8_t* lit, size_t n_lit,
                               const uint8_t** streams, uint8_t* scratch, uint8_t* dst) {
   const uint32_t bits = c.t.fixed_bits, esc = fixed_escape_code(bits);
   const uint8_t dtype = c.t.dtype;
   const bool two = dtype == kBF16 || dtype == kF16;
-  if (bits > 4) return KvScalarDecoder{&c}.fixed(planes, n, lit, streams, scratch, dst);
+  if (bits > 4) return KvScalarDecoder{&c}.fixed(planes, n, lit, n_lit, streams, scratch, dst);
   alignas(16) uint8_t syms[16] = {};
   for (uint32_t code = 0; code < esc; ++code) syms[code] = c.t.fixed_sym[code];
   const __m256i lut = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)syms));
+  {  // every literal must be a symbol without a code: checked for all of them at once
+    const __m256i escv = _mm256_set1_epi8((char)esc);
+    size_t i = 0;
+    for (; i + 32 <= n_lit; i += 32)
+      if ((uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(codes32(c, _mm256_loadu_si256((const __m256i*)(lit + i)), escv),
+                                                           escv)) != ~0u)
+        return kErrCorruptBlock;
+    for (; i < n_lit; ++i)
+      if (c.fixed_code[lit[i]] != esc) return kErrCorruptBlock;
+  }
   uint8_t* const s0 = two ? scratch : dst;  // FP8: stream 0 is the output
   size_t j = 0;
   uint32_t g = 0;
@@ -318,11 +334,7 @@ TZ_AVX2 int fixed_decode_avx2(const KvCodecTables& c, const uint8_t* planes, uin
     }
     uint8_t* o = s0 + g * kGroup;
     _mm256_storeu_si256((__m256i*)o, _mm256_shuffle_epi8(lut, code));
-    for (; all; all &= all - 1) {
-      const uint8_t v = lit[j++];
-      if (c.fixed_code[v] != esc) return kErrCorruptBlock;
-      o[__builtin_ctz(all)] = v;
-    }
+    for (; all; all &= all - 1) o[__builtin_ctz(all)] = lit[j++];
     if (two) merge32(dtype, o, streams[1] + g * kGroup, dst + 2 * (size_t)g * kGroup);
   }
   if (g * kGroup == n) return kOk;
@@ -389,8 +401,8 @@ struct Avx2Coder {
   TZ_AVX2 size_t fixed_codes(const uint8_t* s, uint32_t n, uint8_t* codes) const {
     return fixed_codes_avx2(*c, s, n, codes);
   }
-  TZ_AVX2 void fixed_planes(const uint8_t* codes, uint32_t n, uint8_t* out) const {
-    fixed_planes_avx2(*c, codes, n, out);
+  TZ_AVX2 void fixed_planes(const uint8_t* codes, const uint8_t* s0, uint32_t n, uint8_t* out, uint8_t* lit) const {
+    fixed_planes_avx2(*c, codes, s0, n, out, lit);
   }
 };
 
@@ -403,9 +415,9 @@ struct Avx2Decoder {
                      size_t n_lit, uint8_t* dst) const {
     return finish_avx2(*c, coded, streams, n, lit, n_lit, dst);
   }
-  TZ_AVX2 int fixed(const uint8_t* planes, uint32_t n, const uint8_t* lit, const uint8_t** streams, uint8_t* scratch,
+  TZ_AVX2 int fixed(const uint8_t* planes, uint32_t n, const uint8_t* lit, size_t n_lit, const uint8_t** streams, uint8_t* scratch,
                     uint8_t* dst) const {
-    return fixed_decode_avx2(*c, planes, n, lit, streams, scratch, dst);
+    return fixed_decode_avx2(*c, planes, n, lit, n_lit, streams, scratch, dst);
   }
 };
 

@@ -86,8 +86,9 @@ TZ_AVX512 int64_t escapes_avx512(const KvCodecTables& c, int k, const uint8_t* s
     const uint64_t m = not_in_map(v, bm_lo, bm_hi);
     if (!m) continue;
     if (!has_escape) return -1;
-    _mm512_mask_compressstoreu_epi8(lit + L, m, v);
-    L += (size_t)_mm_popcnt_u64(m);
+    const uint64_t cnt = (uint64_t)_mm_popcnt_u64(m);
+    _mm512_mask_storeu_epi8(lit + L, cnt == 64 ? ~0ull : (1ull << cnt) - 1, _mm512_maskz_compress_epi8(m, v));
+    L += (size_t)cnt;
   }
   const int64_t t = kv_collect_escapes(c, k, s + i, n - i, lit + L);
   return t < 0 ? -1 : (int64_t)L + t;
@@ -203,8 +204,10 @@ TZ_AVX512 size_t fixed_codes_avx512(const KvCodecTables& c, const uint8_t* s, ui
   return n_esc + kv_fixed_codes(c, s + i, n - i, codes + i);
 }
 
-TZ_AVX512 void fixed_planes_avx512(const KvCodecTables& c, const uint8_t* codes, uint32_t n, uint8_t* out) {
+TZ_AVX512 void fixed_planes_avx512(const KvCodecTables& c, const uint8_t* codes, const uint8_t* s0, uint32_t n,
+                                   uint8_t* out, uint8_t* lit) {
   const uint32_t bits = c.t.fixed_bits;
+  const __m512i esc = _mm512_set1_epi8((char)fixed_escape_code(bits));
   uint32_t g = 0;
   for (; (g + 2) * kGroup <= n; g += 2) {  // two groups per 64-byte vector
     const __m512i v = _mm512_loadu_si512(codes + g * kGroup);
@@ -213,24 +216,46 @@ TZ_AVX512 void fixed_planes_avx512(const KvCodecTables& c, const uint8_t* codes,
       store_le32(out + 4 * ((size_t)g * bits + b), (uint32_t)m);
       store_le32(out + 4 * ((size_t)(g + 1) * bits + b), (uint32_t)(m >> 32));
     }
+    // Compress in a register, then a masked store: the memory form of
+    // vpcompressb is microcoded and slow on some cores (Zen 4).
+    const __mmask64 e = _mm512_cmpeq_epi8_mask(v, esc);
+    if (e) {
+      const uint64_t cnt = (uint64_t)_mm_popcnt_u64(e);
+      _mm512_mask_storeu_epi8(lit, cnt == 64 ? ~0ull : (1ull << cnt) - 1,
+                              _mm512_maskz_compress_epi8(e, _mm512_loadu_si512(s0 + g * kGroup)));
+      lit += cnt;
+    }
   }
   for (; g * kGroup < n; ++g) {
     uint32_t plane[kMaxFixedBits];
     const uint32_t here = n - g * kGroup < kGroup ? n - g * kGroup : kGroup;
     kv_fixed_planes(codes + g * kGroup, here, bits, plane);
     for (uint32_t b = 0; b < bits; ++b) store_le32(out + 4 * ((size_t)g * bits + b), plane[b]);
+    for (uint32_t i = g * kGroup; i < g * kGroup + here; ++i)
+      if (codes[i] == fixed_escape_code(bits)) *lit++ = s0[i];
   }
 }
 
-TZ_AVX512 int fixed_decode_avx512(const KvCodecTables& c, const uint8_t* planes, uint32_t n, const uint8_t* lit,
+TZ_AVX512 int fixed_decode_avx512(const KvCodecTables& c, const uint8_t* planes, uint32_t n, const uint8_t* lit, size_t n_lit,
                                   const uint8_t** streams, uint8_t* scratch, uint8_t* dst) {
   const uint32_t bits = c.t.fixed_bits, esc = fixed_escape_code(bits);
   const uint8_t dtype = c.t.dtype;
   const bool two = dtype == kBF16 || dtype == kF16;
-  if (bits > 4) return KvScalarDecoder{&c}.fixed(planes, n, lit, streams, scratch, dst);
+  if (bits > 4) return KvScalarDecoder{&c}.fixed(planes, n, lit, n_lit, streams, scratch, dst);
   alignas(16) uint8_t syms[16] = {};
   for (uint32_t code = 0; code < esc; ++code) syms[code] = c.t.fixed_sym[code];
   const __m256i lut = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)syms));
+  {  // every literal must be a symbol without a code: checked for all of them at once
+    const __m512i escv = _mm512_set1_epi8((char)esc);
+    size_t i = 0;
+    for (; i + 64 <= n_lit; i += 64)
+      if (_mm512_cmpneq_epi8_mask(codes64(c, _mm512_loadu_si512(lit + i), escv), escv)) return kErrCorruptBlock;
+    if (i < n_lit) {
+      const __mmask64 tail = (~0ull) >> (64 - (n_lit - i));
+      if (_mm512_mask_cmpneq_epi8_mask(tail, codes64(c, _mm512_maskz_loadu_epi8(tail, lit + i), escv), escv))
+        return kErrCorruptBlock;
+    }
+  }
   uint8_t* const s0 = two ? scratch : dst;
   size_t j = 0;
   uint32_t g = 0;
@@ -248,11 +273,6 @@ TZ_AVX512 int fixed_decode_avx512(const KvCodecTables& c, const uint8_t* planes,
     if (all) {
       const uint32_t cnt = (uint32_t)_mm_popcnt_u32(all);
       const __m256i l = _mm256_maskz_loadu_epi8((__mmask32)((1ull << cnt) - 1u), lit + j);
-      // every literal must be a symbol without a code
-      alignas(32) uint8_t lb[32];
-      _mm256_store_si256((__m256i*)lb, l);
-      for (uint32_t t = 0; t < cnt; ++t)
-        if (c.fixed_code[lb[t]] != esc) return kErrCorruptBlock;
       sym = _mm256_mask_expand_epi8(sym, (__mmask32)all, l);
       j += cnt;
     }
@@ -316,8 +336,8 @@ struct Avx512Coder {
   TZ_AVX512 size_t fixed_codes(const uint8_t* s, uint32_t n, uint8_t* codes) const {
     return fixed_codes_avx512(*c, s, n, codes);
   }
-  TZ_AVX512 void fixed_planes(const uint8_t* codes, uint32_t n, uint8_t* out) const {
-    fixed_planes_avx512(*c, codes, n, out);
+  TZ_AVX512 void fixed_planes(const uint8_t* codes, const uint8_t* s0, uint32_t n, uint8_t* out, uint8_t* lit) const {
+    fixed_planes_avx512(*c, codes, s0, n, out, lit);
   }
 };
 
@@ -330,9 +350,9 @@ struct Avx512Decoder {
                        size_t n_lit, uint8_t* dst) const {
     return finish_avx512(*c, coded, streams, n, lit, n_lit, dst);
   }
-  TZ_AVX512 int fixed(const uint8_t* planes, uint32_t n, const uint8_t* lit, const uint8_t** streams, uint8_t* scratch,
+  TZ_AVX512 int fixed(const uint8_t* planes, uint32_t n, const uint8_t* lit, size_t n_lit, const uint8_t** streams, uint8_t* scratch,
                       uint8_t* dst) const {
-    return fixed_decode_avx512(*c, planes, n, lit, streams, scratch, dst);
+    return fixed_decode_avx512(*c, planes, n, lit, n_lit, streams, scratch, dst);
   }
 };
 

@@ -279,8 +279,10 @@ size_t fixed_codes_neon(const KvCodecTables& c, const uint8_t* s, uint32_t n, ui
   return n_esc + kv_fixed_codes(c, s + i, n - i, codes + i);
 }
 
-void fixed_planes_neon(const KvCodecTables& c, const uint8_t* codes, uint32_t n, uint8_t* out) {
+void fixed_planes_neon(const KvCodecTables& c, const uint8_t* codes, const uint8_t* s0, uint32_t n, uint8_t* out,
+                       uint8_t* lit) {
   const uint32_t bits = c.t.fixed_bits;
+  const uint8x16_t esc = vdupq_n_u8((uint8_t)fixed_escape_code(bits));
   uint32_t g = 0;
   for (; (g + 1) * kGroup <= n; ++g) {
     const uint8x16_t a = vld1q_u8(codes + g * kGroup), b = vld1q_u8(codes + g * kGroup + 16);
@@ -289,11 +291,16 @@ void fixed_planes_neon(const KvCodecTables& c, const uint8_t* codes, uint32_t n,
       const uint32_t w = byte_mask(vandq_u8(a, bit)) | (byte_mask(vandq_u8(b, bit)) << 16);
       store_le32(out + 4 * ((size_t)g * bits + k), w);
     }
+    const uint8x16_t ea = vceqq_u8(a, esc), eb = vceqq_u8(b, esc);
+    if (vmaxvq_u8(vorrq_u8(ea, eb)) == 0) continue;
+    for (uint32_t m = byte_mask(ea) | (byte_mask(eb) << 16); m; m &= m - 1) *lit++ = s0[g * kGroup + __builtin_ctz(m)];
   }
   if (g * kGroup < n) {
     uint32_t plane[kMaxFixedBits];
     kv_fixed_planes(codes + g * kGroup, n - g * kGroup, bits, plane);
     for (uint32_t k = 0; k < bits; ++k) store_le32(out + 4 * ((size_t)g * bits + k), plane[k]);
+    for (uint32_t i = g * kGroup; i < n; ++i)
+      if (codes[i] == fixed_escape_code(bits)) *lit++ = s0[i];
   }
 }
 
@@ -305,15 +312,23 @@ inline uint8x16_t bits_to_bytes16(uint32_t w) {
   return vtstq_u8(v, vld1q_u8(sel));
 }
 
-int fixed_decode_neon(const KvCodecTables& c, const uint8_t* planes, uint32_t n, const uint8_t* lit,
+int fixed_decode_neon(const KvCodecTables& c, const uint8_t* planes, uint32_t n, const uint8_t* lit, size_t n_lit,
                       const uint8_t** streams, uint8_t* scratch, uint8_t* dst) {
   const uint32_t bits = c.t.fixed_bits, esc = fixed_escape_code(bits);
   const uint8_t dtype = c.t.dtype;
   const bool two = dtype == kBF16 || dtype == kF16;
-  if (bits > 4) return KvScalarDecoder{&c}.fixed(planes, n, lit, streams, scratch, dst);
+  if (bits > 4) return KvScalarDecoder{&c}.fixed(planes, n, lit, n_lit, streams, scratch, dst);
   uint8_t syms[16] = {};
   for (uint32_t code = 0; code < esc; ++code) syms[code] = c.t.fixed_sym[code];
   const uint8x16_t lut = vld1q_u8(syms);
+  {  // every literal must be a symbol without a code: checked for all of them at once
+    const uint8x16_t escv = vdupq_n_u8((uint8_t)esc);
+    size_t i = 0;
+    for (; i + 16 <= n_lit; i += 16)
+      if (vminvq_u8(vceqq_u8(codes16(c, vld1q_u8(lit + i), escv), escv)) != 0xFF) return kErrCorruptBlock;
+    for (; i < n_lit; ++i)
+      if (c.fixed_code[lit[i]] != esc) return kErrCorruptBlock;
+  }
   uint8_t* const s0 = two ? scratch : dst;
   size_t j = 0;
   uint32_t g = 0;
@@ -331,11 +346,7 @@ int fixed_decode_neon(const KvCodecTables& c, const uint8_t* planes, uint32_t n,
     uint8_t* o = s0 + g * kGroup;
     vst1q_u8(o, vqtbl1q_u8(lut, ca));
     vst1q_u8(o + 16, vqtbl1q_u8(lut, cb));
-    for (; all; all &= all - 1) {
-      const uint8_t v = lit[j++];
-      if (c.fixed_code[v] != esc) return kErrCorruptBlock;
-      o[__builtin_ctz(all)] = v;
-    }
+    for (; all; all &= all - 1) o[__builtin_ctz(all)] = lit[j++];
     if (two) {
       merge16(dtype, o, streams[1] + g * kGroup, dst + 2 * (size_t)g * kGroup);
       merge16(dtype, o + 16, streams[1] + g * kGroup + 16, dst + 2 * (size_t)g * kGroup + 32);
@@ -358,7 +369,9 @@ struct NeonCoder {
     return rans_encode_neon(*c, k, s, n, words, out, limit);
   }
   size_t fixed_codes(const uint8_t* s, uint32_t n, uint8_t* codes) const { return fixed_codes_neon(*c, s, n, codes); }
-  void fixed_planes(const uint8_t* codes, uint32_t n, uint8_t* out) const { fixed_planes_neon(*c, codes, n, out); }
+  void fixed_planes(const uint8_t* codes, const uint8_t* s0, uint32_t n, uint8_t* out, uint8_t* lit) const {
+    fixed_planes_neon(*c, codes, s0, n, out, lit);
+  }
 };
 
 struct NeonDecoder {
@@ -370,9 +383,9 @@ struct NeonDecoder {
              uint8_t* dst) const {
     return finish_neon(*c, coded, streams, n, lit, n_lit, dst);
   }
-  int fixed(const uint8_t* planes, uint32_t n, const uint8_t* lit, const uint8_t** streams, uint8_t* scratch,
+  int fixed(const uint8_t* planes, uint32_t n, const uint8_t* lit, size_t n_lit, const uint8_t** streams, uint8_t* scratch,
             uint8_t* dst) const {
-    return fixed_decode_neon(*c, planes, n, lit, streams, scratch, dst);
+    return fixed_decode_neon(*c, planes, n, lit, n_lit, streams, scratch, dst);
   }
 };
 
