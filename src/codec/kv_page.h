@@ -496,6 +496,12 @@ TZ_HD int kv_decode_page_with(const KvCodecTables& c, const uint8_t* p, size_t s
   const uint8_t* streams[kMaxStreams] = {};
   for (int k = 1; k < K; ++k) streams[k] = v.payload[k];
   if (v.h.mode == kPageFixed) return d.fixed(v.payload[0], n, v.lit, v.n_lit, streams, scratch, dst);
+  // A decoder may fuse the common rANS page (stream 0 coded, stream 1 raw) into
+  // one pass: decode, merge, patch (same result and status as the steps below).
+  if constexpr (requires { d.rans_merge(p, size, n, p, p, size, scratch, dst); }) {
+    if (K == 2 && v.smode[0] == kModeRans && v.smode[1] == kModeRaw)
+      return d.rans_merge(v.payload[0], v.size[0], n, v.payload[1], v.lit, v.n_lit, scratch, dst);
+  }
   uint8_t* coded[kMaxStreams] = {};
   for (int k = 0; k < K; ++k) {
     streams[k] = v.payload[k];

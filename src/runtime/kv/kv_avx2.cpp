@@ -202,19 +202,30 @@ TZ_AVX2 size_t rans_encode_avx2(const KvCodecTables& c, int k, const uint8_t* sy
   return size;
 }
 
-// One decode step for 8 lanes; returns their symbols (one per 32-bit lane).
-TZ_AVX2 inline __m256i dec8(__m256i& x, const uint32_t* dec, const uint8_t*& p, const X86LaneTables& T) {
-  const __m256i e = _mm256_i32gather_epi32((const int*)dec, _mm256_and_si256(x, _mm256_set1_epi32(kProbScale - 1)), 4);
-  const __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), _mm256_set1_epi32(0xFFF)),
+// One decode step for 8 lanes, in two phases so that the four groups of a
+// step do not wait for each other: phase 1 (table entry, new state, which
+// lanes need a word) for every group, then the word offsets of all groups
+// from the masks, then phase 2 (the words, loaded and placed per group).
+struct Dec8 {
+  __m256i e, need;
+  unsigned m;
+};
+
+TZ_AVX2 inline Dec8 dec8_state(__m256i& x, const uint32_t* dec) {
+  Dec8 d;
+  d.e = _mm256_i32gather_epi32((const int*)dec, _mm256_and_si256(x, _mm256_set1_epi32(kProbScale - 1)), 4);
+  const __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(d.e, 8), _mm256_set1_epi32(0xFFF)),
                                      _mm256_set1_epi32(1));
-  x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, kProbBits)), _mm256_srli_epi32(e, 20));
-  const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
-  const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(need));
-  const __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)T.expand[m]));
+  x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, kProbBits)), _mm256_srli_epi32(d.e, 20));
+  d.need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
+  d.m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(d.need));
+  return d;
+}
+
+TZ_AVX2 inline void dec8_words(__m256i& x, const Dec8& d, const uint8_t* p, const X86LaneTables& T) {
+  const __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)T.expand[d.m]));
   const __m256i w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), perm);
-  x = _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), need);
-  p += 2 * (size_t)__builtin_popcount(m);
-  return _mm256_and_si256(e, _mm256_set1_epi32(0xFF));
+  x = _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), d.need);
 }
 
 // As rans_decode; the scalar tail (rans_decode_tail) makes the same checks.
@@ -226,11 +237,21 @@ TZ_AVX2 int rans_decode_avx2(const uint32_t* dec, const uint8_t* in, size_t size
   const uint8_t* const end = in + size;
   const uint32_t full = n / kLanes;
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i ff = _mm256_set1_epi32(0xFF);
   const X86LaneTables& T = x86_tables();
   uint32_t s = 0;
   for (; s < full && end - p >= 64; ++s) {  // four 16-byte reads, each past the words before it
-    const __m256i a = dec8(x0, dec, p, T), b = dec8(x1, dec, p, T), cc = dec8(x2, dec, p, T), d = dec8(x3, dec, p, T);
-    const __m256i v = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(cc, d));
+    const Dec8 a = dec8_state(x0, dec), b = dec8_state(x1, dec), c = dec8_state(x2, dec), d = dec8_state(x3, dec);
+    const uint8_t* p1 = p + 2 * (size_t)__builtin_popcount(a.m);
+    const uint8_t* p2 = p1 + 2 * (size_t)__builtin_popcount(b.m);
+    const uint8_t* p3 = p2 + 2 * (size_t)__builtin_popcount(c.m);
+    dec8_words(x0, a, p, T);
+    dec8_words(x1, b, p1, T);
+    dec8_words(x2, c, p2, T);
+    dec8_words(x3, d, p3, T);
+    p = p3 + 2 * (size_t)__builtin_popcount(d.m);
+    const __m256i v = _mm256_packus_epi16(_mm256_packus_epi32(_mm256_and_si256(a.e, ff), _mm256_and_si256(b.e, ff)),
+                                          _mm256_packus_epi32(_mm256_and_si256(c.e, ff), _mm256_and_si256(d.e, ff)));
     _mm256_storeu_si256((__m256i*)(out + (size_t)s * kLanes), _mm256_permutevar8x32_epi32(v, order));
   }
   alignas(32) uint32_t x[kLanes];
@@ -239,6 +260,82 @@ TZ_AVX2 int rans_decode_avx2(const uint32_t* dec, const uint8_t* in, size_t size
   _mm256_store_si256((__m256i*)(x + 16), x2);
   _mm256_store_si256((__m256i*)(x + 24), x3);
   return rans_decode_tail(x, p, end, s, n, dec, RansEmitBytes{out});
+}
+
+// A BF16 / F16 rANS page whose stream 0 is coded and stream 1 raw, in one
+// pass: each step's 32 symbols are kept in s (scratch) and merged with the raw
+// stream into dst at once; escapes found on the way are patched afterwards
+// (symbol and merged element). Same results and statuses as rans_decode +
+// kv_finish_rans: the stream's end conditions first, then the literals.
+TZ_AVX2 int rans_merge_avx2(const KvCodecTables& c, const uint8_t* in, size_t size, uint32_t n, const uint8_t* raw1,
+                            const uint8_t* lit, size_t n_lit, uint8_t* s, uint8_t* dst) {
+  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  const uint32_t* dec = c.dec[0];
+  const uint8_t dtype = c.t.dtype;
+  const KvStreamTable& st = c.t.st[0];
+  __m256i x0 = _mm256_loadu_si256((const __m256i*)in), x1 = _mm256_loadu_si256((const __m256i*)(in + 32));
+  __m256i x2 = _mm256_loadu_si256((const __m256i*)(in + 64)), x3 = _mm256_loadu_si256((const __m256i*)(in + 96));
+  const uint8_t* p = in + kRansStateBytes;
+  const uint8_t* const end = in + size;
+  const uint32_t full = n / kLanes;
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i ff = _mm256_set1_epi32(0xFF);
+  const __m256i esc = _mm256_set1_epi8((char)st.escape);
+  const X86LaneTables& T = x86_tables();
+  bool any_escape = false;
+  uint32_t step = 0;
+  for (; step < full && end - p >= 64; ++step) {
+    const Dec8 a = dec8_state(x0, dec), b = dec8_state(x1, dec), cc = dec8_state(x2, dec), d = dec8_state(x3, dec);
+    const uint8_t* p1 = p + 2 * (size_t)__builtin_popcount(a.m);
+    const uint8_t* p2 = p1 + 2 * (size_t)__builtin_popcount(b.m);
+    const uint8_t* p3 = p2 + 2 * (size_t)__builtin_popcount(cc.m);
+    dec8_words(x0, a, p, T);
+    dec8_words(x1, b, p1, T);
+    dec8_words(x2, cc, p2, T);
+    dec8_words(x3, d, p3, T);
+    p = p3 + 2 * (size_t)__builtin_popcount(d.m);
+    const __m256i v = _mm256_permutevar8x32_epi32(
+        _mm256_packus_epi16(_mm256_packus_epi32(_mm256_and_si256(a.e, ff), _mm256_and_si256(b.e, ff)),
+                            _mm256_packus_epi32(_mm256_and_si256(cc.e, ff), _mm256_and_si256(d.e, ff))),
+        order);
+    uint8_t* o = s + (size_t)step * kLanes;
+    _mm256_storeu_si256((__m256i*)o, v);
+    any_escape |= _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, esc)) != 0;
+    merge32(dtype, o, raw1 + (size_t)step * kLanes, dst + 2 * (size_t)step * kLanes);
+  }
+  alignas(32) uint32_t x[kLanes];
+  _mm256_store_si256((__m256i*)x, x0);
+  _mm256_store_si256((__m256i*)(x + 8), x1);
+  _mm256_store_si256((__m256i*)(x + 16), x2);
+  _mm256_store_si256((__m256i*)(x + 24), x3);
+  const int r = rans_decode_tail(x, p, end, step, n, dec, RansEmitBytes{s});
+  if (r != kOk) return r;
+  const uint32_t done = step * kLanes;
+  const uint8_t* tail[kMaxStreams] = {s + done, raw1 + done};
+  merge_fields(dtype, tail, n - done, dst + 2 * (size_t)done);
+  size_t lp = 0;
+  if (st.has_escape) {
+    for (uint32_t i = done; i < n && !any_escape; ++i) any_escape = s[i] == st.escape;
+    for (uint32_t i = 0; any_escape && i < n; i += 32) {
+      const uint32_t here = n - i < 32 ? n - i : 32;
+      uint32_t m = 0;
+      if (here == 32) {
+        m = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i*)(s + i)), esc));
+      } else {
+        for (uint32_t j = 0; j < here; ++j) m |= (uint32_t)(s[i + j] == st.escape) << j;
+      }
+      for (; m; m &= m - 1) {
+        if (lp >= n_lit) return kErrCorruptBlock;
+        const uint8_t lv = lit[lp++];
+        if (c.direct[0][lv]) return kErrCorruptBlock;
+        const uint32_t e = i + (uint32_t)__builtin_ctz(m);
+        s[e] = lv;
+        const uint8_t* one[kMaxStreams] = {s + e, raw1 + e};
+        merge_fields(dtype, one, 1, dst + 2 * (size_t)e);
+      }
+    }
+  }
+  return lp == n_lit ? kOk : kErrCorruptBlock;
 }
 
 // ------------------------------------------------------------ fixed --
@@ -408,6 +505,11 @@ struct Avx2Coder {
 
 struct Avx2Decoder {
   const KvCodecTables* c;
+  // The fused pass of the common BF16 / F16 page (kv_decode_page_with picks it).
+  TZ_AVX2 int rans_merge(const uint8_t* in, size_t size, uint32_t n, const uint8_t* raw1, const uint8_t* lit,
+                         size_t n_lit, uint8_t* scratch, uint8_t* dst) const {
+    return rans_merge_avx2(*c, in, size, n, raw1, lit, n_lit, scratch, dst);
+  }
   TZ_AVX2 int rans(int k, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) const {
     return rans_decode_avx2(c->dec[k], in, size, n, out);
   }

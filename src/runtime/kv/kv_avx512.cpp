@@ -148,16 +148,27 @@ TZ_AVX512 size_t rans_encode_avx512(const KvCodecTables& c, int k, const uint8_t
   return size;
 }
 
-TZ_AVX512 inline __m512i dec16(__m512i& x, const uint32_t* dec, const uint8_t*& p) {
-  const __m512i e = _mm512_i32gather_epi32(_mm512_and_si512(x, _mm512_set1_epi32(kProbScale - 1)), dec, 4);
-  const __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), _mm512_set1_epi32(0xFFF)),
+// One decode step for 16 lanes in two phases (as the AVX2 kernels): the new
+// states and word masks of both halves first, then their words, so the
+// second half's word load does not wait for the first half's.
+struct Dec16 {
+  __m512i e;
+  __mmask16 m;
+};
+
+TZ_AVX512 inline Dec16 dec16_state(__m512i& x, const uint32_t* dec) {
+  Dec16 d;
+  d.e = _mm512_i32gather_epi32(_mm512_and_si512(x, _mm512_set1_epi32(kProbScale - 1)), dec, 4);
+  const __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(d.e, 8), _mm512_set1_epi32(0xFFF)),
                                      _mm512_set1_epi32(1));
-  x = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x, kProbBits)), _mm512_srli_epi32(e, 20));
-  const __mmask16 m = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32((int)kRansL));
-  const __m512i w = _mm512_maskz_expand_epi32(m, _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)));
-  x = _mm512_mask_or_epi32(x, m, _mm512_slli_epi32(x, 16), w);
-  p += 2 * (size_t)_mm_popcnt_u32(m);
-  return _mm512_and_si512(e, _mm512_set1_epi32(0xFF));
+  x = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x, kProbBits)), _mm512_srli_epi32(d.e, 20));
+  d.m = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32((int)kRansL));
+  return d;
+}
+
+TZ_AVX512 inline void dec16_words(__m512i& x, const Dec16& d, const uint8_t* p) {
+  const __m512i w = _mm512_maskz_expand_epi32(d.m, _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)));
+  x = _mm512_mask_or_epi32(x, d.m, _mm512_slli_epi32(x, 16), w);
 }
 
 TZ_AVX512 int rans_decode_avx512(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
@@ -168,10 +179,14 @@ TZ_AVX512 int rans_decode_avx512(const uint32_t* dec, const uint8_t* in, size_t 
   const uint32_t full = n / kLanes;
   uint32_t s = 0;
   for (; s < full && end - p >= 64; ++s) {  // two 32-byte reads, each past the words before it
-    const __m512i a = dec16(x0, dec, p);
-    const __m512i b = dec16(x1, dec, p);
-    _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes), _mm512_cvtepi32_epi8(a));
-    _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes + 16), _mm512_cvtepi32_epi8(b));
+    const Dec16 a = dec16_state(x0, dec), b = dec16_state(x1, dec);
+    const uint8_t* p1 = p + 2 * (size_t)_mm_popcnt_u32(a.m);
+    dec16_words(x0, a, p);
+    dec16_words(x1, b, p1);
+    p = p1 + 2 * (size_t)_mm_popcnt_u32(b.m);
+    const __m512i ff = _mm512_set1_epi32(0xFF);
+    _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes), _mm512_cvtepi32_epi8(_mm512_and_si512(a.e, ff)));
+    _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes + 16), _mm512_cvtepi32_epi8(_mm512_and_si512(b.e, ff)));
   }
   alignas(64) uint32_t x[kLanes];
   _mm512_store_si512(x, x0);
