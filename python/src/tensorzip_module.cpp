@@ -762,6 +762,7 @@ PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const
 }  // namespace
 
 void bind_resident(nb::module_& m);  // resident_module.cpp
+void bind_kv(nb::module_& m);  // kv_module.cpp: the KV page codec
 
 NB_MODULE(_tensorzip, m) {
   m.doc() = "Low-level bindings of the tensorzip codec and .tzip container (use the tensorzip package).";
@@ -916,4 +917,5 @@ NB_MODULE(_tensorzip, m) {
           }, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none());
 #endif
   bind_resident(m);
+  bind_kv(m);
 }
