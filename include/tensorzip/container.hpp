@@ -267,6 +267,17 @@ class Reader {
   // read functions are thread-safe.
   void read_tensor(size_t index, void* dst, size_t capacity);
   std::vector<uint8_t> read_tensor(const std::string& name);
+  // Reads several whole tensors at once, each into its own destination
+  // (capacity >= its raw_size()): the frames of all of them are decoded in
+  // parallel on `threads` threads (the caller included; 0: all hardware
+  // threads), so many small tensors load as fast as one large one. The
+  // bytes are those of read_tensor; the first error is thrown.
+  struct TensorRead {
+    size_t index;
+    void* dst;
+    size_t capacity;
+  };
+  void read_tensors(const std::vector<TensorRead>& reads, unsigned threads);
   // Reads codec blocks [first, first+count) of a tensor; returns bytes written.
   size_t read_blocks(size_t index, uint64_t first, uint64_t count, void* dst, size_t capacity);
   // Reads raw bytes [offset, offset+size) of a tensor (decodes only the blocks it needs).
