@@ -55,7 +55,15 @@ bool OrderedPipeline::call(std::unique_lock<std::mutex>& lk, F&& f) {
 void OrderedPipeline::loop(unsigned worker) {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    if (error_ || released_ == n_) return;
+    if (released_ == n_) return;
+    if (error_) {
+      // No thread leaves while completions are owed: an asynchronous read
+      // may complete through the thread that submitted it (io_uring task
+      // work), which must still exist then.
+      if (owed_ == 0) return;
+      cv_.wait(lk);
+      continue;
+    }
 
     // 1. Commit what is next in line: it frees slots and keeps output flowing.
     if (st_.commit && !committing_ && next_commit_ < next_issue_) {

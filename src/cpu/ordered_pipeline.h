@@ -24,8 +24,11 @@
 // fail(), wins: no stage call starts after it, and run() rethrows it once
 // the calls in progress returned and every asynchronous completion owed
 // (ready() of an issued item, release() of a committed one) arrived, so
-// the caller's buffers are never touched after run() returns. Cancellation
-// is fail() from any thread, or a `poll` that throws.
+// the caller's buffers are never touched after run() returns; no thread of
+// the run exits before then either (io_uring completes some reads through
+// the submitting thread). Cancellation is fail() from any thread, or a
+// `poll` that throws. An issue() or commit() that throws owes no
+// completion.
 #pragma once
 
 #include <condition_variable>
