@@ -195,6 +195,21 @@ TEST(OrderedPipeline, OneThreadIsSequential) {
   EXPECT_FALSE(other_thread);
 }
 
+// read_ahead 2 on one thread: item k+1 is issued before item k is worked
+// on (the GPU restore's double buffering).
+TEST(OrderedPipeline, OneThreadReadsAhead) {
+  std::vector<std::pair<int, size_t>> trace;
+  OrderedPipeline::Stages st;
+  st.issue = [&](size_t i, size_t) { trace.push_back({0, i}); };
+  st.work = [&](size_t i, size_t, unsigned) { trace.push_back({1, i}); };
+  st.read_ahead = 2;
+  OrderedPipeline p(5, 2, st);
+  p.run(1u);
+  const std::vector<std::pair<int, size_t>> want = {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 1},
+                                                    {0, 3}, {1, 2}, {0, 4}, {1, 3}, {1, 4}};
+  EXPECT_EQ(trace, want);
+}
+
 TEST(OrderedPipeline, NoItems) {
   bool called = false;
   OrderedPipeline::Stages st;

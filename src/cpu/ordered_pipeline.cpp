@@ -92,7 +92,7 @@ void OrderedPipeline::loop(unsigned worker) {
 
     // 2. Issue the next item when its slot is free and fewer items wait for
     // work than there are threads (so issue does not run far ahead).
-    if (!issuing_ && next_issue_ < n_ && workable_.size() < threads_) {
+    if (!issuing_ && next_issue_ < n_ && workable_.size() < read_ahead_) {
       Slot& s = slot_of(next_issue_);
       if (s.state == State::kFree) {
         const size_t i = next_issue_++;
@@ -149,6 +149,7 @@ void OrderedPipeline::run(unsigned threads) {
     if (ran_) throw std::logic_error("OrderedPipeline::run called twice");
     ran_ = true;
     threads_ = threads ? threads : 1;
+    read_ahead_ = st_.read_ahead ? st_.read_ahead : threads_;
   }
   std::vector<std::thread> pool;
   pool.reserve(threads_ - 1);
@@ -170,6 +171,7 @@ void OrderedPipeline::run(ThreadPool& pool) {
     if (ran_) throw std::logic_error("OrderedPipeline::run called twice");
     ran_ = true;
     threads_ = pool.size();
+    read_ahead_ = st_.read_ahead ? st_.read_ahead : threads_;
   }
   // One task per pool thread, each the scheduling loop; a thread that gets
   // a second task finds the pipeline finished.

@@ -18,7 +18,8 @@
 // of them; no thread is started just to read or to write): a thread commits
 // what is next in line, else issues when few items wait for work, else works
 // on the lowest workable item, else sleeps. One thread therefore runs the
-// stages strictly one after the other, and N threads share all of them.
+// stages strictly one after the other (unless read_ahead asks it to issue
+// further ahead), and N threads share all of them.
 //
 // The first exception thrown by a stage or `poll`, or passed to ready() or
 // fail(), wins: no stage call starts after it, and run() rethrows it once
@@ -50,6 +51,10 @@ class OrderedPipeline {
     std::function<void(size_t item, size_t slot)> issue;  // optional
     // issue() starts asynchronous work: the item waits for ready(item).
     bool issue_completes_later = false;
+    // Issue runs ahead while fewer than this many items wait for work
+    // (0: the thread count). E.g. 2 on one thread: item k+1 is issued
+    // before item k is worked on (double buffering).
+    size_t read_ahead = 0;
     std::function<void(size_t item, size_t slot, unsigned worker)> work;  // required
     std::function<void(size_t item, size_t slot)> commit;  // optional
     // A committed item keeps its slot until release(item).
@@ -109,6 +114,7 @@ class OrderedPipeline {
   std::mutex mu_;
   std::condition_variable cv_;
   unsigned threads_ = 1;
+  size_t read_ahead_ = 1;   // st_.read_ahead, or the thread count
   size_t next_issue_ = 0;   // next item to issue
   size_t next_commit_ = 0;  // next item to commit
   size_t released_ = 0;     // items whose slot is free again
