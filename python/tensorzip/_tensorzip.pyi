@@ -15,6 +15,8 @@ class CorruptDataError(TensorZipError, ValueError): ...
 class UsageError(TensorZipError, ValueError): ...
 class TensorZipIOError(TensorZipError, OSError): ...
 class TensorZipExistsError(TensorZipError, FileExistsError): ...
+class TensorZipFileNotFoundError(TensorZipIOError, FileNotFoundError): ...
+class TensorZipPermissionError(TensorZipIOError, PermissionError): ...
 
 VERSION: Tuple[int, int, int]
 FORMAT_VERSION: int
@@ -22,6 +24,18 @@ HAVE_CONTAINER: bool
 CONTAINER_VERSION: Tuple[int, int]
 
 def library_version() -> int: ...
+def simd_path() -> str:
+    """The CPU kernel set the codec runs: portable, avx2, avx512 or neon."""
+def compress_folder(src: str, dst: str, level: int = 0, threads: int = 0, force: bool = False,
+                    predict: bool = True) -> None:
+    """Model folder -> compressed folder, like `tzip compress DIR` (*.safetensors -> .tzip, others copied)."""
+def decompress_folder(src: str, dst: str, threads: int = 0, force: bool = False) -> None:
+    """Compressed folder -> the original folder, byte for byte, like `tzip decompress DIR`."""
+def safetensors_info(path: str) -> Dict[str, Any]:
+    """Validated safetensors header: data_start, file_size, metadata, tensors [(name, dtype, shape,
+    begin, end)] in data order (offsets relative to data_start)."""
+def codec_dtype_for(dtype: str) -> int:
+    """The codec dtype the container uses for a safetensors dtype string (-1: unknown)."""
 def compress_bound(size: int) -> int: ...
 def compress(prefix: Buffer, data: Buffer, dtype: int, level: int = 0, block_elems: int = 0,
              threads: int = 0) -> bytes:
@@ -35,7 +49,8 @@ def decompress_blocks_into(prefix: Buffer, blocks: Buffer, first: int, count: in
                            out_offset: int = 0, threads: int = 0) -> int: ...
 def compress_file(src: str, dst: str, level: int = 0, block_elems: int = 0, threads: int = 0,
                   chunk_bytes: int = 0, force: bool = False, predict: bool = True, ref: str = "",
-                  ref_original: str = "", min_gain: float = -1.0) -> Tuple[int, int]:
+                  ref_original: str = "", min_gain: float = -1.0,
+                  user_metadata: Dict[str, str] = ...) -> Tuple[int, int]:
     """safetensors file -> .tzip file; returns (raw bytes, file bytes). ref: previous checkpoint
     (.tzip, delta); ref_original: its safetensors content (fast path); min_gain < 0: default."""
 
@@ -56,6 +71,7 @@ class Reader:
     def tensors(self) -> List[Tuple[str, str, Tuple[int, ...], int, int]]:
         """(name, dtype, shape, raw bytes, compressed bytes) in data order."""
     def metadata(self) -> Dict[str, str]: ...
+    def user_metadata(self) -> Dict[str, str]: ...
     @property
     def path(self) -> str: ...
     @property
@@ -78,7 +94,12 @@ class TensorWriter:
     rename in finish(). add() keeps a reference to each buffer until finish() or abort()."""
     def __init__(self, path: str, level: int = 0, threads: int = 0, chunk_bytes: int = 0,
                  direct_io: bool = False, predict: bool = False, metadata: Dict[str, str] = ...,
-                 block_elems: int = 0, force: bool = False, io: str = "auto", io_threads: int = 0) -> None: ...
+                 block_elems: int = 0, force: bool = False, io: str = "auto", io_threads: int = 0,
+                 user_metadata: Dict[str, str] = ..., safetensors_header: str = "", ref: str = "",
+                 ref_original: str = "") -> None:
+        """user_metadata: .tzip header only; safetensors_header: the export's header JSON verbatim
+        (checked against the added tensors; "" = made by the writer); ref: previous .tzip (delta);
+        ref_original: ref's content as a safetensors file (read, checked, instead of decoding ref)."""
     def add(self, name: str, dtype: str, shape: Sequence[int], data: Buffer) -> None:
         """dtype: a safetensors dtype string ("BF16", "F32", "U8", ...); data: C-contiguous, len = bytes."""
     def finish(self) -> Dict[str, Any]:

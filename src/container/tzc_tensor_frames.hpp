@@ -15,6 +15,8 @@
 
 namespace tz::container::detail {
 
+class RefOriginal;  // tzc_predict.hpp
+
 enum class WriterSource { kHost, kFrames, kEncoder };
 
 // A tensor added to a TensorWriter.
@@ -45,9 +47,12 @@ struct FramesWritten {
 // descriptor is O_DIRECT (writes gathered into aligned buffers of
 // opt.direct_buffer_bytes). Returns after every write completed; throws
 // the first error (Error naming `path`).
+// dref: the delta reference (TensorWriterOptions::ref), dref_orig its
+// safetensors content when given (ref_original), else null.
 FramesWritten write_frames(const std::string& path, const uint8_t* pre, const std::vector<WriterItem>& items,
-                           const std::vector<WriterUnit>& units, Reader* dref, const TensorWriterOptions& opt,
-                           Sink& sink, bool direct, XXH64_state_t* fh, std::vector<TensorEntry>& tensors);
+                           const std::vector<WriterUnit>& units, Reader* dref, const RefOriginal* dref_orig,
+                           const TensorWriterOptions& opt, Sink& sink, bool direct, XXH64_state_t* fh,
+                           std::vector<TensorEntry>& tensors);
 
 [[noreturn]] void fail_io(const std::string& path, const std::string& what, int err);
 

@@ -22,6 +22,7 @@
 #include "cpu/ordered_pipeline.h"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
+#include "tzc_predict.hpp"
 
 namespace tz::container::detail {
 
@@ -138,7 +139,8 @@ bool all_zero(const uint8_t* p, size_t n) {
 // The frame of unit u in dst (capacity cap); returns its size (0: an exact
 // prediction, section 12.2).
 size_t code_unit(const std::string& path, const std::vector<WriterItem>& items, const WriterUnit& u, Reader* dref,
-                 uint8_t* dst, size_t cap, tz_ctx* cx, Scratch& sc, std::atomic<uint64_t>& encode_ns) {
+                 const RefOriginal* dref_orig, uint8_t* dst, size_t cap, tz_ctx* cx, Scratch& sc,
+                 std::atomic<uint64_t>& encode_ns) {
   const WriterItem& it = items[u.item];
   if (it.src == WriterSource::kFrames) {
     const EncodedFrame& f = it.frames[u.k];
@@ -163,9 +165,13 @@ size_t code_unit(const std::string& path, const std::vector<WriterItem>& items, 
     if (all_zero(sc.resid.data(), u.n)) return 0;
     src = sc.resid.data();
   } else if (it.delta_of >= 0) {
-    // Residual = value XOR the reference's bytes of this chunk.
+    // Residual = value XOR the reference's bytes of this chunk (decoded,
+    // or read from ref_original and checked against its block checksums).
     sc.pred.resize(u.n);
-    dref->read_range((size_t)it.delta_of, u.off, u.n, sc.pred.data());
+    if (dref_orig)
+      dref_orig->read_checked(*dref, (size_t)it.delta_of, u.off, u.n, sc.pred.data());
+    else
+      dref->read_range((size_t)it.delta_of, u.off, u.n, sc.pred.data());
     sc.resid.assign(src, src + u.n);
     tz::predict::xor_bytes(sc.pred.data(), sc.resid.data(), u.n);
     if (all_zero(sc.resid.data(), u.n)) return 0;
@@ -188,8 +194,9 @@ size_t code_unit(const std::string& path, const std::vector<WriterItem>& items, 
 }  // namespace
 
 FramesWritten write_frames(const std::string& path, const uint8_t* pre, const std::vector<WriterItem>& items,
-                           const std::vector<WriterUnit>& units, Reader* dref, const TensorWriterOptions& opt,
-                           Sink& sink, bool direct, XXH64_state_t* fh, std::vector<TensorEntry>& tensors) {
+                           const std::vector<WriterUnit>& units, Reader* dref, const RefOriginal* dref_orig,
+                           const TensorWriterOptions& opt, Sink& sink, bool direct, XXH64_state_t* fh,
+                           std::vector<TensorEntry>& tensors) {
   // opt.threads in total, the calling thread included.
   const unsigned threads =
       std::max<unsigned>(1, (unsigned)std::min<size_t>(resolve_threads(opt.threads), std::max<size_t>(1, units.size())));
@@ -225,7 +232,8 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
   st.work = [&](size_t ui, size_t si, unsigned w) {
     Slot& s = slots[si];
     uint8_t* dst = s.comp.reserve(cap);
-    const size_t r = code_unit(path, items, units[ui], dref, dst, cap - kAlign, ctx.v[w], scratch[w], encode_ns);
+    const size_t r = code_unit(path, items, units[ui], dref, dref_orig, dst, cap - kAlign, ctx.v[w], scratch[w],
+                                 encode_ns);
     std::memset(dst + r, 0, align_up(r) - r);
     s.frame_size = r;
     s.hash = XXH64(dst, r, 0);

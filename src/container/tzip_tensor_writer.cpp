@@ -68,9 +68,41 @@ using Unit = WriterUnit;
 
 std::unique_ptr<Sink> make_pwrite_sink(int fd) { return std::make_unique<PwriteSink>(fd); }
 
+namespace {
+// TensorWriterOptions::safetensors_header: the given header must describe the added tensors
+// exactly (and nothing else), with `metadata` as its __metadata__.
+void check_given_header(const std::string& hdr, const std::vector<Item>& items,
+                        const std::map<std::string, std::string>& metadata, uint64_t data_size,
+                        const std::string& path) {
+  const std::string what = path + ": given safetensors header";
+  SafetensorsInfo info;
+  try {
+    info = parse_safetensors_header(reinterpret_cast<const uint8_t*>(hdr.data()), hdr.size(),
+                                    8 + (uint64_t)hdr.size() + data_size, what);
+  } catch (const Error& e) {
+    fail(ErrorKind::kUsage, e.what());
+  }
+  if (info.tensors.size() != items.size())
+    fail(ErrorKind::kUsage, what + " holds " + std::to_string(info.tensors.size()) + " tensors, " +
+                                std::to_string(items.size()) + " were added");
+  std::map<std::string, const TensorEntry*> by_name;
+  for (const auto& t : info.tensors) by_name[t.name] = &t;
+  for (const auto& it : items) {
+    const auto f = by_name.find(it.e.name);
+    if (f == by_name.end()) fail(ErrorKind::kUsage, what + " has no tensor '" + it.e.name + "'");
+    const TensorEntry& t = *f->second;
+    if (t.dtype != it.e.dtype || t.shape != it.e.shape || t.data_begin != it.e.data_begin ||
+        t.data_end != it.e.data_end)
+      fail(ErrorKind::kUsage, what + ": tensor '" + it.e.name + "' differs from the added one (dtype, shape or "
+                                     "data offsets)");
+  }
+  if (info.metadata != metadata) fail(ErrorKind::kUsage, what + ": __metadata__ differs from the writer's metadata");
+}
+}  // namespace
+
 struct TensorWriter::Impl {
-  std::string path, tmp;
-  int slot = -1;
+  std::string path;
+  Temporary tmp;  // the file being written, beside `path`
   int fd = -1;
   TensorWriterOptions opt;
   std::vector<Item> items;
@@ -81,11 +113,7 @@ struct TensorWriter::Impl {
 
   void remove_tmp() {
     if (fd >= 0) ::close(fd), fd = -1;
-    if (!tmp.empty()) {
-      ::unlink(tmp.c_str());
-      unregister_temp(slot);
-      tmp.clear();
-    }
+    tmp.remove();
   }
   Item& add_common(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
                    uint64_t size, int level, unsigned block_elems);
@@ -106,20 +134,12 @@ TensorWriter::TensorWriter(const std::string& path, const TensorWriterOptions& o
                         opt.direct_buffers < 2))
     fail(ErrorKind::kUsage, path + ": direct_buffer_bytes must be a multiple of 4096 and direct_buffers >= 2");
   if (path.empty()) fail(ErrorKind::kUsage, "empty output path");
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) fail(ErrorKind::kUsage, path + ": is a directory, expected a file name");
-    if (!opt.force) fail(ErrorKind::kExists, path + ": already exists (use -f to overwrite)");
-  }
-  m.tmp = make_temp_name(path);
-  m.slot = register_temp(m.tmp);
-  m.fd = ::open(m.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (m.fd < 0) {
-    const int err = errno;
-    unregister_temp(m.slot);
-    m.tmp.clear();
-    fail_io(path, "cannot create output in " + dir_of(path), err);
-  }
+  // The output rules of every writer (tzc_output.hpp); the frames are
+  // written with pwrite at their offsets, so the output is a regular file.
+  if (check_file_target(path, opt.force) == FileTarget::kStream)
+    fail(ErrorKind::kUsage, path + ": not a regular file (a .tzip is written to a regular file)");
+  remove_stale_temporaries(path);
+  m.tmp = Temporary::create_file(path, &m.fd);
 }
 
 TensorWriter::~TensorWriter() {
@@ -232,7 +252,10 @@ TensorWriterStats TensorWriter::Impl::finish() {
   h.data_size = data_size;
   h.metadata = opt.metadata;
   h.user_metadata = opt.user_metadata;
-  {
+  if (!opt.safetensors_header.empty()) {
+    check_given_header(opt.safetensors_header, items, opt.metadata, data_size, path);
+    h.safetensors_header = opt.safetensors_header;
+  } else {
     nlohmann::json sj = nlohmann::json::object();
     if (!opt.metadata.empty()) sj["__metadata__"] = opt.metadata;
     for (const auto& it : items)
@@ -291,9 +314,13 @@ TensorWriterStats TensorWriter::Impl::finish() {
   }
   // ---- delta prediction discovery (TensorWriterOptions::ref) ---------------
   std::unique_ptr<Reader> dref;
+  std::unique_ptr<RefOriginal> dref_orig;  // TensorWriterOptions::ref_original
+  if (!opt.ref_original.empty() && opt.ref.empty())
+    fail(ErrorKind::kUsage, path + ": ref_original needs ref (the previous checkpoint's .tzip)");
   if (!opt.ref.empty()) {
     check_not_same_file(opt.ref, path);  // the new file would replace its own reference
     dref = std::make_unique<Reader>(opt.ref, 1);
+    if (!opt.ref_original.empty()) dref_orig = std::make_unique<RefOriginal>(opt.ref_original, *dref, opt.ref);
     int ref_index = -1;
     std::vector<uint8_t> cur, blk;
     for (size_t i = 0; i < items.size(); ++i) {
@@ -344,7 +371,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
   // file system accepts it).
   const char* refuse = std::getenv("TZ_TEST_REFUSE_O_DIRECT");
   if (opt.direct_io && !(refuse && *refuse == '1')) {
-    dfd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
+    dfd = ::open(tmp.path().c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
     if (dfd >= 0) {
       // Probe: one aligned block at offset 0 (overwritten by the preamble's
       // block). tmpfs and some others refuse O_DIRECT at open or here.
@@ -372,7 +399,8 @@ TensorWriterStats TensorWriter::Impl::finish() {
   if (!fh) fail(ErrorKind::kInternal, path + ": out of memory");
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> fh_guard(fh, &XXH64_freeState);
   XXH64_reset(fh, 0);
-  const FramesWritten fw = write_frames(path, pre, items, units, dref.get(), opt, *sink, direct, fh, h.tensors);
+  const FramesWritten fw = write_frames(path, pre, items, units, dref.get(), dref_orig.get(), opt, *sink, direct, fh,
+                                          h.tensors);
   const uint64_t pos = fw.end;
 
   // ---- header + trailer ------------------------------------------------------
@@ -398,15 +426,15 @@ TensorWriterStats TensorWriter::Impl::finish() {
   if (const int e = tz::io::pwrite_full(fd, tail.data(), tail.size(), header_offset)) fail_io(path, "write failed", e);
   const uint64_t file_bytes = header_offset + tail.size();
   if (direct && ::ftruncate(fd, (off_t)file_bytes) != 0) fail_io(path, "truncate failed", errno);
+  apply_attrs(fd, attrs_of(""), path);  // 0666 & ~umask, as a newly created file
   if (::fsync(fd) != 0) fail_io(path, "fsync failed", errno);
   sink.reset();
   if (dfd >= 0) ::close(dfd), dfd = -1;
   const int cfd = fd;
   fd = -1;
   if (::close(cfd) != 0) fail_io(path, "close failed", errno);
-  publish(tmp, path, opt.force, false);  // rename + fsync of the folder
-  unregister_temp(slot);
-  tmp.clear();
+  publish(tmp.path(), path, opt.force, false);  // rename + fsync of the folder
+  tmp.release();
 
   out = h.tensors;
   stats.raw_bytes = data_size;

@@ -699,10 +699,22 @@ TEST(ContainerNames, DefaultNamesAndDtypes) {
   EXPECT_EQ(d, TZ_DTYPE_BF16);
   ASSERT_TRUE(tc::codec_dtype_for("F8_E5M2", &d));
   EXPECT_EQ(d, TZ_DTYPE_F8_E5M2);
-  for (const char* s : {"F64", "I64", "I32", "I16", "I8", "U8", "BOOL", "U16", "F8_E8M0"}) {
+  for (const char* s : {"F64", "I64", "I32", "I16", "I8", "U8", "BOOL", "U16", "F4"}) {
     ASSERT_TRUE(tc::codec_dtype_for(s, &d)) << s;
     EXPECT_EQ(d, TZ_DTYPE_BYTES) << s;
   }
+  // The dtypes of safetensors 0.8 added for parity, on the codec their measurement chose
+  // (bench/RESULTS.md): FNUZ FP8 and E8M0 scales on the FP8 split, C64 on the F32 split.
+  for (const char* s : {"F8_E4M3FNUZ", "F8_E8M0"}) {
+    ASSERT_TRUE(tc::codec_dtype_for(s, &d)) << s;
+    EXPECT_EQ(d, TZ_DTYPE_F8_E4M3) << s;
+  }
+  ASSERT_TRUE(tc::codec_dtype_for("F8_E5M2FNUZ", &d));
+  EXPECT_EQ(d, TZ_DTYPE_F8_E5M2);
+  ASSERT_TRUE(tc::codec_dtype_for("C64", &d));
+  EXPECT_EQ(d, TZ_DTYPE_F32);
+  EXPECT_EQ(tc::dtype_bits("F8_E4M3FNUZ"), 8u);
+  EXPECT_EQ(tc::dtype_bits("C64"), 64u);
   EXPECT_FALSE(tc::codec_dtype_for("bf16", &d));
 }
 
