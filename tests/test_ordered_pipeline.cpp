@@ -397,11 +397,13 @@ TEST(OrderedPipeline, CancelStopsTheRun) {
   };
   OrderedPipeline p(1000000, 8, st);
   pp = &p;
+  std::atomic<bool> returned{false};
   std::thread canceller([&] {
-    while (worked.load() < 50) std::this_thread::yield();
+    while (worked.load() < 50 && !returned.load()) std::this_thread::yield();
     pp->fail(std::make_exception_ptr(std::runtime_error("cancelled")));
   });
   EXPECT_THROW(p.run(4u), std::runtime_error);
+  returned = true;
   canceller.join();
   EXPECT_LT(worked.load(), 1000000u);
 

@@ -1,6 +1,8 @@
 #include "cpu/ordered_pipeline.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "cpu/thread_pool.h"
@@ -151,12 +153,23 @@ void OrderedPipeline::run(unsigned threads) {
     threads_ = threads ? threads : 1;
     read_ahead_ = st_.read_ahead ? st_.read_ahead : threads_;
   }
+  if (n_ == 0) return;
   std::vector<std::thread> pool;
-  pool.reserve(threads_ - 1);
-  try {
-    for (unsigned w = 1; w < threads_; ++w) pool.emplace_back([this, w] { loop(w); });
-  } catch (...) {
-    fail(std::current_exception());  // could not start a thread: the others stop
+  const unsigned want = (unsigned)std::min<size_t>(threads_, n_);
+  pool.reserve(want - 1);
+  {
+    // Threads that cannot start (EAGAIN under a process limit) are simply
+    // not there: fewer threads give the same result.
+    std::lock_guard<std::mutex> lk(mu_);
+    for (unsigned w = 1; w < want; ++w) {
+      try {
+        pool.emplace_back([this, w] { loop(w); });
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
+    threads_ = (unsigned)pool.size() + 1;
+    if (!st_.read_ahead) read_ahead_ = threads_;
   }
   loop(0);
   for (auto& t : pool) t.join();
