@@ -512,7 +512,12 @@ class PyReader {
     if (dst.size() != t.raw_size())
       throw PyErrorOf(g_usage, "output buffer has " + std::to_string(dst.size()) + " bytes, tensor '" + t.name +
                                    "' has " + std::to_string(t.raw_size()));
-    guarded([&] { r.read_tensor(index, dst.wdata(), dst.size()); });
+    // A tensor of several frames: its frames decoded in parallel on the
+    // reader's threads (read_tensors); one frame: read_tensor.
+    if (t.frames.size() > 1 && threads_ != 1)
+      guarded([&] { r.read_tensors({tc::Reader::TensorRead{index, dst.wdata(), dst.size()}}, threads_); });
+    else
+      guarded([&] { r.read_tensor(index, dst.wdata(), dst.size()); });
   }
 
   // Several whole tensors at once (Reader::read_tensors): their frames are
