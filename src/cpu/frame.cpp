@@ -15,6 +15,7 @@
 #include "codec/policy.h"
 #include "cpu/checksum_cpu.h"
 #include "cpu/kernels.h"
+#include "cpu/ordered_pipeline.h"
 
 static_assert(std::endian::native == std::endian::little, "tensorzip assumes a little-endian host");
 
@@ -48,7 +49,7 @@ struct CpuCrc32c {
 
 struct Context {
   explicit Context(unsigned threads)
-      : pool(threads), scratch(pool.size()), out(pool.size()), cctx(pool.size()), dctx(pool.size()) {}
+      : pool(threads), scratch(pool.size()), out(2 * pool.size()), cctx(pool.size()), dctx(pool.size()) {}
   ~Context() {
     for (auto* c : cctx) ZSTD_freeCCtx(c);
     for (auto* d : dctx) ZSTD_freeDCtx(d);
@@ -57,9 +58,10 @@ struct Context {
     if (scratch[w].size() < bytes) scratch[w].resize(bytes);
     return scratch[w].data();
   }
-  uint8_t* worker_out(unsigned w, size_t bytes) {
-    if (out[w].size() < bytes) out[w].resize(bytes);
-    return out[w].data();
+  // Output buffer of compress_frame's pipeline slot s (s < 2 x threads).
+  uint8_t* slot_out(size_t s, size_t bytes) {
+    if (out[s].size() < bytes) out[s].resize(bytes);
+    return out[s].data();
   }
   ThreadPool pool;
   std::vector<std::vector<uint8_t>> scratch;
@@ -442,27 +444,32 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   bool any_ctx = false;
   for (int k = 0; k < K; ++k) any_ctx |= kind[k] == kKindRansCtx;
 
-  // Blocks: tasks are runs of blocks handed out in order. A worker encodes
-  // its run into its own reusable buffer, waits for its turn (the previous
-  // run committed), then copies the run to its final offset. Memory stays
-  // bounded, and the output never depends on the number of workers.
+  // Blocks: tasks are runs of blocks, the items of an ordered pipeline
+  // (cpu/ordered_pipeline.h) on the context's threads. A run is encoded into
+  // its slot's buffer, and commit, in run order, copies it to its final
+  // offset. Memory stays bounded (2 runs per thread), and the output never
+  // depends on the number of workers.
   const uint32_t per_task = std::max<uint32_t>(1, std::min<uint32_t>(16, n_blocks / (ctx.pool.size() * 8)));
   const size_t n_tasks = (n_blocks + per_task - 1) / per_task;
   std::vector<uint32_t> sizes(n_blocks);
   const size_t bbound = block_bound(block_elems, K);
   const size_t scratch_bytes = block_scratch_size(block_elems, K);
   const int zlevel = zstd_level_for(level);
-  std::atomic<size_t> turn{0};
-  uint64_t next_off = prefix;  // owned by the worker whose turn it is
+  uint64_t next_off = prefix;  // advanced by commit, in run order
   bool overflow = false;       // likewise
-  ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+  const size_t window = 2 * (size_t)ctx.pool.size();
+  std::vector<size_t> run_bytes(window);
+  std::vector<char> run_in_place(window);
+  OrderedPipeline* runs = nullptr;
+  OrderedPipeline::Stages stages;
+  stages.work = [&](size_t t, size_t slot, unsigned w) {
     const uint32_t b0 = (uint32_t)(t * per_task), b1 = std::min<uint32_t>(n_blocks, b0 + per_task);
     uint8_t* scratch = ctx.worker_scratch(w, scratch_bytes);
-    // If this run is next in line and dst has room for its worst case,
-    // encode straight into dst (always so with one thread): no copy.
+    // If every earlier run is in place and dst has room for this one's worst
+    // case, encode straight into dst (always so with one thread): no copy.
     const size_t run_bound = (size_t)(b1 - b0) * bbound;
-    const bool direct = turn.load(std::memory_order_acquire) == t && !overflow && cap - next_off >= run_bound;
-    uint8_t* o = direct ? dst + next_off : ctx.worker_out(w, (size_t)per_task * bbound);
+    const bool direct = runs->all_before_committed(t) && !overflow && cap - next_off >= run_bound;
+    uint8_t* o = direct ? dst + next_off : ctx.slot_out(slot, (size_t)per_task * bbound);
     if (dtype == kBytes && kind[0] == kKindZstd && !ctx.cctx[w]) ctx.cctx[w] = ZSTD_createCCtx();
     size_t pos = 0;
     for (uint32_t b = b0; b < b1; ++b) {
@@ -474,17 +481,23 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       sizes[b] = (uint32_t)sz;
       pos += sz;
     }
-    while (turn.load(std::memory_order_acquire) != t) std::this_thread::yield();
-    if (direct) {
+    run_bytes[slot] = pos;
+    run_in_place[slot] = direct;
+  };
+  stages.commit = [&](size_t, size_t slot) {
+    const size_t pos = run_bytes[slot];
+    if (run_in_place[slot]) {
       // already in place
     } else if (!overflow && next_off + pos <= cap) {
-      memcpy(dst + next_off, o, pos);
+      memcpy(dst + next_off, ctx.slot_out(slot, 0), pos);
     } else {
       overflow = true;
     }
     next_off += pos;
-    turn.store(t + 1, std::memory_order_release);
-  });
+  };
+  OrderedPipeline pipeline(n_tasks, window, std::move(stages));
+  runs = &pipeline;
+  pipeline.run(ctx.pool);
   const uint64_t total = next_off;
   if (overflow) return make_error(kErrDstTooSmall, "destination too small (" + std::to_string(cap) + " < " +
                                                        std::to_string(total) + " bytes)");
