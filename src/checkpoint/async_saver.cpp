@@ -94,7 +94,7 @@ void AsyncSaver::Impl::allocate_arena(uint64_t total, bool want_pinned) {
     }
   } else
 #endif
-    arena = out_of_memory_as_error("staging " + std::to_string(total) + " bytes for an asynchronous save",
+    arena = resource_errors_as_error("staging " + std::to_string(total) + " bytes for an asynchronous save",
                                    [&] { return new uint8_t[total ? total : 1]; });
   arena_size = total;
   arena_pinned = want_pinned;
@@ -114,7 +114,7 @@ void AsyncSaver::save(const std::string& dir, std::span<const TensorView> tensor
   for (const auto& t : tensors) want_pinned = want_pinned || t.memory == Memory::kDevice;
 #endif
   impl_->allocate_arena(total, want_pinned);
-  out_of_memory_as_error(dir, [&] { impl_->staged.assign(tensors.begin(), tensors.end()); });
+  resource_errors_as_error(dir, [&] { impl_->staged.assign(tensors.begin(), tensors.end()); });
   // Copy with `threads` threads, each taking a contiguous run of tensors of
   // about total/threads bytes (one thread cannot saturate memory bandwidth).
   std::vector<uint8_t*> dst(impl_->staged.size());

@@ -432,9 +432,7 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   return out;
 }
 
-}  // namespace
-
-SaveStats save(const std::string& dir, std::span<const TensorView> tensors, const SaveOptions& opt) {
+SaveStats save_rank(const std::string& dir, std::span<const TensorView> tensors, const SaveOptions& opt) {
   const auto t0 = Clock::now();
   if (opt.world_size < 1 || opt.rank < 0 || opt.rank >= opt.world_size)
     fail(ErrorKind::kUsage, "rank must be in [0, world_size)");
@@ -459,7 +457,7 @@ SaveStats save(const std::string& dir, std::span<const TensorView> tensors, cons
   return stats;
 }
 
-void commit(const std::string& dir, int world_size) {
+void commit_manifest(const std::string& dir, int world_size) {
   if (world_size < 1 || world_size > kMaxWorldSize) fail(ErrorKind::kUsage, "world_size out of range");
   json ranks = json::array();
   json meta = json::object();
@@ -480,6 +478,16 @@ void commit(const std::string& dir, int world_size) {
   const std::string text = manifest_text(body);
   parse_manifest(text, dir + "/" + kManifest);  // what restore will accept (names unique across ranks, ...)
   write_atomic(dir, kManifest, text);
+}
+
+}  // namespace
+
+SaveStats save(const std::string& dir, std::span<const TensorView> tensors, const SaveOptions& opt) {
+  return resource_errors_as_error(dir, [&] { return save_rank(dir, tensors, opt); });
+}
+
+void commit(const std::string& dir, int world_size) {
+  resource_errors_as_error(dir, [&] { commit_manifest(dir, world_size); });
 }
 
 }  // namespace tz::checkpoint

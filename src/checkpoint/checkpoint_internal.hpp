@@ -16,6 +16,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "../io/cufile.hpp"
@@ -74,14 +75,17 @@ inline std::string parent_of(const std::string& p) {
 // A container error as a checkpoint error of the matching kind.
 [[noreturn]] void rethrow_container(const tz::container::Error& e);
 
-// Runs f(); an allocation failure inside it becomes Error(kInternal) naming
+// Runs f(); an allocation failure inside it (std::bad_alloc), or a thread
+// that could not start (std::system_error), becomes Error(kInternal) naming
 // `what`, so that every failure of the public API is a tz::checkpoint::Error.
 template <class F>
-decltype(auto) out_of_memory_as_error(const std::string& what, F&& f) {
+decltype(auto) resource_errors_as_error(const std::string& what, F&& f) {
   try {
     return f();
   } catch (const std::bad_alloc&) {
     fail(ErrorKind::kInternal, what + ": out of memory");
+  } catch (const std::system_error& e) {
+    fail(ErrorKind::kInternal, what + ": " + e.what());
   }
 }
 

@@ -201,7 +201,7 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io,
   m.threads = resolve_threads(threads);
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) fail(ErrorKind::kNotFound, dir + ": no such checkpoint");
-  out_of_memory_as_error(dir, [&] {
+  resource_errors_as_error(dir, [&] {
     m.manifest = read_manifest(dir);
     m.meta = m.manifest.metadata;
     for (const auto& r : m.manifest.ranks) {
@@ -263,7 +263,7 @@ long Checkpoint::find(const std::string& name) const {
 
 void Checkpoint::load(std::span<const LoadRequest> requests) {
   auto& m = *impl_;
-  out_of_memory_as_error(m.dir, [&] {
+  resource_errors_as_error(m.dir, [&] {
     // Phase 1: plain tensors and the FP32 sources of requested cast tensors
     // (into the caller's buffer when it asked for the source in host memory,
     // else into a temporary, at most twice the cast tensor's size the caller
@@ -423,8 +423,9 @@ void Checkpoint::run_load(std::span<const LoadRequest> requests, const std::map<
 std::vector<uint8_t> Checkpoint::read(const std::string& name) {
   const long i = find(name);
   if (i < 0) fail(ErrorKind::kNotFound, impl_->dir + ": no tensor '" + name + "'");
+  impl_->check_rank_file(impl_->tensors[(size_t)i].file);  // its size is then the rank file's, not only the manifest's
   std::vector<uint8_t> out;
-  out_of_memory_as_error("tensor '" + name + "'", [&] { out.resize(impl_->infos[(size_t)i].size); });
+  resource_errors_as_error("tensor '" + name + "'", [&] { out.resize(impl_->infos[(size_t)i].size); });
   LoadRequest r{name, out.data(), out.size(), Memory::kHost};
   load(std::span<const LoadRequest>(&r, 1));
   return out;
@@ -433,9 +434,11 @@ std::vector<uint8_t> Checkpoint::read(const std::string& name) {
 std::vector<std::string> Checkpoint::verify() {
   std::vector<std::string> bad;
   std::vector<uint8_t> buf;
-  for (const auto& t : impl_->infos) {
+  for (size_t i = 0; i < impl_->infos.size(); ++i) {
+    const TensorInfo& t = impl_->infos[i];
     try {
-      out_of_memory_as_error("tensor '" + t.name + "'", [&] { buf.resize(t.size); });
+      impl_->check_rank_file(impl_->tensors[i].file);  // before the buffer is sized from it
+      resource_errors_as_error("tensor '" + t.name + "'", [&] { buf.resize(t.size); });
       LoadRequest r{t.name, buf.data(), buf.size(), Memory::kHost};
       load(std::span<const LoadRequest>(&r, 1));
     } catch (const Error& e) {
