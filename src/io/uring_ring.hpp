@@ -175,6 +175,20 @@ void stop_and_join(std::mutex& mu, std::condition_variable& cv, bool* stop, std:
   ring->reset();  // io_uring_queue_exit
 }
 
+// Starts a queue's n threads running loop; if one cannot start, stops and
+// joins those that did (stop_and_join) and rethrows, so that no joinable
+// thread is left to be destroyed.
+template <class Ring, class Loop>
+void start_threads(unsigned n, Loop loop, std::mutex& mu, std::condition_variable& cv, bool* stop,
+                   std::unique_ptr<Ring>* ring, std::vector<std::thread>* threads) {
+  try {
+    for (unsigned i = 0; i < n; ++i) threads->emplace_back(loop);
+  } catch (...) {
+    stop_and_join(mu, cv, stop, ring, threads);
+    throw;
+  }
+}
+
 }  // namespace tz::io::detail
 
 namespace tz::io::testing {

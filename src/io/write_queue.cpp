@@ -48,16 +48,9 @@ struct WriteQueue::Uring : detail::UringRing<Req> {};
 WriteQueue::WriteQueue(int fd, Backend backend, unsigned threads, unsigned depth)
     : fd_(fd), backend_(backend), depth_(depth ? depth : 8) {
   backend_ = detail::open_ring(backend_, depth_, &ring_);
-  try {
-    if (backend_ == Backend::kPosix) {
-      for (unsigned i = 0; i < (threads ? threads : 1); ++i) threads_.emplace_back([this] { posix_loop(); });
-    } else {
-      threads_.emplace_back([this] { uring_loop(); });
-    }
-  } catch (...) {  // a thread could not start: stop the ones that did, then report
-    detail::stop_and_join(mu_, cv_, &stop_, &ring_, &threads_);
-    throw;
-  }
+  detail::start_threads(backend_ == Backend::kPosix ? (threads ? threads : 1) : 1,
+                        [this] { backend_ == Backend::kPosix ? posix_loop() : uring_loop(); }, mu_, cv_, &stop_,
+                        &ring_, &threads_);
 }
 
 WriteQueue::~WriteQueue() {

@@ -27,20 +27,7 @@ json& tensor(json& b, const std::string& name) {
   return none;
 }
 
-void grow(json& t, uint64_t factor, bool frames) {
-  t["shape"][0] = t["shape"][0].get<uint64_t>() * factor;
-  t["size"] = t["size"].get<uint64_t>() * factor;
-  if (!frames) return;
-  json fs = json::array();
-  uint64_t left = t["size"];
-  for (size_t k = 0; left; ++k) {
-    json g = t["frames"][std::min<size_t>(k, t["frames"].size() - 1)];
-    g["raw_size"] = std::min<uint64_t>(left, 1u << 20);
-    left -= g["raw_size"].get<uint64_t>();
-    fs.push_back(g);
-  }
-  t["frames"] = fs;
-}
+using tz_test::grow_tensor;
 
 }  // namespace
 
@@ -68,10 +55,10 @@ int main(int argc, char** argv) {
 
   // The review's case and its variants (mode 2: real file facts).
   edited("cast_size_x4", 2, [](json& b) { tensor(b, "w")["size"] = tensor(b, "w")["size"].get<uint64_t>() * 4; });
-  edited("cast_grown_with_frames", 2, [](json& b) { grow(tensor(b, "w"), 4, true); });
+  edited("cast_grown_with_frames", 2, [](json& b) { grow_tensor(tensor(b, "w"), 4, true); });
   edited("cast_and_source_grown", 2, [](json& b) {
-    grow(tensor(b, "w"), 2, true);
-    grow(tensor(b, "w.master"), 2, true);
+    grow_tensor(tensor(b, "w"), 2, true);
+    grow_tensor(tensor(b, "w.master"), 2, true);
   });
   edited("cast_source_is_int", 2, [](json& b) { tensor(b, "w")["predict"]["source"] = "s"; });
   edited("cast_source_self", 2, [](json& b) { tensor(b, "w")["predict"]["source"] = "w"; });
@@ -198,7 +185,7 @@ int main(int argc, char** argv) {
     seed("index_file_size", 4, j.dump());
     j = json::parse(t.index_c);
     for (auto& x : j["tensors"])
-      if (x["name"] == "w") grow(x, 2, true);
+      if (x["name"] == "w") grow_tensor(x, 2, true);
     seed("index_cast_grown", 4, j.dump());
     seed("index_is_a_manifest", 4, t.manifest_b);
   }

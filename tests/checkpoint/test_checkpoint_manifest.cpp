@@ -97,37 +97,13 @@ TEST(CheckpointManifest, EditedSizeOfCastTensorIsRefused) {
   s.edit([&](json& b) { tensor(b, s.cast)["size"] = tensor(b, s.cast)["size"].get<uint64_t>() * 4; });
   expect_refused(s.dir, "does not match dtype BF16 x shape");
   // shape and size grown together, frames added: the cast source no longer fits
-  s.edit([&](json& b) {
-    json& t = tensor(b, s.cast);
-    t["shape"][0] = t["shape"][0].get<uint64_t>() * 4;
-    t["size"] = t["size"].get<uint64_t>() * 4;
-    const json f = t["frames"][0];
-    const uint64_t want = (t["size"].get<uint64_t>() + (1u << 20) - 1) >> 20;
-    t["frames"] = json::array();
-    for (uint64_t k = 0, left = t["size"]; k < want; ++k, left -= std::min<uint64_t>(left, 1u << 20)) {
-      json g = f;
-      g["raw_size"] = std::min<uint64_t>(left, 1u << 20);
-      t["frames"].push_back(g);
-    }
-  });
+  s.edit([&](json& b) { grow_tensor(tensor(b, s.cast), 4, true); });
   expect_refused(s.dir, "is not an FP32 tensor of the same shape");
   // A consistent lie: source and cast grown together. The manifest alone
   // cannot tell; the rank file's own index (container Reader) refuses it.
   s.edit([&](json& b) {
-    for (const std::string n : {s.cast, s.source}) {
-      json& t = tensor(b, n);
-      t["shape"][0] = t["shape"][0].get<uint64_t>() * 2;
-      t["size"] = t["size"].get<uint64_t>() * 2;
-      json frames = json::array();
-      uint64_t left = t["size"];
-      for (size_t k = 0; left; ++k) {
-        json g = t["frames"][std::min<size_t>(k, t["frames"].size() - 1)];
-        g["raw_size"] = std::min<uint64_t>(left, 1u << 20);
-        left -= g["raw_size"].get<uint64_t>();
-        frames.push_back(g);
-      }
-      t["frames"] = frames;
-    }
+    grow_tensor(tensor(b, s.cast), 2, true);
+    grow_tensor(tensor(b, s.source), 2, true);
   });
   EXPECT_TRUE(ck::is_complete(s.dir));  // manifests only: consistent
   ck::Checkpoint c(s.dir);

@@ -6,6 +6,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -29,6 +31,25 @@ inline std::string rehash_manifest(const std::string& text, const std::function<
   if (edit) edit(j["body"]);
   j["body_xxh64"] = manifest_body_hash(j["body"]);
   return j.dump(1) + "\n";
+}
+
+// A manifest tensor entry made `factor` times larger in its first
+// dimension, size and (with frames) its frame list (frames repeated, each
+// holding min(chunk, what is left)): a lie that stays consistent with
+// itself.
+inline void grow_tensor(nlohmann::json& t, uint64_t factor, bool frames, uint64_t chunk = 1u << 20) {
+  t["shape"][0] = t["shape"][0].get<uint64_t>() * factor;
+  t["size"] = t["size"].get<uint64_t>() * factor;
+  if (!frames) return;
+  nlohmann::json fs = nlohmann::json::array();
+  uint64_t left = t["size"];
+  for (size_t k = 0; left; ++k) {
+    nlohmann::json g = t["frames"][std::min<size_t>(k, t["frames"].size() - 1)];
+    g["raw_size"] = std::min<uint64_t>(left, chunk);
+    left -= g["raw_size"].get<uint64_t>();
+    fs.push_back(g);
+  }
+  t["frames"] = fs;
 }
 
 }  // namespace tz_test
