@@ -24,9 +24,23 @@ inline std::string manifest_body_hash(const nlohmann::json& body) {
 }
 
 // The manifest text with edit(body) applied and the checksum fixed; the
-// text unchanged if it is not a JSON object with a "body".
+// text unchanged if it is not a JSON object with a "body", or nests deeper
+// than 64 levels (serialising that would recurse as deep: the engine's own
+// parser refuses it anyway).
 inline std::string rehash_manifest(const std::string& text, const std::function<void(nlohmann::json&)>& edit = {}) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  struct TooDeep {};
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(
+        text,
+        [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+          if (depth > 64) throw TooDeep{};
+          return true;
+        },
+        /*allow_exceptions=*/false);
+  } catch (const TooDeep&) {
+    return text;
+  }
   if (!j.is_object() || !j.contains("body")) return text;
   if (edit) edit(j["body"]);
   j["body_xxh64"] = manifest_body_hash(j["body"]);

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -41,14 +42,25 @@ std::atomic<int> g_failed{0};          // failures injected
 std::atomic<int> g_failed_off_main{0}; // ... of them on another thread than the test's
 std::thread::id g_main_thread;
 
+// True when this allocation is the one to fail.
+bool inject_failure(size_t n) {
+  if (n < kMinBytes || g_countdown.load(std::memory_order_relaxed) < 0 || g_countdown.fetch_sub(1) != 0) return false;
+  g_failed.fetch_add(1);
+  if (std::this_thread::get_id() != g_main_thread) g_failed_off_main.fetch_add(1);
+  return true;
+}
+
 void* hooked_alloc(size_t n) {
-  if (n >= kMinBytes && g_countdown.load(std::memory_order_relaxed) >= 0 && g_countdown.fetch_sub(1) == 0) {
-    g_failed.fetch_add(1);
-    if (std::this_thread::get_id() != g_main_thread) g_failed_off_main.fetch_add(1);
-    throw std::bad_alloc();
-  }
+  if (inject_failure(n)) throw std::bad_alloc();
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
+}
+
+void* hooked_aligned_alloc(size_t n, std::align_val_t a) {
+  if (inject_failure(n)) throw std::bad_alloc();
+  void* p = nullptr;
+  if (::posix_memalign(&p, std::max<size_t>((size_t)a, sizeof(void*)), n ? n : 1) != 0) throw std::bad_alloc();
+  return p;
 }
 
 // Arms the hook for the scope: the nth (0-based) allocation >= kMinBytes fails.
@@ -59,12 +71,30 @@ struct FailNth {
 };
 }  // namespace
 
+// Every replaceable form, so that what one form allocates another frees
+// consistently (malloc/free underneath).
 void* operator new(size_t n) { return hooked_alloc(n); }
 void* operator new[](size_t n) { return hooked_alloc(n); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return hooked_alloc(n);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void* operator new(size_t n, std::align_val_t a) { return hooked_aligned_alloc(n, a); }
+void* operator new[](size_t n, std::align_val_t a) { return operator new(n, a); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
 void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace {
 
