@@ -4,7 +4,7 @@
 //   manifest.cpp       manifest: write, bounded read, strict validation, is_complete/latest
 //   references.cpp     delta references: the save's SaveOptions::ref, restore's previous rank files
 //   restore.cpp        Checkpoint: open, rank files checked against the container Reader, load plan
-//   restore_ring.cpp   restore's read-ahead ring (read queue -> aligned buffers -> decode workers)
+//   restore_ring.cpp   restore's reads ahead: ordered pipeline (read queue -> aligned slots -> decode)
 //   async_saver.cpp    AsyncSaver: staging copy, background save, error hand-over
 #pragma once
 

@@ -1,9 +1,10 @@
-// Restore's read-ahead ring (doc/checkpoint.md, "Restore"): a reader thread
-// issues the reads of the frames in order through the src/io read queue
-// (io_uring, or pread threads) into a ring of 4 KiB-aligned buffers;
-// `workers` threads take the frames in the same order, hand each to the
-// caller's consumer, and free its slot. So the reads of frames k+1.. are in
-// flight while frame k is decoded, and memory is bounded by the ring.
+// Restore's read-ahead ring (doc/checkpoint.md, "Restore"): the frames are
+// items of the project's ordered pipeline (src/cpu/ordered_pipeline.h); its
+// issue stage queues each frame's read, in order, through the src/io read
+// queue (io_uring, or pread threads) into the slot's 4 KiB-aligned buffer,
+// and its work stage, on `workers` threads, hands the frame to the caller's
+// consumer. So the reads of frames k+1.. are in flight while frame k is
+// decoded, and memory is bounded by the pipeline's window of slots.
 #pragma once
 
 #include <atomic>
@@ -24,8 +25,8 @@ struct FrameRead {
 };
 
 // Reads every frame of `frames` and calls consume(i, bytes, worker) for
-// frame i from one of `workers` threads (worker in [0, workers)), in
-// increasing i per thread. With direct_ok set and a dfd, reads are the
+// frame i from one of `workers` threads (worker in [0, workers); one
+// worker's calls never overlap), the lowest frame read first. With direct_ok set and a dfd, reads are the
 // 4 KiB-aligned ranges around the frame with O_DIRECT; where the file
 // system refuses the alignment (EINVAL), direct_ok is cleared and the frame
 // is read buffered. Read errors throw Error naming describe(i) (kCorrupt for
