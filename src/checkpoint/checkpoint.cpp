@@ -94,10 +94,12 @@ void fsync_path(const std::string& p, bool dir) {
 
 // Writes `text` to dir/name atomically: temp + fsync + rename + fsync(dir).
 // The temporary is the container's (unpredictable name, O_EXCL|O_NOFOLLOW,
-// removed on every failure path).
+// removed on every failure path); those a killed process left for this name
+// are removed first.
 void write_atomic(const std::string& dir, const std::string& name, const std::string& text) {
   const std::string fin = dir + "/" + name;
   try {
+    tzd::remove_stale_temporaries(fin);
     int fd = -1;
     tzd::Temporary tmp = tzd::Temporary::create_file(fin, &fd);
     int err = tz::io::pwrite_full(fd, text.data(), text.size(), 0);
@@ -126,6 +128,7 @@ double probe_storage_gibps(const std::string& dir) {
   int fd = -1;
   tzd::Temporary probe;  // removed on return
   try {
+    tzd::remove_stale_temporaries(dir + "/bw-probe");  // a killed probe's
     probe = tzd::Temporary::create_file(dir + "/bw-probe", &fd);
   } catch (const tz::container::Error& e) {
     fail(ErrorKind::kIO, e.what());
