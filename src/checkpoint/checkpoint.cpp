@@ -38,6 +38,7 @@
 #include "../io/write_queue.hpp"
 #include "codec/predict.h"
 #include "plan.hpp"
+#include "container/tzip_refs.hpp"
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip.h"
 
@@ -136,14 +137,18 @@ void write_atomic(const std::string& dir, const std::string& name, const std::st
 }
 
 std::string read_small(const std::string& path, ErrorKind missing_kind) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in place of a manifest must not block latest().
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
     if (e == ENOENT) fail(missing_kind, path + ": missing");
     fail_errno(path, "open", e);
   }
   struct stat st {};
-  ::fstat(fd, &st);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(ErrorKind::kCorrupt, path + ": not a regular file");
+  }
   if (st.st_size > (off_t)(1ll << 32)) {
     ::close(fd);
     fail(ErrorKind::kCorrupt, path + ": too large");
@@ -523,7 +528,11 @@ json write_rank_file(const std::string& dir, std::span<const TensorView> tensors
   if (ws.deltas) {
     try {
       tz::container::Reader rr(fin, 1);
-      for (const auto& r : rr.references()) jrefs.push_back({{"file", r.file}, {"xxh64", hex64(r.xxh64)}});
+      for (const auto& r : rr.references()) {
+        json jr = {{"file", r.file}, {"xxh64", hex64(r.xxh64)}};
+        if (r.has_header_xxh64) jr["header_xxh64"] = hex64(r.header_xxh64);
+        jrefs.push_back(std::move(jr));
+      }
     } catch (const tz::container::Error& e) {
       rethrow_container(e);
     }
@@ -851,28 +860,32 @@ Checkpoint::Checkpoint(const std::string& dir, unsigned threads, bool direct_io,
       if (r.contains("references")) {
         const std::string dep = body.value("depends_on", std::string());
         for (const auto& jr : r.at("references")) {
-          const std::string rel = jr.at("file").get<std::string>();
-          const uint64_t want = parse_hex64(jr.at("xxh64").get<std::string>());
-          const std::string rp =
-              std::filesystem::path(rel.empty() || rel[0] == '/' ? rel : dir + "/" + rel).lexically_normal().string();
-          const std::string who = m.files.back() + ": needs " + rp +
+          // Resolved, opened and identified by the references module
+          // (container/tzip_refs.hpp), as the container Reader does.
+          tz::container::Reference ref;
+          ref.file = jr.at("file").get<std::string>();
+          ref.xxh64 = parse_hex64(jr.at("xxh64").get<std::string>());
+          if (jr.contains("header_xxh64")) {
+            ref.has_header_xxh64 = true;
+            ref.header_xxh64 = parse_hex64(jr.at("header_xxh64").get<std::string>());
+          }
+          std::string rp;
+          try {
+            rp = tz::container::refs::resolve(m.files.back(), ref.file, {});
+          } catch (const tz::container::Error& e) {
+            fail(ErrorKind::kCorrupt, mp + ": " + e.what());
+          }
+          const std::string who = m.files.back() + ": needs " + std::filesystem::path(rp).lexically_normal().string() +
                                   (dep.empty() ? std::string() : " (previous checkpoint '" + dep + "')");
           struct stat rst {};
           if (::stat(rp.c_str(), &rst) != 0)
             fail(ErrorKind::kNotFound, who + ", which is missing: the checkpoint depends on it; restore it there");
           std::unique_ptr<tz::container::Reader> rd;
           try {
-            rd = std::make_unique<tz::container::Reader>(rp, 1);
-          } catch (const tz::container::Error& e) {
-            fail(ErrorKind::kCorrupt, who + ", which cannot be read: " + e.what());
-          }
-          if (rd->file_checksum() != want)
-            fail(ErrorKind::kCorrupt, who + ", which has changed (checksum " + hex64(rd->file_checksum()) +
-                                          ", recorded " + hex64(want) + ")");
-          try {
+            rd = tz::container::refs::open_reference(m.files.back(), ref, rp, {}, 1, {});
             rd->check_references();
           } catch (const tz::container::Error& e) {
-            fail(ErrorKind::kCorrupt, who + ": " + e.what());
+            fail(ErrorKind::kCorrupt, who + ", which has changed or cannot be used: " + e.what());
           }
           ref_slot.push_back((int)m.refs.size());
           m.refs.push_back(std::move(rd));
@@ -1288,23 +1301,24 @@ std::vector<std::string> Checkpoint::verify() {
 
 bool is_complete(const std::string& dir) {
   // A delta checkpoint needs the one it depends_on (a sibling folder), and
-  // that one its own: follow the chain (a cycle or a chain longer than any
-  // real one counts as damage).
+  // that one its own: follow the chain with the references module's rules
+  // (a cycle, or more than refs::kMaxDepth links, counts as damage).
   std::string d = dir;
-  while (!d.empty() && d.back() == '/') d.pop_back();
-  for (int depth = 0; depth < 10000; ++depth) {
-    std::string dep;
-    try {
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  tz::container::refs::Chain chain;
+  try {
+    while (true) {
+      struct stat st {};
+      if (::stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+      chain = chain.then(d, st);
       const json body = unwrap_manifest(read_small(d + "/" + kManifest, ErrorKind::kIncomplete), d);
-      dep = body.value("depends_on", std::string());
-    } catch (const std::exception&) {
-      return false;
+      const std::string dep = body.value("depends_on", std::string());
+      if (dep.empty()) return true;
+      d = tz::container::refs::sibling_folder(d, dep);
     }
-    if (dep.empty()) return true;
-    if (dep.find('/') != std::string::npos || dep == "." || dep == "..") return false;
-    d = (std::filesystem::path(d).parent_path() / dep).string();
+  } catch (const std::exception&) {
+    return false;
   }
-  return false;
 }
 
 std::string latest(const std::string& root) {

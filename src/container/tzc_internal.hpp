@@ -24,6 +24,12 @@ constexpr uint64_t kMaxChunkBytes = 64ull << 20;  // bounds reader memory on hos
 // Preamble flags (section 2.1). Bit 0: the header is stored as one zstd
 // frame (section 3.2). Every other bit is reserved and must be 0.
 constexpr uint32_t kFlagHeaderZstd = 1;
+// A compressed header may inflate to at most this many times its stored
+// size (section 3.2): bounds the work a small hostile file can cause before
+// any of it is validated. Writers store a header whose JSON compresses
+// better than this in a zstd frame of raw blocks instead.
+constexpr uint64_t kMaxHeaderInflation = 128;
+constexpr size_t kMaxReferences = 4096;
 
 inline uint64_t align_up(uint64_t x) { return (x + kAlign - 1) & ~(kAlign - 1); }
 
@@ -49,9 +55,11 @@ bool checked_add(uint64_t a, uint64_t b, uint64_t* out);
 uint64_t tensor_nbytes(const std::string& dtype, const std::vector<uint64_t>& shape, const std::string& what,
                        const std::string& name);
 std::string shape_string(const std::vector<uint64_t>& shape);
-nlohmann::json parse_json_strict(const char* begin, const char* end, const std::string& what,
-                                 const std::string& part);
-bool get_u64(const nlohmann::json& v, uint64_t* out);
+// The safetensors header JSON (header_len bytes) of a file whose data section
+// has data_size bytes, validated as parse_safetensors_header does; fills
+// *out except its file_size, header_len, header_bytes and data_start.
+void parse_safetensors_json(const char* header, size_t header_len, uint64_t data_size, const std::string& what,
+                            SafetensorsInfo* out);
 
 const char* codec_dtype_name(tz_dtype d);
 bool codec_dtype_from_name(const std::string& s, tz_dtype* out);
@@ -91,5 +99,16 @@ bool parse_hex64(const std::string& s, uint64_t* out);
 std::string pack_header(const std::string& json);
 std::string unpack_header(const uint8_t* p, size_t n, const std::string& what);
 void link_segments(TzipHeader* h);
+
+// What the references module (tzip_refs.cpp) needs of a Reader's insides.
+struct ReaderAccess {
+  // A Reader reached through `via` (cycles and depth checked on open).
+  static std::unique_ptr<Reader> open(const std::string& path, unsigned threads, const refs::Chain& via);
+  // From now on, a frame is checked against its header xxh64 before use.
+  static void verify_frames_on_use(Reader& r);
+  // Computes the whole-file checksum from the bytes (kBadInput if it is not
+  // the trailer's).
+  static void check_file_checksum(Reader& r);
+};
 
 }  // namespace tz::container::detail

@@ -2,6 +2,8 @@
 // output (temporary name in the target folder, fsync, rename), error text.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +26,7 @@ class InFile {
   InFile& operator=(const InFile&) = delete;
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  const struct stat& status() const { return st_; }  // fstat at open (device, inode)
   // Reads exactly n bytes at off; a short file is reported as truncated
   // (kBadInput), a read error as kIO.
   void pread_exact(uint64_t off, void* buf, size_t n) const;
@@ -33,6 +36,7 @@ class InFile {
   std::string path_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  struct stat st_ {};
 };
 
 // Output written to "<dir>/.<name>.tmp-<pid>-<n>", fsync'd and renamed onto

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
 #include "tzc_pipeline.hpp"
+#include "tzip_refs.hpp"
 
 namespace tz::container {
 
@@ -29,18 +31,28 @@ struct Reader::Impl {
   unsigned threads = 0;
   uint16_t minor = 0;
   uint64_t header_offset = 0;
-  std::string header;       // raw bytes, as stored (compressed or not)
-  std::string header_json;  // the JSON (header, or its decompression)
+  uint64_t header_size = 0;  // stored bytes (read again by pass(): no copy is kept)
   uint8_t trailer[kTrailerSize] = {};
   uint64_t file_hash = 0;
+  uint64_t header_hash = 0;  // trailer header_xxh64, equal to xxh64 of the stored header
   TzipHeader h;
+  // References: the chain that led to this file (itself included), and
+  // whether recorded paths may point anywhere (tzip_refs.hpp).
+  refs::Chain chain;
+  refs::Policy policy;
+  // Opened as a reference whose identity is its verified header: each frame
+  // is checked against the header's xxh64 on first use (frame_ok, indexed
+  // by frame_base[tensor index] + frame).
+  bool verify_frames = false;
+  std::vector<size_t> frame_base;
+  std::unique_ptr<std::atomic<uint8_t>[]> frame_ok;
   std::unordered_map<std::string, long> by_name;  // tensor name -> index in h.tensors (first wins)
   // Codec contexts for random-access reads, one per concurrent caller (the
   // read functions are thread-safe; export/verify workers read predictors).
   std::mutex mu;
   std::vector<tz_ctx*> pool;
   // References (section 12), opened on first use.
-  std::vector<std::string> ref_paths;         // resolved or given path per reference
+  std::vector<std::string> ref_paths;         // given or opened path per reference ("" until then)
   std::vector<std::unique_ptr<Reader>> refs;  // opened and checksum-checked
   struct Original {                           // verified export of a reference
     std::unique_ptr<InFile> f;
@@ -63,7 +75,7 @@ struct Reader::Impl {
       bool direct = false;
       for (size_t i = 0; i < h.references.size() && !direct; ++i)
         if (h.references[i].xxh64 == ps.second) {
-          std::unique_ptr<Reader> rd(new Reader(ps.first, threads));
+          std::unique_ptr<Reader> rd = refs::open_reference(path, h.references[i], ps.first, policy, threads, chain);
           std::lock_guard<std::mutex> lk(mu);
           ref_paths[i] = ps.first;
           refs[i] = std::move(rd);
@@ -113,24 +125,33 @@ struct Reader::Impl {
   Reader& reference(size_t i) {
     std::lock_guard<std::mutex> lk(mu);
     if (!refs[i]) {
-      const Reference& r = h.references[i];
-      const std::string& p = ref_paths[i];
-      if (path_kind(p) == PathKind::kMissing)
-        fail(ErrorKind::kIO, path + ": needs reference file " + p + " (recorded as '" + r.file +
-                                 "'), which is missing; give its location (tzip --ref, Python refs=)");
-      std::unique_ptr<Reader> rd;
-      try {
-        rd = std::make_unique<Reader>(p, threads);
-      } catch (const Error& e) {
-        fail(e.kind(), path + ": reference file " + p + " cannot be read: " + e.what());
-      }
-      if (rd->file_checksum() != r.xxh64)
-        fail(ErrorKind::kBadInput, path + ": reference file " + p + " is not the file it was compressed against (checksum " +
-                                       hex64(rd->file_checksum()) + ", recorded " + hex64(r.xxh64) + ")");
+      // Resolved (path rule), opened (regular file, non-blocking, chain) and
+      // identified by the references module.
+      std::unique_ptr<Reader> rd = refs::open_reference(path, h.references[i], "", policy, threads, chain);
+      rd->impl_->policy = policy;
       pass_chain(*rd);
+      ref_paths[i] = rd->path();
       refs[i] = std::move(rd);
     }
     return *refs[i];
+  }
+  // Path of reference i for messages: where it was opened, else as recorded.
+  std::string ref_name(size_t i) const {
+    return ref_paths[i].empty() ? dir_of(path) + "/" + h.references[i].file : ref_paths[i];
+  }
+  // Before frame c of tensor `index` is used: with verify_frames, its bytes
+  // must have the xxh64 the (verified) header lists; checked once.
+  void check_frame_on_use(const TensorEntry& t, size_t index, size_t c) {
+    if (!verify_frames || t.frames[c].size == 0) return;
+    std::atomic<uint8_t>& ok = frame_ok[frame_base[index] + c];
+    if (ok.load(std::memory_order_acquire)) return;
+    const FrameRef& fr = t.frames[c];
+    Buf b;
+    uint8_t* p = b.reserve(fr.size);
+    f->pread_exact(fr.offset, p, fr.size);
+    if (XXH64(p, fr.size, 0) != fr.xxh64)
+      corrupt(t, "frame " + std::to_string(c) + ": checksum mismatch (data corrupted)");
+    ok.store(1, std::memory_order_release);
   }
 
   // value = residual XOR prediction, for raw bytes [off, off+n) of t held in io.
@@ -219,11 +240,15 @@ struct Reader::Impl {
   static void apply_ref_options(Reader& self, const ReadOptions& opt);
 };
 
-Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
+Reader::Reader(const std::string& path, unsigned threads) : Reader(path, threads, refs::Chain()) {}
+
+Reader::Reader(const std::string& path, unsigned threads, const refs::Chain& via) : impl_(new Impl) {
   Impl& m = *impl_;
   m.path = path;
   m.threads = threads;
   m.f = std::make_unique<InFile>(path);
+  // Before anything is read: a file already in the chain is a cycle.
+  m.chain = via.then(path, m.f->status());
   const uint64_t size = m.f->size();
   uint8_t pre[kPreambleSize];
   if (size < kPreambleSize) {
@@ -260,24 +285,62 @@ Reader::Reader(const std::string& path, unsigned threads) : impl_(new Impl) {
   if (!checked_add(m.header_offset, hsize, &end) || !checked_add(end, kTrailerSize, &end) || end != size ||
       m.header_offset < kAlign || m.header_offset % kAlign != 0)
     fail(ErrorKind::kBadInput, path + ": truncated or damaged .tzip file (header location does not match the file size)");
-  m.header.resize(hsize);
-  m.f->pread_exact(m.header_offset, m.header.data(), hsize);
-  if (XXH64(m.header.data(), hsize, 0) != get_le64(tr + 16))
-    fail(ErrorKind::kBadInput, path + ": .tzip header checksum mismatch (header corrupted)");
-  m.file_hash = get_le64(tr + 32);
-  if (flags & kFlagHeaderZstd) {
-    m.header_json = unpack_header(reinterpret_cast<const uint8_t*>(m.header.data()), m.header.size(), path);
-    decode_header(m.header_json.data(), m.header_json.size(), m.header_offset, major, path, &m.h);
-  } else {
-    decode_header(m.header.data(), hsize, m.header_offset, major, path, &m.h);
+  m.header_size = hsize;
+  {
+    // The stored header, and its JSON, live only while it is parsed.
+    std::string stored(hsize, '\0');
+    m.f->pread_exact(m.header_offset, stored.data(), hsize);
+    m.header_hash = get_le64(tr + 16);
+    if (XXH64(stored.data(), hsize, 0) != m.header_hash)
+      fail(ErrorKind::kBadInput, path + ": .tzip header checksum mismatch (header corrupted)");
+    if (flags & kFlagHeaderZstd) {
+      const std::string json = unpack_header(reinterpret_cast<const uint8_t*>(stored.data()), stored.size(), path);
+      std::string().swap(stored);
+      decode_header(json.data(), json.size(), m.header_offset, major, path, &m.h);
+    } else {
+      decode_header(stored.data(), hsize, m.header_offset, major, path, &m.h);
+    }
   }
+  m.file_hash = get_le64(tr + 32);
   m.by_name.reserve(m.h.tensors.size());
   for (size_t i = 0; i < m.h.tensors.size(); ++i) m.by_name.emplace(m.h.tensors[i].name, (long)i);
-  const std::string dir = dir_of(path);
-  for (const auto& r : m.h.references)
-    m.ref_paths.push_back(r.file.size() && r.file[0] == '/' ? r.file : dir + "/" + r.file);
+  m.ref_paths.resize(m.h.references.size());
   m.refs.resize(m.h.references.size());
   m.originals.resize(m.h.references.size());
+}
+
+std::unique_ptr<Reader> ReaderAccess::open(const std::string& path, unsigned threads, const refs::Chain& via) {
+  return std::unique_ptr<Reader>(new Reader(path, threads, via));
+}
+
+void ReaderAccess::verify_frames_on_use(Reader& r) {
+  Reader::Impl& m = *r.impl_;
+  if (m.verify_frames) return;
+  size_t n = 0;
+  m.frame_base.resize(m.h.tensors.size());
+  for (size_t i = 0; i < m.h.tensors.size(); ++i) m.frame_base[i] = n, n += m.h.tensors[i].frames.size();
+  m.frame_ok.reset(new std::atomic<uint8_t>[n ? n : 1]());
+  m.verify_frames = true;
+}
+
+void ReaderAccess::check_file_checksum(Reader& r) {
+  Reader::Impl& m = *r.impl_;
+  XXH64_state_t* st = XXH64_createState();
+  if (!st) fail(ErrorKind::kInternal, "out of memory");
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> guard(st, &XXH64_freeState);
+  XXH64_reset(st, 0);
+  const uint64_t n = m.f->size() - (kTrailerSize - kTrailerHashedSize);
+  Buf b;
+  uint8_t* p = b.reserve(1 << 20);
+  m.f->advise_sequential();
+  for (uint64_t off = 0; off < n;) {
+    const size_t k = (size_t)std::min<uint64_t>(1 << 20, n - off);
+    m.f->pread_exact(off, p, k);
+    XXH64_update(st, p, k);
+    off += k;
+  }
+  if (XXH64_digest(st) != m.file_hash)
+    fail(ErrorKind::kBadInput, m.path + ": whole-file checksum mismatch (the file is damaged or was changed)");
 }
 
 void Reader::add_reference_original(const std::string& tzip_path, const std::string& st_path) {
@@ -300,14 +363,17 @@ void Reader::add_reference_original(const std::string& tzip_path, const std::str
 
 uint16_t Reader::version_major() const { return impl_->h.major; }
 uint64_t Reader::file_checksum() const { return impl_->file_hash; }
+uint64_t Reader::header_checksum() const { return impl_->header_hash; }
+void Reader::allow_references_anywhere(bool allow) { impl_->policy.any_location = allow; }
 const std::vector<Reference>& Reader::references() const { return impl_->h.references; }
 
 void Reader::add_reference_path(const std::string& p) {
   Impl& m = *impl_;
   if (m.h.references.empty()) return;
-  std::unique_ptr<Reader> rd(new Reader(p, m.threads));
+  const uint64_t sum = Reader(p, 1).file_checksum();
   for (size_t i = 0; i < m.h.references.size(); ++i)
-    if (m.h.references[i].xxh64 == rd->file_checksum()) {
+    if (m.h.references[i].xxh64 == sum) {
+      std::unique_ptr<Reader> rd = refs::open_reference(m.path, m.h.references[i], p, m.policy, m.threads, m.chain);
       std::lock_guard<std::mutex> lk(m.mu);
       m.ref_paths[i] = p;
       m.refs[i] = std::move(rd);
@@ -370,7 +436,7 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
                                        },
                                        tmp_p);
       if (!same)
-        fail(ErrorKind::kUsage, o.f->path() + ": tensor '" + sname + "' differs from " + ref_paths[(size_t)t.predict.ref] +
+        fail(ErrorKind::kUsage, o.f->path() + ": tensor '" + sname + "' differs from " + ref_name((size_t)t.predict.ref) +
                                     " (block checksums): not the content of the reference");
     }
     if (cast)
@@ -397,7 +463,7 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
     }
     if (i >= 0) s = &list[(size_t)i], sidx = (size_t)i;
   }
-  const std::string where = self_src ? path : ref_paths[(size_t)t.predict.ref];
+  const std::string where = self_src ? path : ref_name((size_t)t.predict.ref);
   if (!s) corrupt(t, "predictor tensor '" + sname + "' not found in " + where);
   // Bytes [o, o + len) of the predictor tensor from another file: straight
   // into the buffer when they are whole blocks (no bounce copy).
@@ -502,7 +568,7 @@ size_t Reader::read_blocks(size_t index, uint64_t first, uint64_t count, void* d
   return written;
 }
 
-void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t, uint64_t first, uint64_t count, uint8_t* out,
+void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t index, uint64_t first, uint64_t count, uint8_t* out,
                                     size_t capacity, size_t* written_out) {
   Impl& m = *this;
   const uint64_t last = first + count;
@@ -524,6 +590,7 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t, uint64_t first
       b += lc;
       continue;
     }
+    m.check_frame_on_use(t, index, c);
     m.read_prefix(t, c, &prefix);
     uint64_t off, size, roff, rsize;
     const size_t r = tz_frame_block_range(prefix.data(), prefix.size(), (unsigned)lf, (unsigned)lc, &off, &size, &roff, &rsize);
@@ -583,6 +650,7 @@ bool Reader::check_bytes(size_t index, uint64_t offset, uint64_t size,
   for (uint64_t b = fb; b <= lb;) {
     const uint64_t c = b / bpc;
     const FrameRef& fr = t.frames[c];
+    m.check_frame_on_use(t, index, c);
     m.read_prefix(t, c, &prefix);
     for (; b <= lb && b < (c + 1) * bpc; ++b) {
       const unsigned lf = (unsigned)(b - c * bpc);
@@ -687,7 +755,17 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
   f->pread_exact(pos, padbuf.data(), pad_n);
   check_pad(padbuf.data(), pad_n, "before the header");
   XXH64_update(fh, padbuf.data(), pad_n);
-  XXH64_update(fh, header.data(), header.size());
+  {
+    std::vector<uint8_t>().swap(padbuf);
+    Buf hb;
+    uint8_t* hp = hb.reserve((size_t)std::min<uint64_t>(header_size, 1 << 20));
+    for (uint64_t off = 0; off < header_size;) {
+      const size_t k = (size_t)std::min<uint64_t>(1 << 20, header_size - off);
+      f->pread_exact(header_offset + off, hp, k);
+      XXH64_update(fh, hp, k);
+      off += k;
+    }
+  }
   XXH64_update(fh, trailer, kTrailerHashedSize);
   if (XXH64_digest(fh) != file_hash)
     fail(ErrorKind::kBadInput, path + ": whole-file checksum mismatch (the trailer is damaged)");

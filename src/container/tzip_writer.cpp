@@ -132,6 +132,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
     if (!opt.ref.empty()) {
       check_not_same_file(opt.ref, out_path);  // the new file would replace its own reference
       delta_ref = std::make_unique<Reader>(opt.ref, opt.threads);
+      // Its header checksum is recorded: the frames read must be the ones it lists.
+      ReaderAccess::verify_frames_on_use(*delta_ref);
       if (!opt.ref_original.empty()) {
         // Fast path: the reference's raw bytes from its safetensors original.
         ref_orig_info = read_safetensors_info(opt.ref_original);
@@ -233,7 +235,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
       if (t.predict.ref == -2) {
         if (delta_ref_index < 0) {
           delta_ref_index = (int)h.references.size();
-          h.references.push_back(Reference{relative_path(opt.ref, out_path), delta_ref->file_checksum()});
+          h.references.push_back(Reference{relative_path(opt.ref, out_path), delta_ref->file_checksum(), true,
+                                           delta_ref->header_checksum()});
         }
         t.predict.ref = delta_ref_index;
       } else {
@@ -241,7 +244,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
         auto it = other_ref_index.find(oi);
         if (it == other_ref_index.end()) {
           it = other_ref_index.emplace(oi, (int)h.references.size()).first;
-          h.references.push_back(Reference{relative_path(others[oi].tzip_path, out_path), others[oi].xxh64});
+          h.references.push_back(Reference{relative_path(others[oi].tzip_path, out_path), others[oi].xxh64, true,
+                                           others[oi].header_xxh64});
         }
         t.predict.ref = it->second;
       }
