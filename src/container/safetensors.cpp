@@ -84,7 +84,7 @@ using namespace detail;
 namespace detail {
 
 void parse_safetensors_json(const char* header, size_t header_len, uint64_t data_size, const std::string& what,
-                            SafetensorsInfo* out) {
+                            SafetensorsInfo* out, const std::function<void(TensorEntry&&)>& on_tensor) {
   SafetensorsInfo& info = *out;
   info.data_size = data_size;
   if (header_len < 2 || header[0] != '{')
@@ -167,9 +167,11 @@ void parse_safetensors_json(const char* header, size_t header_len, uint64_t data
       fail(ErrorKind::kBadInput, tw + ": shape " + shape_string(t.shape) + " x " + t.dtype + " is " +
                                      std::to_string(nbytes) + " bytes but data_offsets span " +
                                      std::to_string(t.data_end - t.data_begin));
-    info.tensors.push_back(std::move(t));
+    if (on_tensor) on_tensor(std::move(t));
+    else info.tensors.push_back(std::move(t));
   });
   r.finish();
+  if (on_tensor) return;
   // Data order; ties (zero-size tensors) by end offset, then name.
   std::sort(info.tensors.begin(), info.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
     if (a.data_begin != b.data_begin) return a.data_begin < b.data_begin;

@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tensorzip/container.hpp"
@@ -58,8 +61,12 @@ std::string shape_string(const std::vector<uint64_t>& shape);
 // The safetensors header JSON (header_len bytes) of a file whose data section
 // has data_size bytes, validated as parse_safetensors_header does; fills
 // *out except its file_size, header_len, header_bytes and data_start.
+// With on_tensor, each validated tensor entry is handed to it (in file
+// order) instead of being kept, and out->tensors/gaps stay empty: the
+// overlap and gap rules then rest with the caller.
 void parse_safetensors_json(const char* header, size_t header_len, uint64_t data_size, const std::string& what,
-                            SafetensorsInfo* out);
+                            SafetensorsInfo* out,
+                            const std::function<void(TensorEntry&&)>& on_tensor = nullptr);
 
 const char* codec_dtype_name(tz_dtype d);
 bool codec_dtype_from_name(const std::string& s, tz_dtype* out);
@@ -80,6 +87,8 @@ struct TzipHeader {
   std::vector<TensorEntry> tensors;   // data order
   std::vector<TensorEntry> gaps;      // data order
   std::vector<const TensorEntry*> segments;  // tensors and gaps merged, data order = file order
+  // tensor name (a view of tensors[i].name) -> i; filled once tensors is complete
+  std::unordered_map<std::string_view, size_t> by_name;
 };
 
 // Serialises the header JSON (segments must already carry their frames).
@@ -89,7 +98,10 @@ std::string encode_header(const TzipHeader& h);
 // in order with 64-byte alignment, agreement with the verbatim safetensors
 // header. Throws kBadInput naming `what`.
 // `major` is the preamble's version_major (1 or 2).
-void decode_header(const char* p, size_t n, uint64_t header_offset, uint16_t major, const std::string& what,
+// The JSON is released as soon as it is parsed, before the checks that
+// build more (the embedded safetensors header's table), so that peak memory
+// is about twice the JSON, not three times.
+void decode_header(std::string&& json, uint64_t header_offset, uint16_t major, const std::string& what,
                    TzipHeader* out);
 bool parse_hex64(const std::string& s, uint64_t* out);
 // The stored form of a header JSON (kFlagHeaderZstd): one zstd frame that

@@ -35,7 +35,8 @@ void append_utf8(std::string* s, uint32_t cp) {
   }
 }
 
-// Length of the valid UTF-8 sequence at p (lead byte >= 0x80), or 0.
+}  // namespace
+
 size_t utf8_sequence(const unsigned char* p, const unsigned char* end) {
   const unsigned c = p[0];
   size_t n;
@@ -55,7 +56,6 @@ size_t utf8_sequence(const unsigned char* p, const unsigned char* end) {
     if ((p[i] & 0xC0) != 0x80) return 0;
   return n;
 }
-}  // namespace
 
 JsonReader::JsonReader(const char* p, size_t n, std::string what, std::string part)
     : begin_(p), p_(p), end_(p + n), what_(std::move(what)), part_(std::move(part)), keys_(kMaxDepth + 1) {}
@@ -321,6 +321,60 @@ void JsonReader::skip() {
       break;
     }
   }
+}
+
+void JsonWriter::u64(uint64_t v) {
+  value_start();
+  char b[24];
+  int i = 24;
+  do b[--i] = (char)('0' + v % 10), v /= 10;
+  while (v);
+  o_->append(b + i, (size_t)(24 - i));
+}
+
+void JsonWriter::i64(int64_t v) {
+  if (v >= 0) return u64((uint64_t)v);
+  value_start();
+  o_->push_back('-');
+  const uint64_t m = (uint64_t)(-(v + 1)) + 1;
+  after_key_ = true;  // the sign is already written
+  u64(m);
+}
+
+void JsonWriter::write_string(std::string_view s) {
+  static const char* hex = "0123456789abcdef";
+  o_->push_back('"');
+  const unsigned char* p = (const unsigned char*)s.data();
+  const unsigned char* const end = p + s.size();
+  while (p < end) {
+    const unsigned char* run = p;
+    while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) ++p;
+    o_->append((const char*)run, (size_t)(p - run));
+    if (p == end) break;
+    const unsigned char c = *p;
+    if (c >= 0x80) {
+      const size_t n = utf8_sequence(p, end);
+      if (n == 0) fail(ErrorKind::kUsage, "metadata and tensor names must be valid UTF-8");
+      o_->append((const char*)p, n);
+      p += n;
+      continue;
+    }
+    ++p;
+    switch (c) {
+      case '"': o_->append("\\\""); break;
+      case '\\': o_->append("\\\\"); break;
+      case '\b': o_->append("\\b"); break;
+      case '\f': o_->append("\\f"); break;
+      case '\n': o_->append("\\n"); break;
+      case '\r': o_->append("\\r"); break;
+      case '\t': o_->append("\\t"); break;
+      default: {
+        const char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        o_->append(u, 6);
+      }
+    }
+  }
+  o_->push_back('"');
 }
 
 void JsonReader::finish() {

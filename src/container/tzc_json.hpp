@@ -110,4 +110,48 @@ class JsonReader {
   std::deque<std::string> owned_keys_;  // unescaped keys (stable addresses)
 };
 
+// Writes JSON exactly as nlohmann::json::dump() does for the same document
+// (no whitespace; strings escaped with \" \\ \b \f \n \r \t and \u00xx for
+// other control characters, UTF-8 kept as is), so headers stay byte for
+// byte what earlier writers produced; keys are written in the order given
+// (callers give them sorted, as a std::map-backed DOM would). Invalid UTF-8
+// in a string throws Error(kUsage).
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::string* out) : o_(out) {}
+  void begin_object() { value_start(), o_->push_back('{'), first_.push_back(true); }
+  void end_object() { o_->push_back('}'), first_.pop_back(); }
+  void begin_array() { value_start(), o_->push_back('['), first_.push_back(true); }
+  void end_array() { o_->push_back(']'), first_.pop_back(); }
+  void key(std::string_view k) {
+    separator();
+    write_string(k);
+    o_->push_back(':');
+    after_key_ = true;
+  }
+  void string(std::string_view s) { value_start(), write_string(s); }
+  void u64(uint64_t v);
+  void i64(int64_t v);
+
+ private:
+  void separator() {
+    if (!first_.empty()) {
+      if (!first_.back()) o_->push_back(',');
+      first_.back() = false;
+    }
+  }
+  void value_start() {
+    if (after_key_) after_key_ = false;
+    else separator();
+  }
+  void write_string(std::string_view s);
+  std::string* o_;
+  std::vector<bool> first_;
+  bool after_key_ = false;
+};
+
+// Length of the valid UTF-8 sequence at p (lead byte >= 0x80), or 0: no
+// overlong forms, no surrogates, at most U+10FFFF.
+size_t utf8_sequence(const unsigned char* p, const unsigned char* end);
+
 }  // namespace tz::container::detail

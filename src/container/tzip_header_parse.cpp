@@ -335,15 +335,12 @@ void check_predictions(const TzipHeader& h, bool has_refs, const std::string& wh
     return;
   }
   if (!has_refs) bad(what, "references missing");
-  std::unordered_map<std::string_view, const TensorEntry*> by_name;
-  by_name.reserve(h.tensors.size());
-  for (const auto& t : h.tensors) by_name.emplace(t.name, &t);
   for (const auto& t : h.tensors) {
     if (t.predict.ref >= (int)h.references.size()) bad(what, "tensor '" + t.name + "': predict.ref out of range");
     if (t.predict.kind != PredictKind::kCast || t.predict.ref >= 0) continue;
-    const auto it = by_name.find(t.predict.source);
-    if (it == by_name.end()) bad(what, "tensor '" + t.name + "': cast source '" + t.predict.source + "' not in the file");
-    const TensorEntry& s = *it->second;
+    const auto it = h.by_name.find(t.predict.source);
+    if (it == h.by_name.end()) bad(what, "tensor '" + t.name + "': cast source '" + t.predict.source + "' not in the file");
+    const TensorEntry& s = h.tensors[it->second];
     if (s.dtype != "F32" || s.shape != t.shape || s.predict.kind == PredictKind::kCast)
       bad(what, "tensor '" + t.name + "': cast source '" + s.name + "' is not an FP32 tensor of the same shape");
   }
@@ -373,31 +370,38 @@ void check_tiling(const TzipHeader& h, uint64_t header_offset, const std::string
   if (align_up(file_pos) != header_offset) bad(what, "frames do not end where the header starts");
 }
 
-// The verbatim safetensors header must describe the same tensors.
+// The verbatim safetensors header must describe the same tensors. Its
+// entries are compared one by one, by name, as they are parsed (no second
+// table is built). Names are unique in both, so equal counts make the two
+// sets equal; the gaps, derived from the same ranges and data size, are
+// then equal too (the tiling check has accepted those of the table).
 void check_embedded_header(const TzipHeader& h, const std::string& what) {
   const uint64_t st_len = h.safetensors_header.size();
   uint64_t st_file_size;
   if (!checked_add(8 + st_len, h.data_size, &st_file_size)) bad(what, "sizes overflow");
   SafetensorsInfo st;
-  parse_safetensors_json(h.safetensors_header.data(), st_len, h.data_size, what + " (embedded safetensors header)", &st);
-  if (st.tensors.size() != h.tensors.size() || st.gaps.size() != h.gaps.size())
-    bad(what, "tensor table disagrees with the embedded safetensors header");
-  for (size_t i = 0; i < st.tensors.size(); ++i)
-    if (!same_tensor(st.tensors[i], h.tensors[i]))
-      bad(what, "tensor '" + h.tensors[i].name + "' disagrees with the embedded safetensors header");
-  for (size_t i = 0; i < st.gaps.size(); ++i)
-    if (st.gaps[i].data_begin != h.gaps[i].data_begin || st.gaps[i].data_end != h.gaps[i].data_end)
-      bad(what, "gaps disagree with the embedded safetensors header");
+  size_t n = 0;
+  parse_safetensors_json(h.safetensors_header.data(), st_len, h.data_size, what + " (embedded safetensors header)", &st,
+                         [&](TensorEntry&& e) {
+                           const auto it = h.by_name.find(e.name);
+                           if (it == h.by_name.end())
+                             bad(what, "tensor table disagrees with the embedded safetensors header");
+                           if (!same_tensor(e, h.tensors[it->second]))
+                             bad(what, "tensor '" + e.name + "' disagrees with the embedded safetensors header");
+                           ++n;
+                         });
+  if (n != h.tensors.size()) bad(what, "tensor table disagrees with the embedded safetensors header");
 }
 
 }  // namespace
 
 bool parse_hex64(const std::string& s, uint64_t* out) { return parse_hex(s, out); }
 
-void decode_header(const char* p, size_t n, uint64_t header_offset, uint16_t major, const std::string& what,
+void decode_header(std::string&& json_in, uint64_t header_offset, uint16_t major, const std::string& what,
                    TzipHeader* out) {
   out->major = major;
-  JsonReader r(p, n, what, ".tzip header");
+  std::string json = std::move(json_in);
+  JsonReader r(json.data(), json.size(), what, ".tzip header");
   if (r.peek() != Kind::kObject) bad(what, "not a JSON object");
   bool format_ok = false, version_ok = false, created_ok = true, has_st = false, has_tensors = false, has_gaps = false;
   bool has_refs = false;
@@ -443,6 +447,7 @@ void decode_header(const char* p, size_t n, uint64_t header_offset, uint16_t maj
     }
   });
   r.finish();
+  std::string().swap(json);
 
   if (!format_ok) bad(what, "format is not \"tzip\"");
   if (!version_ok) bad(what, "version does not match the preamble");
@@ -459,12 +464,10 @@ void decode_header(const char* p, size_t n, uint64_t header_offset, uint16_t maj
   if (!has_gaps) bad(what, "gaps missing");
   for (auto& t : out->tensors) check_chunking(t, out->chunk_bytes, what);
   for (auto& t : out->gaps) check_chunking(t, out->chunk_bytes, what);
-  {
-    std::unordered_map<std::string_view, size_t> names;
-    names.reserve(out->tensors.size());
-    for (size_t i = 0; i < out->tensors.size(); ++i)
-      if (!names.emplace(out->tensors[i].name, i).second) bad(what, "duplicate tensor '" + out->tensors[i].name + "'");
-  }
+  out->by_name.reserve(out->tensors.size());
+  for (size_t i = 0; i < out->tensors.size(); ++i)
+    if (!out->by_name.emplace(out->tensors[i].name, i).second)
+      bad(what, "duplicate tensor '" + out->tensors[i].name + "'");
   auto by_data = [](const TensorEntry& a, const TensorEntry& b) {
     return a.data_begin != b.data_begin ? a.data_begin < b.data_begin : a.data_end < b.data_end;
   };

@@ -46,7 +46,6 @@ struct Reader::Impl {
   bool verify_frames = false;
   std::vector<size_t> frame_base;
   std::unique_ptr<std::atomic<uint8_t>[]> frame_ok;
-  std::unordered_map<std::string, long> by_name;  // tensor name -> index in h.tensors (first wins)
   // Codec contexts for random-access reads, one per concurrent caller (the
   // read functions are thread-safe; export/verify workers read predictors).
   std::mutex mu;
@@ -294,16 +293,14 @@ Reader::Reader(const std::string& path, unsigned threads, const refs::Chain& via
     if (XXH64(stored.data(), hsize, 0) != m.header_hash)
       fail(ErrorKind::kBadInput, path + ": .tzip header checksum mismatch (header corrupted)");
     if (flags & kFlagHeaderZstd) {
-      const std::string json = unpack_header(reinterpret_cast<const uint8_t*>(stored.data()), stored.size(), path);
+      std::string json = unpack_header(reinterpret_cast<const uint8_t*>(stored.data()), stored.size(), path);
       std::string().swap(stored);
-      decode_header(json.data(), json.size(), m.header_offset, major, path, &m.h);
+      decode_header(std::move(json), m.header_offset, major, path, &m.h);
     } else {
-      decode_header(stored.data(), hsize, m.header_offset, major, path, &m.h);
+      decode_header(std::move(stored), m.header_offset, major, path, &m.h);
     }
   }
   m.file_hash = get_le64(tr + 32);
-  m.by_name.reserve(m.h.tensors.size());
-  for (size_t i = 0; i < m.h.tensors.size(); ++i) m.by_name.emplace(m.h.tensors[i].name, (long)i);
   m.ref_paths.resize(m.h.references.size());
   m.refs.resize(m.h.references.size());
   m.originals.resize(m.h.references.size());
@@ -456,8 +453,8 @@ void Reader::Impl::apply_prediction(const TensorEntry& t, uint64_t off, uint8_t*
     const auto& list = self_src ? h.tensors : src_reader->tensors();
     long i = -1;
     if (self_src) {
-      const auto it = by_name.find(sname);
-      if (it != by_name.end()) i = it->second;
+      const auto it = h.by_name.find(sname);
+      if (it != h.by_name.end()) i = (long)it->second;
     } else {
       i = src_reader->find(sname);
     }
@@ -524,8 +521,8 @@ uint64_t Reader::chunk_bytes() const { return impl_->h.chunk_bytes; }
 const std::string& Reader::created_by() const { return impl_->h.created_by; }
 
 long Reader::find(const std::string& name) const {
-  const auto it = impl_->by_name.find(name);
-  return it == impl_->by_name.end() ? -1 : it->second;
+  const auto it = impl_->h.by_name.find(name);
+  return it == impl_->h.by_name.end() ? -1 : (long)it->second;
 }
 
 void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
@@ -675,7 +672,8 @@ struct PassUnit {
   uint64_t read_from;  // previous frame end: padding is read (and checked) too
 };
 struct PassSlot {
-  Buf comp, raw;
+  Buf comp, raw;  // a group of frames as read (with the padding before each); their decoded bytes
+  std::vector<uint64_t> raw_off;
 };
 }  // namespace
 
@@ -705,49 +703,76 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
   const unsigned workers = resolve_threads(opt.threads);
   CtxSet ctxs(workers);
   std::vector<PassSlot> slots(workers + 3);
-  const bool want_data = (bool)sink;
+  // verify is this pass with a null sink: every frame is decoded and every
+  // prediction applied (references read, predictors checked) exactly as for
+  // an export, so both fail on the same input with the same message.
   uint64_t done = 8 + h.safetensors_header.size();
   const uint64_t total = done + h.data_size;
   if (opt.progress) opt.progress(done, total);
+  // Consecutive frames are contiguous in the file: read, decoded and passed
+  // on as groups (one hand-off between threads per group).
+  const std::vector<ItemGroup> groups =
+      group_items(units.size(), [&](size_t i) { return units[i].seg->frames[units[i].c].raw_size; });
+  auto frame_of = [&](const PassUnit& u) -> const FrameRef& { return u.seg->frames[u.c]; };
   run_pipeline(
-      units.size(), slots, workers,
-      [&](size_t i, PassSlot& s) {
-        const PassUnit& u = units[i];
-        const FrameRef& fr = u.seg->frames[u.c];
-        const uint64_t n = fr.offset + fr.size - u.read_from;
+      groups.size(), slots, workers,
+      [&](size_t gi, PassSlot& s) {
+        const ItemGroup& g = groups[gi];
+        const uint64_t base = units[g.first].read_from;
+        const FrameRef& last = frame_of(units[g.first + g.count - 1]);
+        const uint64_t n = last.offset + last.size - base;
         uint8_t* p = s.comp.reserve(n);
-        f->pread_exact(u.read_from, p, n);
-        check_pad(p, fr.offset - u.read_from, "before " + label(*u.seg));
+        f->pread_exact(base, p, n);
+        for (size_t k = 0; k < g.count; ++k) {
+          const PassUnit& u = units[g.first + k];
+          check_pad(p + (u.read_from - base), frame_of(u).offset - u.read_from, "before " + label(*u.seg));
+        }
         XXH64_update(fh, p, n);
       },
-      [&](size_t i, PassSlot& s, unsigned w) {
-        const PassUnit& u = units[i];
-        const FrameRef& fr = u.seg->frames[u.c];
-        const uint8_t* src = s.comp.p.get() + (fr.offset - u.read_from);
-        if (fr.size == 0) {  // all-zero residual chunk (section 12.2)
-          if (want_data) {
-            std::memset(s.raw.reserve(fr.raw_size), 0, fr.raw_size);
-            apply_prediction(*u.seg, u.c * h.chunk_bytes, s.raw.p.get(), fr.raw_size);
+      [&](size_t gi, PassSlot& s, unsigned w) {
+        const ItemGroup& g = groups[gi];
+        const uint64_t base = units[g.first].read_from;
+        s.raw_off.resize(g.count);
+        uint64_t raw_n = 0;
+        for (size_t k = 0; k < g.count; ++k) s.raw_off[k] = raw_n, raw_n += frame_of(units[g.first + k]).raw_size;
+        uint8_t* raw = s.raw.reserve(raw_n);
+        for (size_t k = 0; k < g.count; ++k) {
+          const PassUnit& u = units[g.first + k];
+          const FrameRef& fr = frame_of(u);
+          const uint8_t* src = s.comp.p.get() + (fr.offset - base);
+          uint8_t* dst = raw + s.raw_off[k];
+          if (fr.size == 0) {  // all-zero residual chunk (section 12.2)
+            std::memset(dst, 0, fr.raw_size);
+            apply_prediction(*u.seg, u.c * h.chunk_bytes, dst, fr.raw_size);
+            continue;
           }
-          return;
+          tz_frame_info info;
+          const size_t r = tz_frame_inspect(src, fr.size, &info);
+          if (tz_is_error(r)) {
+            decode_frame(ctxs.v[w], *u.seg, u.c, src, nullptr);  // names the damage
+            corrupt(*u.seg, std::string("frame header: ") + tz_get_error_name(r) + " (data corrupted)");
+          }
+          check_frame_info(*u.seg, u.c, info);
+          decode_frame(ctxs.v[w], *u.seg, u.c, src, dst);
+          apply_prediction(*u.seg, u.c * h.chunk_bytes, dst, fr.raw_size);
         }
-        tz_frame_info info;
-        const size_t r = tz_frame_inspect(src, fr.size, &info);
-        if (tz_is_error(r)) {
-          decode_frame(ctxs.v[w], *u.seg, u.c, src, nullptr);  // names the damage
-          corrupt(*u.seg, std::string("frame header: ") + tz_get_error_name(r) + " (data corrupted)");
-        }
-        check_frame_info(*u.seg, u.c, info);
-        decode_frame(ctxs.v[w], *u.seg, u.c, src, want_data ? s.raw.reserve(fr.raw_size) : nullptr);
-        if (want_data) apply_prediction(*u.seg, u.c * h.chunk_bytes, s.raw.p.get(), fr.raw_size);
       },
-      [&](size_t i, PassSlot& s) {
-        const PassUnit& u = units[i];
-        const FrameRef& fr = u.seg->frames[u.c];
-        if (want_data) sink(s.raw.p.get(), fr.raw_size, u.seg->data_begin + u.c * h.chunk_bytes);
-        done += fr.raw_size;
+      [&](size_t gi, PassSlot& s) {
+        const ItemGroup& g = groups[gi];
+        for (size_t k = 0; k < g.count; ++k) {
+          const PassUnit& u = units[g.first + k];
+          const FrameRef& fr = frame_of(u);
+          if (sink) sink(s.raw.p.get() + s.raw_off[k], fr.raw_size, u.seg->data_begin + u.c * h.chunk_bytes);
+          done += fr.raw_size;
+        }
         if (opt.progress) opt.progress(done, total);
       });
+  // The same check for verify and export: the frames produced exactly the
+  // data section the header declares.
+  if (done != total)
+    fail(ErrorKind::kBadInput, path + ": frames decode to " + std::to_string(done - (total - h.data_size)) +
+                                   " bytes of data, the header declares " + std::to_string(h.data_size) +
+                                   " (data corrupted)");
   slots.clear();
   // Padding before the header, the header and the hashed part of the trailer.
   const uint64_t pad_n = header_offset - pos;
