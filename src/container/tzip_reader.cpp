@@ -798,6 +798,7 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
 }
 
 void Reader::Impl::apply_ref_options(Reader& self, const ReadOptions& opt) {
+  if (opt.any_reference_location) self.impl_->policy.any_location = true;
   if (!opt.ref_originals.empty() && opt.ref_originals.size() != opt.refs.size())
     fail(ErrorKind::kUsage, "reference originals: give one per reference file (--ref-original pairs with --ref)");
   if (!opt.refs.empty()) self.add_reference_paths(opt.refs);

@@ -134,7 +134,10 @@ std::unique_ptr<Reader> open_reference(const std::string& referring_file, const 
   try {
     rd = detail::ReaderAccess::open(p, threads, via);
   } catch (const Error& e) {
-    fail(e.kind(), referring_file + ": reference file " + p + " cannot be read: " + e.what());
+    // What the referring file names is not a readable .tzip: its fault
+    // (bad input), unless the system failed (I/O, memory).
+    const ErrorKind k = e.kind() == ErrorKind::kUsage ? ErrorKind::kBadInput : e.kind();
+    fail(k, referring_file + ": reference file " + p + " cannot be read: " + e.what());
   }
   auto wrong = [&](const std::string& detail_text) {
     fail(ErrorKind::kBadInput, referring_file + ": reference file " + p +
