@@ -504,7 +504,8 @@ class StorageReader(FileSystemReader):
         super().__init__(path)
         self.threads = threads
         self.partial_reads = partial_reads
-        self._tzip_table: Dict[str, Tuple[int, int]] = {}  # tensors of the .tzip file being read
+        # tensors of the .tzip file being read: name -> (index, raw bytes, dtype, shape), from its validated header
+        self._tzip_table: Dict[str, Tuple[int, int, str, Tuple[int, ...]]] = {}
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))
@@ -553,7 +554,8 @@ class StorageReader(FileSystemReader):
         try:
             cache: Dict[Any, Any] = {}  # storage_index -> decoded chunk, for several reads of one chunk
             # name -> (index, raw bytes), once per file
-            self._tzip_table = {t[0]: (i, int(t[3])) for i, t in enumerate(reader.tensors())}
+            self._tzip_table = {t[0]: (i, int(t[3]), t[1], tuple(int(x) for x in t[2]))
+                                for i, t in enumerate(reader.tensors())}
             for req in reqs:
                 info: _TzStorageInfo = self.storage_data[req.storage_index]
                 name = _item_name(req.storage_index)
@@ -572,7 +574,16 @@ class StorageReader(FileSystemReader):
         entry = self._tzip_table.get(info.tensor)
         if entry is None:
             raise CorruptDataError(f"tensor {info.tensor!r} is not in the file")
-        return entry
+        idx, raw, dtype, shape = entry
+        # The DCP metadata (a pickle) is checked against the file's validated
+        # header before anything is allocated from it.
+        if info.shape is not None and (info.dtype != dtype or tuple(info.shape) != shape):
+            raise CorruptDataError(f"tensor {info.tensor!r}: the metadata says {info.dtype}{list(info.shape)}, "
+                                   f"the file holds {dtype}{list(shape)}")
+        if info.block_bytes and info.n_blocks != -(-raw // info.block_bytes):
+            raise CorruptDataError(f"tensor {info.tensor!r}: the metadata's block layout ({info.n_blocks} blocks of "
+                                   f"{info.block_bytes} bytes) does not match its {raw} bytes")
+        return idx, raw
 
     def _tzip_index(self, reader: Any, info: _TzStorageInfo) -> int:
         return self._tzip_entry(info)[0]
@@ -659,13 +670,13 @@ class StorageReader(FileSystemReader):
             return None  # whole chunk wanted
         if any(o < 0 or n < 0 or o + n > s for o, n, s in zip(offs, lens, shape)):
             raise CorruptDataError(f"request {offs}+{lens} is outside the stored chunk {list(shape)}")
+        idx = self._tzip_index(reader, info)  # metadata checked against the file before allocating from it
         runs = _element_runs(shape, offs, lens)
         if runs is None:
             return None
         ranges = _block_ranges(runs, _dtypes.lookup(info.dtype).itemsize, info.block_bytes, info.n_blocks)
         if ranges is None:
             return None
-        idx = self._tzip_index(reader, info)
         out = torch.empty(tuple(shape), dtype=_dtypes.torch_dtype(info.dtype))
         flat = out.reshape(-1).view(torch.uint8).numpy()
         raw_size = flat.size

@@ -299,7 +299,7 @@ void read_string_map(JsonReader& r, const char* key, const std::string& what, st
 void read_references(JsonReader& r, const std::string& what, std::vector<Reference>* out) {
   if (r.peek() != Kind::kArray) bad(what, "references missing");
   r.for_each_element([&] {
-    if (out->size() >= kMaxReferences) bad(what, "references missing");
+    if (out->size() >= kMaxReferences) bad(what, "more than " + std::to_string(kMaxReferences) + " references");
     if (r.peek() != Kind::kObject) bad(what, "reference is not an object");
     Reference ref;
     bool has_file = false, has_sum = false, header_sum_ok = true;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -276,11 +277,21 @@ class Hostile : public DirTest {
 
 // The valid pair the crafted cases start from: verify and restore work.
 TEST_F(Hostile, ValidDeltaPairReads) {
-  make_pair();
+  make_pair(1, 4096);  // small: its variants are fuzz corpus seeds
   tc::Reader r(p("delta.tzip"), 1);
   EXPECT_NO_THROW(r.verify("", tc::ReadOptions{}));
   EXPECT_NO_THROW(r.verify(p("delta.safetensors"), tc::ReadOptions{}));
-  seed_pair("valid", read_all(p("delta.tzip")), read_all(p("base.tzip")));
+  // Seeds of the fuzzer's two-file mode: a.tzip naming b.tzip (valid), and
+  // naming itself, the FIFO c.tzip, the folder d.tzip, the link e.tzip (to
+  // a.tzip), paths outside.
+  const Bytes d = read_all(p("delta.tzip")), b = read_all(p("base.tzip"));
+  for (const char* name : {"b.tzip", "a.tzip", "c.tzip", "d.tzip", "e.tzip", "/etc/passwd", "../b.tzip"}) {
+    const Bytes a = with_header(d, [&](J& j) { j["references"][0]["file"] = name; });
+    std::string tag = name;
+    for (char& c : tag)
+      if (!isalnum((unsigned char)c)) c = '_';
+    seed_pair(tag, a, b);
+  }
 }
 
 // A .tzip listing itself as its reference (the review: recursion until file
