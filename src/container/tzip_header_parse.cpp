@@ -278,6 +278,12 @@ void check_chunking(TensorEntry& t, uint64_t chunk_bytes, const std::string& wha
     if (f.size != 0 && f.size < 32 + 12 * blocks)
       bad(what, ctx + "frame of " + std::to_string(f.size) + " bytes cannot hold " + std::to_string(f.raw_size) +
                     " bytes (" + std::to_string(blocks) + " blocks)");
+    // Nor larger than any valid frame of that raw size (every stream of
+    // every block at most its raw length, doc/format.md 6.2): reading a frame
+    // allocates its size.
+    if (f.size > tz_compress_bound(f.raw_size))
+      bad(what, ctx + "frame of " + std::to_string(f.size) + " bytes is larger than any frame of " +
+                    std::to_string(f.raw_size) + " bytes");
   }
   if (left != 0) bad(what, ctx + "frames do not cover the declared size");
 }

@@ -46,7 +46,9 @@ std::string resolve(const std::string& referring_file, const std::string& record
     const bool absolute = !recorded.empty() && recorded[0] == '/';
     if (policy.any_location && recorded.find('\0') == std::string::npos && !recorded.empty())
       return absolute ? recorded : detail::dir_of(referring_file) + "/" + recorded;
-    fail(ErrorKind::kBadInput, referring_file + ": reference '" + recorded + "' " + why +
+    // At most 256 bytes of the recorded path in the message (it is untrusted).
+    const std::string shown = recorded.size() > 256 ? recorded.substr(0, 256) + "..." : recorded;
+    fail(ErrorKind::kBadInput, referring_file + ": reference '" + shown + "' " + why +
                                    "; it is used only from a location given explicitly (tzip --ref, Python refs=)");
   }
   return detail::dir_of(referring_file) + "/" + recorded;

@@ -441,6 +441,12 @@ TEST_F(Hostile, GapLargerThanItsFramesIsRefusedByVerifyAndDecompress) {
                                      {{"offset", 128}, {"size", 40}, {"xxh64", "0000000000000000"}}});
   write_all(p("small.tzip"), tzip_from_json(j.dump(), 1, true));
   expect_refused(p("small.tzip"), "cannot hold 1048576 bytes");
+  // A frame larger than any frame of its raw size (reading it would allocate that much).
+  j["data_size"] = 1u << 20;
+  j["gaps"][0]["data_offsets"] = {0, 1u << 20};
+  j["gaps"][0]["frames"] = J::array({{{"offset", 64}, {"size", 1ull << 40}, {"xxh64", "0000000000000000"}}});
+  write_all(p("huge.tzip"), tzip_from_json(j.dump(), 1, true));
+  expect_refused(p("huge.tzip"), "is larger than any frame of 1048576 bytes");
 }
 
 // Identity rests on verified data: a reference whose trailer number is the
