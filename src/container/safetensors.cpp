@@ -91,7 +91,19 @@ void parse_safetensors_json(const char* header, size_t header_len, uint64_t data
     fail(ErrorKind::kBadInput, what + ": not a safetensors file (header does not start with '{')");
   JsonReader r(header, header_len, what, "safetensors header");
   // Entries are read in file order, validated as each one closes, and kept
-  // as TensorEntry only: memory is linear in what is kept.
+  // as TensorEntry only: memory is linear in what is kept, within
+  // kMaxTableBytes. The table is reserved from a count of the entries' keys
+  // (untouched capacity costs no memory; growth by doubling would briefly
+  // hold two copies).
+  uint64_t table_bytes = 0;
+  if (!on_tensor) {
+    const std::string_view all(header, header_len);
+    size_t n = 0;
+    for (size_t at = all.find("\"data_offsets\""); at != std::string_view::npos && n < kMaxTensors;
+         at = all.find("\"data_offsets\"", at + 1))
+      ++n;
+    info.tensors.reserve(n);
+  }
   r.for_each_member([&](std::string_view key) {
     if (key == "__metadata__") {
       if (r.peek() != JsonReader::Kind::kObject) fail(ErrorKind::kBadInput, what + ": __metadata__ is not an object");
@@ -167,6 +179,9 @@ void parse_safetensors_json(const char* header, size_t header_len, uint64_t data
       fail(ErrorKind::kBadInput, tw + ": shape " + shape_string(t.shape) + " x " + t.dtype + " is " +
                                      std::to_string(nbytes) + " bytes but data_offsets span " +
                                      std::to_string(t.data_end - t.data_begin));
+    table_bytes += sizeof(TensorEntry) + t.name.size() + t.dtype.size() + 8 * t.shape.size();
+    if (table_bytes > kMaxTableBytes)
+      fail(ErrorKind::kBadInput, what + ": tensor table larger than " + std::to_string(kMaxTableBytes >> 20) + " MiB");
     if (on_tensor) on_tensor(std::move(t));
     else info.tensors.push_back(std::move(t));
   });
@@ -209,18 +224,29 @@ void parse_safetensors_json(const char* header, size_t header_len, uint64_t data
 
 }  // namespace detail
 
-SafetensorsInfo parse_safetensors_header(const uint8_t* header, size_t header_len, uint64_t file_size,
-                                         const std::string& what) {
+namespace {
+// The header bytes become info.header_bytes (no second copy).
+SafetensorsInfo parse_owned_header(std::string&& header, uint64_t file_size, const std::string& what) {
   SafetensorsInfo info;
+  const size_t header_len = header.size();
   info.file_size = file_size;
   info.header_len = header_len;
   info.data_start = 8 + (uint64_t)header_len;
   if (info.data_start > file_size)
     fail(ErrorKind::kBadInput, what + ": not a safetensors file (header length " + std::to_string(header_len) +
                                    " larger than the file, " + std::to_string(file_size) + " bytes)");
-  info.header_bytes.assign(reinterpret_cast<const char*>(header), header_len);
+  info.header_bytes = std::move(header);
   parse_safetensors_json(info.header_bytes.data(), header_len, file_size - info.data_start, what, &info);
   return info;
+}
+}  // namespace
+
+SafetensorsInfo parse_safetensors_header(const uint8_t* header, size_t header_len, uint64_t file_size,
+                                         const std::string& what) {
+  if (8 + (uint64_t)header_len > file_size)
+    fail(ErrorKind::kBadInput, what + ": not a safetensors file (header length " + std::to_string(header_len) +
+                                   " larger than the file, " + std::to_string(file_size) + " bytes)");
+  return parse_owned_header(std::string(reinterpret_cast<const char*>(header), header_len), file_size, what);
 }
 
 SafetensorsInfo read_safetensors_info(const std::string& path) {
@@ -244,7 +270,7 @@ SafetensorsInfo read_safetensors_info(const std::string& path) {
                                    " larger than the file, " + std::to_string(f.size()) + " bytes)");
   std::string h(n, '\0');
   f.pread_exact(8, h.data(), n);
-  return parse_safetensors_header(reinterpret_cast<const uint8_t*>(h.data()), n, f.size(), path);
+  return parse_owned_header(std::move(h), f.size(), path);
 }
 
 }  // namespace tz::container

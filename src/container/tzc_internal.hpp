@@ -33,6 +33,11 @@ constexpr uint32_t kFlagHeaderZstd = 1;
 // better than this in a zstd frame of raw blocks instead.
 constexpr uint64_t kMaxHeaderInflation = 128;
 constexpr size_t kMaxReferences = 4096;
+// What a parsed tensor table may take (entries, names, shapes, frame lists):
+// with the JSON it comes from, opening a file stays under ~256 MiB whatever
+// its header says. A real header at the 100 MiB JSON cap (some 350,000
+// tensors) needs about 100 MiB of table.
+constexpr uint64_t kMaxTableBytes = 128ull << 20;
 
 inline uint64_t align_up(uint64_t x) { return (x + kAlign - 1) & ~(kAlign - 1); }
 

@@ -412,6 +412,13 @@ void decode_header(std::string&& json_in, uint64_t header_offset, uint16_t major
   bool format_ok = false, version_ok = false, created_ok = true, has_st = false, has_tensors = false, has_gaps = false;
   bool has_refs = false;
   U64Field chunk, data_size;
+  uint64_t table_bytes = 0;
+  size_t entries_hint = 0;
+  {
+    static constexpr std::string_view kKey = "\"data_offsets\"";  // once per tensor or gap entry
+    for (size_t at = json.find(kKey); at != std::string::npos && entries_hint < kMaxTensors; at = json.find(kKey, at + 1))
+      ++entries_hint;
+  }
   r.for_each_member([&](std::string_view k) {
     if (k == "format") {
       if (r.peek() == Kind::kString) format_ok = r.read_string() == "tzip";
@@ -440,10 +447,19 @@ void decode_header(std::string&& json_in, uint64_t header_offset, uint16_t major
       if (r.peek() != Kind::kArray) bad(what, gap ? "gaps missing" : "tensors missing");
       (gap ? has_gaps : has_tensors) = true;
       auto& list = gap ? out->gaps : out->tensors;
+      // Reserved from a count of the entries' keys (an upper bound for a
+      // well-formed header; untouched capacity costs no memory): growing
+      // the table by doubling would briefly hold two copies of it.
+      if (!gap) list.reserve(entries_hint);
       r.for_each_element([&] {
         if (list.size() >= kMaxTensors) bad(what, "too many tensors");
         list.emplace_back();
         read_segment(r, gap, what, &list.back());
+        const TensorEntry& t = list.back();
+        table_bytes += sizeof(TensorEntry) + t.name.size() + t.dtype.size() + t.predict.source.size() +
+                       8 * t.shape.size() + sizeof(FrameRef) * t.frames.size();
+        if (table_bytes > kMaxTableBytes)
+          bad(what, "tensor table larger than " + std::to_string(kMaxTableBytes >> 20) + " MiB");
       });
     } else if (k == "references") {
       has_refs = true;
