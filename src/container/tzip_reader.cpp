@@ -75,6 +75,7 @@ struct Reader::Impl {
       for (size_t i = 0; i < h.references.size() && !direct; ++i)
         if (h.references[i].xxh64 == ps.second) {
           std::unique_ptr<Reader> rd = refs::open_reference(path, h.references[i], ps.first, policy, threads, chain);
+          rd->impl_->policy = policy;
           std::lock_guard<std::mutex> lk(mu);
           ref_paths[i] = ps.first;
           refs[i] = std::move(rd);
@@ -371,6 +372,7 @@ void Reader::add_reference_path(const std::string& p) {
   for (size_t i = 0; i < m.h.references.size(); ++i)
     if (m.h.references[i].xxh64 == sum) {
       std::unique_ptr<Reader> rd = refs::open_reference(m.path, m.h.references[i], p, m.policy, m.threads, m.chain);
+      rd->impl_->policy = m.policy;
       std::lock_guard<std::mutex> lk(m.mu);
       m.ref_paths[i] = p;
       m.refs[i] = std::move(rd);
