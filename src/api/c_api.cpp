@@ -137,10 +137,9 @@ size_t tz_frame_inspect(const void* src, size_t n, tz_frame_info* info) {
     info->n_blocks = fp.h.n_blocks;
     info->raw_size = fp.h.raw_size;
     info->prefix_size = pr;
-    uint64_t frame = pr;
-    for (uint32_t b = 0; b < fp.h.n_blocks; ++b) frame += tz::load_le32(fp.index + 4ull * b);
+    const uint64_t frame = pr + fp.blocks_size;
     info->frame_size = n >= frame ? frame : 0;
-    for (int k = 0; k < fp.h.n_streams; ++k) info->stream_kind[k] = fp.kind[k];
+    for (int k = 0; k < fp.h.n_streams; ++k) info->stream_kind[k] = fp.t.kind[k];
     return pr;
   });
 }

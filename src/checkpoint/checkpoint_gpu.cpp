@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "../io/cufile.hpp"
+#include "codec/frame_prefix.h"
 #include "../io/write_queue.hpp"
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip_cuda.h"
@@ -429,7 +430,8 @@ void launch_batch(DecodeBatch& b, std::vector<DevFrame>& frames, bool gds,
 }
 
 // Waits for the batch, checks every frame's status; frames the GPU cannot
-// take (zstd streams) are decoded on the CPU and copied.
+// take (valid frames with zstd streams, its only TZ_ERROR_UNSUPPORTED) are
+// decoded on the CPU and copied. Every other status is reported, never retried.
 void finish_batch(DecodeBatch& b, std::vector<DevFrame>& frames) {
   ck(cudaEventSynchronize(b.done), "GPU decode");
   const size_t* sizes = b.h_sizes();
@@ -451,6 +453,10 @@ void finish_batch(DecodeBatch& b, std::vector<DevFrame>& frames) {
         throw std::runtime_error("corrupt: " + f.what + ": checksum mismatch");
       src = host_frame.data();
     }
+    tz_frame_info info{};
+    if (tz_is_error(tz_frame_inspect(src, f.size, &info)) ||
+        !tz::stream_kinds_use_zstd(info.stream_kind, (int)info.n_streams))
+      throw std::runtime_error("corrupt: " + f.what + ": GPU decode: UNSUPPORTED for a frame without zstd streams");
     host_raw.resize(f.raw_size);
     const size_t d = tz_decompress(host_raw.data(), f.raw_size, src, f.size, 1);
     if (tz_is_error(d) || d != f.raw_size)

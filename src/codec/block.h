@@ -93,12 +93,25 @@ struct BlockView {
 
 // Validates the block header against the frame's stream kinds: sizes inside
 // the block, zero padding, raw payloads of exactly n bytes, rANS only where
-// the frame has a table, zstd only where the frame says so.
-TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n, BlockView* v) {
+// the frame has a table and with at least the lane states and whole words,
+// zstd only where the frame says so, payloads filling the block exactly.
+// The one block-header validator of both backends (the CPU decoders and the
+// CUDA warp decoder): every failure is kErrCorruptBlock, found before any
+// payload is decoded.
+// KC > 0: the stream count K known at compile time (the CUDA warp decoder,
+// instantiated per dtype, keeps the view in registers); KC = 0: K at run
+// time (the CPU decoders).
+template <int KC>
+TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n,
+                           BlockView* v) {
+  const int K = KC > 0 ? KC : k_streams;
   const size_t hdr = block_header_size(K);
   if (blk_size < hdr || (blk_size & 3u)) return kErrCorruptBlock;
   v->checksum = load_le32(blk);
   size_t pos = hdr;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
   for (int k = 0; k < K; ++k) {
     const uint32_t w = load_le32(blk + 4 + 4 * k);
     const uint32_t size = stream_word_size(w);
@@ -112,6 +125,7 @@ TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* blk, size_t blk
       if (size != n) return kErrCorruptBlock;
     } else if (mode == kModeRans) {
       if (!kind_is_rans(kind[k])) return kErrCorruptBlock;
+      if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
     } else if (mode == kModeZstd) {
       if (kind[k] != kKindZstd) return kErrCorruptBlock;
     } else {
@@ -124,6 +138,14 @@ TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* blk, size_t blk
   }
   if (pos != blk_size) return kErrCorruptBlock;
   return kOk;
+}
+
+TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n, BlockView* v) {
+  return parse_block_impl<0>(K, kind, blk, blk_size, n, v);
+}
+template <int K>
+TZ_HD int parse_block_k(const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n, BlockView* v) {
+  return parse_block_impl<K>(K, kind, blk, blk_size, n, v);
 }
 
 // Decodes one block of n elements into dst (n * elem_size bytes). On kOk,

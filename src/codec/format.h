@@ -28,6 +28,7 @@ constexpr uint32_t kMinBlockElems = 1u << 12;  // keeps tz_compress_bound within
 constexpr uint32_t kMaxBlockElems = 1u << 20;
 constexpr uint32_t kDefaultBlockElems = 1u << 16;
 constexpr uint32_t kDefaultBytesBlockElems = 1u << 18;  // generic byte frames
+constexpr uint64_t kMaxRawSize = UINT64_C(1) << 56;     // largest raw_size of a frame
 constexpr size_t kFreqTableMaxBytes = 32 + 256 * 2;
 // Lane contexts (kind kKindRansCtx): a stream may carry 2..kMaxContexts
 // tables; symbol i is coded with table ctx_of(symbol i - 32) (doc/format.md 5.5).
@@ -100,57 +101,13 @@ enum Status : int {
   kErrAlloc = 11,
 };
 
+// block_elems of a frame: a power of two in [kMinBlockElems, kMaxBlockElems].
+TZ_HD bool block_elems_valid(uint32_t be) {
+  return be >= kMinBlockElems && be <= kMaxBlockElems && (be & (be - 1)) == 0;
+}
+
 TZ_HD uint64_t frame_n_blocks(uint64_t n_elems, uint32_t block_elems) {
   return (n_elems + block_elems - 1) / block_elems;
-}
-
-TZ_HD void write_frame_header(uint8_t* p, const FrameHeader& h) {
-  for (int i = 0; i < 4; ++i) p[i] = frame_magic(i);
-  p[4] = h.version;
-  p[5] = h.dtype;
-  p[6] = h.n_streams;
-  p[7] = h.flags;
-  store_le64(p + 8, h.raw_size);
-  store_le32(p + 16, h.block_elems);
-  store_le32(p + 20, h.n_blocks);
-  store_le32(p + 24, h.tables_size);
-  store_le32(p + 28, h.header_crc);
-}
-
-// Validates everything that can be checked from the 32 fixed bytes alone.
-TZ_HD int parse_frame_header(const uint8_t* p, size_t n, FrameHeader* h) {
-  if (n < kFrameHeaderSize) return kErrSrcTruncated;
-  for (int i = 0; i < 4; ++i)
-    if (p[i] != frame_magic(i)) return kErrBadMagic;
-  h->version = p[4];
-  if (h->version != kFormatVersion && h->version != kFormatVersionCtx) return kErrBadVersion;
-  h->dtype = p[5];
-  h->n_streams = p[6];
-  h->flags = p[7];
-  h->raw_size = load_le64(p + 8);
-  h->block_elems = load_le32(p + 16);
-  h->n_blocks = load_le32(p + 20);
-  h->tables_size = load_le32(p + 24);
-  h->header_crc = load_le32(p + 28);
-  if (h->dtype >= kDTypeCount) return kErrCorruptHeader;
-  if (h->n_streams != dtype_stream_count(h->dtype)) return kErrCorruptHeader;
-  if (h->flags != 0) return kErrCorruptHeader;
-  if (h->block_elems < kMinBlockElems || h->block_elems > kMaxBlockElems ||
-      (h->block_elems & (h->block_elems - 1)) != 0)
-    return kErrCorruptHeader;
-  const uint32_t es = dtype_elem_size(h->dtype);
-  if (h->raw_size % es != 0) return kErrCorruptHeader;
-  if (h->raw_size > (UINT64_C(1) << 56)) return kErrCorruptHeader;
-  if (frame_n_blocks(h->raw_size / es, h->block_elems) != h->n_blocks) return kErrCorruptHeader;
-  if (h->tables_size % 4 != 0 || h->tables_size > (uint32_t)kMaxTablesSize)
-    return kErrCorruptHeader;
-  return kOk;
-}
-
-// Size of header + tables + block index: the "prefix" a reader needs before
-// it can locate any block.
-TZ_HD uint64_t frame_prefix_size(const FrameHeader& h) {
-  return kFrameHeaderSize + (uint64_t)h.tables_size + 4ull * h.n_blocks;
 }
 
 // Number of elements in block b.

@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "codec/checksum.h"
-#include "codec/cost.h"
+#include "codec/policy.h"
 #include "cpu/checksum_cpu.h"
 #include "cpu/simd_x86.h"
 
@@ -38,6 +38,13 @@ size_t make_error(int code, std::string detail) {
   return (size_t)-(ptrdiff_t)code;
 }
 const std::string& last_error_detail() { return g_detail; }
+
+namespace {
+// CRC32C state update for frame_header_crc (codec/frame_prefix.h).
+struct CpuCrc32c {
+  uint32_t operator()(uint32_t state, const uint8_t* p, size_t n) const { return crc32c_update(state, p, n); }
+};
+}  // namespace
 
 struct Context {
   explicit Context(unsigned threads)
@@ -174,7 +181,8 @@ size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8
 // the best candidate only if its exact coded size (tables included) beats
 // the single table's by at least 0.5% of the stream (every context costs
 // decode-time cache). On success fills *rc and ctx_freq (rc->n tables).
-constexpr uint64_t kCtxMinElems = 1u << 14;
+// When it is tried and what it must gain: policy_tries_lane_contexts and
+// lane_contexts_pay (codec/policy.h).
 
 // Stream 0 of n elements (what split_fields writes to streams[0]), by the
 // same per-element rule as the histograms (stream_byte).
@@ -308,7 +316,7 @@ bool choose_lane_contexts(Context& ctx, uint8_t dtype, const uint8_t* src, uint6
     uint8_t tbuf[kFreqTableMaxBytes];
     coded += coded_stream_bytes(counts, f, 0, rans_write_table(f, tbuf)) - 2;
   }
-  return coded * 1000 < plain_coded * 995;
+  return lane_contexts_pay(coded, plain_coded);
 }
 
 struct SimdCoder {
@@ -334,20 +342,18 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   static_assert(sizeof(dt_in) == sizeof(p.dtype));
   memcpy(&dt_in, &p.dtype, sizeof dt_in);
   if (dt_in < 0 || dt_in >= kDTypeCount) return make_error(kErrBadParam, "unknown dtype " + std::to_string(dt_in));
-  if (p.level < -1 || p.level > 3) return make_error(kErrBadParam, "level must be in [-1, 3]");
-  const int level = p.level == 0 ? 1 : p.level;
-  uint8_t dtype = (uint8_t)dt_in;
-  if (n % dtype_elem_size(dtype) != 0) dtype = kBytes;  // odd-sized data: generic path
+  if (!encode_level_valid(p.level)) return make_error(kErrBadParam, "level must be in [-1, 3]");
+  const int level = policy_level(p.level);
+  const uint8_t dtype = encode_dtype((uint8_t)dt_in, n);  // odd-sized data: generic path
   const uint32_t es = dtype_elem_size(dtype);
-  const uint32_t block_elems =
-      p.block_elems ? p.block_elems : (dtype == kBytes ? kDefaultBytesBlockElems : kDefaultBlockElems);
-  if (block_elems < kMinBlockElems || block_elems > kMaxBlockElems || (block_elems & (block_elems - 1)))
+  const uint32_t block_elems = policy_block_elems(p.block_elems, dtype);
+  if (!block_elems_valid(block_elems))
     return make_error(kErrBadParam, "block_elems must be a power of two in [4096, 1048576]");
-  if (n > (UINT64_C(1) << 56)) return make_error(kErrBadParam, "input larger than 2^56 bytes");
+  if (!encode_size_valid(n)) return make_error(kErrBadParam, "input larger than 2^56 bytes");
   const uint64_t n_elems = n / es;
-  const uint64_t n_blocks64 = frame_n_blocks(n_elems, block_elems);
-  if (n_blocks64 > UINT32_MAX) return make_error(kErrBadParam, "too many blocks: raise block_elems");
-  const uint32_t n_blocks = (uint32_t)n_blocks64;
+  uint32_t n_blocks = 0;
+  if (!encode_block_count(n_elems, block_elems, &n_blocks))
+    return make_error(kErrBadParam, "too many blocks: raise block_elems");
   const int K = dtype_stream_count(dtype);
 
   // Tensor-level stream kinds and tables.
@@ -356,14 +362,15 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   RansCtx rctx0{};                  // lane contexts of stream 0 (kind kKindRansCtx)
   std::vector<uint32_t> ctx_freq0;  // rctx0.n tables of 256
   std::vector<uint8_t> tables;
-  if (level >= 1 && dtype == kBytes) {
-    kind[0] = kKindZstd;
-  } else if (level >= 1 && n_elems > 0) {
+  if (dtype == kBytes) {
+    kind[0] = policy_bytes_kind(level);
+  } else if (policy_codes_streams(level, dtype, n_elems)) {
+    // The policy of codec/policy.h (shared with the CUDA encoder):
     // 1. A deterministic sample (the first kSampleElems elements of every
     //    block) screens out streams that cannot pay, e.g. low mantissa
     //    bytes, so their full histogram is never taken.
-    // 2. Full histograms of the remaining streams decide for real.
-    constexpr uint32_t kSampleElems = 4096;
+    // 2. Fast tables (level 1) or full histograms of the remaining streams
+    //    decide for real.
     const unsigned W = ctx.pool.size();
     std::vector<uint64_t> hist((size_t)W * kMaxStreams * 256);
     auto histogram_pass = [&](const bool* want, uint32_t limit) {
@@ -390,18 +397,16 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
     };
     bool want[kMaxStreams] = {};
     bool any = false;
-    const bool sampled = block_elems > kSampleElems;
+    uint64_t norm[256];  // policy scratch
+    const bool sampled = policy_sampled(block_elems);
     for (int k = 0; k < K; ++k) want[k] = true;
     if (sampled) {
-      histogram_pass(want, kSampleElems);
+      histogram_pass(want, policy_first_pass_elems(block_elems));
       for (int k = 0; k < K; ++k) {
         uint64_t counts[256], total;
         merged(k, counts, &total);
         uint32_t f[256];
-        rans_normalize(counts, f);
-        // Table and state overheads are left out here: a stream only has to
-        // look promising on its symbols alone to get a full histogram.
-        want[k] = stream_pays(level, coded_stream_bytes(counts, f, 0, 0), total);
+        want[k] = policy_sample_wants(level, counts, f, norm);
         any |= want[k];
       }
     } else {
@@ -413,7 +418,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
     // full histogram, the largest cost of compression after coding itself,
     // for a ratio loss measured below 0.05% on real checkpoints. Levels >= 2
     // take exact histograms.
-    const bool fast_tables = sampled && level == 1 && n_blocks >= 8;
+    const bool fast_tables = policy_fast_tables(block_elems, level, n_blocks);
     if (any && fast_tables) {
       uint8_t lo[kMaxStreams], hi[kMaxStreams];
       std::vector<uint8_t> mm((size_t)n_blocks * kMaxStreams * 2);
@@ -445,48 +450,27 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
         uint64_t sample[256], total;
         merged(k, sample, &total);
         uint64_t counts[256];
-        for (int x = 0; x < 256; ++x) counts[x] = sample[x] * 64 + (x >= lo[k] && x <= hi[k] ? 1 : 0);
-        if (rans_normalize(counts, freq[k]) == 0) continue;
-        uint8_t tbuf[kFreqTableMaxBytes];
-        const size_t tbytes = rans_write_table(freq[k], tbuf);
-        // Payload estimate from the sample, scaled to the whole stream.
-        const uint64_t sample_bytes = coded_stream_bytes(sample, freq[k], 0, 0);
-        const uint64_t coded = (uint64_t)((unsigned __int128)sample_bytes * n_elems / total) +
-                               n_blocks * (kRansStateBytes + 2) + tbytes;
-        if (stream_pays(level, coded, n_elems)) kind[k] = kKindRans;
+        kind[k] = policy_fast_kind(level, sample, lo[k], hi[k], n_elems, n_blocks, freq[k], counts, norm);
       }
-    } else if (any) {
+    } else if (any) {  // exact histograms: unsampled, or the second pass
       histogram_pass(want, block_elems);
       for (int k = 0; k < K; ++k) {
         if (!want[k]) continue;
-        uint64_t counts[256], total;
+        uint64_t counts[256], total, coded = 0;
         merged(k, counts, &total);
-        if (rans_normalize(counts, freq[k]) == 0) continue;
-        uint8_t tbuf[kFreqTableMaxBytes];
-        const size_t tbytes = rans_write_table(freq[k], tbuf);
-        const uint64_t coded = coded_stream_bytes(counts, freq[k], n_blocks, tbytes);
-        if (stream_pays(level, coded, n_elems)) kind[k] = kKindRans;
-        if (k == 0 && kind[0] == kKindRans && level >= 3 && n_elems >= kCtxMinElems &&
+        kind[k] = policy_exact_kind(level, counts, n_elems, n_blocks, freq[k], norm, &coded);
+        if (policy_tries_lane_contexts(level, k, kind[k], n_elems) &&
             choose_lane_contexts(ctx, dtype, src, n_elems, block_elems, n_blocks, coded, &rctx0, &ctx_freq0))
           kind[0] = kKindRansCtx;
       }
     }
   }
   for (int k = 0; k < K; ++k) {
-    tables.push_back(kind[k]);
-    if (kind[k] == kKindRans) {
-      uint8_t tbuf[kFreqTableMaxBytes];
-      const size_t tbytes = rans_write_table(freq[k], tbuf);
-      tables.insert(tables.end(), tbuf, tbuf + tbytes);
-    } else if (kind[k] == kKindRansCtx) {
-      tables.push_back((uint8_t)rctx0.base);
-      tables.push_back((uint8_t)rctx0.n);
-      for (uint32_t c = 0; c < rctx0.n; ++c) {
-        uint8_t tbuf[kFreqTableMaxBytes];
-        const size_t tbytes = rans_write_table(ctx_freq0.data() + 256 * c, tbuf);
-        tables.insert(tables.end(), tbuf, tbuf + tbytes);
-      }
-    }
+    const uint32_t* f = kind[k] == kKindRansCtx ? ctx_freq0.data() : freq[k];
+    const RansCtx rc = kind[k] == kKindRansCtx ? rctx0 : RansCtx{};
+    const size_t at = tables.size();
+    tables.resize(at + stream_table_size(kind[k], f, rc));
+    write_stream_table(kind[k], f, rc, tables.data() + at);
   }
   tables.resize(align4(tables.size()), 0);
 
@@ -577,70 +561,23 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   uint8_t* index = dst + kFrameHeaderSize + tables.size();
   for (uint32_t b = 0; b < n_blocks; ++b) store_le32(index + 4 * b, sizes[b]);
   write_frame_header(dst, h);
-  uint32_t st = crc32c_update(~0u, dst, 28);
-  st = crc32c_update(st, dst + kFrameHeaderSize, prefix - kFrameHeaderSize);
-  h.header_crc = ~st;
+  h.header_crc = frame_header_crc(dst, prefix, CpuCrc32c{});
   write_frame_header(dst, h);
   return (size_t)total;
 }
 
 size_t parse_prefix(const uint8_t* src, size_t n, FramePrefix* fp) {
   if (!src) return make_error(kErrBadParam, "source is null");
-  FrameHeader& h = fp->h;
-  const int st = parse_frame_header(src, n, &h);
-  if (st == kErrSrcTruncated) return make_error(st, "frame shorter than its 32-byte header");
-  if (st == kErrBadMagic) return make_error(st, "not a tensorzip frame (bad magic)");
-  if (st == kErrBadVersion)
+  uint32_t bad_entry = 0;
+  const FrameDefect d = parse_frame_prefix(src, n, CpuCrc32c{}, fp, &bad_entry);
+  if (d == kDefectNone) return (size_t)fp->prefix_size;
+  const int st = frame_defect_status(d);
+  if (d == kDefectBadVersion)
     return make_error(st, "frame format version " + std::to_string(src[4]) + " is not supported (this build reads " +
                               std::to_string(kFormatVersion) + " and " + std::to_string(kFormatVersionCtx) + ")");
-  if (st != kOk) return make_error(st, "corrupt frame header");
-  const uint64_t prefix = frame_prefix_size(h);
-  if (n < prefix) return make_error(kErrSrcTruncated, "frame truncated inside its header/index");
-  const uint8_t* p = src + kFrameHeaderSize;
-  const uint8_t* end = p + h.tables_size;
-  uint32_t n_tables = 0;
-  for (int k = 0; k < h.n_streams; ++k) {
-    if (p >= end) return make_error(kErrCorruptHeader, "stream table missing");
-    const uint8_t kind = *p++;
-    const bool ok = kind == kKindRaw || (h.dtype == kBytes ? kind == kKindZstd
-                                                           : (kind == kKindRans ||
-                                                              (kind == kKindRansCtx && h.version >= kFormatVersionCtx)));
-    if (!ok) return make_error(kErrCorruptHeader, "invalid stream kind");
-    fp->kind[k] = kind;
-    fp->ctx[k] = RansCtx{};
-    if (kind == kKindRansCtx) {
-      if (end - p < 2) return make_error(kErrCorruptHeader, "stream table missing");
-      fp->ctx[k].base = p[0];
-      fp->ctx[k].n = p[1];
-      p += 2;
-      if (fp->ctx[k].n < 2 || fp->ctx[k].n > kMaxContexts)
-        return make_error(kErrCorruptHeader, "invalid number of lane contexts");
-    }
-    if (kind_is_rans(kind)) {
-      n_tables += fp->ctx[k].n;
-      if (n_tables > kMaxFrameTables) return make_error(kErrCorruptHeader, "too many frequency tables");
-      fp->freq[k].assign((size_t)fp->ctx[k].n * 256, 0);
-      for (uint32_t c = 0; c < fp->ctx[k].n; ++c) {
-        const size_t r = rans_read_table(p, (size_t)(end - p), fp->freq[k].data() + 256 * c);
-        if (!r) return make_error(kErrCorruptHeader, "corrupt frequency table");
-        p += r;
-      }
-    }
-  }
-  if (end - p >= 4) return make_error(kErrCorruptHeader, "trailing bytes in table section");
-  for (; p < end; ++p)
-    if (*p) return make_error(kErrCorruptHeader, "non-zero padding in table section");
-  fp->index = end;
-  uint32_t crc = crc32c_update(~0u, src, 28);
-  crc = ~crc32c_update(crc, src + kFrameHeaderSize, prefix - kFrameHeaderSize);
-  if (crc != h.header_crc) return make_error(kErrChecksum, "frame header checksum mismatch");
-  const int K = h.n_streams;
-  for (uint32_t b = 0; b < h.n_blocks; ++b) {
-    const uint32_t sz = load_le32(fp->index + 4 * b);
-    if (sz % 4 || sz < block_header_size(K) || sz > block_bound(block_elem_count(h, b), K))
-      return make_error(kErrCorruptHeader, "block " + std::to_string(b) + ": invalid size in block index");
-  }
-  return (size_t)prefix;
+  if (d == kDefectIndexEntry)
+    return make_error(st, "block " + std::to_string(bad_entry) + ": " + frame_defect_text(d));
+  return make_error(st, frame_defect_text(d));
 }
 
 namespace {
@@ -649,42 +586,30 @@ struct DecTables {
   BlockDecTables t{};
   std::vector<uint32_t> dec;
   explicit DecTables(const FramePrefix& fp) {
-    size_t total = 0, off[kMaxStreams] = {};
+    const FrameTables& ft = fp.t;
+    dec.resize((size_t)ft.n_tables * kProbScale);
+    for (uint32_t j = 0; j < ft.n_tables; ++j) rans_build_dec(ft.freq[j], dec.data() + (size_t)j * kProbScale);
     for (int k = 0; k < fp.h.n_streams; ++k) {
-      off[k] = total;
-      if (kind_is_rans(fp.kind[k])) total += (size_t)fp.ctx[k].n * kProbScale;
-    }
-    dec.resize(total);
-    for (int k = 0; k < fp.h.n_streams; ++k) {
-      t.kind[k] = fp.kind[k];
-      t.ctx[k] = fp.ctx[k];
-      if (kind_is_rans(fp.kind[k])) {
-        for (uint32_t c = 0; c < fp.ctx[k].n; ++c)
-          rans_build_dec(fp.freq[k].data() + 256 * c, dec.data() + off[k] + (size_t)c * kProbScale);
-        t.dec[k] = dec.data() + off[k];
-      }
+      t.kind[k] = ft.kind[k];
+      t.ctx[k] = ft.ctx[k];
+      if (kind_is_rans(ft.kind[k])) t.dec[k] = dec.data() + (size_t)ft.first_table[k] * kProbScale;
     }
   }
 };
 
+// Generic (TZ_DTYPE_BYTES) block: one stream, raw or zstd, validated by
+// parse_block like every other block.
 int decode_bytes_block(ZSTD_DCtx* dctx, uint8_t kind, const uint8_t* blk, size_t sz, uint32_t n, uint8_t* out,
                        uint32_t* stored) {
-  const size_t hdr = block_header_size(1);
-  *stored = load_le32(blk);
-  const uint32_t w = load_le32(blk + 4);
-  const uint32_t size = stream_word_size(w);
-  const uint8_t mode = stream_word_mode(w);
-  if (align4(size) != sz - hdr) return kErrCorruptBlock;
-  const uint8_t* payload = blk + hdr;
-  for (size_t i = size; i < sz - hdr; ++i)
-    if (payload[i]) return kErrCorruptBlock;
-  if (mode == kModeRaw) {
-    if (size != n) return kErrCorruptBlock;
-    memcpy(out, payload, n);
+  BlockView v;
+  const int pst = parse_block(1, &kind, blk, sz, n, &v);
+  if (pst != kOk) return pst;
+  *stored = v.checksum;
+  if (v.mode[0] == kModeRaw) {
+    memcpy(out, v.payload[0], n);
     return kOk;
   }
-  if (mode != kModeZstd || kind != kKindZstd) return kErrCorruptBlock;
-  const size_t r = ZSTD_decompressDCtx(dctx, out, n, payload, size);
+  const size_t r = ZSTD_decompressDCtx(dctx, out, n, v.payload[0], v.size[0]);
   if (ZSTD_isError(r) || r != n) return kErrCorruptBlock;
   return kOk;
 }
@@ -799,7 +724,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       uint32_t stored = 0;
       const uint8_t* blk = blocks + off[i];
       const size_t sz = (size_t)(off[i + 1] - off[i]);
-      int st = h.dtype == kBytes ? decode_bytes_block(ctx.dctx[w], fp.kind[0], blk, sz, nb, out, &stored)
+      int st = h.dtype == kBytes ? decode_bytes_block(ctx.dctx[w], fp.t.kind[0], blk, sz, nb, out, &stored)
                  : simd ? decode_block_simd(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored)
                         : decode_block(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored);
       if (st == kOk && (block_checksum(out, (size_t)nb * es) ^ block_checksum_salt(b)) != stored) st = kErrChecksum;
@@ -821,13 +746,14 @@ size_t decompress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* s
   FramePrefix fp;
   const size_t prefix = parse_prefix(src, n, &fp);
   if (is_error(prefix)) return prefix;
-  uint64_t frame = prefix;
-  for (uint32_t b = 0; b < fp.h.n_blocks; ++b) frame += load_le32(fp.index + 4ull * b);
-  if (n < frame)
-    return make_error(kErrSrcTruncated, "frame truncated: " + std::to_string(n) + " of " + std::to_string(frame) +
-                                            " bytes present");
-  if (n > frame)
-    return make_error(kErrCorruptHeader, "input has " + std::to_string(n - frame) + " bytes after the frame");
+  const uint64_t frame = prefix + fp.blocks_size;
+  const FrameDefect ext = check_frame_extent(prefix, fp.blocks_size, n);
+  if (ext == kDefectFrameTruncated)
+    return make_error(frame_defect_status(ext), "frame truncated: " + std::to_string(n) + " of " +
+                                                    std::to_string(frame) + " bytes present");
+  if (ext != kDefectNone)
+    return make_error(frame_defect_status(ext),
+                      "input has " + std::to_string(n - frame) + " trailing bytes after the frame");
   if (write) {
     if (fp.h.raw_size > cap)
       return make_error(kErrDstTooSmall, "destination holds " + std::to_string(cap) + " bytes, frame decodes to " +

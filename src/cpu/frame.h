@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "codec/block.h"
+#include "codec/frame_prefix.h"
 #include "cpu/thread_pool.h"
 #include "tensorzip/tensorzip.h"
 
@@ -18,17 +18,12 @@ size_t make_error(int code, std::string detail);
 const std::string& last_error_detail();
 inline bool is_error(size_t r) { return r > (size_t)-TZ_ERROR_MAX_CODE; }
 
-// Parsed frame prefix: header, per-stream kinds and frequencies, block index.
-struct FramePrefix {
-  FrameHeader h{};
-  uint8_t kind[kMaxStreams] = {};
-  RansCtx ctx[kMaxStreams] = {};          // lane contexts (n = 1 unless kind 3)
-  std::vector<uint32_t> freq[kMaxStreams];  // ctx[k].n tables of 256 where kind_is_rans(kind[k])
-  const uint8_t* index = nullptr;  // n_blocks LE32 block sizes
-};
+// Parsed frame prefix: header, per-stream kinds and frequencies, block index
+// (codec/frame_prefix.h, the validator shared with the CUDA decoder).
+using FramePrefix = FramePrefixView;
 
-// Parses and validates the prefix (header CRC included). Returns the prefix
-// size or an error.
+// Parses and validates the prefix (header CRC and block index included) with
+// parse_frame_prefix. Returns the prefix size or an error.
 size_t parse_prefix(const uint8_t* src, size_t n, FramePrefix* fp);
 
 struct Context;

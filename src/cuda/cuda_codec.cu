@@ -20,7 +20,8 @@
 
 #include "codec/block.h"
 #include "codec/checksum.h"
-#include "codec/cost.h"
+#include "codec/frame_prefix.h"
+#include "codec/policy.h"
 #include "codec/predict.h"
 #include "cuda/warp_codec.h"
 #include "tensorzip/tensorzip_cuda.h"
@@ -146,10 +147,9 @@ struct CTab {
   // stack: the driver reserves local memory for every resident thread).
   struct Scratch {
     uint64_t norm[256];  // rans_normalize_with
-    uint64_t c2[256];
+    uint64_t c2[256];    // policy_fast_kind's counts
     uint32_t freq[256];
-    uint32_t f[256];
-    uint8_t tbuf[kFreqTableMaxBytes];
+    uint32_t f[256];     // policy_sample_wants' frequencies
   } scratch[kMaxStreams];
   uint8_t tables[kTablesMax];
 };
@@ -157,20 +157,16 @@ struct CTab {
 // Parsed frame of one item (decompression).
 struct DState {
   unsigned long long bad;  // min over failing blocks of (block << 8 | status)
-  uint64_t raw_size;
-  uint64_t prefix;
-  uint32_t n_blocks;
-  uint32_t block_elems;
-  uint32_t tables_size;
   int status;
-  uint8_t dtype;
-  uint8_t n_streams;
-  uint8_t n_tables;                 // frequency tables over all streams
-  uint8_t kind[kMaxStreams];
-  uint8_t tab0[kMaxStreams];        // index of stream k's first table
-  uint8_t ctx_base[kMaxStreams];    // lane contexts (kind 3)
-  uint8_t ctx_n[kMaxStreams];       // 1 unless kind 3
-  uint32_t freq[kMaxFrameTables][256];
+  FramePrefixView v;       // header, tables and index, validated by d_parse_kernel
+};
+
+// CRC32C state update with the CTA's slicing-by-8 tables (frame_header_crc).
+struct TableCrc32c {
+  const uint32_t* t;
+  TZ_HD uint32_t operator()(uint32_t state, const uint8_t* p, size_t n) const {
+    return warp::crc32c_update8(state, p, n, t);
+  }
 };
 
 // ------------------------------------------------------------- helpers --
@@ -225,28 +221,11 @@ __global__ void c_init_kernel(const CItem* items, uint32_t n_items, size_t* out_
 }
 
 // ------------------------------------------------ tensor-level tables --
-// The stream kinds and frequency tables follow the CPU encoder's policy
-// (src/cpu/frame.cpp, compress_frame) decision for decision, so that frames
-// are byte-identical:
-//   level < 1 or no elements: every stream raw.
-//   block_elems <= 4096 ("not sampled"): exact histograms of every stream;
-//     rANS where coded_stream_bytes(counts, freq, n_blocks, table) pays.
-//   otherwise a sample (the first 4096 elements of every block) screens the
-//     streams: want[k] = stream_pays(level, coded_stream_bytes(sample, f, 0, 0),
-//     sample total); no wanted stream -> all raw. Then
-//     level 1 with >= 8 blocks ("fast tables"): freq from sample * 64 + 1 for
-//       every byte between the stream's min and max over the whole tensor;
-//       payload estimated from the sample, scaled by n_elems / total;
-//     else exact histograms of the wanted streams (a second pass), decided as
-//       in the unsampled case.
-// Any change there must be mirrored here; tz_cuda_emu_tests and the GPU tests
-// compare frames with tz_compress byte for byte and catch a drift.
-constexpr uint32_t kSampleElems = 4096;
-
-TZ_HD bool policy_sampled(uint32_t block_elems) { return block_elems > kSampleElems; }
-TZ_HD bool policy_fast(uint32_t block_elems, int level, uint32_t n_blocks) {
-  return policy_sampled(block_elems) && level == 1 && n_blocks >= 8;
-}
+// The stream kinds and frequency tables are decided by the encoder policy of
+// codec/policy.h, the functions the CPU encoder (compress_frame) calls, so
+// that frames are byte-identical. Here the histograms and min/max are taken
+// by c_hist_kernel (phase 1: first pass, phase 2: the exact second pass of
+// pending items) and c_table_kernel decides with one lane per stream.
 
 // Histogram pass: one CTA per chunk of 8 blocks, one shared sub-histogram per
 // warp (exponents repeat a lot, and atomics on one shared counter
@@ -322,8 +301,8 @@ __global__ void __launch_bounds__(kCtaThreads) c_hist_kernel(const CItem* items,
   uint32_t limit = it.block_elems, want = 0xFu;
   bool minmax = false;
   if (phase == 1) {
-    if (policy_sampled(it.block_elems)) limit = kSampleElems;
-    minmax = policy_fast(it.block_elems, level, it.n_blocks);
+    limit = policy_first_pass_elems(it.block_elems);
+    minmax = policy_fast_tables(it.block_elems, level, it.n_blocks);
   } else {
     if (!tabs[ii].pending) return;
     want = tabs[ii].want;
@@ -361,38 +340,22 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
   uint32_t* const freq = W.freq;
   uint8_t kind = kKindRaw;
   bool want = false;
-  // Full decision from exact counts (CPU: the "else if (any)" branch).
-  auto decide_full = [&]() {
-    if (rans_normalize_with(counts, freq, W.norm) == 0) return;
-    const size_t tbytes = rans_write_table(freq, W.tbuf);
-    if (stream_pays(level, coded_stream_bytes(counts, freq, it.n_blocks, tbytes), n_elems)) kind = kKindRans;
-  };
+  const bool codes = policy_codes_streams(level, it.dtype, n_elems);
   if (phase == 1) {
-    if (is_lane && level >= 1 && n_elems > 0) {
+    if (is_lane && codes) {
       if (!policy_sampled(it.block_elems)) {
-        decide_full();
+        kind = policy_exact_kind(level, counts, n_elems, it.n_blocks, freq, W.norm, nullptr);
       } else {
-        uint64_t total = 0;
-        for (int s = 0; s < 256; ++s) total += counts[s];
-        rans_normalize_with(counts, W.f, W.norm);
-        want = stream_pays(level, coded_stream_bytes(counts, W.f, 0, 0), total);
-        if (want && policy_fast(it.block_elems, level, it.n_blocks)) {
-          const uint32_t lo = mm_lo[(size_t)ii * kMaxStreams + lane], hi = mm_hi[(size_t)ii * kMaxStreams + lane];
-          for (uint32_t x = 0; x < 256; ++x) W.c2[x] = counts[x] * 64 + (x >= lo && x <= hi ? 1 : 0);
-          if (rans_normalize_with(W.c2, freq, W.norm) != 0) {
-            const size_t tbytes = rans_write_table(freq, W.tbuf);
-            const uint64_t sample_bytes = coded_stream_bytes(counts, freq, 0, 0);
-            const uint64_t coded = (uint64_t)((unsigned __int128)sample_bytes * n_elems / total) +
-                                   it.n_blocks * (kRansStateBytes + 2) + tbytes;
-            if (stream_pays(level, coded, n_elems)) kind = kKindRans;
-          }
-        }
+        want = policy_sample_wants(level, counts, W.f, W.norm);
+        if (want && policy_fast_tables(it.block_elems, level, it.n_blocks))
+          kind = policy_fast_kind(level, counts, mm_lo[(size_t)ii * kMaxStreams + lane],
+                                  mm_hi[(size_t)ii * kMaxStreams + lane], n_elems, it.n_blocks, freq, W.c2, W.norm);
       }
     }
-    // Pending: sampled, not fast, and at least one stream wanted.
+    // Pending: the exact second pass is needed (sampled, a stream wanted, no
+    // fast tables).
     const bool any = __any_sync(kFull, want);
-    const bool pending = any && level >= 1 && n_elems > 0 && policy_sampled(it.block_elems) &&
-                         !policy_fast(it.block_elems, level, it.n_blocks);
+    const bool pending = codes && policy_second_pass(it.block_elems, level, it.n_blocks, any);
     if (pending) {
       const uint32_t wmask = __ballot_sync(kFull, want) & ((1u << K) - 1u);
       __syncwarp();
@@ -406,13 +369,12 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
       return;
     }
   } else {
-    if (is_lane && ((tab.want >> lane) & 1u)) decide_full();
+    if (is_lane && ((tab.want >> lane) & 1u))
+      kind = policy_exact_kind(level, counts, n_elems, it.n_blocks, freq, W.norm, nullptr);
   }
   if (kind == kKindRans) rans_build_enc(freq, tab.enc[lane]);
-  const uint8_t* const tbuf = W.tbuf;
-  const uint32_t tbytes = kind == kKindRans ? (uint32_t)rans_write_table(freq, W.tbuf) : 0;
-  // Exclusive prefix of (1 + table bytes) over the streams.
-  const uint32_t mine = is_lane ? 1 + tbytes : 0;
+  // Exclusive prefix of the streams' table-section entries.
+  const uint32_t mine = is_lane ? (uint32_t)stream_table_size(kind, freq, RansCtx{}) : 0;
   uint32_t incl = mine;
   for (int d = 1; d < 32; d <<= 1) {
     const uint32_t v = __shfl_up_sync(kFull, incl, d);
@@ -420,9 +382,7 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
   }
   const uint32_t total = __shfl_sync(kFull, incl, 31);
   if (is_lane) {
-    const uint32_t off = incl - mine;
-    tab.tables[off] = kind;
-    for (uint32_t j = 0; j < tbytes; ++j) tab.tables[off + 1 + j] = tbuf[j];
+    write_stream_table(kind, freq, RansCtx{}, tab.tables + (incl - mine));
     tab.kind[lane] = kind;
   }
   if (lane == 0) {
@@ -602,9 +562,7 @@ __global__ void __launch_bounds__(256) c_finalize_kernel(const CItem* items, con
     h.n_blocks = nb;
     h.tables_size = ts;
     write_frame_header(dst, h);
-    uint32_t st = warp::crc32c_update8(~0u, dst, 28, crc_t);
-    st = warp::crc32c_update8(st, dst + kFrameHeaderSize, (size_t)(prefix - kFrameHeaderSize), crc_t);
-    h.header_crc = ~st;
+    h.header_crc = frame_header_crc(dst, prefix, TableCrc32c{crc_t});
     write_frame_header(dst, h);
     out_sizes[ii] = (size_t)frame;
   }
@@ -670,10 +628,12 @@ __device__ void apply_prediction_block(const DItem& it, uint8_t dtype, uint64_t 
 
 // ========================================================== decompress ==
 
-// Parses and validates header, tables, header CRC and block index of one
-// frame per warp, in the CPU's order of checks (parse_prefix, then
-// decompress_frame), and writes the block offsets. Never reads outside
-// [src, src + src_size).
+// Validates the prefix of one frame per warp with the validator of
+// codec/frame_prefix.h, in its order (the CPU's parse_prefix and
+// decompress_frame): lane 0 runs parse_frame_head (header, tables, header
+// CRC) into the item's DState; the warp checks the block index entries with
+// block_index_entry_valid, one lane per entry, scans them into block
+// offsets, and checks the extent. Never reads outside [src, src + src_size).
 __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32_t n_items, DState* states,
                                                       uint64_t* offs) {
   __shared__ uint32_t crc_t[8 * 256];
@@ -685,80 +645,17 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
   DState& S = states[ii];
   int st = it.status0;
   if (lane == 0) {
-    FrameHeader h{};
     S.bad = ~0ull;
-    S.n_blocks = 0;
-    S.raw_size = 0;
-    if (st == kOk) st = parse_frame_header(it.src, (size_t)it.src_size, &h);
-    uint64_t prefix = 0;
-    if (st == kOk) {
-      prefix = frame_prefix_size(h);
-      if (it.src_size < prefix) st = kErrSrcTruncated;
-    }
-    if (st == kOk) {
-      const uint8_t* p = it.src + kFrameHeaderSize;
-      const uint8_t* const end = p + h.tables_size;
-      uint32_t n_tables = 0;
-      for (int k = 0; k < h.n_streams && st == kOk; ++k) {
-        if (p >= end) { st = kErrCorruptHeader; break; }
-        const uint8_t kind = *p++;
-        const bool ok = kind == kKindRaw ||
-                        (h.dtype == kBytes ? kind == kKindZstd
-                                           : (kind == kKindRans || (kind == kKindRansCtx && h.version >= kFormatVersionCtx)));
-        if (!ok) { st = kErrCorruptHeader; break; }
-        S.kind[k] = kind;
-        S.ctx_base[k] = 0;
-        S.ctx_n[k] = 1;
-        S.tab0[k] = (uint8_t)n_tables;
-        if (kind == kKindRansCtx) {
-          if (end - p < 2) { st = kErrCorruptHeader; break; }
-          S.ctx_base[k] = p[0];
-          S.ctx_n[k] = p[1];
-          p += 2;
-          if (S.ctx_n[k] < 2 || S.ctx_n[k] > kMaxContexts) { st = kErrCorruptHeader; break; }
-        }
-        if (kind_is_rans(kind)) {
-          n_tables += S.ctx_n[k];
-          if (n_tables > kMaxFrameTables) { st = kErrCorruptHeader; break; }
-          for (uint32_t c = 0; c < S.ctx_n[k] && st == kOk; ++c) {
-            const size_t r = rans_read_table(p, (size_t)(end - p), S.freq[S.tab0[k] + c]);
-            if (!r) st = kErrCorruptHeader;
-            p += r;
-          }
-        }
-      }
-      S.n_tables = (uint8_t)n_tables;
-      if (st == kOk && end - p >= 4) st = kErrCorruptHeader;
-      for (; st == kOk && p < end; ++p)
-        if (*p) st = kErrCorruptHeader;
-    }
-    if (st == kOk) {
-      uint32_t c = warp::crc32c_update8(~0u, it.src, 28, crc_t);
-      c = ~warp::crc32c_update8(c, it.src + kFrameHeaderSize, (size_t)(prefix - kFrameHeaderSize), crc_t);
-      if (c != h.header_crc) st = kErrChecksum;
-    }
-    if (st == kOk) {
-      S.raw_size = h.raw_size;
-      S.prefix = prefix;
-      S.n_blocks = h.n_blocks;
-      S.block_elems = h.block_elems;
-      S.tables_size = h.tables_size;
-      S.dtype = h.dtype;
-      S.n_streams = h.n_streams;
-    }
+    if (st == kOk)
+      st = frame_defect_status(parse_frame_head(it.src, (size_t)it.src_size, TableCrc32c{crc_t}, &S.v));
     S.status = st;
   }
   __syncwarp();
   st = __shfl_sync(kFull, st, 0);
   if (st != kOk) return;
-  FrameHeader h{};
-  h.dtype = S.dtype;
-  h.n_streams = S.n_streams;
-  h.raw_size = S.raw_size;
-  h.block_elems = S.block_elems;
-  h.n_blocks = S.n_blocks;
+  const FrameHeader h = S.v.h;
   const int K = h.n_streams;
-  const uint8_t* index = it.src + kFrameHeaderSize + S.tables_size;
+  const uint8_t* const index = S.v.index;
   const uint32_t nb = h.n_blocks;
   bool bad = false;
   uint64_t carry = 0;
@@ -767,7 +664,7 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
     uint64_t v = 0;
     if (j < nb) {
       const uint32_t sz = load_le32(index + 4ull * j);
-      if (sz % 4 || sz < block_header_size(K) || sz > block_bound(block_elem_count(h, j), K)) bad = true;
+      if (!block_index_entry_valid(h, j, sz)) bad = true;
       v = sz;
     }
     uint64_t incl = v;
@@ -778,18 +675,15 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
     if (j < nb && j < it.max_blocks) offs[it.slot_base + j] = carry + incl - v;
     carry += __shfl_sync(kFull, incl, 31);
   }
-  if (__any_sync(kFull, bad)) st = kErrCorruptHeader;
-  if (st == kOk) {
-    const uint64_t frame = S.prefix + carry;
-    if (it.src_size < frame) st = kErrSrcTruncated;
-    else if (it.src_size > frame) st = kErrCorruptHeader;
-  }
+  if (__any_sync(kFull, bad)) st = frame_defect_status(kDefectIndexEntry);
+  if (st == kOk) st = frame_defect_status(check_frame_extent(S.v.prefix_size, carry, it.src_size));
   if (st == kOk && h.raw_size > it.dst_cap) st = kErrDstTooSmall;
   if (st == kOk && nb > it.max_blocks) st = kErrCorruptHeader;  // unreachable for a consistent frame
   if (st == kOk && ((uintptr_t)it.dst % dtype_elem_size(h.dtype)) != 0) st = kErrBadParam;
   if (st == kOk && h.raw_size > 0 && it.dst == nullptr) st = kErrBadParam;
-  for (int k = 0; k < K && st == kOk; ++k)
-    if (S.kind[k] == kKindZstd) st = kErrUnsupported;  // zstd is CPU-only
+  // A valid frame with a zstd stream (dtype bytes): the CPU decodes it. The
+  // only case of TZ_ERROR_UNSUPPORTED; its blocks are not examined here.
+  if (st == kOk && stream_kinds_use_zstd(S.v.t.kind, K)) st = kErrUnsupported;
   if (st == kOk && it.pred_kind == kPredCast) {
     // The prediction is one FP32 per element, cast to BF16 or F16.
     if (h.dtype != kBF16 && h.dtype != kF16) st = kErrBadParam;
@@ -802,9 +696,10 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
   if (lane == 0) S.status = st;
 }
 
-// Decodes one block with a warp: header checks as decode_block, then all
-// streams in lock step (one symbol of every field per lane and step) so the
-// fields merge straight into dst, then the segmented checksum of dst.
+// Decodes one block with a warp: the block header validated by parse_block
+// (codec/block.h, as on the CPU), then all streams in lock step (one symbol
+// of every field per lane and step) so the fields merge straight into dst,
+// then the segmented checksum of dst.
 // Ctx: the frame has a lane-context stream (kind 3); without it the per-
 // symbol table offset and context update are compiled out.
 template <int DT, bool Ctx>
@@ -814,39 +709,17 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
                                  uint32_t salt) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
-  const uint32_t hdr = (uint32_t)block_header_size(K);
-  if (blk_size < hdr || (blk_size & 3u)) return kErrCorruptBlock;
-  const uint32_t stored = load_le32(blk);
-  const uint8_t* pay[K];
-  uint32_t psz[K];
+  BlockView v;
+  const int pst = parse_block_k<K>(kind, blk, blk_size, n, &v);
+  if (pst != kOk) return pst;
+  const uint32_t stored = v.checksum;
+  // Modes are raw or rANS: zstd passes parse_block only in a frame with a
+  // zstd kind, which d_parse_kernel leaves to the CPU.
+  const uint8_t* const* pay = v.payload;
+  const uint32_t* psz = v.size;
   bool coded[K];
-  uint32_t pos = hdr;
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const uint32_t w = load_le32(blk + 4 + 4 * k);
-    const uint32_t size = stream_word_size(w);
-    const uint8_t mode = stream_word_mode(w);
-    const uint32_t padded = (uint32_t)align4(size);
-    if (padded > blk_size - pos) return kErrCorruptBlock;
-    pay[k] = blk + pos;
-    psz[k] = size;
-    for (uint32_t i = size; i < padded; ++i)
-      if (pay[k][i] != 0) return kErrCorruptBlock;
-    if (mode == kModeRaw) {
-      if (size != n) return kErrCorruptBlock;
-      coded[k] = false;
-    } else if (mode == kModeRans) {
-      if (!kind_is_rans(kind[k])) return kErrCorruptBlock;
-      if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
-      coded[k] = true;
-    } else if (mode == kModeZstd) {
-      return DT == kBytes ? kErrCorruptBlock : kErrUnsupported;
-    } else {
-      return kErrCorruptBlock;
-    }
-    pos += padded;
-  }
-  if (pos != blk_size) return kErrCorruptBlock;
+  for (int k = 0; k < K; ++k) coded[k] = v.mode[k] == kModeRans;
 
   uint32_t x[K], p[K], coff[K];  // coff: this lane's table offset (lane context x kProbScale)
   RansCtx rc[K];
@@ -910,25 +783,26 @@ __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* item
   const DItem it = items[ii];
   DState& S = states[ii];
   if (S.status != kOk) return;
-  if ((S.n_tables > kMaxStreams) != (ctx_launch != 0)) return;
-  const uint32_t nb = S.n_blocks;
+  const FrameTables& FT = S.v.t;
+  if ((FT.n_tables > kMaxStreams) != (ctx_launch != 0)) return;
+  const uint32_t nb = S.v.h.n_blocks;
   const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
   if (b0 >= nb) return;
-  const int K = S.n_streams;
-  const uint32_t T = S.n_tables;
+  const int K = S.v.h.n_streams;
+  const uint32_t T = FT.n_tables;
   if (threadIdx.x < (uint32_t)K) {
     const uint32_t k = threadIdx.x;
-    kind[k] = S.kind[k];
-    tab0[k] = S.tab0[k];
-    ctx_base[k] = S.ctx_base[k];
-    ctx_n[k] = S.ctx_n[k];
+    kind[k] = FT.kind[k];
+    tab0[k] = FT.first_table[k];
+    ctx_base[k] = (uint8_t)FT.ctx[k].base;
+    ctx_n[k] = (uint8_t)FT.ctx[k].n;
   }
   if (threadIdx.x < T) {
     const uint32_t k = threadIdx.x;
     uint32_t c = 0;
     for (int s = 0; s < 256; ++s) {
       cum[k][s] = c;
-      c += S.freq[k][s];
+      c += FT.freq[k][s];
     }
     cum[k][256] = c;
   }
@@ -947,14 +821,11 @@ __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* item
   const uint32_t lane = threadIdx.x % 32;
   const uint32_t b = b0 + threadIdx.x / 32;
   if (b >= nb) return;
-  FrameHeader h{};
-  h.dtype = S.dtype;
-  h.raw_size = S.raw_size;
-  h.block_elems = S.block_elems;
+  const FrameHeader h = S.v.h;
   const uint32_t n = block_elem_count(h, b);
   const uint32_t es = dtype_elem_size(h.dtype);
-  const uint8_t* blk = it.src + S.prefix + offs[it.slot_base + b];
-  const uint32_t bsz = load_le32(it.src + kFrameHeaderSize + S.tables_size + 4ull * b);
+  const uint8_t* blk = it.src + S.v.prefix_size + offs[it.slot_base + b];
+  const uint32_t bsz = load_le32(S.v.index + 4ull * b);
   uint8_t* dst = it.dst + (uint64_t)b * h.block_elems * es;
   bool has_ctx = false;  // the same for every warp of the frame
   for (int k = 0; k < K; ++k) has_ctx |= ctx_n[k] > 1;
@@ -984,7 +855,7 @@ __global__ void d_finish_kernel(const DState* states, uint32_t n_items, size_t* 
   int st = states[i].status;
   if (st == kOk && states[i].bad != ~0ull) st = (int)(states[i].bad & 0xFFu);
   status[i] = st;
-  out_sizes[i] = st == kOk ? (size_t)states[i].raw_size : 0;
+  out_sizes[i] = st == kOk ? (size_t)states[i].v.h.raw_size : 0;
 }
 
 // ================================================================ host ==
@@ -1005,14 +876,14 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
   if (n_items > UINT32_MAX / 2) return err(kErrBadParam);
   tz_params p{};
   if (params) p = *params;
-  if (p.level < -1 || p.level > 3) return err(kErrBadParam);
+  if (!encode_level_valid(p.level)) return err(kErrBadParam);
   // Level 3 adds lane-context tables (src/cpu/frame.cpp, choose_lane_contexts),
   // which this encoder does not build: refused rather than producing frames
   // that differ from the CPU's. Its frames decode here like any other.
   if (p.level == 3) return err(kErrUnsupported);
-  P->level = p.level == 0 ? 1 : p.level;
-  const uint32_t be = p.block_elems ? p.block_elems : kDefaultBlockElems;
-  if (be < kMinBlockElems || be > kMaxBlockElems || (be & (be - 1))) return err(kErrBadParam);
+  P->level = policy_level(p.level);
+  const uint32_t be = policy_block_elems(p.block_elems, kBF16);  // float dtypes only here
+  if (!block_elems_valid(be)) return err(kErrBadParam);
   P->block_elems = be;
   P->items.resize(n_items);
   uint64_t blocks = 0, chunks = 0, staging = 0, resid = 0;
@@ -1028,12 +899,13 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
     const unsigned dt = (unsigned)in.dtype;
     int st = kOk;
     if (dt >= kDTypeCount) st = kErrBadParam;
-    else if (dt == kBytes || in.src_size % dtype_elem_size((uint8_t)dt) != 0) st = kErrUnsupported;  // zstd path
-    else if (in.src_size > (UINT64_C(1) << 56)) st = kErrBadParam;
+    else if (encode_dtype((uint8_t)dt, in.src_size) == kBytes) st = kErrUnsupported;  // the CPU's zstd path
+    else if (!encode_size_valid(in.src_size)) st = kErrBadParam;
     uint64_t nb = 0;
     if (st == kOk) {
-      nb = frame_n_blocks(in.src_size / dtype_elem_size((uint8_t)dt), be);
-      if (nb > UINT32_MAX) st = kErrBadParam;
+      uint32_t nb32 = 0;
+      if (encode_block_count(in.src_size / dtype_elem_size((uint8_t)dt), be, &nb32)) nb = nb32;
+      else st = kErrBadParam;
     }
     c.dtype = st == kOk ? (uint8_t)dt : (uint8_t)kBF16;
     c.n_streams = (uint8_t)dtype_stream_count(c.dtype);
@@ -1128,7 +1000,7 @@ size_t plan_decompress(const tz_cuda_decompress_item* items, size_t n_items, boo
     slots += mb;
     chunks += (mb + kWarpsPerCta - 1) / kWarpsPerCta;
     int st = kOk;
-    if (check_ptrs && ((in.src_size && !in.src) || ((uintptr_t)in.src % 4) != 0)) st = kErrBadParam;
+    if (check_ptrs && (!in.src || ((uintptr_t)in.src % 4) != 0)) st = kErrBadParam;  // null: as the CPU
     if (in.predict.kind != TZ_CUDA_PREDICT_NONE && in.predict.kind != TZ_CUDA_PREDICT_DELTA &&
         in.predict.kind != TZ_CUDA_PREDICT_CAST)
       st = kErrBadParam;

@@ -18,6 +18,7 @@
 #include "tensorzip/tensorzip.h"
 #include "tensorzip/tensorzip_cuda.h"
 #include "cuda_test_common.h"
+#include "tz_malformed_frames.h"
 #include "tz_test_data.h"
 
 namespace {
@@ -353,6 +354,27 @@ TEST(CudaGpu, ConvenienceCalls) {
   ASSERT_EQ(ds, data.size()) << tz_get_error_name(ds);
   EXPECT_TRUE(o.get(data.size()) == data);
   EXPECT_TRUE(tz_is_error(tz_cuda_decompress_tensor(o.p(), data.size(), f.p(), fs - 1, 0)));
+}
+
+// The table of malformed frames (one per validation rule): the GPU's status
+// codes are the CPU's, except TZ_ERROR_UNSUPPORTED for valid zstd frames.
+TEST(CudaGpu, MalformedFramesSameCodeAsCpu) {
+  REQUIRE_GPU();
+  const std::vector<tzt::MalformedFrame> table = tzt::malformed_frames();
+  std::vector<std::unique_ptr<DevBuf>> fs, outs;
+  std::vector<tz_cuda_decompress_item> items;
+  for (const auto& m : table) {
+    fs.push_back(std::make_unique<DevBuf>(m.frame.size()));
+    fs.back()->put(m.frame);
+    outs.push_back(std::make_unique<DevBuf>(m.dst_capacity));
+    items.push_back({fs.back()->p(), m.frame.size(), outs.back()->p(), m.dst_capacity});
+  }
+  const Result r = gpu_decompress(items);
+  for (size_t i = 0; i < table.size(); ++i) {
+    SCOPED_TRACE(table[i].rule);
+    EXPECT_EQ(r.status[i], table[i].gpu_code);
+    EXPECT_TRUE(outs[i]->guards_intact());
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "tensorzip/tensorzip.h"
 #include "tensorzip/tensorzip_cuda.h"
 #include "cuda_test_common.h"  // tests/cuda (shared with test_cuda_gpu.cpp)
+#include "tz_malformed_frames.h"
 #include "tz_test_data.h"
 
 namespace {
@@ -452,6 +453,52 @@ TEST(CudaEmu, ConvenienceCalls) {
   EXPECT_EQ(tz_cuda_decompress_tensor(o.p(), data.size(), f.p(), fs, nullptr), data.size());
   EXPECT_TRUE(o.get(data.size()) == data);
   EXPECT_TRUE(tz_is_error(tz_cuda_decompress_tensor(o.p(), data.size(), f.p(), fs - 4, nullptr)));
+}
+
+// Every rule of the shared validator (codec/frame_prefix.h, parse_block):
+// the table of malformed frames gives the same status code on the GPU as on
+// the CPU, in one batch. The one difference is by design: a valid frame with
+// a zstd stream (dtype bytes) is TZ_ERROR_UNSUPPORTED on the GPU, whatever
+// its blocks hold, and only such frames are.
+TEST(CudaEmu, MalformedFramesSameCodeAsCpu) {
+  const std::vector<tzt::MalformedFrame> table = tzt::malformed_frames();
+  std::vector<std::unique_ptr<Buf>> fs, outs;
+  std::vector<tz_cuda_decompress_item> items;
+  std::vector<int> cpu_code;
+  std::vector<Bytes> cpu_out;
+  for (const auto& m : table) {
+    fs.push_back(std::make_unique<Buf>(m.frame.size()));
+    fs.back()->put(m.frame);
+    outs.push_back(std::make_unique<Buf>(m.dst_capacity));
+    items.push_back({fs.back()->p(), m.frame.size(), outs.back()->p(), m.dst_capacity});
+    Bytes o(m.dst_capacity);
+    const size_t r = tz_decompress(o.data(), o.size(), fs.back()->p(), m.frame.size(), 1);
+    cpu_code.push_back(tz_is_error(r) ? (int)tz_get_error_code(r) : 0);
+    cpu_out.push_back(o);
+  }
+  const Result r = emu_decompress(items);
+  int unsupported = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const auto& m = table[i];
+    SCOPED_TRACE(m.rule);
+    EXPECT_EQ(cpu_code[i], m.code);
+    EXPECT_EQ(r.status[i], m.gpu_code);
+    if (m.gpu_code == m.code) EXPECT_EQ(r.status[i], cpu_code[i]) << "GPU and CPU disagree";
+    unsupported += r.status[i] == TZ_ERROR_UNSUPPORTED;
+    EXPECT_TRUE(outs[i]->guards_intact());
+    if (r.status[i] == TZ_OK) {
+      EXPECT_EQ(r.size[i], m.dst_capacity);
+      EXPECT_TRUE(outs[i]->get(m.dst_capacity) == cpu_out[i]);
+    } else {
+      EXPECT_EQ(r.size[i], 0u);
+    }
+  }
+  EXPECT_EQ(unsupported, 3) << "the zstd frames only";
+  // A null source is a parameter error on both sides.
+  Buf o(16);
+  const Result n = emu_decompress({{nullptr, 0, o.p(), 16}});
+  EXPECT_EQ(n.status[0], TZ_ERROR_BAD_PARAMETER);
+  EXPECT_EQ(tz_get_error_code(tz_decompress(o.p(), 16, nullptr, 0, 1)), TZ_ERROR_BAD_PARAMETER);
 }
 
 }  // namespace
