@@ -83,6 +83,78 @@ using namespace detail;
 
 namespace detail {
 
+namespace {
+
+// One tensor entry of the header (the value of key `name`), checked on its
+// own: types, dtype, shape x dtype = data_offsets span, inside the data section.
+TensorEntry read_entry(JsonReader& r, std::string_view name, uint64_t data_size, const std::string& what) {
+  TensorEntry t;
+  t.name = std::string(name);
+  const std::string tw = what + ": tensor '" + t.name + "'";
+  if (t.name.empty()) fail(ErrorKind::kBadInput, what + ": tensor with an empty name");
+  if (r.peek() != JsonReader::Kind::kObject) {
+    r.skip();  // a syntax or depth error in it is reported first
+    fail(ErrorKind::kBadInput, tw + ": entry is not an object");
+  }
+  bool has_dtype = false, has_shape = false, shape_ok = true, offsets_array = false, offsets_ok = true;
+  size_t n_offsets = 0;
+  uint64_t offs[2] = {0, 0};
+  r.for_each_member([&](std::string_view k) {
+    if (k == "dtype") {
+      if (r.peek() != JsonReader::Kind::kString) fail(ErrorKind::kBadInput, tw + ": missing or non-string dtype");
+      t.dtype = std::string(r.read_string());
+      has_dtype = true;
+    } else if (k == "shape") {
+      if (r.peek() != JsonReader::Kind::kArray) fail(ErrorKind::kBadInput, tw + ": missing or non-array shape");
+      has_shape = true;
+      r.for_each_element([&] {
+        if (t.shape.size() >= 64) fail(ErrorKind::kBadInput, tw + ": shape has more than 64 dimensions");
+        uint64_t dim = 0;
+        if (!r.read_u64(&dim)) shape_ok = false;
+        t.shape.push_back(dim);
+      });
+    } else if (k == "data_offsets") {
+      if (r.peek() != JsonReader::Kind::kArray) {
+        r.skip();
+        return;
+      }
+      offsets_array = true;
+      r.for_each_element([&] {
+        uint64_t v = 0;
+        if (!r.read_u64(&v)) offsets_ok = false;
+        if (n_offsets < 2) offs[n_offsets] = v;
+        ++n_offsets;
+      });
+    } else {
+      r.skip();  // extra keys are kept in the verbatim header
+    }
+  });
+  if (!has_dtype) fail(ErrorKind::kBadInput, tw + ": missing or non-string dtype");
+  if (!has_shape) fail(ErrorKind::kBadInput, tw + ": missing or non-array shape");
+  if (!offsets_array || n_offsets != 2)
+    fail(ErrorKind::kBadInput, tw + ": data_offsets is not an array of two integers");
+  if (!codec_dtype_for(t.dtype, &t.codec_dtype)) fail(ErrorKind::kBadInput, tw + ": unknown dtype '" + t.dtype + "'");
+  if (!shape_ok) fail(ErrorKind::kBadInput, tw + ": shape holds a non-integer or negative value");
+  if (!offsets_ok) fail(ErrorKind::kBadInput, tw + ": data_offsets hold a non-integer or negative value");
+  t.data_begin = offs[0];
+  t.data_end = offs[1];
+  if (t.data_begin > t.data_end)
+    fail(ErrorKind::kBadInput, tw + ": data_offsets [" + std::to_string(t.data_begin) + ", " +
+                                   std::to_string(t.data_end) + "] are reversed");
+  if (t.data_end > data_size)
+    fail(ErrorKind::kBadInput, tw + ": data_offsets [" + std::to_string(t.data_begin) + ", " +
+                                   std::to_string(t.data_end) + "] out of range (data section is " +
+                                   std::to_string(data_size) + " bytes)");
+  const uint64_t nbytes = tensor_nbytes(t.dtype, t.shape, what, t.name);
+  if (nbytes != t.data_end - t.data_begin)
+    fail(ErrorKind::kBadInput, tw + ": shape " + shape_string(t.shape) + " x " + t.dtype + " is " +
+                                   std::to_string(nbytes) + " bytes but data_offsets span " +
+                                   std::to_string(t.data_end - t.data_begin));
+  return t;
+}
+
+}  // namespace
+
 void parse_safetensors_json(const char* header, size_t header_len, uint64_t data_size, const std::string& what,
                             SafetensorsInfo* out, const std::function<void(TensorEntry&&)>& on_tensor) {
   SafetensorsInfo& info = *out;
@@ -96,14 +168,8 @@ void parse_safetensors_json(const char* header, size_t header_len, uint64_t data
   // (untouched capacity costs no memory; growth by doubling would briefly
   // hold two copies).
   uint64_t table_bytes = 0;
-  if (!on_tensor) {
-    const std::string_view all(header, header_len);
-    size_t n = 0;
-    for (size_t at = all.find("\"data_offsets\""); at != std::string_view::npos && n < kMaxTensors;
-         at = all.find("\"data_offsets\"", at + 1))
-      ++n;
-    info.tensors.reserve(n);
-  }
+  size_t n_tensors = 0;
+  if (!on_tensor) info.tensors.reserve(count_occurrences(std::string_view(header, header_len), "\"data_offsets\"", kMaxTensors));
   r.for_each_member([&](std::string_view key) {
     if (key == "__metadata__") {
       if (r.peek() != JsonReader::Kind::kObject) fail(ErrorKind::kBadInput, what + ": __metadata__ is not an object");
@@ -115,70 +181,9 @@ void parse_safetensors_json(const char* header, size_t header_len, uint64_t data
       });
       return;
     }
-    if (info.tensors.size() >= kMaxTensors)
+    if (++n_tensors > kMaxTensors)
       fail(ErrorKind::kBadInput, what + ": too many tensors (limit " + std::to_string(kMaxTensors) + ")");
-    TensorEntry t;
-    t.name = std::string(key);
-    const std::string tw = what + ": tensor '" + t.name + "'";
-    if (t.name.empty()) fail(ErrorKind::kBadInput, what + ": tensor with an empty name");
-    if (r.peek() != JsonReader::Kind::kObject) {
-      r.skip();  // a syntax or depth error in it is reported first
-      fail(ErrorKind::kBadInput, tw + ": entry is not an object");
-    }
-    bool has_dtype = false, has_shape = false, shape_ok = true, offsets_array = false, offsets_ok = true;
-    size_t n_offsets = 0;
-    uint64_t offs[2] = {0, 0};
-    r.for_each_member([&](std::string_view k) {
-      if (k == "dtype") {
-        if (r.peek() != JsonReader::Kind::kString) fail(ErrorKind::kBadInput, tw + ": missing or non-string dtype");
-        t.dtype = std::string(r.read_string());
-        has_dtype = true;
-      } else if (k == "shape") {
-        if (r.peek() != JsonReader::Kind::kArray) fail(ErrorKind::kBadInput, tw + ": missing or non-array shape");
-        has_shape = true;
-        r.for_each_element([&] {
-          if (t.shape.size() >= 64) fail(ErrorKind::kBadInput, tw + ": shape has more than 64 dimensions");
-          uint64_t dim = 0;
-          if (!r.read_u64(&dim)) shape_ok = false;
-          t.shape.push_back(dim);
-        });
-      } else if (k == "data_offsets") {
-        if (r.peek() != JsonReader::Kind::kArray) {
-          r.skip();
-          return;
-        }
-        offsets_array = true;
-        r.for_each_element([&] {
-          uint64_t v = 0;
-          if (!r.read_u64(&v)) offsets_ok = false;
-          if (n_offsets < 2) offs[n_offsets] = v;
-          ++n_offsets;
-        });
-      } else {
-        r.skip();  // extra keys are kept in the verbatim header
-      }
-    });
-    if (!has_dtype) fail(ErrorKind::kBadInput, tw + ": missing or non-string dtype");
-    if (!has_shape) fail(ErrorKind::kBadInput, tw + ": missing or non-array shape");
-    if (!offsets_array || n_offsets != 2)
-      fail(ErrorKind::kBadInput, tw + ": data_offsets is not an array of two integers");
-    if (!codec_dtype_for(t.dtype, &t.codec_dtype)) fail(ErrorKind::kBadInput, tw + ": unknown dtype '" + t.dtype + "'");
-    if (!shape_ok) fail(ErrorKind::kBadInput, tw + ": shape holds a non-integer or negative value");
-    if (!offsets_ok) fail(ErrorKind::kBadInput, tw + ": data_offsets hold a non-integer or negative value");
-    t.data_begin = offs[0];
-    t.data_end = offs[1];
-    if (t.data_begin > t.data_end)
-      fail(ErrorKind::kBadInput, tw + ": data_offsets [" + std::to_string(t.data_begin) + ", " +
-                                     std::to_string(t.data_end) + "] are reversed");
-    if (t.data_end > info.data_size)
-      fail(ErrorKind::kBadInput, tw + ": data_offsets [" + std::to_string(t.data_begin) + ", " +
-                                     std::to_string(t.data_end) + "] out of range (data section is " +
-                                     std::to_string(info.data_size) + " bytes)");
-    const uint64_t nbytes = tensor_nbytes(t.dtype, t.shape, what, t.name);
-    if (nbytes != t.data_end - t.data_begin)
-      fail(ErrorKind::kBadInput, tw + ": shape " + shape_string(t.shape) + " x " + t.dtype + " is " +
-                                     std::to_string(nbytes) + " bytes but data_offsets span " +
-                                     std::to_string(t.data_end - t.data_begin));
+    TensorEntry t = read_entry(r, key, info.data_size, what);
     table_bytes += sizeof(TensorEntry) + t.name.size() + t.dtype.size() + 8 * t.shape.size();
     if (table_bytes > kMaxTableBytes)
       fail(ErrorKind::kBadInput, what + ": tensor table larger than " + std::to_string(kMaxTableBytes >> 20) + " MiB");

@@ -323,6 +323,12 @@ void JsonReader::skip() {
   }
 }
 
+size_t count_occurrences(std::string_view text, std::string_view needle, size_t limit) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string_view::npos && n < limit; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 void JsonWriter::u64(uint64_t v) {
   value_start();
   char b[24];

@@ -150,6 +150,10 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
+// Occurrences of `needle` in `text`, counting at most `limit` (a raw byte
+// scan: used to reserve tables before a parse, never to validate).
+size_t count_occurrences(std::string_view text, std::string_view needle, size_t limit);
+
 // Length of the valid UTF-8 sequence at p (lead byte >= 0x80), or 0: no
 // overlong forms, no surrogates, at most U+10FFFF.
 size_t utf8_sequence(const unsigned char* p, const unsigned char* end);

@@ -59,7 +59,32 @@ struct RawSegment {
   std::string frame_error;
   bool has_predict = false;
   std::string predict_error;
+  bool offsets_array = false, offsets_int = true;
+  size_t n_offsets = 0;
+  uint64_t offsets[2] = {0, 0};
 };
+
+void read_codec(JsonReader& r, RawSegment& raw, TensorEntry* t) {
+  if (r.peek() != Kind::kObject) {
+    r.skip();
+    return;
+  }
+  raw.has_codec = true;
+  r.for_each_member([&](std::string_view ck) {
+    if (ck == "dtype") {
+      if (r.peek() == Kind::kString)
+        raw.codec_dtype_ok = codec_dtype_from_name(std::string(r.read_string()), &t->codec_dtype);
+      else
+        r.skip();
+    } else if (ck == "level") {
+      raw.level_ok = r.read_i64(&raw.level);
+    } else if (ck == "block_elems") {
+      raw.block_elems.read(r);
+    } else {
+      r.skip();
+    }
+  });
+}
 
 void read_frames(JsonReader& r, RawSegment& raw, TensorEntry* t) {
   if (r.peek() != Kind::kArray) {
@@ -136,16 +161,14 @@ void read_predict(JsonReader& r, RawSegment& raw, TensorEntry* t) {
   if (e.empty() && !unknown.empty()) e = "unknown predict key '" + unknown + "'";
 }
 
+void check_segment(const RawSegment& raw, bool gap, const std::string& what, TensorEntry* t);
+
 // Reads one segment object (a tensor, or a gap) and checks what does not
 // depend on chunk_bytes.
 void read_segment(JsonReader& r, bool gap, const std::string& what, TensorEntry* t) {
   RawSegment raw;
   t->is_gap = gap;
   if (r.peek() != Kind::kObject) bad(what, "segment is not an object");
-  bool offsets_array = false;
-  size_t n_offsets = 0;
-  uint64_t offs[2] = {0, 0};
-  bool offs_int = true;
   r.for_each_member([&](std::string_view k) {
     if (k == "name" && !gap) {
       raw.has_name = true;
@@ -179,33 +202,15 @@ void read_segment(JsonReader& r, bool gap, const std::string& what, TensorEntry*
         r.skip();
         return;
       }
-      offsets_array = true;
+      raw.offsets_array = true;
       r.for_each_element([&] {
         uint64_t v = 0;
-        if (!r.read_u64(&v)) offs_int = false;
-        if (n_offsets < 2) offs[n_offsets] = v;
-        ++n_offsets;
+        if (!r.read_u64(&v)) raw.offsets_int = false;
+        if (raw.n_offsets < 2) raw.offsets[raw.n_offsets] = v;
+        ++raw.n_offsets;
       });
     } else if (k == "codec") {
-      if (r.peek() != Kind::kObject) {
-        r.skip();
-        return;
-      }
-      raw.has_codec = true;
-      r.for_each_member([&](std::string_view ck) {
-        if (ck == "dtype") {
-          if (r.peek() == Kind::kString)
-            raw.codec_dtype_ok = codec_dtype_from_name(std::string(r.read_string()), &t->codec_dtype);
-          else
-            r.skip();
-        } else if (ck == "level") {
-          raw.level_ok = r.read_i64(&raw.level);
-        } else if (ck == "block_elems") {
-          raw.block_elems.read(r);
-        } else {
-          r.skip();
-        }
-      });
+      read_codec(r, raw, t);
     } else if (k == "frames") {
       read_frames(r, raw, t);
     } else if (k == "predict") {
@@ -214,7 +219,12 @@ void read_segment(JsonReader& r, bool gap, const std::string& what, TensorEntry*
       r.skip();
     }
   });
+  check_segment(raw, gap, what, t);
+}
 
+// What a segment's own fields must satisfy (in a fixed order, whatever the
+// order of its keys).
+void check_segment(const RawSegment& raw, bool gap, const std::string& what, TensorEntry* t) {
   std::string ctx = "gap: ";
   if (!gap) {
     if (!raw.name_ok) bad(what, "tensor without a name");
@@ -224,9 +234,10 @@ void read_segment(JsonReader& r, bool gap, const std::string& what, TensorEntry*
     if (!raw.has_shape || t->shape.size() > 64) bad(what, ctx + "shape missing or too long");
     if (!raw.shape_ok) bad(what, ctx + "shape holds a non-integer");
   }
-  if (!offsets_array || n_offsets != 2 || !offs_int || offs[0] > offs[1]) bad(what, ctx + "bad data_offsets");
-  t->data_begin = offs[0];
-  t->data_end = offs[1];
+  if (!raw.offsets_array || raw.n_offsets != 2 || !raw.offsets_int || raw.offsets[0] > raw.offsets[1])
+    bad(what, ctx + "bad data_offsets");
+  t->data_begin = raw.offsets[0];
+  t->data_end = raw.offsets[1];
   if (!gap) {
     uint64_t nbytes = 0;
     try {
@@ -413,12 +424,8 @@ void decode_header(std::string&& json_in, uint64_t header_offset, uint16_t major
   bool has_refs = false;
   U64Field chunk, data_size;
   uint64_t table_bytes = 0;
-  size_t entries_hint = 0;
-  {
-    static constexpr std::string_view kKey = "\"data_offsets\"";  // once per tensor or gap entry
-    for (size_t at = json.find(kKey); at != std::string::npos && entries_hint < kMaxTensors; at = json.find(kKey, at + 1))
-      ++entries_hint;
-  }
+  // "data_offsets" occurs once per tensor or gap entry.
+  const size_t entries_hint = count_occurrences(json, "\"data_offsets\"", kMaxTensors);
   r.for_each_member([&](std::string_view k) {
     if (k == "format") {
       if (r.peek() == Kind::kString) format_ok = r.read_string() == "tzip";
