@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <exception>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -63,7 +65,29 @@ void run_pipeline(size_t n_items, std::vector<Slot>& slots, unsigned workers, Pr
     cv.notify_all();
   };
 
-  std::thread producer([&] {
+  // Threads are started through start(): if the system refuses one (EAGAIN),
+  // those already running are stopped and joined and the failure becomes an
+  // Error (a joinable std::thread destroyed by the unwinding would call
+  // std::terminate).
+  std::thread producer;
+  std::vector<std::thread> pool;
+  pool.reserve(workers);
+  auto start = [&](auto&& fn) {
+    try {
+      return std::thread(std::forward<decltype(fn)>(fn));
+    } catch (const std::system_error& e) {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        stop = true;
+        cv.notify_all();
+      }
+      if (producer.joinable()) producer.join();
+      for (auto& t : pool) t.join();
+      fail(ErrorKind::kInternal, std::string("cannot start a thread: ") + e.what());
+    }
+  };
+
+  producer = start([&] {
     try {
       for (size_t i = 0; i < n_items; ++i) {
         const size_t s = i % n_slots;
@@ -85,9 +109,8 @@ void run_pipeline(size_t n_items, std::vector<Slot>& slots, unsigned workers, Pr
     }
   });
 
-  std::vector<std::thread> pool;
   for (unsigned w = 0; w < workers; ++w) {
-    pool.emplace_back([&, w] {
+    pool.push_back(start([&, w] {
       for (;;) {
         size_t s = 0;
         {
@@ -120,7 +143,7 @@ void run_pipeline(size_t n_items, std::vector<Slot>& slots, unsigned workers, Pr
         state[s] = kDone;
         cv.notify_all();
       }
-    });
+    }));
   }
 
   try {
