@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TZ_SKIP_PIP=1 ./scripts/deps.sh
 JOBS="${TZ_JOBS:-$(nproc)}"
-cmake --preset default -DTZ_BUILD_TESTS=OFF >/dev/null
-cmake --build --preset default -j "$JOBS" --target tzip
+. scripts/build-steps.sh
+tz_configure_demo build            # only the tzip target is built; the test suite stays configured
+cmake --build build -j "$JOBS" --target tzip
 TZIP=build/programs/tzip
 
 work=$(mktemp -d)

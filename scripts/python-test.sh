@@ -7,6 +7,9 @@
 #                        built here if missing)
 #   TZ_JOBS=N            parallel compile jobs (default 2)
 #   TZ_PY_SKIP_LARGE=1   skip the > 2 GiB tests (they skip themselves when memory is short)
+#   TZ_PY_TRANSFORMERS_MIN=0|1  run the transformers tests again with the lowest supported
+#                        transformers version, in a venv of its own (default: 1 when no pytest
+#                        arguments are given)
 #   TZ_PY_CUDA=AUTO      TZ_CUDA of the module's build (default AUTO: with the CUDA backend and
 #                        TensorWriter.add_cuda where nvcc is found, so that the GPU binding compiles
 #                        and its refusal without a device is tested; OFF: CPU only, as a plain
@@ -49,4 +52,25 @@ if [ "$rc" -eq 5 ]; then
   echo "python-test.sh: pytest collected no tests: failing" >&2
   exit 1
 fi
-exit "$rc"
+[ "$rc" -eq 0 ] || exit "$rc"
+
+# tensorzip.transformers with the lowest transformers version it supports (the ">=" bound in
+# python/requirements-test.txt; the run above used the newest allowed one): its tests again, in a
+# venv that holds that version and sees the tensorzip just installed. Runs when pytest got no
+# arguments (or TZ_PY_TRANSFORMERS_MIN=1); TZ_PY_TRANSFORMERS_MIN=0 skips it. About 1.5 min.
+if [ "${TZ_PY_TRANSFORMERS_MIN:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = 1 ]; then
+  MINV="$(sed -n 's/^transformers>=\([0-9.]*\),.*/\1/p' python/requirements-test.txt)"
+  VENV="build-py/venv-transformers-$MINV"
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV"
+  "$VENV/bin/python" -m pip --disable-pip-version-check install -q "transformers==$MINV" "accelerate>=1.0"
+  SITE="$("$PY" -c 'import os, tensorzip; print(os.path.dirname(os.path.dirname(tensorzip.__file__)))')"
+  PURE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$SITE" > "$PURE/tensorzip-under-test.pth"   # after the venv's own packages: its transformers wins
+  "$VENV/bin/python" - "$MINV" <<'PYEOF'
+import sys, transformers, tensorzip
+if transformers.__version__ != sys.argv[1]:
+    sys.exit(f"python-test.sh: expected transformers {sys.argv[1]}, got {transformers.__version__}")
+print(f"python-test.sh: transformers {transformers.__version__}, tensorzip from {tensorzip.__file__}")
+PYEOF
+  "$VENV/bin/python" -m pytest python/tests/test_transformers.py -ra -p no:cacheprovider
+fi

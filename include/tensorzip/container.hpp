@@ -52,21 +52,28 @@ class Error : public std::runtime_error {
   int errno_ = 0;
 };
 
-// Called with (bytes done, bytes total) of uncompressed data, from the
-// calling thread.
+// Called with (bytes done, bytes total) of uncompressed data, one call at a
+// time and in order, from one of the threads doing the work (the calling
+// thread or another one of the `threads`).
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 struct WriteOptions {
   int level = 0;              // tz_params.level
   unsigned block_elems = 0;   // 0: codec default for the dtype
-  unsigned threads = 0;       // 0: all hardware threads
+  unsigned threads = 0;       // threads in all, the calling one included (reads, coding, writes); 0: all hardware threads
   uint64_t chunk_bytes = 4u << 20;  // raw bytes per frame: power of two, 1 MiB..64 MiB
-  bool force = false;         // replace an existing output
+  bool force = false;         // replace an existing output (a regular file; doc/cli.md "Outputs")
+  // >= 0: write the (single-file) output to this open descriptor instead of
+  // a file (e.g. a pipe on stdout): in order, no temporary, not closed; the
+  // output path then only names it in messages.
+  int output_fd = -1;
   std::map<std::string, std::string> user_metadata;  // stored in the .tzip header only
   ProgressFn progress;
   // Checkpoint-aware coding (doc/container.md section 12).
   bool predict = true;        // discover cast tensors (BF16/F16 = RNE cast of an FP32 tensor) and use
                               // them where a sample says they pay; false: plain per-tensor coding
+  bool cross_file = true;     // compress_checkpoint: casts may use an FP32 tensor of another input
+                              // (that output then needs the other one); false: each output alone
   std::string ref;            // previous checkpoint's .tzip: tensors of the same name, dtype and
                               // shape are stored as XOR residuals where that pays (delta)
   double min_gain = 0.03;     // a prediction must cut the sampled order-0 cost by this fraction
@@ -80,7 +87,7 @@ struct WriteOptions {
 };
 
 struct ReadOptions {
-  unsigned threads = 0;
+  unsigned threads = 0;  // threads in all, the calling one included; 0: all hardware threads
   // Explicit locations of referenced .tzip files (delta or cross-file cast
   // sources), matched to the recorded references by whole-file checksum;
   // references not given here are looked up by their recorded relative path.
@@ -95,13 +102,15 @@ struct ReadOptions {
   // Follow recorded reference paths that are not contained (absolute, or
   // climbing above the file's folder tree; doc/container.md 12.3).
   bool any_reference_location = false;
-  bool force = false;
+  bool force = false;         // replace an existing output (a regular file, or a folder of the same output)
+  int output_fd = -1;         // as WriteOptions::output_fd (export of one file)
   ProgressFn progress;
 };
 
-// safetensors dtype string -> codec dtype (BF16, F16, F32, F8_E4M3, F8_E5M2
-// map to their own; every other known dtype to TZ_DTYPE_BYTES). Returns false
-// for an unknown dtype string.
+// safetensors dtype string -> the codec dtype a writer uses for it (BF16, F16,
+// F32, F8_E4M3, F8_E5M2 map to their own; the FNUZ FP8 types and F8_E8M0 to an
+// FP8 codec, C64 to F32, every other known dtype to TZ_DTYPE_BYTES: doc/container.md
+// section 5). Returns false for an unknown dtype string.
 bool codec_dtype_for(const std::string& st_dtype, tz_dtype* out);
 // Bits per element of a safetensors dtype (0 if unknown).
 unsigned dtype_bits(const std::string& st_dtype);
@@ -183,8 +192,6 @@ SafetensorsInfo read_safetensors_info(const std::string& path);
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr uint64_t kMaxTensors = 1u << 20;
 
-// Compresses a safetensors file into a .tzip file (written to a temporary
-// name beside `out`, fsync'd and renamed).
 // Statistics of a whole-file pass: bytes of the original safetensors file
 // and of the .tzip file.
 struct PassStats {
@@ -192,6 +199,15 @@ struct PassStats {
   uint64_t file_bytes = 0;
 };
 
+// Compresses a safetensors file into a .tzip file. Output rules (every
+// function here that writes a file or folder; doc/cli.md "Outputs"): the
+// output is written to a temporary beside `out`, fsync'd and renamed; it
+// takes on the input's permission bits and times; an existing `out` is
+// kExists unless force, and force replaces only a regular file (a folder
+// output: a folder holding only what the new output holds); a FIFO or a
+// character device (/dev/null) is written through, a symbolic link, a
+// terminal or any other kind of file is refused (kUsage); an output that
+// is, contains or lies inside an input is refused (kUsage).
 PassStats compress_file(const std::string& in, const std::string& out, const WriteOptions& opt);
 
 // Compresses the safetensors files of one checkpoint (e.g. a BF16 model file
@@ -287,6 +303,17 @@ class Reader {
   // read functions are thread-safe.
   void read_tensor(size_t index, void* dst, size_t capacity);
   std::vector<uint8_t> read_tensor(const std::string& name);
+  // Reads several whole tensors at once, each into its own destination
+  // (capacity >= its raw_size()): the frames of all of them are decoded in
+  // parallel on `threads` threads (the caller included; 0: all hardware
+  // threads), so many small tensors load as fast as one large one. The
+  // bytes are those of read_tensor; the first error is thrown.
+  struct TensorRead {
+    size_t index;
+    void* dst;
+    size_t capacity;
+  };
+  void read_tensors(const std::vector<TensorRead>& reads, unsigned threads);
   // Reads codec blocks [first, first+count) of a tensor; returns bytes written.
   size_t read_blocks(size_t index, uint64_t first, uint64_t count, void* dst, size_t capacity);
   // Reads raw bytes [offset, offset+size) of a tensor (decodes only the blocks it needs).
@@ -342,8 +369,15 @@ PathKind path_kind(const std::string& path);
 void request_cancel();
 void clear_cancel();
 // Removes the temporary files this process is writing, without unwinding
-// (last resort for a second signal). Async-signal-safe.
+// (last resort for a second signal). Async-signal-safe, so files and empty
+// folders only, and the first 256 temporaries only.
 void remove_temporaries_on_signal();
+// Removes every temporary (files and whole folders) this process is
+// writing and makes later attempts to create or publish one fail with
+// kInterrupted. Waits for a rename in progress, so a published output is
+// never half-replaced. For a watchdog thread after request_cancel() (not
+// async-signal-safe); the process is expected to exit afterwards.
+void remove_temporaries();
 
 // ---------------------------------------------------------------------------
 // Writing a .tzip file from tensors in memory (src/container/tzip_tensor_writer.cpp).
@@ -372,12 +406,18 @@ std::unique_ptr<Sink> make_pwrite_sink(int fd);
 struct TensorWriterOptions {
   int level = 0;                    // tz_params.level (-1 store, 0 default, 1..3)
   unsigned block_elems = 0;         // 0: codec default for the dtype
-  unsigned threads = 0;             // encoder threads; 0: all hardware threads
+  unsigned threads = 0;             // threads in all (coding and in-order writes); 0: all hardware threads
   uint64_t chunk_bytes = 4u << 20;  // raw bytes per frame: power of two, 1 MiB..64 MiB
   unsigned slots = 0;               // frames in flight; 0: threads + 4. Memory ~ slots x chunk
   bool force = false;               // replace an existing output
   std::map<std::string, std::string> metadata;       // safetensors __metadata__ of the export
   std::map<std::string, std::string> user_metadata;  // .tzip header only
+  // The export's safetensors header JSON, verbatim (without its 8-byte length). Empty: made
+  // from the added tensors. Given (e.g. laid out as safetensors' own writer does, so that the
+  // export equals that writer's file byte for byte), it must describe exactly the added tensors
+  // (names, dtypes, shapes, data offsets in the order added) with `metadata` as its
+  // __metadata__; finish() checks that (kUsage) before writing anything.
+  std::string safetensors_header;
   // Cast prediction (doc/container.md section 12): a BF16/F16 host tensor
   // that is the RNE cast of an FP32 host tensor of the same shape added to
   // this writer is stored as the XOR residual against that cast, where a
@@ -393,6 +433,12 @@ struct TensorWriterOptions {
   // readers need it there (or given explicitly) to restore those tensors.
   // Independent of `predict`. Empty: no deltas.
   std::string ref;
+  // With `ref`: its content as a safetensors file (the file it was made from,
+  // or its export). The delta predictors are read from it instead of decoding
+  // `ref` (faster; the same file is written). Its header and size must match
+  // `ref`, and every byte used is checked against `ref`'s stored block
+  // checksums (kUsage if it differs). Empty: decode `ref`.
+  std::string ref_original;
   // O_DIRECT: frames are gathered into aligned staging buffers of
   // direct_buffer_bytes (a multiple of 4096) and written bypassing the page
   // cache; where the file system refuses O_DIRECT (tmpfs), buffered writes.
@@ -424,7 +470,10 @@ struct TensorWriterStats {
 
 // Writes a .tzip file of named tensors. Nothing is written to the final path
 // before finish(): the file is built under a temporary name in the same
-// folder (created by the constructor), fsync'd and renamed. abort(), the
+// folder (created by the constructor), fsync'd and renamed. The output rules
+// of compress_file hold (an existing file only with force, links refused),
+// except that the output must be a regular file (frames are written at
+// their offsets): a FIFO or a device is refused (kUsage). abort(), the
 // destructor of an unfinished writer, and any error remove the temporary.
 // The file exports (Reader::export_safetensors) to a safetensors file holding
 // exactly the added tensors, in the order added.

@@ -4,7 +4,10 @@
 - ``tensorzip.numpy`` / ``tensorzip.torch``: ``save_file`` / ``load_file`` of ``.tzip``
   files (the format of the ``tzip`` CLI), drop-ins for ``safetensors.numpy`` /
   ``safetensors.torch``.
-- ``tensorzip.safe_open(path, framework=...)``: lazy access to one tensor or slice.
+- ``tensorzip.safe_open(path, framework=...)``: lazy access to one tensor or slice, of a
+  ``.tzip`` or a plain ``.safetensors`` file.
+- ``tensorzip.transformers``: Hugging Face ``from_pretrained`` / ``save_pretrained`` of
+  compressed model folders.
 
 See doc/python.md.
 """
@@ -17,18 +20,29 @@ from ._core import (
     CorruptDataError,
     TensorZipError,
     TensorZipExistsError,
+    TensorZipFileNotFoundError,
     TensorZipIOError,
+    TensorZipPermissionError,
     UsageError,
 )
 from ._core import compress as _compress
 from ._core import decompress as _decompress
-from ._file import SafeOpen, TensorSlice, compress_safetensors, export_safetensors, read_metadata
+from ._file import (
+    SafeOpen,
+    TensorSlice,
+    compress_folder,
+    compress_safetensors,
+    decompress_folder,
+    export_safetensors,
+    read_metadata,
+)
 
 __version__ = "0.1.0"
 __all__ = [
     "compress", "decompress", "safe_open", "SafeOpen", "TensorSlice", "read_metadata",
-    "compress_safetensors", "export_safetensors",
+    "compress_safetensors", "export_safetensors", "compress_folder", "decompress_folder",
     "TensorZipError", "CorruptDataError", "UsageError", "TensorZipIOError", "TensorZipExistsError",
+    "TensorZipFileNotFoundError", "TensorZipPermissionError",
     "HAVE_CONTAINER", "__version__",
 ]
 
@@ -71,7 +85,8 @@ def decompress(data: Any, framework: Optional[str] = None, device: Any = "cpu", 
 
 def safe_open(filename: Any, framework: str = "np", device: Any = "cpu", *, threads: int = 0,
               refs: Any = None) -> SafeOpen:
-    """Opens a ``.tzip`` file for lazy reading, like ``safetensors.safe_open``.
+    """Opens a ``.tzip`` file (or a plain ``.safetensors`` file) for lazy reading, like
+    ``safetensors.safe_open``.
 
     ``framework`` is ``"pt"`` (torch) or ``"np"`` (numpy). Use as a context
     manager; ``keys()``, ``metadata()``, ``get_tensor(name)`` and

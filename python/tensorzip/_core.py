@@ -7,7 +7,6 @@ which the C++ module reads through the buffer protocol with the GIL released.
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 import sys
@@ -20,12 +19,26 @@ from ._tensorzip import (  # noqa: F401  (re-exported)
     CorruptDataError,
     TensorZipError,
     TensorZipExistsError,
+    TensorZipFileNotFoundError,
     TensorZipIOError,
+    TensorZipPermissionError,
     UsageError,
 )
 from . import _tensorzip as _C
 
 Shape = Tuple[int, ...]
+
+
+def _os_error_str(self: OSError) -> str:
+    # tensorzip's OS errors carry errno / strerror / filename like any OSError, but print their
+    # own message (which says what failed and why) rather than "[Errno N] strerror: 'filename'".
+    if len(self.args) == 1 and isinstance(self.args[0], str):
+        return self.args[0]
+    return OSError.__str__(self)
+
+
+TensorZipIOError.__str__ = _os_error_str  # type: ignore[method-assign]
+TensorZipExistsError.__str__ = _os_error_str  # type: ignore[method-assign]
 
 
 # ---- framework adapters ----------------------------------------------------
@@ -36,7 +49,8 @@ def is_torch_tensor(x: Any) -> bool:
 
 
 def numpy_source(x: Any) -> Tuple[str, Shape, np.ndarray]:
-    """(dtype string, shape, flat uint8 view) of a NumPy array (copied only if not C-contiguous)."""
+    """(dtype string, file shape, flat uint8 view) of a NumPy array (copied only if not C-contiguous;
+    F4 arrays are packed two elements per byte)."""
     if not isinstance(x, np.ndarray):
         if isinstance(x, np.generic):
             x = np.asarray(x)
@@ -48,22 +62,25 @@ def numpy_source(x: Any) -> Tuple[str, Shape, np.ndarray]:
     shape = tuple(int(s) for s in x.shape)
     if not x.flags.c_contiguous:
         x = np.ascontiguousarray(x)
+    if _dtypes.lookup(name).packed != 1:
+        return name, shape, _dtypes.pack_nibbles(x.reshape(-1).view(np.uint8))
     return name, shape, x.reshape(-1).view(np.uint8)
 
 
 def torch_source(x: Any) -> Tuple[str, Shape, np.ndarray]:
-    """(dtype string, shape, flat uint8 view) of a torch tensor (copied only if not contiguous or not on the CPU)."""
+    """(dtype string, file shape, flat uint8 view) of a torch tensor (copied only if not contiguous or
+    not on the CPU). Sparse and meta tensors are refused with safetensors' messages."""
     import torch
 
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(x).__name__}")
     name = _dtypes.name_of_torch(x.dtype)
-    shape = tuple(int(s) for s in x.shape)
+    shape = _dtypes.file_shape_of_torch(name, tuple(int(s) for s in x.shape))
     t = x.detach()
     if t.layout != torch.strided:
-        raise ValueError(f"only dense (strided) tensors can be saved, got layout {t.layout}")
+        raise ValueError(sparse_message([]))
     if t.device.type != "cpu":
-        t = t.to("cpu")
+        t = t.to("cpu")  # a meta tensor with data raises torch's NotImplementedError, as in safetensors
     if t.is_conj():
         t = t.resolve_conj()
     if t.is_neg():
@@ -75,6 +92,13 @@ def torch_source(x: Any) -> Tuple[str, Shape, np.ndarray]:
     if flat.dtype != torch.uint8:
         flat = flat.view(torch.uint8)
     return name, shape, flat.numpy()
+
+
+def sparse_message(names: Sequence[str]) -> str:
+    """safetensors' message for sparse tensors (safetensors.torch._evaluate_tensors_for_save)."""
+    return (f"You are trying to save a sparse tensors: `{list(names)}` which this library does not support."
+            " You can make it a dense tensor before saving with `.to_dense()` but be aware this might"
+            " make a much larger file than needed.")
 
 
 def source_of(x: Any) -> Tuple[str, Shape, np.ndarray, str]:
@@ -97,19 +121,31 @@ def normalize_framework(framework: Optional[str]) -> Optional[str]:
 
 
 def empty_output(dtype: str, shape: Shape, framework: str) -> Tuple[Any, np.ndarray]:
-    """A new array/tensor of dtype and shape, and a flat writable uint8 view of its memory."""
+    """A new array/tensor for a file's tensor of dtype and (file) shape, and a flat writable uint8 view
+    of its memory, to decode into; pass the first to :func:`finish_output` once it is filled."""
+    d = _dtypes.lookup(dtype)
     if framework == "pt":
         import torch
 
-        t = torch.empty(shape, dtype=_dtypes.torch_dtype(dtype))
+        t = torch.empty(_dtypes.torch_shape_of_file(dtype, shape), dtype=_dtypes.torch_dtype(dtype))
         if t.numel() == 0:
             return t, np.empty(0, dtype=np.uint8)
         flat = t.reshape(-1)
         if flat.dtype != torch.uint8:
             flat = flat.view(torch.uint8)
         return t, flat.numpy()
+    if d.packed != 1:  # NumPy F4: decoded packed, unpacked by finish_output
+        packed = np.empty(_dtypes.file_nbytes(dtype, shape), dtype=np.uint8)
+        return packed, packed
     a = np.empty(shape, dtype=_dtypes.numpy_dtype(dtype))
     return a, a.reshape(-1).view(np.uint8)
+
+
+def finish_output(dtype: str, shape: Shape, framework: str, out: Any) -> Any:
+    """The array/tensor of :func:`empty_output` once decoded (NumPy F4: unpacked, one element per byte)."""
+    if framework == "np" and _dtypes.lookup(dtype).packed != 1:
+        return _dtypes.unpack_nibbles(out).view(_dtypes.numpy_dtype(dtype)).reshape(shape)
+    return out
 
 
 def to_device(t: Any, device: Any) -> Any:
@@ -184,13 +220,17 @@ def decompress(data: Any, framework: Optional[str] = None, device: Any = "cpu", 
     threads = check_int(threads, "threads", 0, 1 << 16)
     dtype, shape, stored_fw, offset = parse_wrapper(data)
     fw = normalize_framework(framework) or stored_fw
-    nbytes = math.prod(shape) * _dtypes.lookup(dtype).itemsize
+    try:
+        nbytes = _dtypes.file_nbytes(dtype, shape)
+    except ValueError as e:
+        raise CorruptDataError(f"corrupt tensorzip header: {e}") from None
     info = _C.frame_info(data, offset)
     if info["raw_size"] != nbytes:
         raise CorruptDataError(
             f"corrupt tensorzip data: frame holds {info['raw_size']} bytes, {dtype}{list(shape)} needs {nbytes}")
     out, flat = empty_output(dtype, shape, fw)
     _C.decompress_into(data, offset, flat, threads)
+    out = finish_output(dtype, shape, fw, out)
     if fw == "pt":
         return to_device(out, device)
     return out

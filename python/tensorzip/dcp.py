@@ -18,11 +18,11 @@ Layout of a checkpoint directory (one per ``path``):
   item of the rank is one tensor of the file, named after its DCP index
   (``fqn``, ``@``chunk offsets, ``#``index): tensor chunks with their own
   dtype and shape; non-tensor items (``BYTE_IO``: optimizer param groups, ints,
-  pickled objects) and tensors of a dtype ``.tzip`` cannot hold (complex) as
+  pickled objects) and tensors of a dtype ``.tzip`` cannot hold (complex128, ...) as
   ``U8`` tensors of their bytes (DCP's bytes / ``torch.save`` bytes), so a
   rank has exactly one file, every byte of it under the frames' xxh64 and the
   codec's block checksums, and the file opens with ``tzip inspect/verify`` and
-  :func:`tensorzip.open`. The file's safetensors export holds the same items.
+  :func:`tensorzip.safe_open`. The file's safetensors export holds the same items.
 - ``.metadata``: DCP's own pickled :class:`~torch.distributed.checkpoint.metadata.Metadata`,
   written last by the coordinator in :meth:`StorageWriter.finish` (temporary
   file, fsync, atomic rename). Each item's storage entry records the file, the
@@ -32,8 +32,18 @@ Layout of a checkpoint directory (one per ``path``):
 Crash safety: data files of earlier saves into the directory are deleted only
 after the new ``.metadata`` is in place, so a save that dies half-way leaves the
 previous checkpoint loadable (a killed rank leaves at most a temporary
-``.__<rank>_<save id>.tzip.tmp-*`` file, removed by the next save); a directory
-where no save finished is refused at load with a clear error.
+``.__<rank>_<save id>.tzip.tmp-*`` file, removed by the next save, or now by
+:func:`clear_interrupted`); a directory where no save finished is refused by
+:class:`StorageReader` (its constructor, or ``dcp.load(checkpoint_id=)``'s reset,
+before DCP's collectives) with a :class:`tensorzip.CorruptDataError`.
+
+DCP's own readers: the ``"tensorzip"`` stream extension (:class:`TensorZipExtension`),
+known to every DCP ``ExtensionRegistry`` once this module is imported (reading a
+tensorzip checkpoint's ``.metadata`` imports it), lets ``FileSystemReader``,
+``dcp.load(state, checkpoint_id=dir)`` and ``format_utils.dcp_to_torch_save`` read
+tensorzip checkpoints. Errors inside ``dcp.load``/``dcp.save`` reach the caller as DCP's
+``CheckpointException`` (a ``BaseException``); :func:`first_failure` gives the rank's
+own exception (a :class:`tensorzip.CorruptDataError` for damaged data).
 
 Resharding: a load that needs part of a stored chunk has the container
 :class:`Reader` read and decode only the codec blocks that hold the requested
@@ -79,7 +89,6 @@ import io
 import math
 import os
 import pickle
-import re
 import time
 import uuid
 import zlib
@@ -106,29 +115,30 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from . import _core, _dtypes
 from . import _tensorzip as _C
 from ._core import CorruptDataError
+from ._dcp_extension import (  # noqa: F401  (public here)
+    DCP_TOOLS_READ_TENSORZIP,
+    ExtensionRegistry,
+    TensorZipExtension,
+    _descriptor,
+    extension_registry,
+)
+from ._dcp_layout import (  # noqa: F401  (public here, and the names the tests use)
+    SUFFIX,
+    _CODEC_TZIP,
+    _CODEC_TZIP_PT,
+    _CODEC_TZIP_RAW,
+    _DATA_FILE,
+    _DATA_TMP,
+    _METADATA,
+    _RANK_METADATA,
+    _check_finished,
+    _fsync_dir,
+    _stale_data_files,
+    clear_interrupted,
+)
 
-__all__ = ["StorageWriter", "StorageReader", "SUFFIX", "read_stats", "reset_read_stats"]
-
-#: Suffix of the per-rank data files (standard .tzip files).
-SUFFIX = ".tzip"
-
-_METADATA = ".metadata"
-# Data files written by StorageWriter: __<rank>_<save id>.tzip.
-_DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)(" + re.escape(SUFFIX) + r")$")
-# The temporary name TensorWriter builds a data file under (left behind by a killed save).
-_DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) + r"\.tmp-\d+-\d+$")
-
-_RANK_METADATA = re.compile(r"^__\d+\.metadata$")  # written by saves with use_collectives=False
-
-# How an item is stored (recorded in the checkpoint metadata).
-# Every item is one tensor of the rank's .tzip file.
-_CODEC_TZIP = "tzip"            # the tensor itself (dtype and shape as saved)
-_CODEC_TZIP_PT = "tzip:torch.save"  # U8 tensor: torch.save bytes of a tensor of a dtype .tzip cannot hold
-_CODEC_TZIP_RAW = "tzip:raw"    # U8 tensor: a BYTE_IO item, as given by DCP
-
-# Marks tensorzip entries for readers that do not know them: DCP's own
-# FileSystemReader fails with "Unknown extension" instead of misreading bytes.
-_DESCRIPTOR = "tensorzip/2"
+__all__ = ["StorageWriter", "StorageReader", "SUFFIX", "read_stats", "reset_read_stats", "clear_interrupted",
+           "first_failure", "TensorZipExtension", "extension_registry", "DCP_TOOLS_READ_TENSORZIP"]
 
 # Test hook (tests/test_dcp.py): "<rank>:<bytes>:<marker path>" makes that rank's
 # writer stop for good once its items are handed to the TensorWriter (whose
@@ -230,19 +240,6 @@ def _new_save_id() -> str:
     return f"{np.base_repr(int(time.time()), 36).lower()}{uuid.uuid4().hex[:8]}"
 
 
-def _fsync_dir(path: Any) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 class StorageWriter(FileSystemWriter):
     """DCP storage writer: each rank writes its items into one ``.tzip`` file through the I/O engine.
 
@@ -328,6 +325,7 @@ class StorageWriter(FileSystemWriter):
             return None
         try:
             dtype = _dtypes.name_of_torch(data.dtype)
+            _dtypes.file_shape_of_torch(dtype, tuple(data.shape))
         except ValueError:
             return None  # stored as torch.save bytes (CPU path)
         return dtype, data.detach().contiguous()
@@ -344,6 +342,7 @@ class StorageWriter(FileSystemWriter):
         tensor = tensor.contiguous()
         try:
             dtype = _dtypes.name_of_torch(tensor.dtype)
+            _dtypes.file_shape_of_torch(dtype, tuple(tensor.shape))  # a 0-d packed F4 has no file shape
         except ValueError:
             # dtype .tzip cannot hold (complex, ...): its torch.save bytes, as DCP would store it.
             buf = io.BytesIO()
@@ -377,14 +376,15 @@ class StorageWriter(FileSystemWriter):
                     dtype, tensor = gpu
                     shape = tuple(int(x) for x in tensor.shape)
                     nbytes = tensor.numel() * tensor.element_size()
-                    writer.add_cuda(name, dtype, list(shape), tensor.data_ptr(), nbytes, owner=tensor)
+                    writer.add_cuda(name, dtype, list(_dtypes.file_shape_of_torch(dtype, shape)), tensor.data_ptr(),
+                                    nbytes, owner=tensor)
                     keep.append(tensor)
                     gpu_streams.setdefault(tensor.device, torch.cuda.current_stream(tensor.device))
                     pending.append((item, name, _CODEC_TZIP, shape, 0, nbytes))
                     n_gpu += 1
                     continue
                 codec, dtype, shape, buf, owner, crc = self._as_stored(item, data)
-                writer.add(name, dtype, list(shape), buf)
+                writer.add(name, dtype, list(_dtypes.file_shape_of_torch(dtype, shape)), buf)
                 keep.append(owner)
                 if item.type == WriteItemType.BYTE_IO:
                     size_in_bytes = len(buf)
@@ -408,7 +408,7 @@ class StorageWriter(FileSystemWriter):
             offset = int(frames[0][0]) if frames else 0
             length = int(frames[-1][0] + frames[-1][1]) - offset if frames else 0
             info = _TzStorageInfo(file_name, offset, length)
-            info.transform_descriptors = [_DESCRIPTOR]
+            info.transform_descriptors = [_descriptor(codec, t["dtype"], shape, crc)]
             info.codec = codec
             info.crc32 = crc
             info.shape = tuple(shape)
@@ -469,9 +469,7 @@ class StorageWriter(FileSystemWriter):
         # Only now may data files of earlier (finished or interrupted) saves go.
         keep = {getattr(info, "relative_path", None) for info in storage_md.values()}
         mine = f"__{self.rank}_" if per_rank else None
-        for name in os.listdir(self.path):
-            if name in keep or not (_DATA_FILE.match(name) or _DATA_TMP.match(name)):
-                continue
+        for name in _stale_data_files(os.fspath(self.path), keep):
             if mine and not (name.startswith(mine) or name.startswith("." + mine)):
                 continue
             try:
@@ -506,19 +504,15 @@ class StorageReader(FileSystemReader):
         self.partial_reads = partial_reads
         # tensors of the .tzip file being read: name -> (index, raw bytes, dtype, shape), from its validated header
         self._tzip_table: Dict[str, Tuple[int, int, str, Tuple[int, ...]]] = {}
+        _check_finished(os.fspath(self.path))  # here, in the caller's code: DCP would wrap the error
+
+    def reset(self, checkpoint_id: Optional[Union[str, os.PathLike]] = None) -> None:
+        super().reset(checkpoint_id)
+        if checkpoint_id:
+            _check_finished(os.fspath(self.path))  # dcp.load calls reset before its collectives
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        path = self._get_metadata_path(kwargs.get("rank"))
-        if not os.path.exists(path) and os.path.isdir(self.path):
-            names = os.listdir(self.path)
-            leftovers = sorted(n for n in names if _DATA_FILE.match(n) or _DATA_TMP.match(n))
-            per_rank = kwargs.get("rank") is None and any(_RANK_METADATA.match(n) for n in names)
-            if leftovers and not per_rank:  # (a save without collectives has __<rank>.metadata: DCP falls back)
-                shown = ", ".join(leftovers[:4]) + (", ..." if len(leftovers) > 4 else "")
-                raise CorruptDataError(
-                    f"tensorzip.dcp: {self.path} holds no finished checkpoint: {os.path.basename(path)} is missing "
-                    f"but data files of an unfinished save are there ({shown}); that save was interrupted "
-                    f"before it wrote its metadata, so there is nothing to load")
+        _check_finished(os.fspath(self.path), kwargs.get("rank"))
         return super().read_metadata(*args, **kwargs)
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
@@ -553,10 +547,13 @@ class StorageReader(FileSystemReader):
                                    f"cannot be opened: {e}") from e
         try:
             cache: Dict[Any, Any] = {}  # storage_index -> decoded chunk, for several reads of one chunk
-            # name -> (index, raw bytes), once per file
+            # name -> (index, raw bytes, dtype, shape), once per file
             self._tzip_table = {t[0]: (i, int(t[3]), t[1], tuple(int(x) for x in t[2]))
                                 for i, t in enumerate(reader.tensors())}
-            for req in reqs:
+            together = self._tzip_targets_together(reader, reqs, planner)
+            for k, req in enumerate(reqs):
+                if k in together:
+                    continue
                 info: _TzStorageInfo = self.storage_data[req.storage_index]
                 name = _item_name(req.storage_index)
                 try:
@@ -636,16 +633,55 @@ class StorageReader(FileSystemReader):
         _STATS["bytes_decoded"] += out.numel() * out.element_size()
         return out
 
-    def _tzip_into_target(self, reader: Any, info: _TzStorageInfo, req: Any, planner: Any) -> bool:
-        """Whole stored chunk into a contiguous CPU target of the same dtype: the Reader decodes straight
-        into it (no temporary tensor, no copy). False when that does not apply."""
+    @staticmethod
+    def _whole_target(info: _TzStorageInfo, req: Any, planner: Any) -> Optional[Any]:
+        """The item's target when it takes the whole stored chunk and is a contiguous CPU tensor of the
+        chunk's dtype and shape (the Reader can decode straight into it), else None."""
         if info.shape is None or any(int(o) for o in req.storage_offsets):
-            return False
+            return None
         if tuple(int(x) for x in req.lengths) != tuple(info.shape):
-            return False
+            return None
         target = planner.resolve_tensor(req).detach()
         if target.device.type != "cpu" or not target.is_contiguous() or target.numel() == 0 \
                 or tuple(target.shape) != tuple(info.shape) or _dtypes.torch_dtype(info.dtype) != target.dtype:
+            return None
+        return target
+
+    def _tzip_targets_together(self, reader: Any, reqs: List[Any], planner: Any) -> set:
+        """The items of one file that go whole into their targets (a load in the saved layout), decoded
+        together: the frames of all of them in parallel on ``threads`` threads (Reader.read_tensors), so
+        many small items load as fast as one large one. Returns the positions in reqs done. On an error
+        nothing is committed: the items are then read one by one, which names the damaged one."""
+        picked = []
+        for k, req in enumerate(reqs):
+            info = self.storage_data[req.storage_index]
+            if req.type == LoadItemType.BYTE_IO or info.codec != _CODEC_TZIP:
+                continue
+            target = self._whole_target(info, req, planner)
+            if target is None:
+                continue
+            try:  # the metadata checked against the file's validated header, as for one item
+                idx = self._tzip_index(reader, info)
+            except CorruptDataError:
+                continue  # read alone below, which reports it
+            picked.append((k, req, target, idx))
+        if len(picked) < 2:
+            return set()
+        try:
+            reader.read_tensors([p[3] for p in picked], [p[2].reshape(-1).view(torch.uint8).numpy() for p in picked])
+        except _C.TensorZipError:
+            return set()
+        for _k, req, target, _i in picked:
+            _STATS["whole_decodes"] += 1
+            _STATS["bytes_decoded"] += target.numel() * target.element_size()
+            planner.commit_tensor(req, target)
+        return {p[0] for p in picked}
+
+    def _tzip_into_target(self, reader: Any, info: _TzStorageInfo, req: Any, planner: Any) -> bool:
+        """Whole stored chunk into a contiguous CPU target of the same dtype: the Reader decodes straight
+        into it (no temporary tensor, no copy). False when that does not apply."""
+        target = self._whole_target(info, req, planner)
+        if target is None:
             return False
         reader.read_tensor(self._tzip_index(reader, info), target.reshape(-1).view(torch.uint8).numpy())
         _STATS["whole_decodes"] += 1
@@ -691,6 +727,25 @@ class StorageReader(FileSystemReader):
         _STATS["blocks_decoded"] += n_decoded
         _STATS["blocks_skipped"] += info.n_blocks - n_decoded
         return out
+
+
+def first_failure(exc: BaseException) -> BaseException:
+    """The error behind DCP's ``CheckpointException`` (which ``dcp.load`` / ``dcp.save`` raise for any
+    failure of a rank, and which is a ``BaseException``, not an ``Exception``): the exception of the
+    lowest failing rank, e.g. the :class:`tensorzip.CorruptDataError` naming a damaged item.
+    Other exceptions are returned unchanged. ::
+
+        from torch.distributed.checkpoint.api import CheckpointException
+        try:
+            dcp.load(state, storage_reader=tensorzip.dcp.StorageReader(path))
+        except CheckpointException as e:
+            raise tensorzip.dcp.first_failure(e) from e
+    """
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        first = failures[min(failures)]
+        return first[0] if isinstance(first, tuple) else first
+    return exc
 
 
 def _block_ranges(runs: Tuple[Any, int], itemsize: int, block_bytes: int,

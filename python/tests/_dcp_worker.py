@@ -7,6 +7,9 @@ Scenarios:
   with 4, 3 and 2 ranks and loaded with 2, 2 and 4 ranks; a multi-rank dcp.async_save;
   an FSDP2 (fully_shard) model + optimizer saved with 4 ranks and loaded with 2.
 - cuda (1 rank per GPU, NCCL): CUDA tensors saved and loaded.
+- async_train (2 ranks, gloo only): FSDP2 training that goes on while dcp.async_save writes
+  the checkpoint, the README's way (process_group=dist.new_group(backend="gloo"), created once);
+  the checkpoint is then loaded into a fresh FSDP2 model and compared with the state at the save.
 - crash (2 ranks): a checkpoint saved, then a second save into the same directory
   in which rank 1 stops half-way (tensorzip.dcp test hook: its .tzip only a temporary) and is
   killed by the test.
@@ -212,6 +215,53 @@ def reshard(rank: int, world: int, out: str) -> None:
     dist.barrier()
 
 
+def async_train(rank: int, world: int, out: str) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+    ckpt_group = dist.new_group(backend="gloo")  # the README: once, for every async_save
+
+    def build(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, 128))
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    model, opt = build(11)
+    g = torch.Generator().manual_seed(rank)
+
+    def step():
+        opt.zero_grad()
+        model(torch.randn(32, 128, generator=g)).square().mean().backward()  # FSDP2 collectives on WORLD
+        opt.step()
+
+    for _ in range(2):
+        step()
+    msd, osd = get_state_dict(model, opt)
+    expected = mapped({"model": msd, "optim": osd},
+                      lambda x: x.full_tensor() if isinstance(x, DTensor) else (x.clone() if isinstance(x, torch.Tensor) else x))
+    path = os.path.join(out, "async")
+    fut = dcp.async_save({"model": msd, "optim": osd}, storage_writer=tzdcp.StorageWriter(path),
+                         process_group=ckpt_group)
+    for _ in range(6):  # training goes on while the checkpoint is written in the background
+        step()
+    fut.result(timeout=120)
+    print("ok async-save-while-training", flush=True)
+    dist.barrier()
+    model2, opt2 = build(99)
+    msd2, osd2 = get_state_dict(model2, opt2)
+    state2 = {"model": msd2, "optim": osd2}
+    dcp.load(state2, storage_reader=tzdcp.StorageReader(path))
+    set_state_dict(model2, opt2, model_state_dict=state2["model"], optim_state_dict=state2["optim"])
+    msd3, osd3 = get_state_dict(model2, opt2)
+    n = check_equal(expected, {"model": msd3, "optim": osd3}, "async_train")
+    assert n >= 4 + 4 * 2, n
+    print("ok async-train-load", flush=True)
+    dist.barrier()
+
+
 def crash(rank: int, world: int, out: str) -> None:
     mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
     ckpt = os.path.join(out, "ckpt")
@@ -291,7 +341,7 @@ def main() -> None:
         single_crash(out)
         return
     init(rank, world, port, "nccl" if scenario == "cuda" else "gloo")
-    {"reshard": reshard, "crash": crash, "cuda": cuda}[scenario](rank, world, out)
+    {"reshard": reshard, "crash": crash, "cuda": cuda, "async_train": async_train}[scenario](rank, world, out)
     dist.destroy_process_group()
 
 

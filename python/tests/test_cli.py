@@ -46,7 +46,8 @@ def test_torch_file_decompresses_to_safetensors_bytes(tmp_path, rng, run_tzip, m
 
 
 def test_numpy_file_decompresses_to_safetensors_bytes(tmp_path, rng, run_tzip):
-    d = {f"w{i}.{dt}": np_array(dt, (40, 7), rng) for i, dt in enumerate(ALL_DTYPES)}
+    # (safetensors.numpy has no NumPy type for F4: ml_dtypes' float4_e2m1fn is one element per byte)
+    d = {f"w{i}.{dt}": np_array(dt, (40, 7), rng) for i, dt in enumerate(ALL_DTYPES) if dt != "F4"}
     tz = tmp_path / "n.tzip"
     tzn.save_file(d, tz, metadata={"framework": "numpy"})
     ref = tmp_path / "ref.safetensors"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tensorzip
-from _data import ALL_DTYPES, FLOAT_CODEC_DTYPES, np_array, same_bits, torch_same_bits, torch_tensor
+from _data import ALL_DTYPES, FLOAT_CODEC_DTYPES, np_array, same_bits, torch_same_bits, torch_tensor, valid_shape
 
 SHAPES = [(), (0,), (1,), (7, 3), (3, 0, 5), (65536 + 17,), (300, 1000)]
 
@@ -18,6 +18,10 @@ SHAPES = [(), (0,), (1,), (7, 3), (3, 0, 5), (65536 + 17,), (300, 1000)]
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_numpy_roundtrip_every_dtype(dtype, shape, rng):
+    if not valid_shape(dtype, shape, "np"):
+        with pytest.raises(ValueError, match="even number of elements"):
+            tensorzip.compress(np_array(dtype, shape, rng))
+        return
     a = np_array(dtype, shape, rng)
     b = tensorzip.compress(a)
     assert isinstance(b, bytes)
@@ -29,6 +33,10 @@ def test_numpy_roundtrip_every_dtype(dtype, shape, rng):
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_torch_roundtrip_every_dtype(dtype, shape, rng):
+    if not valid_shape(dtype, shape, "pt"):
+        with pytest.raises(ValueError, match="0-d"):
+            tensorzip.compress(torch.zeros(shape, dtype=torch.uint8).view(torch.float4_e2m1fn_x2))
+        return
     t = torch_tensor(dtype, shape, rng)
     b = tensorzip.compress(t)
     out = tensorzip.decompress(b)
@@ -190,9 +198,9 @@ def test_bad_arguments(rng):
     with pytest.raises(tensorzip.TensorZipError):
         tensorzip.compress(np_array("F32", (100_000,), rng), block_elems=1000)
     with pytest.raises(ValueError, match="unsupported NumPy dtype"):
-        tensorzip.compress(np.zeros(3, dtype=np.complex64))
+        tensorzip.compress(np.zeros(3, dtype=np.complex128))
     with pytest.raises(ValueError, match="unsupported torch dtype"):
-        tensorzip.compress(torch.zeros(3, dtype=torch.complex64))
+        tensorzip.compress(torch.zeros(3, dtype=torch.complex128))
     with pytest.raises(TypeError, match="numpy.ndarray or a torch.Tensor"):
         tensorzip.compress([1.0, 2.0])
     with pytest.raises(TypeError):

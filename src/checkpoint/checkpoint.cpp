@@ -33,6 +33,7 @@
 #include <set>
 #include <thread>
 
+#include "../container/tzc_output.hpp"
 #include "../io/read_queue.hpp"
 #include "../io/queue_sink.hpp"
 #include "../io/write_queue.hpp"
@@ -53,6 +54,7 @@
 namespace tz::checkpoint {
 
 using nlohmann::json;
+namespace tzd = tz::container::detail;  // output temporaries (src/container/tzc_output.hpp)
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -120,20 +122,23 @@ void fsync_path(const std::string& p, bool dir) {
 }
 
 // Writes `text` to dir/name atomically: temp + fsync + rename + fsync(dir).
+// The temporary is the container's (unpredictable name, O_EXCL|O_NOFOLLOW,
+// removed on every failure path).
 void write_atomic(const std::string& dir, const std::string& name, const std::string& text) {
-  const std::string tmp = dir + "/." + name + ".tmp-" + std::to_string(::getpid());
   const std::string fin = dir + "/" + name;
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_errno(tmp, "create", errno);
-  int err = tz::io::pwrite_full(fd, text.data(), text.size(), 0);
-  if (!err && ::fsync(fd) != 0) err = errno;
-  ::close(fd);
-  if (!err && ::rename(tmp.c_str(), fin.c_str()) != 0) err = errno;
-  if (err) {
-    ::unlink(tmp.c_str());
-    fail_errno(fin, "write", err);
+  try {
+    int fd = -1;
+    tzd::Temporary tmp = tzd::Temporary::create_file(fin, &fd);
+    int err = tz::io::pwrite_full(fd, text.data(), text.size(), 0);
+    if (!err) tzd::apply_attrs(fd, tzd::attrs_of(""), fin);
+    if (!err && ::fsync(fd) != 0) err = errno;
+    ::close(fd);
+    if (err) fail_errno(fin, "write", err);
+    tzd::publish(tmp.path(), fin, /*force=*/true, /*is_dir=*/false);  // rename, fsync(dir)
+    tmp.release();
+  } catch (const tz::container::Error& e) {
+    fail(ErrorKind::kIO, e.what());
   }
-  fsync_path(dir, true);
 }
 
 std::string read_small(const std::string& path, ErrorKind missing_kind) {
@@ -208,9 +213,14 @@ double probe_storage_gibps(const std::string& dir) {
   const std::string key = parent_of(dir);
   auto it = g_bw_cache.find(key);
   if (it != g_bw_cache.end()) return it->second;
-  const std::string p = dir + "/.bw-probe-" + std::to_string(::getpid());
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_errno(p, "create", errno);
+  int fd = -1;
+  tzd::Temporary probe;  // removed on return
+  try {
+    probe = tzd::Temporary::create_file(dir + "/bw-probe", &fd);
+  } catch (const tz::container::Error& e) {
+    fail(ErrorKind::kIO, e.what());
+  }
+  const std::string& p = probe.path();
   // Large enough to get past the first burst of a device's or the page
   // cache's write-back; still an estimate: pass storage_gibps when known.
   constexpr size_t kProbe = 128u << 20, kBuf = 4u << 20;
@@ -222,7 +232,6 @@ double probe_storage_gibps(const std::string& dir) {
   if (!err && ::fdatasync(fd) != 0) err = errno;
   const double t = secs(t0, Clock::now());
   ::close(fd);
-  ::unlink(p.c_str());
   if (err) fail_errno(p, "bandwidth probe", err);
   const double bw = kProbe / kGiB / std::max(t, 1e-6);
   g_bw_cache[key] = bw;

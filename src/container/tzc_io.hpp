@@ -1,5 +1,6 @@
 // POSIX file helpers of the container layer: pread-based input, atomic
-// output (temporary name in the target folder, fsync, rename), error text.
+// output (a temporary beside the target, fsync, rename: tzc_output.hpp),
+// error text.
 #pragma once
 
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "tensorzip/container.hpp"
+#include "tzc_output.hpp"
 
 namespace tz::container::detail {
 
@@ -39,11 +41,17 @@ class InFile {
   struct stat st_ {};
 };
 
-// Output written to "<dir>/.<name>.tmp-<pid>-<n>", fsync'd and renamed onto
-// the final path by commit(). Destroying it uncommitted removes the file.
+// An output file. Written to a registered temporary beside the final path
+// (tzc_output.hpp), fsync'd and published by commit(); destroying it
+// uncommitted removes the temporary. The final path is checked first
+// (check_file_target): an existing regular file only with force; a FIFO or
+// a character device such as /dev/null is written through in order, never
+// renamed over. `attrs_from`: the input whose permission bits and times the
+// output takes on (empty: 0666 & ~umask, now). stream_fd >= 0: write to that
+// open descriptor instead (not closed; final_path names it in messages).
 class OutFile {
  public:
-  OutFile(const std::string& final_path, bool force);
+  OutFile(const std::string& final_path, bool force, const std::string& attrs_from = {}, int stream_fd = -1);
   ~OutFile();
   OutFile(const OutFile&) = delete;
   OutFile& operator=(const OutFile&) = delete;
@@ -54,33 +62,22 @@ class OutFile {
 
  private:
   void flush_buffer();
-  std::string final_, tmp_;
+  void write_fd(const uint8_t* p, size_t n);
+  std::string final_;
+  Temporary tmp_;
+  OutputAttrs attrs_;
   int fd_ = -1;
+  bool own_fd_ = true;
+  bool stream_ = false;  // written through (FIFO, device, caller's descriptor)
   bool force_ = false;
-  int slot_ = -1;
   uint64_t offset_ = 0;
   uint8_t* buf_ = nullptr;
   size_t buf_used_ = 0;
 };
 
-// Throws Error(kInterrupted) if request_cancel() was called.
-void check_cancel();
-
-// Registry of temporary paths for signal-time cleanup.
-int register_temp(const std::string& path);
-void unregister_temp(int slot);
-
-// Atomically replaces/creates final with the already-written temporary
-// (file or folder). Refuses an existing final unless force.
-void publish(const std::string& tmp, const std::string& final_path, bool force, bool is_dir);
-void fsync_dir_of(const std::string& path);
-std::string dir_of(const std::string& path);
-std::string base_of(const std::string& path);
-std::string make_temp_name(const std::string& final_path);
-void remove_tree(const std::string& path);
-
 unsigned resolve_threads(unsigned t);  // 0 -> hardware threads
-// Refuses an output path that names the input file itself.
+// Refuses an output that is the input, contains it or lies inside it
+// (check_output_vs_input).
 void check_not_same_file(const std::string& in, const std::string& out);
 
 // One single-threaded codec context per pipeline worker.

@@ -4,11 +4,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tensorzip/container.hpp"
+#include "tzc_io.hpp"
 
 namespace tz::container::detail {
 
@@ -84,6 +86,28 @@ DeltaWindow delta_window(const TensorEntry& ref_tensor, unsigned esz);
 // values; overwritten with cur XOR ref) pays if the residual's order-0 cost
 // is below (1 - min_gain) of the values' own cost.
 bool delta_pays(uint8_t* cur, const uint8_t* ref, uint64_t elems, unsigned esz, double min_gain);
+
+// The safetensors original of a delta reference (WriteOptions::ref_original,
+// TensorWriterOptions::ref_original): the file the reference `ref` was made
+// from, or its export. Opening checks that it has the header and size of what
+// `ref` decodes to (kUsage otherwise); read_checked() reads predictor bytes
+// from it, checked against the reference's stored block checksums (kUsage when
+// they differ), so a wrong file cannot make a file that decodes wrongly.
+class RefOriginal {
+ public:
+  RefOriginal(const std::string& path, const Reader& ref, const std::string& ref_path);
+  const SafetensorsInfo& info() const { return info_; }
+  const InFile& file() const { return *file_; }
+  // Absolute offset in this file of the reference's tensor `t`.
+  uint64_t tensor_offset(const TensorEntry& t) const { return info_.data_start + t.data_begin; }
+  // Bytes [off, off + n) of the reference's tensor `index` into dst, checked.
+  void read_checked(Reader& ref, size_t index, uint64_t off, uint64_t n, uint8_t* dst) const;
+
+ private:
+  std::string path_, ref_path_;
+  SafetensorsInfo info_;
+  std::unique_ptr<InFile> file_;
+};
 
 // Path of `target` relative to the folder of `from_file` (both resolved with
 // realpath on their folders); absolute if they share nothing but the root.

@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <set>
 
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
@@ -54,7 +57,7 @@ void walk(const std::string& root, const std::string& rel, int depth, dev_t skip
     struct stat st;
     if (stat(full.c_str(), &st) != 0) fail_errno(full, "cannot stat", errno);
     if (st.st_dev == skip_dev && st.st_ino == skip_ino) continue;
-    if (n.rfind(".", 0) == 0 && n.find(".tmp-") != std::string::npos) continue;  // someone's temporary
+    if (is_temp_name(n)) continue;  // someone's temporary
     if (S_ISDIR(st.st_mode)) {
       out->push_back(Entry{r, true, 0});
       walk(root, r, depth + 1, skip_dev, skip_ino, out);
@@ -70,7 +73,7 @@ void copy_file(const std::string& src, const std::string& dst, const ProgressFn&
                uint64_t total) {
   InFile in(src);
   in.advise_sequential();
-  OutFile out(dst, false);
+  OutFile out(dst, false, src);
   std::vector<uint8_t> buf(std::min<uint64_t>(in.size(), 8u << 20));
   for (uint64_t off = 0; off < in.size();) {
     const size_t n = (size_t)std::min<uint64_t>(buf.size(), in.size() - off);
@@ -82,29 +85,40 @@ void copy_file(const std::string& src, const std::string& dst, const ProgressFn&
   out.commit();
 }
 
-// A folder under construction: removed unless published.
-struct TempDir {
-  std::string path;
-  int slot = -1;
-  bool done = false;
-  explicit TempDir(const std::string& final_path) {
-    path = make_temp_name(final_path);
-    if (mkdir(path.c_str(), 0755) != 0) fail_errno(final_path, "cannot create output folder in " + dir_of(path), errno);
-    slot = register_temp(path);
+// Entries of an existing folder, links not followed: (relative path, mode).
+void list_nofollow(const std::string& root, const std::string& rel, int depth,
+                   std::vector<std::pair<std::string, mode_t>>* out) {
+  if (depth > 32) fail(ErrorKind::kUsage, root + "/" + rel + ": folder nesting too deep");
+  const std::string dir = rel.empty() ? root : root + "/" + rel;
+  DIR* d = opendir(dir.c_str());
+  if (!d) fail_errno(dir, "cannot open folder", errno);
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
   }
-  ~TempDir() {
-    if (!done) remove_tree(path);
-    unregister_temp(slot);
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    const std::string r = rel.empty() ? n : rel + "/" + n;
+    struct stat st;
+    if (lstat((root + "/" + r).c_str(), &st) != 0) fail_errno(root + "/" + r, "cannot stat", errno);
+    out->emplace_back(r, st.st_mode);
+    if (S_ISDIR(st.st_mode)) list_nofollow(root, r, depth + 1, out);
   }
-};
+}
 
-void check_out_dir(const std::string& in, const std::string& out, bool force) {
-  struct stat a, b;
-  if (stat(out.c_str(), &b) == 0) {
-    if (!S_ISDIR(b.st_mode)) fail(ErrorKind::kUsage, out + ": exists and is not a folder");
-    if (!force) fail(ErrorKind::kExists, out + ": already exists (use -f to overwrite)");
-    if (stat(in.c_str(), &a) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-      fail(ErrorKind::kUsage, out + ": output folder is the input folder");
+// -f replaces an existing output folder only if it holds nothing but what
+// the new output holds (same relative names, files as files, folders as
+// folders, no links): a folder of this command's own output.
+void check_replaceable_folder(const std::string& out, const std::set<std::pair<std::string, bool>>& expected) {
+  std::vector<std::pair<std::string, mode_t>> have;
+  list_nofollow(out, "", 0, &have);
+  for (const auto& [rel, mode] : have) {
+    const bool ok = (S_ISDIR(mode) && expected.count({rel, true})) || (S_ISREG(mode) && expected.count({rel, false}));
+    if (!ok)
+      fail(ErrorKind::kExists, out + ": exists and holds " + rel + ", which this command does not write; -f replaces "
+                                     "only a folder of its own output (move it away, or give another output)");
   }
 }
 
@@ -123,56 +137,94 @@ PathKind path_kind(const std::string& path) {
   return PathKind::kOther;
 }
 
+namespace {
+// "." and ".." (and "x/." ...) have no name of their own: the folder's real
+// name, beside it ("." -> "../NAME"). Empty for "/".
+std::string named_path(const std::string& p) {
+  const std::string b = base_of(p);
+  if (b != "." && b != "..") return p;
+  char* rp = realpath(p.c_str(), nullptr);
+  if (!rp) return p;
+  const std::string r = rp;
+  std::free(rp);
+  if (r == "/") return "";
+  if (p == ".") return "../" + base_of(r);
+  return r;
+}
+}  // namespace
+
 std::string default_compressed_name(const std::string& in, bool is_dir) {
-  const std::string p = strip_slashes(in);
+  const std::string p = named_path(strip_slashes(in));
+  if (p.empty() || p == "/") return "";
   if (is_dir) return p + ".tzip";
   if (ends_with(p, ".safetensors")) return p.substr(0, p.size() - 12) + ".tzip";
   return p + ".tzip";
 }
 
 std::string default_decompressed_name(const std::string& in, bool is_dir) {
-  const std::string p = strip_slashes(in);
+  const std::string p = named_path(strip_slashes(in));
   if (!ends_with(p, ".tzip") || base_of(p) == ".tzip") return "";
   const std::string stem = p.substr(0, p.size() - 5);
   return is_dir ? stem : stem + ".safetensors";
 }
 
-// The shared part of compress_folder / decompress_folder: checks the input
-// folder and the output, creates the output under a temporary name, lists the
-// input (skipping the temporary), and recreates its subfolders there.
+// The shared part of compress_folder / decompress_folder. The constructor
+// checks the input folder and the output (output rules of tzc_output.hpp:
+// not the input, not inside it, not holding it; an existing folder only
+// with force and only if it holds nothing but what this output holds, as
+// out_name maps the input's entries) and lists the input. begin() creates
+// the output under a temporary name beside it with the input's subfolders;
+// publish_output() gives every folder its input's mode and times and
+// renames it into place.
 struct FolderPass {
   std::string in, out;
-  TempDir tmp;
+  Temporary tmp;
   std::vector<Entry> entries;
-  FolderPass(const std::string& in_dir, const std::string& out_dir, bool force)
-      : in(strip_slashes(in_dir)), out(strip_slashes(out_dir)), tmp(checked_out(in, out, force)) {
-    struct stat ts;
-    if (stat(tmp.path.c_str(), &ts) != 0) fail_errno(tmp.path, "cannot stat", errno);
-    walk(in, "", 0, ts.st_dev, ts.st_ino, &entries);
+  FolderPass(const std::string& in_dir, const std::string& out_dir, bool force,
+             const std::function<std::string(const std::string&)>& out_name)
+      : in(strip_slashes(in_dir)), out(strip_slashes(out_dir)) {
+    if (path_kind(in) != PathKind::kDir) fail(ErrorKind::kUsage, in + ": not a folder");
+    check_output_vs_input(in, out);
+    walk(in, "", 0, 0, 0, &entries);
+    struct stat st;
+    if (lstat(out.c_str(), &st) == 0) {
+      if (S_ISLNK(st.st_mode)) fail(ErrorKind::kUsage, out + ": is a symbolic link; it is not replaced");
+      if (!S_ISDIR(st.st_mode)) fail(ErrorKind::kUsage, out + ": exists and is not a folder");
+      if (!force) fail(ErrorKind::kExists, out + ": already exists");
+      std::set<std::pair<std::string, bool>> expected;
+      for (const auto& e : entries) expected.insert({e.dir ? e.rel : out_name(e.rel), e.dir});
+      check_replaceable_folder(out, expected);
+    } else if (errno != ENOENT) {
+      fail_errno(out, "cannot check the output", errno);
+    }
   }
-  void make_subfolders() const {
-    for (const auto& e : entries)
-      if (e.dir && mkdir((tmp.path + "/" + e.rel).c_str(), 0755) != 0)
-        fail_errno(out + "/" + e.rel, "cannot create folder", errno);
+  void begin() {
+    remove_stale_temporaries(out);
+    tmp = Temporary::create_dir(out);
+    for (const auto& e : entries) {
+      if (!e.dir) continue;
+      auto lk = output_lock();  // nothing is created in a temporary after a signal
+      check_cancel();
+      if (mkdir((tmp.path() + "/" + e.rel).c_str(), 0700) != 0) fail_errno(out + "/" + e.rel, "cannot create folder", errno);
+    }
   }
   void publish_output(bool force) {
-    publish(tmp.path, out, force, true);
-    tmp.done = true;
-  }
-
- private:
-  static const std::string& checked_out(const std::string& in, const std::string& out, bool force) {
-    if (path_kind(in) != PathKind::kDir) fail(ErrorKind::kUsage, in + ": not a folder");
-    check_out_dir(in, out, force);
-    return out;
+    // Deepest folders first: a folder's times are set once nothing more is
+    // added to it.
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it)
+      if (it->dir) apply_dir_attrs(tmp.path() + "/" + it->rel, attrs_of(in + "/" + it->rel));
+    apply_dir_attrs(tmp.path(), attrs_of(in));
+    publish(tmp.path(), out, force, true);
+    tmp.release();
   }
 };
 
 void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, const WriteOptions& opt) {
-  FolderPass fp(in_dir, out_dir_arg, opt.force);
+  FolderPass fp(in_dir, out_dir_arg, opt.force,
+                [](const std::string& rel) { return ends_with(rel, ".safetensors") ? default_compressed_name(rel, false) : rel; });
   const std::string& in = fp.in;
   const std::vector<Entry>& entries = fp.entries;
-  const TempDir& tmp = fp.tmp;
+  const Temporary& tmp = fp.tmp;
   uint64_t total = 0;
   size_t n_st = 0;
   for (const auto& e : entries) {
@@ -192,13 +244,13 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
   uint64_t base = 0;
   // Folders first, then every safetensors file of the folder as one
   // checkpoint (casts across files), then the other files.
-  fp.make_subfolders();
+  fp.begin();
   {
     std::vector<std::string> ins, outs, refs, ref_origs;
     for (const auto& e : entries) {
       if (e.dir || !ends_with(e.rel, ".safetensors")) continue;
       ins.push_back(in + "/" + e.rel);
-      outs.push_back(tmp.path + "/" + default_compressed_name(e.rel, false));
+      outs.push_back(tmp.path() + "/" + default_compressed_name(e.rel, false));
       const std::string r = opt.ref.empty() ? "" : opt.ref + "/" + default_compressed_name(e.rel, false);
       refs.push_back(!r.empty() && path_kind(r) == PathKind::kFile ? r : "");
       // The previous checkpoint's safetensors file of the same relative name.
@@ -216,17 +268,18 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
   for (const auto& e : entries) {
     const std::string src = in + "/" + e.rel;
     if (e.dir || ends_with(e.rel, ".safetensors")) continue;
-    copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
+    copy_file(src, tmp.path() + "/" + e.rel, opt.progress, base, total);
     base += e.size;
   }
   fp.publish_output(opt.force);
 }
 
 void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg, const ReadOptions& opt) {
-  FolderPass fp(in_dir, out_dir_arg, opt.force);
+  FolderPass fp(in_dir, out_dir_arg, opt.force,
+                [](const std::string& rel) { return ends_with(rel, ".tzip") ? default_decompressed_name(rel, false) : rel; });
   const std::string& in = fp.in;
   const std::vector<Entry>& entries = fp.entries;
-  const TempDir& tmp = fp.tmp;
+  const Temporary& tmp = fp.tmp;
   // Totals in original bytes: open every .tzip first (header only), which
   // also rejects a damaged folder before anything is written.
   uint64_t total = 0;
@@ -240,7 +293,7 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
   }
   if (n_tz == 0) fail(ErrorKind::kUsage, in + ": folder holds no .tzip files");
   uint64_t base = 0;
-  fp.make_subfolders();
+  fp.begin();
   {
     // All .tzip files as one checkpoint: referenced files are restored
     // first and serve as predictors of the others (section 12).
@@ -248,7 +301,7 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
     for (const auto& e : entries) {
       if (e.dir || !ends_with(e.rel, ".tzip")) continue;
       ins.push_back(in + "/" + e.rel);
-      outs.push_back(tmp.path + "/" + default_decompressed_name(e.rel, false));
+      outs.push_back(tmp.path() + "/" + default_decompressed_name(e.rel, false));
     }
     ReadOptions o = opt;
     o.force = false;
@@ -258,7 +311,7 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
   for (const auto& e : entries) {
     const std::string src = in + "/" + e.rel;
     if (e.dir || ends_with(e.rel, ".tzip")) continue;
-    copy_file(src, tmp.path + "/" + e.rel, opt.progress, base, total);
+    copy_file(src, tmp.path() + "/" + e.rel, opt.progress, base, total);
     base += e.size;
   }
   fp.publish_output(opt.force);

@@ -2,7 +2,9 @@
 // several safetensors files of one checkpoint compressed together so that
 // BF16/F16 tensors of one file may be predicted from FP32 tensors of another,
 // and rebase (a delta file made standalone).
+#include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +26,23 @@ namespace tz::container {
 using namespace detail;
 
 namespace detail {
+
+RefOriginal::RefOriginal(const std::string& path, const Reader& ref, const std::string& ref_path)
+    : path_(path), ref_path_(ref_path), info_(read_safetensors_info(path)), file_(std::make_unique<InFile>(path)) {
+  if (info_.header_bytes != ref.safetensors_header() || file_->size() != ref.original_size())
+    fail(ErrorKind::kUsage, path + ": is not the safetensors file " + ref_path + " decodes to (header or size differs)");
+}
+
+void RefOriginal::read_checked(Reader& ref, size_t index, uint64_t off, uint64_t n, uint8_t* dst) const {
+  const TensorEntry& t = ref.tensors()[index];
+  const uint64_t base = tensor_offset(t);
+  file_->pread_exact(base + off, dst, n);
+  const bool same = ref.check_bytes(
+      index, off, n, [&](uint64_t o, uint64_t len, uint8_t* d) { file_->pread_exact(base + o, d, len); }, dst);
+  if (!same)
+    fail(ErrorKind::kUsage, path_ + ": tensor '" + t.name + "' differs from " + ref_path_ +
+                                " (block checksums): not the content of the reference");
+}
 
 namespace {
 std::vector<std::string> split_path(const std::string& p) {
@@ -185,57 +204,76 @@ std::string relative_path(const std::string& target, const std::string& from_fil
 }  // namespace detail
 
 namespace {
-// The outputs of one compress_checkpoint call, staged under temporary names
-// in their final folders and published together at the end. Until commit(),
-// destroying it undoes everything: staged files are removed, published
-// outputs are removed and files they replaced (force) are put back.
+// The outputs of one compress_checkpoint / decompress_checkpoint call,
+// staged under temporary names beside their final names and published
+// together at the end. Until publish_all() returns, destroying it undoes
+// everything: staged files are removed, published outputs are removed and
+// the files they replaced (force) are put back.
 struct StagedOutputs {
   struct Item {
-    std::string final_path, stage, old;
-    int slot = -1;
+    std::string final_path;
+    Temporary stage;       // the new file; after an exchange, the replaced one
     bool published = false;
+    bool exchanged = false;  // stage now holds the file final_path had
   };
   std::vector<Item> items;
   bool committed = false;
 
   ~StagedOutputs() {
     if (committed) return;
+    auto lk = output_lock();
     for (auto it = items.rbegin(); it != items.rend(); ++it) {
-      if (it->published) {
+      if (it->exchanged) {
+        // Swap back: the replaced file returns, the new one is removed with the stage.
+        if (renameat2(AT_FDCWD, it->stage.path().c_str(), AT_FDCWD, it->final_path.c_str(), RENAME_EXCHANGE) != 0 &&
+            rename(it->stage.path().c_str(), it->final_path.c_str()) == 0)
+          it->stage.release();  // (no RENAME_EXCHANGE: the kept file was renamed back over the new one)
+      } else if (it->published) {
         unlink(it->final_path.c_str());
-        if (!it->old.empty()) rename(it->old.c_str(), it->final_path.c_str());
-      } else if (!it->old.empty()) {
-        rename(it->old.c_str(), it->final_path.c_str());  // moved aside, not yet replaced
       }
-      if (!it->stage.empty()) unlink(it->stage.c_str());
-      if (it->slot >= 0) unregister_temp(it->slot);
     }
+    // each stage (new file, or the new file swapped back) is removed by its Temporary
   }
-  // Renames every staged file onto its final name. Existing finals were
-  // refused up front unless force; with force each is moved aside first and
-  // deleted only once every output is in place.
+  // Renames every staged file onto its final name: an existing final
+  // (refused up front unless force; a regular file) is exchanged with the
+  // staged file in one step, so its name never goes missing, and removed
+  // only once every output is in place. Under the output lock: a signal
+  // watchdog sees all of it or none of it.
   void publish_all(bool force) {
+    auto lk = output_lock();
     for (auto& it : items) {
       check_cancel();
       struct stat st;
-      if (stat(it.final_path.c_str(), &st) == 0) {
-        if (!force) fail(ErrorKind::kExists, it.final_path + ": already exists (use -f to overwrite)");
-        it.old = make_temp_name(it.final_path) + "-old";
-        if (rename(it.final_path.c_str(), it.old.c_str()) != 0) {
-          const int err = errno;
-          it.old.clear();
-          fail_errno(it.final_path, "cannot move aside", err);
+      if (lstat(it.final_path.c_str(), &st) == 0) {
+        if (!force) fail(ErrorKind::kExists, it.final_path + ": already exists");
+        if (!S_ISREG(st.st_mode)) fail(ErrorKind::kUsage, it.final_path + ": not a regular file, not replaced");
+        if (renameat2(AT_FDCWD, it.stage.path().c_str(), AT_FDCWD, it.final_path.c_str(), RENAME_EXCHANGE) == 0) {
+          it.exchanged = true;
+          continue;
         }
+        if (errno != EINVAL && errno != ENOSYS) fail_errno(it.final_path, "cannot replace", errno);
+        // No RENAME_EXCHANGE here: keep the old file under a second name
+        // (a hard link) and rename over it.
+        Temporary keep = Temporary::reserve(it.final_path);
+        if (link(it.final_path.c_str(), keep.path().c_str()) != 0) {
+          const int e = errno;
+          keep.release();
+          fail_errno(it.final_path, "cannot keep the file being replaced", e);
+        }
+        if (rename(it.stage.path().c_str(), it.final_path.c_str()) != 0) fail_errno(it.final_path, "cannot rename", errno);
+        it.stage = std::move(keep);  // the old file, as after an exchange
+        it.exchanged = true;
+        continue;
       }
-      publish(it.stage, it.final_path, false, false);
+      publish(it.stage.path(), it.final_path, false, false);
+      it.stage.release();
       it.published = true;
-      unregister_temp(it.slot);
-      it.slot = -1;
-      it.stage.clear();
     }
     committed = true;
-    for (auto& it : items)
-      if (!it.old.empty()) unlink(it.old.c_str());
+    for (auto& it : items) {
+      if (it.exchanged) it.stage.remove();  // the replaced file
+      fsync_dir_of(it.final_path);
+    }
   }
 };
 }  // namespace
@@ -259,10 +297,8 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
       check_not_same_file(ins[j], outs[i]);
       if (!refs.empty() && !refs[j].empty()) check_not_same_file(refs[j], outs[i]);
     }
-    const PathKind k = path_kind(outs[i]);
-    if (k == PathKind::kDir) fail(ErrorKind::kUsage, outs[i] + ": exists and is a directory");
-    if (k != PathKind::kMissing && !opt.force)
-      fail(ErrorKind::kExists, outs[i] + ": already exists (use -f to overwrite)");
+    if (check_file_target(outs[i], opt.force) == FileTarget::kStream)
+      fail(ErrorKind::kUsage, outs[i] + ": not a regular file (several outputs are written to files)");
   }
   std::vector<SafetensorsInfo> infos;
   for (const auto& in : ins) infos.push_back(read_safetensors_info(in));
@@ -283,13 +319,15 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
     check_cancel();
     auto& it = staged.items[i];
     it.final_path = outs[i];
-    it.stage = make_temp_name(outs[i]) + ".tzip";
-    it.slot = register_temp(it.stage);
+    remove_stale_temporaries(outs[i]);
+    it.stage = Temporary::reserve(outs[i]);
     WriteOptions o = opt;
     o.force = false;
+    o.output_fd = -1;
     o.ref = refs.empty() ? std::string() : refs[i];
     o.ref_original = ref_originals.empty() ? std::string() : ref_originals[i];
-    const PassStats st = compress_file_ex(ins[i], it.stage, o, opt.predict ? written : std::vector<CastSourceFile>{});
+    const PassStats st = compress_file_ex(ins[i], it.stage.path(), o,
+                                          opt.predict && opt.cross_file ? written : std::vector<CastSourceFile>{});
     total.raw_bytes += st.raw_bytes;
     total.file_bytes += st.file_bytes;
     if (opt.predict) {
@@ -297,7 +335,7 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
       c.st_path = ins[i];
       c.st = infos[i];
       c.tzip_path = outs[i];  // recorded by its final name (same folder as the staged file)
-      const Reader staged_reader(it.stage, 1);
+      const Reader staged_reader(it.stage.path(), 1);
       c.xxh64 = staged_reader.file_checksum();
       c.header_xxh64 = staged_reader.header_checksum();
       written.push_back(std::move(c));
@@ -310,6 +348,18 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
 PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::vector<std::string>& outs,
                                 const ReadOptions& opt) {
   if (ins.size() != outs.size()) fail(ErrorKind::kUsage, "decompress_checkpoint: as many outputs as inputs are needed");
+  // All or nothing, as compress_checkpoint: outputs checked before any
+  // work, staged beside their final names, published together.
+  for (size_t i = 0; i < outs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      if (outs[i] == outs[j]) fail(ErrorKind::kUsage, outs[i] + ": given as the output of two inputs");
+    for (const auto& in : ins) check_not_same_file(in, outs[i]);
+    for (const auto& r : opt.refs) check_not_same_file(r, outs[i]);
+    if (check_file_target(outs[i], opt.force) == FileTarget::kStream)
+      fail(ErrorKind::kUsage, outs[i] + ": not a regular file (several outputs are written to files)");
+  }
+  StagedOutputs staged;
+  staged.items.resize(ins.size());
   // Checksums and references first (headers only; no file kept open).
   std::vector<uint64_t> sum(ins.size());
   std::vector<std::vector<uint64_t>> needs(ins.size());
@@ -349,15 +399,22 @@ PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::
     }
     for (size_t j = 0; j < ins.size(); ++j)
       if (done[j] && std::find(needs[pick].begin(), needs[pick].end(), sum[j]) != needs[pick].end())
-        r.add_reference_original(ins[j], outs[j]);
+        r.add_reference_original(ins[j], staged.items[j].stage.path());
     ReadOptions o = opt;
     o.refs.clear();
     o.ref_originals.clear();
-    const PassStats st = r.export_safetensors(outs[pick], o);
+    o.force = false;
+    o.output_fd = -1;
+    auto& it = staged.items[pick];
+    it.final_path = outs[pick];
+    remove_stale_temporaries(outs[pick]);
+    it.stage = Temporary::reserve(outs[pick]);
+    const PassStats st = r.export_safetensors(it.stage.path(), o);
     total.raw_bytes += st.raw_bytes;
     total.file_bytes += st.file_bytes;
     done[pick] = true;
   }
+  staged.publish_all(opt.force);
   return total;
 }
 
@@ -368,23 +425,16 @@ PassStats rebase(const std::string& in, const std::string& out, const WriteOptio
   check_not_same_file(in, out);
   // The original safetensors file is rebuilt beside the output, then
   // compressed again without references (casts within the file are kept).
-  const std::string tmp = make_temp_name(out) + ".safetensors";
-  const int slot = register_temp(tmp);
-  struct Guard {
-    std::string p;
-    int slot;
-    ~Guard() {
-      unlink(p.c_str());
-      unregister_temp(slot);
-    }
-  } guard{tmp, slot};
+  if (opt.output_fd < 0) (void)check_file_target(out, opt.force);  // refused before the work, not after
+  const Temporary tmp = Temporary::reserve(out);  // removed on every path
   ReadOptions ro = ropt;
-  ro.force = true;
+  ro.force = false;
+  ro.output_fd = -1;
   ro.progress = nullptr;
-  r.export_safetensors(tmp, ro);
+  r.export_safetensors(tmp.path(), ro);
   WriteOptions o = opt;
   o.ref.clear();
-  const PassStats st = compress_file(tmp, out, o);
+  const PassStats st = compress_file(tmp.path(), out, o);
   return PassStats{r.original_size(), st.file_bytes};
 }
 

@@ -153,7 +153,7 @@ PassStats Reader::export_safetensors(const std::string& out_path, const ReadOpti
   m.apply_ref_options(*this, opt);
   check_references();
   check_not_same_file(m.path, out_path);
-  OutFile out(out_path, opt.force);
+  OutFile out(out_path, opt.force, m.path, opt.output_fd);
   uint8_t len[8];
   put_le64(len, m.h.safetensors_header.size());
   out.write(len, 8);

@@ -42,8 +42,7 @@ struct PredSrc {
   uint64_t abs_off = 0;          //   absolute offset of the source tensor in that file
   Reader* reader = nullptr;      // delta: previous checkpoint's .tzip
   size_t index = 0;              //   tensor index there
-  const InFile* orig = nullptr;  //   or its safetensors original (WriteOptions::ref_original)
-  uint64_t orig_off = 0;         //   absolute offset of the tensor in that file
+  const RefOriginal* orig = nullptr;  //   or its safetensors original (WriteOptions::ref_original)
   std::shared_ptr<std::vector<uint8_t>> blk;  //   the reference block decoded for the sample
   uint64_t blk_off = 0;                       //   its byte offset in the tensor
 };
@@ -103,8 +102,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   std::vector<PredSrc> pred(h.tensors.size());
   std::vector<std::unique_ptr<InFile>> other_files;
   std::unique_ptr<Reader> delta_ref;
-  std::unique_ptr<InFile> ref_orig;  // WriteOptions::ref_original
-  SafetensorsInfo ref_orig_info;
+  std::unique_ptr<RefOriginal> ref_orig;  // WriteOptions::ref_original
   std::map<size_t, int> other_ref_index;  // others[i] -> references index, when used
   int delta_ref_index = -1;
   {
@@ -133,15 +131,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
       delta_ref = std::make_unique<Reader>(opt.ref, opt.threads);
       // Its header checksum is recorded: the frames read must be the ones it lists.
       ReaderAccess::verify_frames_on_use(*delta_ref);
-      if (!opt.ref_original.empty()) {
-        // Fast path: the reference's raw bytes from its safetensors original.
-        ref_orig_info = read_safetensors_info(opt.ref_original);
-        ref_orig = std::make_unique<InFile>(opt.ref_original);
-        if (ref_orig_info.header_bytes != delta_ref->safetensors_header() ||
-            ref_orig->size() != delta_ref->original_size())
-          fail(ErrorKind::kUsage, opt.ref_original + ": is not the safetensors file " + opt.ref +
-                                      " decodes to (header or size differs)");
-      }
+      if (!opt.ref_original.empty())  // fast path: the reference's raw bytes from its safetensors original
+        ref_orig = std::make_unique<RefOriginal>(opt.ref_original, *delta_ref, opt.ref);
     } else if (!opt.ref_original.empty()) {
       fail(ErrorKind::kUsage, "ref_original (--ref-original) needs a previous checkpoint (--ref)");
     }
@@ -184,7 +175,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
           t.predict.kind = PredictKind::kCast;
           t.predict.source = c.t->name;
           t.predict.ref = c.other;  // mapped to a references index below
-          pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, 0, nullptr, 0};
+          pred[ti] = PredSrc{c.file, c.abs_off, nullptr, 0, nullptr, nullptr, 0};
         }
       }
       if (t.predict.kind == PredictKind::kNone && delta_ref) {
@@ -206,12 +197,12 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             const uint8_t* refp;
             const TensorEntry* ot = nullptr;  // the tensor in ref_original (fast path)
             if (ref_orig)
-              for (const auto& e : ref_orig_info.tensors)
+              for (const auto& e : ref_orig->info().tensors)
                 if (e.name == t.name && e.dtype == t.dtype && e.shape == t.shape) ot = &e;
             if (ot) {
               cand_bytes.resize(s_elems * esz);
-              ref_orig->pread_exact(ref_orig_info.data_start + ot->data_begin + s_first * esz, cand_bytes.data(),
-                                    cand_bytes.size());
+              ref_orig->file().pread_exact(ref_orig->info().data_start + ot->data_begin + s_first * esz,
+                                           cand_bytes.data(), cand_bytes.size());
               refp = cand_bytes.data();
             } else {
               blk = std::make_shared<Bytes1>(blk_len);
@@ -221,8 +212,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             if (delta_pays(cur.data(), refp, s_elems, esz, opt.min_gain)) {
               t.predict.kind = PredictKind::kDelta;
               t.predict.ref = -2;  // the delta reference, mapped below
-              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, ot ? ref_orig.get() : nullptr,
-                                 ot ? ref_orig_info.data_start + ot->data_begin : 0, blk, blk_off};
+              pred[ti] = PredSrc{nullptr, 0, delta_ref.get(), (size_t)ri, ot ? ref_orig.get() : nullptr, blk, blk_off};
             }
           }
         }
@@ -264,7 +254,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   for (size_t i = 0; i < h.tensors.size(); ++i)
     if (h.tensors[i].predict.kind != PredictKind::kNone) pred_of[&h.tensors[i]] = &pred[i];
 
-  OutFile out(out_path, opt.force);
+  OutFile out(out_path, opt.force, in, opt.output_fd);
   XXH64_state_t* fh = XXH64_createState();
   if (!fh) fail(ErrorKind::kInternal, "out of memory");
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> fh_guard(fh, &XXH64_freeState);
@@ -306,18 +296,10 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             tz::predict::cast_xor(tmp.data(), raw, u.raw / 2,
                                   u.seg->dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
           } else if (ps.orig) {
+            // From ref_original, checked against the reference's stored block
+            // checksums (CRC32C, no decoding).
             tmp.resize(u.raw);
-            ps.orig->pread_exact(ps.orig_off + u.seg_off, tmp.data(), tmp.size());
-            // ref_original is checked against the reference's stored block
-            // checksums (CRC32C, no decoding): a wrong file cannot make a
-            // file that decodes wrongly.
-            const bool same = ps.reader->check_bytes(
-                ps.index, u.seg_off, u.raw,
-                [&](uint64_t o, uint64_t len, uint8_t* dst) { ps.orig->pread_exact(ps.orig_off + o, dst, len); },
-                tmp.data());
-            if (!same)
-              fail(ErrorKind::kUsage, opt.ref_original + ": tensor '" + u.seg->name + "' differs from " + opt.ref +
-                                          " (block checksums): not the content of the reference");
+            ps.orig->read_checked(*ps.reader, ps.index, u.seg_off, u.raw, tmp.data());
             tz::predict::xor_bytes(tmp.data(), raw, u.raw);
           } else {
             // Decode the reference's bytes of this chunk, except the block

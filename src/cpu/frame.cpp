@@ -14,7 +14,8 @@
 #include "codec/checksum.h"
 #include "codec/policy.h"
 #include "cpu/checksum_cpu.h"
-#include "cpu/simd_x86.h"
+#include "cpu/kernels.h"
+#include "cpu/ordered_pipeline.h"
 
 static_assert(std::endian::native == std::endian::little, "tensorzip assumes a little-endian host");
 
@@ -48,7 +49,7 @@ struct CpuCrc32c {
 
 struct Context {
   explicit Context(unsigned threads)
-      : pool(threads), scratch(pool.size()), out(pool.size()), cctx(pool.size()), dctx(pool.size()) {}
+      : pool(threads), scratch(pool.size()), out(2 * pool.size()), cctx(pool.size()), dctx(pool.size()) {}
   ~Context() {
     for (auto* c : cctx) ZSTD_freeCCtx(c);
     for (auto* d : dctx) ZSTD_freeDCtx(d);
@@ -57,9 +58,10 @@ struct Context {
     if (scratch[w].size() < bytes) scratch[w].resize(bytes);
     return scratch[w].data();
   }
-  uint8_t* worker_out(unsigned w, size_t bytes) {
-    if (out[w].size() < bytes) out[w].resize(bytes);
-    return out[w].data();
+  // Output buffer of compress_frame's pipeline slot s (s < 2 x threads).
+  uint8_t* slot_out(size_t s, size_t bytes) {
+    if (out[s].size() < bytes) out[s].resize(bytes);
+    return out[s].data();
   }
   ThreadPool pool;
   std::vector<std::vector<uint8_t>> scratch;
@@ -86,67 +88,6 @@ int zstd_level_for(int level) {
   if (level >= 3) return 19;
   if (level == 2) return 9;
   return 3;
-}
-
-// Byte of field stream k of element i.
-inline uint8_t stream_byte(uint8_t dtype, const uint8_t* src, uint64_t i, int k) {
-  switch (dtype) {
-    case kBF16: {
-      uint8_t s0, s1;
-      split_elem_bf16(load_le16(src + 2 * i), s0, s1);
-      return k == 0 ? s0 : s1;
-    }
-    case kF16: return src[2 * i + 1 - k];
-    case kF32: {
-      uint8_t s[4];
-      split_elem_f32(load_le32(src + 4 * i), s[0], s[1], s[2], s[3]);
-      return s[k];
-    }
-    default: return src[i];
-  }
-}
-
-// Histogram of stream k over elements [e0, e1), added to hist. Four
-// sub-histograms: runs of equal symbols (common in exponents) would
-// otherwise serialise on one counter.
-template <uint8_t DT, int K>
-void histogram_stream_t(const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
-  uint32_t h[4][256] = {};
-  uint64_t i = e0;
-  for (; i + 4 <= e1; i += 4) {
-    ++h[0][stream_byte(DT, src, i, K)];
-    ++h[1][stream_byte(DT, src, i + 1, K)];
-    ++h[2][stream_byte(DT, src, i + 2, K)];
-    ++h[3][stream_byte(DT, src, i + 3, K)];
-  }
-  for (; i < e1; ++i) ++h[0][stream_byte(DT, src, i, K)];
-  for (int s = 0; s < 256; ++s) hist[s] += (uint64_t)h[0][s] + h[1][s] + h[2][s] + h[3][s];
-}
-
-// Smallest and largest byte of stream k over n elements.
-void stream_minmax(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi) {
-  uint8_t a = 255, b = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint8_t v = stream_byte(dtype, src, i, k);
-    a = std::min(a, v);
-    b = std::max(b, v);
-  }
-  *lo = a;
-  *hi = b;
-}
-
-void histogram_stream(uint8_t dtype, int k, const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
-  switch (dtype * 4 + k) {
-    case kBF16 * 4 + 0: return histogram_stream_t<kBF16, 0>(src, e0, e1, hist);
-    case kBF16 * 4 + 1: return histogram_stream_t<kBF16, 1>(src, e0, e1, hist);
-    case kF16 * 4 + 0: return histogram_stream_t<kF16, 0>(src, e0, e1, hist);
-    case kF16 * 4 + 1: return histogram_stream_t<kF16, 1>(src, e0, e1, hist);
-    case kF32 * 4 + 0: return histogram_stream_t<kF32, 0>(src, e0, e1, hist);
-    case kF32 * 4 + 1: return histogram_stream_t<kF32, 1>(src, e0, e1, hist);
-    case kF32 * 4 + 2: return histogram_stream_t<kF32, 2>(src, e0, e1, hist);
-    case kF32 * 4 + 3: return histogram_stream_t<kF32, 3>(src, e0, e1, hist);
-    default: return histogram_stream_t<kF8E4M3, 0>(src, e0, e1, hist);
-  }
 }
 
 // Generic (TZ_DTYPE_BYTES) block: one stream, zstd or raw.
@@ -185,10 +126,10 @@ size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8
 // lane_contexts_pay (codec/policy.h).
 
 // Stream 0 of n elements (what split_fields writes to streams[0]), by the
-// same per-element rule as the histograms (stream_byte).
+// same per-element rule as the histograms (field_byte).
 template <uint8_t DT>
 void stream0_t(const uint8_t* src, uint32_t n, uint8_t* __restrict out) {
-  for (uint32_t i = 0; i < n; ++i) out[i] = stream_byte(DT, src, i, 0);
+  for (uint32_t i = 0; i < n; ++i) out[i] = field_byte(DT, src, i, 0);
 }
 void stream0_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* out) {
   switch (dtype) {
@@ -319,16 +260,16 @@ bool choose_lane_contexts(Context& ctx, uint8_t dtype, const uint8_t* src, uint6
   return lane_contexts_pay(coded, plain_coded);
 }
 
-struct SimdCoder {
-  const SimdEncTable* t;
+// The stream coder of encode_block_with, through the kernel table.
+struct KernelCoder {
+  const CodecKernels* kr;
   const BlockEncTables* et;
-  const SimdEncTable* ctx_t;  // the lane-context tables of stream 0 (kind kKindRansCtx)
+  const uint32_t* const* freq_start;  // per stream, ctx.n tables of 256 (kernels.h EncTables)
   void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
-    split_fields_simd(dtype, src, n, streams);
+    kr->split(dtype, src, n, streams);
   }
   size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
-    if (et->ctx[k].n > 1) return rans_encode_ctx_simd(sym, n, ctx_t, et->ctx[k], words, out, limit);
-    return rans_encode_simd(sym, n, t[k], words, out, limit);
+    return kr->rans_encode(sym, n, EncTables{et->enc[k], freq_start[k]}, et->ctx[k], words, out, limit);
   }
 };
 
@@ -355,6 +296,8 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   if (!encode_block_count(n_elems, block_elems, &n_blocks))
     return make_error(kErrBadParam, "too many blocks: raise block_elems");
   const int K = dtype_stream_count(dtype);
+
+  const CodecKernels& kr = codec_kernels();
 
   // Tensor-level stream kinds and tables.
   uint8_t kind[kMaxStreams] = {};
@@ -383,7 +326,8 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
           const uint64_t e0 = b * block_elems;
           const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
           for (int k = 0; k < K; ++k)
-            if (want[k]) histogram_stream(dtype, k, src, e0, e1, hist.data() + ((size_t)w * kMaxStreams + k) * 256);
+            if (want[k])
+              kr.histogram(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), hist.data() + ((size_t)w * kMaxStreams + k) * 256);
         }
       });
     };
@@ -424,7 +368,6 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       std::vector<uint8_t> mm((size_t)n_blocks * kMaxStreams * 2);
       const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (ctx.pool.size() * 4));
       const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
-      const bool simd = simd_available();
       ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
         const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
         for (uint64_t b = t * per_task; b < b1; ++b) {
@@ -432,10 +375,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
           for (int k = 0; k < K; ++k)
             if (want[k]) {
               uint8_t* r = &mm[(b * kMaxStreams + k) * 2];
-              if (simd)
-                stream_minmax_simd(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
-              else
-                stream_minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
+              kr.minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
             }
         }
       });
@@ -481,47 +421,55 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   BlockEncTables et{};
   std::vector<RansEncSym> enc((size_t)K * 256);
   std::vector<RansEncSym> enc_ctx0((size_t)rctx0.n * 256);
-  std::vector<SimdEncTable> senc(K), senc_ctx0(rctx0.n);
-  const bool simd = simd_available();
+  std::vector<uint32_t> fst((size_t)K * 256), fst_ctx0((size_t)rctx0.n * 256);
+  const uint32_t* fst_of[kMaxStreams] = {};
   for (int k = 0; k < K; ++k) {
     et.kind[k] = kind[k];
     if (kind[k] == kKindRans) {
       rans_build_enc(freq[k], enc.data() + (size_t)k * 256);
       et.enc[k] = enc.data() + (size_t)k * 256;
-      build_simd_enc(freq[k], &senc[k]);
+      build_freq_start(freq[k], fst.data() + (size_t)k * 256);
+      fst_of[k] = fst.data() + (size_t)k * 256;
     } else if (kind[k] == kKindRansCtx) {
       for (uint32_t c = 0; c < rctx0.n; ++c) {
         rans_build_enc(ctx_freq0.data() + 256 * c, enc_ctx0.data() + 256 * c);
-        build_simd_enc(ctx_freq0.data() + 256 * c, &senc_ctx0[c]);
+        build_freq_start(ctx_freq0.data() + 256 * c, fst_ctx0.data() + 256 * c);
       }
       et.enc[k] = enc_ctx0.data();
       et.ctx[k] = rctx0;
+      fst_of[k] = fst_ctx0.data();
     }
   }
+  const KernelCoder coder{&kr, &et, fst_of};
   bool any_ctx = false;
   for (int k = 0; k < K; ++k) any_ctx |= kind[k] == kKindRansCtx;
 
-  // Blocks: tasks are runs of blocks handed out in order. A worker encodes
-  // its run into its own reusable buffer, waits for its turn (the previous
-  // run committed), then copies the run to its final offset. Memory stays
-  // bounded, and the output never depends on the number of workers.
+  // Blocks: tasks are runs of blocks, the items of an ordered pipeline
+  // (cpu/ordered_pipeline.h) on the context's threads. A run is encoded into
+  // its slot's buffer, and commit, in run order, copies it to its final
+  // offset. Memory stays bounded (2 runs per thread), and the output never
+  // depends on the number of workers.
   const uint32_t per_task = std::max<uint32_t>(1, std::min<uint32_t>(16, n_blocks / (ctx.pool.size() * 8)));
   const size_t n_tasks = (n_blocks + per_task - 1) / per_task;
   std::vector<uint32_t> sizes(n_blocks);
   const size_t bbound = block_bound(block_elems, K);
   const size_t scratch_bytes = block_scratch_size(block_elems, K);
   const int zlevel = zstd_level_for(level);
-  std::atomic<size_t> turn{0};
-  uint64_t next_off = prefix;  // owned by the worker whose turn it is
+  uint64_t next_off = prefix;  // advanced by commit, in run order
   bool overflow = false;       // likewise
-  ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+  const size_t window = 2 * (size_t)ctx.pool.size();
+  std::vector<size_t> run_bytes(window);
+  std::vector<char> run_in_place(window);
+  OrderedPipeline* runs = nullptr;
+  OrderedPipeline::Stages stages;
+  stages.work = [&](size_t t, size_t slot, unsigned w) {
     const uint32_t b0 = (uint32_t)(t * per_task), b1 = std::min<uint32_t>(n_blocks, b0 + per_task);
     uint8_t* scratch = ctx.worker_scratch(w, scratch_bytes);
-    // If this run is next in line and dst has room for its worst case,
-    // encode straight into dst (always so with one thread): no copy.
+    // If every earlier run is in place and dst has room for this one's worst
+    // case, encode straight into dst (always so with one thread): no copy.
     const size_t run_bound = (size_t)(b1 - b0) * bbound;
-    const bool direct = turn.load(std::memory_order_acquire) == t && !overflow && cap - next_off >= run_bound;
-    uint8_t* o = direct ? dst + next_off : ctx.worker_out(w, (size_t)per_task * bbound);
+    const bool direct = runs->all_before_committed(t) && !overflow && cap - next_off >= run_bound;
+    uint8_t* o = direct ? dst + next_off : ctx.slot_out(slot, (size_t)per_task * bbound);
     if (dtype == kBytes && kind[0] == kKindZstd && !ctx.cctx[w]) ctx.cctx[w] = ZSTD_createCCtx();
     size_t pos = 0;
     for (uint32_t b = b0; b < b1; ++b) {
@@ -529,22 +477,27 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       const uint8_t* sb = src + (uint64_t)b * block_elems * es;
       const uint32_t crc = block_checksum(sb, (size_t)nb * es) ^ block_checksum_salt(b);
       const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, kind[0], sb, nb, crc, o + pos)
-                        : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{senc.data(), &et, senc_ctx0.data()})
-                               : encode_block(dtype, et, sb, nb, crc, scratch, o + pos);
+                                        : encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, coder);
       sizes[b] = (uint32_t)sz;
       pos += sz;
     }
-    while (turn.load(std::memory_order_acquire) != t) std::this_thread::yield();
-    if (direct) {
+    run_bytes[slot] = pos;
+    run_in_place[slot] = direct;
+  };
+  stages.commit = [&](size_t, size_t slot) {
+    const size_t pos = run_bytes[slot];
+    if (run_in_place[slot]) {
       // already in place
     } else if (!overflow && next_off + pos <= cap) {
-      memcpy(dst + next_off, o, pos);
+      memcpy(dst + next_off, ctx.slot_out(slot, 0), pos);
     } else {
       overflow = true;
     }
     next_off += pos;
-    turn.store(t + 1, std::memory_order_release);
-  });
+  };
+  OrderedPipeline pipeline(n_tasks, window, std::move(stages));
+  runs = &pipeline;
+  pipeline.run(ctx.pool);
   const uint64_t total = next_off;
   if (overflow) return make_error(kErrDstTooSmall, "destination too small (" + std::to_string(cap) + " < " +
                                                        std::to_string(total) + " bytes)");
@@ -614,18 +567,19 @@ int decode_bytes_block(ZSTD_DCtx* dctx, uint8_t kind, const uint8_t* blk, size_t
   return kOk;
 }
 
-// decode_block with the SIMD kernels: same validation (parse_block), same
-// output, and the common BF16 layout (exponents coded, sign|mantissa raw)
-// decoded and merged in one pass.
-int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk, size_t sz, uint32_t n,
-                      uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
+// tz::decode_block through the kernel table: same validation (parse_block),
+// same output and status, coded streams decoded two at a time, and the
+// common BF16 layout (exponents coded, sign|mantissa raw) decoded and merged
+// in one pass.
+int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTables& t, const uint8_t* blk,
+                         size_t sz, uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
   const int pst = parse_block(K, t.kind, blk, sz, n, &v);
   if (pst != kOk) return pst;
   *stored = v.checksum;
   if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw)
-    return rans_decode_bf16_simd(v.payload[0], v.size[0], n, t.dec[0], v.payload[1], dst, t.ctx[0]);
+    return kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec[0], t.ctx[0], v.payload[1], dst);
   const uint8_t* streams[kMaxStreams];
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {
@@ -641,7 +595,7 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
       const int j = pending;
       pending = -1;
       int sa, sb;
-      rans_decode2_simd(RansStream{v.payload[j], v.size[j], n, t.dec[j], scratch + (size_t)j * align4(n), t.ctx[j]},
+      kr.rans_decode2(RansStream{v.payload[j], v.size[j], n, t.dec[j], scratch + (size_t)j * align4(n), t.ctx[j]},
                         &sa, RansStream{v.payload[k], v.size[k], n, t.dec[k], s, t.ctx[k]}, &sb);
       if (sa != kOk) return sa;
       if (sb != kOk) return sb;
@@ -650,11 +604,11 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
     }
   }
   if (pending >= 0) {
-    const int st = rans_decode_simd(v.payload[pending], v.size[pending], n, t.dec[pending],
-                                    scratch + (size_t)pending * align4(n), t.ctx[pending]);
+    const int st = kr.rans_decode(v.payload[pending], v.size[pending], n, t.dec[pending], t.ctx[pending],
+                                  scratch + (size_t)pending * align4(n));
     if (st != kOk) return st;
   }
-  merge_fields_simd(dtype, streams, n, dst);
+  kr.merge(dtype, streams, n, dst);
   return kOk;
 }
 
@@ -670,7 +624,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
   for (uint32_t i = 0; i < count; ++i) off[i + 1] = off[i] + load_le32(fp.index + 4ull * (first + i));
   DecTables dt(fp);
   const size_t scratch_bytes = block_scratch_size(h.block_elems, K) + (dst ? 0 : 2 * (size_t)h.block_elems * es);
-  const bool simd = simd_available();
+  const CodecKernels& kr = codec_kernels();
   std::mutex bad_mu;  // guards the lowest failing block and its status
   uint32_t bad = UINT32_MAX;
   int bad_status = kOk;
@@ -694,7 +648,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
     for (uint32_t i = i0; i < i1;) {
       // BF16 blocks (exponents coded, sign|mantissa raw) go two at a time
       // through the interleaved SIMD decoder.
-      if (simd && h.dtype == kBF16 && i + 1 < i1) {
+      if (h.dtype == kBF16 && i + 1 < i1) {
         BlockView va, vb;
         const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
         const bool ok =
@@ -705,7 +659,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
           uint8_t* oa = out_of(i, 0);
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
-          rans_decode2_bf16_simd(RansStream{va.payload[0], va.size[0], na, dt.t.dec[0], oa, dt.t.ctx[0]}, va.payload[1],
+          kr.rans_decode2_bf16(RansStream{va.payload[0], va.size[0], na, dt.t.dec[0], oa, dt.t.ctx[0]}, va.payload[1],
                                  &sta, RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec[0], ob, dt.t.ctx[0]},
                                  vb.payload[1], &stb);
           if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
@@ -725,8 +679,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       const uint8_t* blk = blocks + off[i];
       const size_t sz = (size_t)(off[i + 1] - off[i]);
       int st = h.dtype == kBytes ? decode_bytes_block(ctx.dctx[w], fp.t.kind[0], blk, sz, nb, out, &stored)
-                 : simd ? decode_block_simd(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored)
-                        : decode_block(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored);
+                                 : decode_block_kernels(kr, h.dtype, dt.t, blk, sz, nb, scratch, out, &stored);
       if (st == kOk && (block_checksum(out, (size_t)nb * es) ^ block_checksum_salt(b)) != stored) st = kErrChecksum;
       if (st != kOk) return fail(b, st);
       ++i;

@@ -114,6 +114,31 @@ TEST(TensorWriter, RoundTripHostTensors) {
   }
 }
 
+// Any thread count (and any number of slots) writes the same bytes.
+TEST(TensorWriter, SameBytesForEveryThreadCount) {
+  const auto data = mixed_tensors();
+  TempDir d;
+  std::vector<uint8_t> first;
+  for (unsigned t : {1u, 2u, 4u, 8u}) {
+    for (unsigned slots : {0u, 2u}) {
+      tc::TensorWriterOptions o;
+      o.threads = t;
+      o.slots = slots;
+      o.chunk_bytes = 1u << 20;
+      const std::string file = d.path + "/t" + std::to_string(t) + "s" + std::to_string(slots) + ".tzip";
+      tc::TensorWriter w(file, o);
+      for (const auto& x : data) w.add(x.name, x.dtype, x.shape, x.bytes.data(), x.bytes.size());
+      w.finish();
+      const auto bytes = read_all(file);
+      if (first.empty())
+        first = bytes;
+      else
+        EXPECT_TRUE(bytes == first) << t << " threads, " << slots << " slots";
+    }
+  }
+  expect_file_holds(d.path + "/t8s2.tzip", data);
+}
+
 // Frames encoded outside the writer (as the GPU codec produces them), given
 // whole or produced on demand, are stored as they are.
 TEST(TensorWriter, PreEncodedFramesAndEncoders) {
@@ -464,4 +489,107 @@ TEST(TensorWriter, DeltaAgainstPreviousFile) {
   // A missing reference is refused by name.
   EXPECT_THROW(write(b, d.path + "/next/x.tzip", d.path + "/nope.tzip"), tc::Error);
   EXPECT_FALSE(fs::exists(d.path + "/next/x.tzip"));
+
+  // ref_original: the predictors read from the reference's safetensors export instead of
+  // decoded: the same file, byte for byte; a file of other content is refused (not safetensors:
+  // at once; other bytes: by the reference's block checksums), and nothing is written.
+  const std::string orig = d.path + "/prev/r.safetensors";
+  tc::Reader(d.path + "/prev/r.tzip", 1).export_safetensors(orig, tc::ReadOptions{});
+  auto write_orig = [&](const std::string& path, const std::string& ref_original) {
+    tc::TensorWriterOptions o;
+    o.threads = 2;
+    o.chunk_bytes = 1u << 20;
+    o.ref = d.path + "/prev/r.tzip";
+    o.ref_original = ref_original;
+    tc::TensorWriter w(path, o);
+    for (const auto& t : b) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+    return w.finish();
+  };
+  write_orig(d.path + "/next/o.tzip", orig);
+  EXPECT_EQ(slurp(d.path + "/next/o.tzip"), slurp(d.path + "/next/r.tzip"));
+  std::string bytes = slurp(orig);
+  const auto info = tc::read_safetensors_info(orig);
+  uint64_t big_at = 0;
+  for (const auto& t : info.tensors)
+    if (t.name == "big.f32") big_at = info.data_start + t.data_begin;
+  ASSERT_GT(big_at, 0u);
+  bytes[big_at + (2u << 20) + 12] ^= 0x40;  // in big.f32's third chunk (a delta, read from the original)
+  const std::string other = d.path + "/prev/other.safetensors";
+  write_all(other, Bytes(bytes.begin(), bytes.end()));
+  const std::string short_one = d.path + "/prev/short.safetensors";
+  write_all(short_one, Bytes(bytes.begin(), bytes.end() - 1));
+  for (const std::string& bad : {short_one, other}) {
+    try {
+      write_orig(d.path + "/next/bad.tzip", bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const tc::Error& e) {
+      // the short file is not a valid safetensors file at all (kBadInput); the other one is,
+      // with the reference's header and size, but its bytes differ (kUsage)
+      EXPECT_EQ(e.kind(), bad == other ? tc::ErrorKind::kUsage : tc::ErrorKind::kBadInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      if (bad == other) EXPECT_NE(std::string(e.what()).find("differs from"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(d.path + "/next/bad.tzip"));
+  }
+}
+
+// TensorWriterOptions::safetensors_header: the export's header is the given
+// JSON, byte for byte (here laid out as safetensors' own writer does: metadata
+// first, tensors in data order, padded with spaces to 8 bytes); a header that
+// does not describe the added tensors is refused before anything is written.
+TEST(TensorWriter, GivenSafetensorsHeaderIsExportedVerbatim) {
+  TempDir d;
+  const std::vector<uint8_t> w(24, 7), ids(16, 1);
+  std::string hdr =
+      R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+      R"("ids":{"dtype":"I64","shape":[2],"data_offsets":[24,40]}})";
+  hdr.append((8 - hdr.size() % 8) % 8, ' ');
+  tc::TensorWriterOptions o;
+  o.threads = 1;
+  o.metadata = {{"format", "pt"}};
+  o.safetensors_header = hdr;
+  const std::string file = d.path + "/h.tzip";
+  {
+    tc::TensorWriter tw(file, o);
+    tw.add("w", "F32", {2, 3}, w.data(), w.size());
+    tw.add("ids", "I64", {2}, ids.data(), ids.size());
+    tw.finish();
+  }
+  tc::Reader r(file, 1);
+  EXPECT_EQ(r.safetensors_header(), hdr);
+  const std::string st = d.path + "/h.safetensors";
+  r.export_safetensors(st, tc::ReadOptions{});
+  std::string expect(8, '\0');
+  for (int i = 0; i < 8; ++i) expect[i] = static_cast<char>((hdr.size() >> (8 * i)) & 0xff);
+  expect += hdr;
+  expect.append(w.begin(), w.end());
+  expect.append(ids.begin(), ids.end());
+  EXPECT_EQ(slurp(st), expect);
+
+  // Wrong shape, a missing tensor, other metadata: kUsage from finish(), no file.
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> bad = {
+      {R"({"w":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]},"ids":{"dtype":"I64","shape":[2],"data_offsets":[24,40]}})",
+       {}},
+      {R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})", {}},
+      {R"({"__metadata__":{"a":"b"},"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+       R"("ids":{"dtype":"I64","shape":[2],"data_offsets":[24,40]}})",
+       {{"a", "c"}}},
+  };
+  for (const auto& [h, meta] : bad) {
+    TempDir e;
+    tc::TensorWriterOptions ob;
+    ob.threads = 1;
+    ob.metadata = meta;
+    ob.safetensors_header = h;
+    tc::TensorWriter tw(e.path + "/x.tzip", ob);
+    tw.add("w", "F32", {2, 3}, w.data(), w.size());
+    tw.add("ids", "I64", {2}, ids.data(), ids.size());
+    try {
+      tw.finish();
+      ADD_FAILURE() << "accepted: " << h;
+    } catch (const tc::Error& err) {
+      EXPECT_EQ(err.kind(), tc::ErrorKind::kUsage) << err.what();
+    }
+    EXPECT_EQ(e.entries(), 0u) << h;
+  }
 }
