@@ -14,14 +14,17 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensorzip/tensorzip.h"
@@ -46,11 +49,19 @@ PyObject* g_corrupt = nullptr;        // CorruptDataError(TensorZipError, ValueE
 PyObject* g_usage = nullptr;          // UsageError(TensorZipError, ValueError)
 PyObject* g_io = nullptr;             // TensorZipIOError(TensorZipError, OSError)
 PyObject* g_exists = nullptr;         // TensorZipExistsError(TensorZipError, FileExistsError)
+PyObject* g_not_found = nullptr;      // TensorZipFileNotFoundError(TensorZipIOError, FileNotFoundError)
+PyObject* g_permission = nullptr;     // TensorZipPermissionError(TensorZipIOError, PermissionError)
 
-// A C++ exception that becomes a given Python exception class.
+// A C++ exception that becomes a given Python exception class. OS errors
+// (OSError subclasses) also carry errno and the file name, set as the
+// exception's errno / strerror / filename attributes.
 struct PyErrorOf : std::runtime_error {
   PyObject* type;
+  int sys_errno = 0;
+  std::string filename;
   PyErrorOf(PyObject* t, const std::string& msg) : std::runtime_error(msg), type(t) {}
+  PyErrorOf(PyObject* t, const std::string& msg, int err, std::string file)
+      : std::runtime_error(msg), type(t), sys_errno(err), filename(std::move(file)) {}
 };
 
 // Throws for a codec error code; call with the GIL held or not (no Python API).
@@ -263,7 +274,24 @@ size_t decompress_blocks_into(nb::handle prefix_obj, nb::handle blocks_obj, unsi
 #ifdef TZ_PY_HAVE_CONTAINER
 namespace tc = tz::container;
 
-[[noreturn]] void rethrow_container(const tc::Error& e) {
+// The container's messages are shared with the tzip CLI; in Python, its
+// command-line advice is given in the Python API's terms.
+std::string python_terms(std::string msg) {
+  static const std::pair<const char*, const char*> kTerms[] = {
+      {"(use -f to overwrite)", "(pass overwrite=True to replace it)"},
+      {"give its location (tzip --ref, Python refs=)", "give its location with refs="},
+      {"(--ref-original pairs with --ref)", "(ref_original pairs with ref)"},
+      {"ref_original (--ref-original) needs a previous checkpoint (--ref)", "ref_original needs ref"},
+      {"a previous checkpoint (--ref) needs prediction (drop --no-predict)", "ref needs predict=True"},
+  };
+  for (const auto& [cli, py] : kTerms)
+    for (size_t p = msg.find(cli); p != std::string::npos; p = msg.find(cli, p + std::strlen(py)))
+      msg.replace(p, std::strlen(cli), py);
+  return msg;
+}
+
+// `files`: the paths a call works on; an OS error names the one its message starts with.
+[[noreturn]] void rethrow_container(const tc::Error& e, std::initializer_list<const std::string*> files = {}) {
   PyObject* type = g_error;
   switch (e.kind()) {
     case tc::ErrorKind::kUsage: type = g_usage; break;
@@ -271,16 +299,30 @@ namespace tc = tz::container;
     case tc::ErrorKind::kIO: type = g_io; break;
     case tc::ErrorKind::kExists: type = g_exists; break;
     case tc::ErrorKind::kInternal: type = g_error; break;
+    case tc::ErrorKind::kInterrupted: type = g_error; break;
   }
-  throw PyErrorOf(type, e.what());
+  std::string msg = python_terms(e.what());
+  // The library says what exists; the advice is the caller's (tzip adds -f).
+  static const std::string kExistsTail = ": already exists";
+  if (e.kind() == tc::ErrorKind::kExists && msg.size() >= kExistsTail.size() &&
+      msg.compare(msg.size() - kExistsTail.size(), kExistsTail.size(), kExistsTail) == 0)
+    msg += " (pass overwrite=True to replace it)";
+  if (e.kind() != tc::ErrorKind::kIO && e.kind() != tc::ErrorKind::kExists) throw PyErrorOf(type, msg);
+  const int err = e.kind() == tc::ErrorKind::kExists ? EEXIST : e.sys_errno();
+  if (err == ENOENT) type = g_not_found;
+  if (err == EACCES || err == EPERM) type = g_permission;
+  std::string file;
+  for (const std::string* f : files)
+    if (f && !f->empty() && f->size() > file.size() && msg.compare(0, f->size() + 1, *f + ":") == 0) file = *f;
+  throw PyErrorOf(type, msg, err, file);
 }
 
 template <class F>
-auto guarded(F&& f) -> decltype(f()) {
+auto guarded(F&& f, std::initializer_list<const std::string*> files = {}) -> decltype(f()) {
   try {
     return f();
   } catch (const tc::Error& e) {
-    rethrow_container(e);
+    rethrow_container(e, files);
   }
 }
 
@@ -290,8 +332,10 @@ auto guarded(F&& f) -> decltype(f()) {
 // of decoding ref), "" for none; min_gain < 0: the library default.
 nb::tuple container_compress_file(const std::string& in, const std::string& out, int level, unsigned block_elems,
                                   unsigned threads, uint64_t chunk_bytes, bool force, bool predict,
-                                  const std::string& ref, const std::string& ref_original, double min_gain) {
+                                  const std::string& ref, const std::string& ref_original, double min_gain,
+                                  const std::map<std::string, std::string>& user_metadata) {
   tc::WriteOptions opt;
+  opt.user_metadata = user_metadata;
   opt.level = level;
   opt.block_elems = block_elems;
   opt.threads = threads;
@@ -304,9 +348,60 @@ nb::tuple container_compress_file(const std::string& in, const std::string& out,
   tc::PassStats st;
   {
     nb::gil_scoped_release nogil;
-    st = guarded([&] { return tc::compress_file(in, out, opt); });
+    st = guarded([&] { return tc::compress_file(in, out, opt); }, {&in, &out, &ref, &ref_original});
   }
   return nb::make_tuple(st.raw_bytes, st.file_bytes);
+}
+
+// The validated header of a plain safetensors file (tc::read_safetensors_info):
+// {"data_start", "file_size", "metadata", "tensors": [(name, dtype, shape, begin, end)]}
+// with offsets relative to data_start, in data order. tensorzip.safe_open reads
+// the tensors' bytes itself.
+nb::dict safetensors_info(const std::string& path) {
+  tc::SafetensorsInfo info;
+  {
+    nb::gil_scoped_release nogil;
+    info = guarded([&] { return tc::read_safetensors_info(path); }, {&path});
+  }
+  nb::dict d;
+  d["data_start"] = info.data_start;
+  d["file_size"] = info.file_size;
+  d["metadata"] = info.metadata;
+  nb::list tensors;
+  for (const auto& t : info.tensors) {
+    nb::list shape;
+    for (uint64_t x : t.shape) shape.append(x);
+    tensors.append(nb::make_tuple(t.name, t.dtype, nb::tuple(shape), t.data_begin, t.data_end));
+  }
+  d["tensors"] = tensors;
+  return d;
+}
+
+// The codec dtype (tz_dtype) the container uses for a safetensors dtype string; -1 if unknown.
+int container_codec_dtype(const std::string& dtype) {
+  tz_dtype d;
+  return tc::codec_dtype_for(dtype, &d) ? static_cast<int>(d) : -1;
+}
+
+// Hugging Face model folders (tz::container::compress_folder / decompress_folder, as
+// `tzip compress/decompress DIR`): every *.safetensors file <-> .tzip, other files copied.
+void container_compress_folder(const std::string& in, const std::string& out, int level, unsigned threads,
+                               bool force, bool predict) {
+  tc::WriteOptions opt;
+  opt.level = level;
+  opt.threads = threads;
+  opt.force = force;
+  opt.predict = predict;
+  nb::gil_scoped_release nogil;
+  guarded([&] { tc::compress_folder(in, out, opt); }, {&in, &out});
+}
+
+void container_decompress_folder(const std::string& in, const std::string& out, unsigned threads, bool force) {
+  tc::ReadOptions opt;
+  opt.threads = threads;
+  opt.force = force;
+  nb::gil_scoped_release nogil;
+  guarded([&] { tc::decompress_folder(in, out, opt); }, {&in, &out});
 }
 
 // Python-side handle of an open .tzip file. Every call on one Reader holds
@@ -318,14 +413,15 @@ class PyReader {
  public:
   // refs: locations of referenced .tzip files (a whole chain may be given;
   // matched by checksum). check: open and check every reference now.
-  PyReader(const std::string& path, unsigned threads, const std::vector<std::string>& refs, bool check) {
+  PyReader(const std::string& path, unsigned threads, const std::vector<std::string>& refs, bool check)
+      : threads_(threads) {
     nb::gil_scoped_release nogil;
     r_ = guarded([&] {
       auto r = std::make_unique<tc::Reader>(path, threads);
       if (!refs.empty()) r->add_reference_paths(refs);
       if (check) r->check_references();
       return r;
-    });
+    }, {&path});
   }
 
   // [(recorded file, xxh64)] of the other .tzip files predicted tensors need.
@@ -387,6 +483,10 @@ class PyReader {
     std::lock_guard<std::mutex> lock(mu_);
     return get().metadata();
   }
+  std::map<std::string, std::string> user_metadata() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get().user_metadata();
+  }
   std::string path() {
     std::lock_guard<std::mutex> lock(mu_);
     return get().path();
@@ -417,7 +517,34 @@ class PyReader {
     if (dst.size() != t.raw_size())
       throw PyErrorOf(g_usage, "output buffer has " + std::to_string(dst.size()) + " bytes, tensor '" + t.name +
                                    "' has " + std::to_string(t.raw_size()));
-    guarded([&] { r.read_tensor(index, dst.wdata(), dst.size()); });
+    // A tensor of several frames: its frames decoded in parallel on the
+    // reader's threads (read_tensors); one frame: read_tensor.
+    if (t.frames.size() > 1 && threads_ != 1)
+      guarded([&] { r.read_tensors({tc::Reader::TensorRead{index, dst.wdata(), dst.size()}}, threads_); });
+    else
+      guarded([&] { r.read_tensor(index, dst.wdata(), dst.size()); });
+  }
+
+  // Several whole tensors at once (Reader::read_tensors): their frames are
+  // decoded in parallel on the reader's threads, each into its buffer.
+  void read_tensors(const std::vector<size_t>& indices, nb::list outs) {
+    if (outs.size() != indices.size()) throw PyErrorOf(g_usage, "read_tensors: one output buffer per tensor index");
+    std::vector<std::unique_ptr<BufferView>> views;
+    views.reserve(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) views.push_back(std::make_unique<BufferView>(outs[k], true, "out"));
+    nb::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    tc::Reader& r = get();
+    std::vector<tc::Reader::TensorRead> reads;
+    reads.reserve(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const tc::TensorEntry& t = entry(r, indices[k]);
+      if (views[k]->size() != t.raw_size())
+        throw PyErrorOf(g_usage, "output buffer has " + std::to_string(views[k]->size()) + " bytes, tensor '" +
+                                     t.name + "' has " + std::to_string(t.raw_size()));
+      reads.push_back(tc::Reader::TensorRead{indices[k], views[k]->wdata(), views[k]->size()});
+    }
+    guarded([&] { r.read_tensors(reads, threads_); });
   }
 
   void read_range(size_t index, uint64_t offset, nb::handle dst_obj) {
@@ -440,7 +567,7 @@ class PyReader {
       nb::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
       tc::Reader& r = get();
-      st = guarded([&] { return r.export_safetensors(out, opt); });
+      st = guarded([&] { return r.export_safetensors(out, opt); }, {&out, &r.path()});
     }
     return nb::make_tuple(st.raw_bytes, st.file_bytes);
   }
@@ -451,7 +578,7 @@ class PyReader {
     nb::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     tc::Reader& r = get();
-    guarded([&] { r.verify(original, opt); });
+    guarded([&] { r.verify(original, opt); }, {&original, &r.path()});
   }
 
  private:
@@ -467,6 +594,7 @@ class PyReader {
 
   std::mutex mu_;
   std::unique_ptr<tc::Reader> r_;
+  unsigned threads_;  // read_tensors: threads in all, 0 = all hardware threads
 };
 
 // ---- TensorWriter: a .tzip file from in-memory tensors (tensorzip.dcp) ----
@@ -479,10 +607,15 @@ class PyReader {
 // tensors), and the optional owner object is kept until then.
 class PyTensorWriter {
  public:
+  // user_metadata: .tzip header only; safetensors_header: the export's header JSON verbatim
+  // ("" = made by the writer); ref: previous checkpoint for delta coding ("" = none);
+  // ref_original: ref's content as a safetensors file, read instead of decoding ref.
   PyTensorWriter(const std::string& path, int level, unsigned threads, uint64_t chunk_bytes, bool direct_io,
                  bool predict, const std::map<std::string, std::string>& metadata, unsigned block_elems,
-                 bool force, const std::string& io, unsigned io_threads)
-      : level_(level), block_elems_(block_elems) {
+                 bool force, const std::string& io, unsigned io_threads,
+                 const std::map<std::string, std::string>& user_metadata, const std::string& safetensors_header,
+                 const std::string& ref, const std::string& ref_original)
+      : level_(level), block_elems_(block_elems), ref_(ref), ref_original_(ref_original) {
     tc::TensorWriterOptions opt;
     opt.level = level;
     opt.threads = threads;
@@ -491,6 +624,10 @@ class PyTensorWriter {
     opt.direct_io = direct_io;
     opt.predict = predict;
     opt.metadata = metadata;
+    opt.user_metadata = user_metadata;
+    opt.safetensors_header = safetensors_header;
+    opt.ref = ref;
+    opt.ref_original = ref_original;
     opt.force = force;
     if (io == "pwrite") {
       // the container's synchronous pwrite sink (opt.sink left empty)
@@ -511,7 +648,7 @@ class PyTensorWriter {
       throw PyErrorOf(g_usage, "io must be 'auto', 'posix', 'io_uring' or 'pwrite', not '" + io + "'");
     }
     nb::gil_scoped_release nogil;
-    w_ = guarded([&] { return std::make_unique<tc::TensorWriter>(path, opt); });
+    w_ = guarded([&] { return std::make_unique<tc::TensorWriter>(path, opt); }, {&path});
   }
   ~PyTensorWriter() {
     // Destroyed with the GIL held (nanobind): the writer drops its temporary.
@@ -564,7 +701,7 @@ class PyTensorWriter {
 #ifdef TZ_PY_HAVE_CUDA
       if (genc_) guarded([&] { genc_->start(); });
 #endif
-      st = guarded([&] { return w.finish(); });
+      st = guarded([&] { return w.finish(); }, {&w.path(), &ref_, &ref_original_});
 #ifdef TZ_PY_HAVE_CUDA
       if (genc_) gpu_bytes = genc_->gpu_bytes(), gpu_host_bytes = genc_->host_bytes();
 #endif
@@ -627,6 +764,7 @@ class PyTensorWriter {
   }
   int level_;
   unsigned block_elems_;
+  std::string ref_, ref_original_;
 #ifdef TZ_PY_HAVE_CUDA
   std::unique_ptr<tz::checkpoint::gpu::WriterEncoder> genc_;  // outlives w_'s finish(); destroyed after w_
 #endif
@@ -657,6 +795,9 @@ PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const
 
 }  // namespace
 
+void bind_resident(nb::module_& m);  // resident_module.cpp
+void bind_kv(nb::module_& m);  // kv_module.cpp: the KV page codec
+
 NB_MODULE(_tensorzip, m) {
   m.doc() = "Low-level bindings of the tensorzip codec and .tzip container (use the tensorzip package).";
 
@@ -673,12 +814,40 @@ NB_MODULE(_tensorzip, m) {
   g_exists = new_exception(m, "TensorZipExistsError",
                            nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_FileExistsError)).release().ptr(),
                            "The output file exists and overwriting was not allowed.");
+  g_not_found = new_exception(m, "TensorZipFileNotFoundError",
+                              nb::make_tuple(nb::handle(g_io), nb::handle(PyExc_FileNotFoundError)).release().ptr(),
+                              "A file (an input, a reference, an output folder) does not exist (errno ENOENT).");
+  g_permission = new_exception(m, "TensorZipPermissionError",
+                               nb::make_tuple(nb::handle(g_io), nb::handle(PyExc_PermissionError)).release().ptr(),
+                               "A file or folder cannot be opened or created for lack of permission (EACCES, EPERM).");
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
     } catch (const PyErrorOf& e) {
-      PyErr_SetString(e.type, e.what());
+      if (e.sys_errno == 0 && e.filename.empty()) {
+        PyErr_SetString(e.type, e.what());
+        return;
+      }
+      // An OS error: the message as str(e), plus errno / strerror / filename.
+      PyObject* exc = PyObject_CallFunction(e.type, "s", e.what());
+      if (!exc) return;  // the constructor's error is set
+      if (e.sys_errno) {
+        PyObject* no = PyLong_FromLong(e.sys_errno);
+        PyObject* text = PyUnicode_FromString(std::strerror(e.sys_errno));
+        if (no) PyObject_SetAttrString(exc, "errno", no);
+        if (text) PyObject_SetAttrString(exc, "strerror", text);
+        Py_XDECREF(no);
+        Py_XDECREF(text);
+      }
+      if (!e.filename.empty()) {
+        PyObject* fn = PyUnicode_DecodeFSDefault(e.filename.c_str());
+        if (fn) PyObject_SetAttrString(exc, "filename", fn);
+        Py_XDECREF(fn);
+      }
+      PyErr_Clear();
+      PyErr_SetObject(e.type, exc);
+      Py_DECREF(exc);
     }
   });
 
@@ -699,6 +868,8 @@ NB_MODULE(_tensorzip, m) {
         "True when the module was built with CUDA (TensorWriter.add_cuda encodes on the GPU) and a CUDA device "
         "is visible.");
   m.def("library_version", [] { return tz_version_number(); });
+  m.def("simd_path", [] { return std::string(tz_simd_path()); },
+        "The CPU kernel set the codec runs here: portable, avx2, avx512 or neon (TZ_SIMD forces one).");
   m.def("compress_bound", &tz_compress_bound, "size"_a);
   m.def("compress", &compress, "prefix"_a, "data"_a, "dtype"_a, "level"_a = 0, "block_elems"_a = 0u,
         "threads"_a = 0u, "Returns prefix + one codec frame of data (GIL released while coding).");
@@ -721,8 +892,18 @@ NB_MODULE(_tensorzip, m) {
 #ifdef TZ_PY_HAVE_CONTAINER
   m.def("compress_file", &container_compress_file, "src"_a, "dst"_a, "level"_a = 0, "block_elems"_a = 0u,
         "threads"_a = 0u, "chunk_bytes"_a = 0, "force"_a = false, "predict"_a = true, "ref"_a = "",
-        "ref_original"_a = "", "min_gain"_a = -1.0,
+        "ref_original"_a = "", "min_gain"_a = -1.0, "user_metadata"_a = std::map<std::string, std::string>(),
         "Compresses a safetensors file into a .tzip file; returns (raw_bytes, file_bytes).");
+  m.def("compress_folder", &container_compress_folder, "src"_a, "dst"_a, "level"_a = 0, "threads"_a = 0u,
+        "force"_a = false, "predict"_a = true,
+        "Compresses a model folder like `tzip compress DIR`: *.safetensors -> .tzip, other files copied.");
+  m.def("decompress_folder", &container_decompress_folder, "src"_a, "dst"_a, "threads"_a = 0u, "force"_a = false,
+        "Restores a compressed model folder like `tzip decompress DIR` (byte-identical).");
+  m.def("safetensors_info", &safetensors_info, "path"_a,
+        "Validated header of a safetensors file: data_start, file_size, metadata, tensors [(name, dtype, shape, "
+        "begin, end)] in data order.");
+  m.def("codec_dtype_for", &container_codec_dtype, "dtype"_a,
+        "Codec dtype the container uses for a safetensors dtype string (-1: unknown dtype).");
   nb::class_<PyReader>(m, "Reader")
       .def(nb::init<const std::string&, unsigned, const std::vector<std::string>&, bool>(), "path"_a,
            "threads"_a = 0u, "refs"_a = std::vector<std::string>(), "check"_a = false)
@@ -735,21 +916,27 @@ NB_MODULE(_tensorzip, m) {
       .def_prop_ro("closed", &PyReader::closed)
       .def("tensors", &PyReader::tensors)
       .def("metadata", &PyReader::metadata)
+      .def("user_metadata", &PyReader::user_metadata)
       .def_prop_ro("path", &PyReader::path)
       .def_prop_ro("file_size", &PyReader::file_size)
       .def_prop_ro("original_size", &PyReader::original_size)
       .def_prop_ro("created_by", &PyReader::created_by)
       .def("find", &PyReader::find, "name"_a)
       .def("read_tensor", &PyReader::read_tensor, "index"_a, "out"_a)
+      .def("read_tensors", &PyReader::read_tensors, "indices"_a, "outs"_a,
+           "Reads whole tensors into the buffers outs[k] (frames decoded in parallel, GIL released).")
       .def("read_range", &PyReader::read_range, "index"_a, "offset"_a, "out"_a)
       .def("export_safetensors", &PyReader::export_safetensors, "out"_a, "threads"_a = 0u, "force"_a = false)
       .def("verify", &PyReader::verify, "original"_a = "", "threads"_a = 0u);
   nb::class_<PyTensorWriter>(m, "TensorWriter")
       .def(nb::init<const std::string&, int, unsigned, uint64_t, bool, bool, const std::map<std::string, std::string>&,
-                    unsigned, bool, const std::string&, unsigned>(),
+                    unsigned, bool, const std::string&, unsigned, const std::map<std::string, std::string>&,
+                    const std::string&, const std::string&, const std::string&>(),
            "path"_a, "level"_a = 0, "threads"_a = 0u, "chunk_bytes"_a = 0, "direct_io"_a = false,
            "predict"_a = false, "metadata"_a = std::map<std::string, std::string>(), "block_elems"_a = 0u,
-           "force"_a = false, "io"_a = "auto", "io_threads"_a = 0u)
+           "force"_a = false, "io"_a = "auto", "io_threads"_a = 0u,
+           "user_metadata"_a = std::map<std::string, std::string>(), "safetensors_header"_a = "", "ref"_a = "",
+           "ref_original"_a = "")
       .def("add", &PyTensorWriter::add, "name"_a, "dtype"_a, "shape"_a, "data"_a)
       .def("add_cuda", &PyTensorWriter::add_cuda, "name"_a, "dtype"_a, "shape"_a, "data_ptr"_a, "nbytes"_a,
            "owner"_a.none() = nb::none(),
@@ -765,4 +952,6 @@ NB_MODULE(_tensorzip, m) {
             return false;
           }, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none());
 #endif
+  bind_resident(m);
+  bind_kv(m);
 }
