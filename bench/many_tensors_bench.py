@@ -9,6 +9,8 @@ interleaved over ROUNDS rounds (medians):
   decompress tzip decompress -f OUT.tzip -o BACK.safetensors
   safe_open  tensorzip.safe_open(OUT.tzip): open, keys(), one get_tensor (in a fresh
              interpreter; the interpreter start is measured apart and subtracted)
+  st_safe_open  the same with safetensors.safe_open(FILE) on the .safetensors input
+             (the same interpreter start and imports, subtracted the same way)
 Wall time on a shared machine is noisy: the CPU time of each command is printed beside it.
 usage: many_tensors_bench.py --tzip BUILD/programs/tzip [--counts 20000,200000] [--rounds 3]
        [--work DIR] [--python PY] [--no-python]
@@ -36,9 +38,12 @@ def write_safetensors(path, n):
         f.write(struct.pack(f"<{n}f", *(float(i % 97) for i in range(n))))
 
 
-SAFE_OPEN = """
-import sys, tensorzip
-with tensorzip.safe_open(sys.argv[1], framework="np") as f:
+# Both imports in every timed interpreter, so that one start-up figure is
+# subtracted from both readers.
+IMPORTS = "import sys, tensorzip, safetensors"
+SAFE_OPEN = IMPORTS + """
+opener = tensorzip.safe_open if sys.argv[2] == "tensorzip" else safetensors.safe_open
+with opener(sys.argv[1], framework="np") as f:
     k = f.keys()
     f.get_tensor(k[len(k) // 2])
 """
@@ -73,23 +78,24 @@ def main():
         if not os.path.exists(src):
             write_safetensors(src, n)
         files[n] = src
-    ops = ["compress", "inspect", "decompress"] + ([] if a.no_python else ["safe_open"])
+    ops = ["compress", "inspect", "decompress"] + ([] if a.no_python else ["safe_open", "st_safe_open"])
     res = {(n, op): [] for n in counts for op in ops}
     start = []
     for _ in range(a.rounds):
         if not a.no_python:
-            start.append(timed([a.python, "-c", "import tensorzip"]))
+            start.append(timed([a.python, "-c", IMPORTS]))
         for n in counts:
             src, out, back = files[n], os.path.join(work, f"many-{n}.tzip"), os.path.join(work, f"back-{n}.safetensors")
             res[(n, "compress")].append(timed([a.tzip, "compress", "-q", "-f", src, "-o", out]))
             res[(n, "inspect")].append(timed([a.tzip, "inspect", out]))
             res[(n, "decompress")].append(timed([a.tzip, "decompress", "-q", "-f", out, "-o", back]))
             if not a.no_python:
-                res[(n, "safe_open")].append(timed([a.python, "-c", SAFE_OPEN, out]))
+                res[(n, "safe_open")].append(timed([a.python, "-c", SAFE_OPEN, out, "tensorzip"]))
+                res[(n, "st_safe_open")].append(timed([a.python, "-c", SAFE_OPEN, src, "safetensors"]))
             if open(src, "rb").read() != open(back, "rb").read():
                 sys.exit(f"round trip of {src} is not byte-identical")
     base = [statistics.median(x[k] for x in start) if start else 0.0 for k in (0, 1)]
-    print(f"{a.rounds} interleaved rounds, medians, seconds as wall / CPU (user + system); safe_open minus "
+    print(f"{a.rounds} interleaved rounds, medians, seconds as wall / CPU (user + system); safe_open columns minus "
           f"{base[0]:.3f} / {base[1]:.3f} s of interpreter start and import")
     print("| tensors | stored header bytes | " + " | ".join(ops) + " |")
     print("|---|---|" + "---|" * len(ops))
@@ -100,7 +106,7 @@ def main():
             hsize = struct.unpack("<Q", f.read(8))[0]
         cells = []
         for op in ops:
-            sub = base if op == "safe_open" else (0.0, 0.0)
+            sub = base if op.endswith("safe_open") else (0.0, 0.0)
             w = statistics.median(x[0] for x in res[(n, op)]) - sub[0]
             c = statistics.median(x[1] for x in res[(n, op)]) - sub[1]
             cells.append(f"{w:.3f} / {c:.3f}")

@@ -3,6 +3,7 @@
 // overflow-safe arithmetic before use.
 #include <algorithm>
 #include <set>
+#include <string_view>
 
 #include "tensorzip/container.hpp"
 #include "tzc_internal.hpp"
@@ -15,7 +16,7 @@ using detail::fail;
 
 namespace {
 struct DTypeRow {
-  const char* name;
+  std::string_view name;  // compared length first: a header of 10^5 tensors looks its dtypes up 3x each
   unsigned bits;
   tz_dtype codec;
 };

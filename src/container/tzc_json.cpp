@@ -324,8 +324,18 @@ void JsonReader::skip() {
 }
 
 size_t count_occurrences(std::string_view text, std::string_view needle, size_t limit) {
+  // memmem, not string_view::find: find stops at every occurrence of the
+  // needle's first character, and JSON is full of '"'.
+  if (needle.empty()) return 0;
   size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string_view::npos && n < limit; at = text.find(needle, at + 1)) ++n;
+  const char* p = text.data();
+  const char* const end = text.data() + text.size();
+  while (n < limit && (size_t)(end - p) >= needle.size()) {
+    const void* hit = ::memmem(p, (size_t)(end - p), needle.data(), needle.size());
+    if (!hit) break;
+    ++n;
+    p = static_cast<const char*>(hit) + 1;
+  }
   return n;
 }
 
