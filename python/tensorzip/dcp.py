@@ -700,13 +700,13 @@ class StorageReader(FileSystemReader):
         shape = info.shape
         if shape is None or len(shape) == 0 or not info.block_bytes or not info.n_blocks:
             return None
+        idx = self._tzip_index(reader, info)  # metadata checked against the file before anything else
         offs = [int(x) for x in req.storage_offsets]
         lens = [int(x) for x in req.lengths]
         if len(offs) != len(shape) or lens == list(shape):
             return None  # whole chunk wanted
         if any(o < 0 or n < 0 or o + n > s for o, n, s in zip(offs, lens, shape)):
             raise CorruptDataError(f"request {offs}+{lens} is outside the stored chunk {list(shape)}")
-        idx = self._tzip_index(reader, info)  # metadata checked against the file before allocating from it
         runs = _element_runs(shape, offs, lens)
         if runs is None:
             return None
