@@ -52,9 +52,13 @@ void fix_checksums(std::vector<uint8_t>& f) {
   put64(tr + 32, XXH64(f.data(), f.size() - 16, 0));
 }
 
-// Reads what a user would: every small tensor, the last block of each, then
-// a verify (which resolves and checks every reference).
+// Reads what a user would: every small tensor, the last block of each, the
+// small tensors again all together (read_tensors, on the ordered pipeline),
+// then a verify (which resolves and checks every reference).
 void exercise(tc::Reader& r) {
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<tc::Reader::TensorRead> reads;
+  uint64_t together = 0;
   for (size_t i = 0; i < r.tensors().size(); ++i) {
     const auto& t = r.tensors()[i];
     if (t.raw_size() > (1u << 20)) continue;
@@ -70,6 +74,15 @@ void exercise(tc::Reader& r) {
       } catch (const tc::Error&) {
       }
     }
+    if (together + t.raw_size() <= (4u << 20)) {
+      together += t.raw_size();
+      bufs.emplace_back(t.raw_size());
+      reads.push_back(tc::Reader::TensorRead{i, bufs.back().data(), bufs.back().size()});
+    }
+  }
+  try {
+    r.read_tensors(reads, 2);
+  } catch (const tc::Error&) {
   }
   tc::ReadOptions o;
   o.threads = 1;
