@@ -1,9 +1,9 @@
-// NEON (AArch64 Advanced SIMD) kernel set of the KV page codec: the
-// operations of kv_page.h's KvScalarCoder / KvScalarDecoder with 4-lane
-// vectors for the rANS states and 16-byte vectors for the fields, same bytes
-// and statuses as the portable kernels. AArch64 has no gather: each lane's
-// table entry is loaded on its own, the arithmetic and the word placement
-// (table lookups) are vector code.
+// NEON (AArch64 Advanced SIMD) kernel set of the KV page codec:
+// kv_kernel_set.inc (the page loops, escape patching and the kernel set,
+// written once for every SIMD path) over 16-byte primitives, and the rANS
+// coder with 4-lane vectors. Same bytes and statuses as the portable
+// kernels. AArch64 has no gather: each lane's table entry is loaded on its
+// own, the arithmetic and the word placement (table lookups) are vector code.
 #include "kv_codec.hpp"
 
 #if defined(__aarch64__)
@@ -53,29 +53,23 @@ inline uint32_t byte_mask(uint8x16_t v) {
 }
 
 // ------------------------------------------------------------ fields --
-void split_neon(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
-  uint32_t i = 0;
-  if (dtype == kBF16) {
-    for (; i + 16 <= n; i += 16) {
-      const uint8x16x2_t v = vld2q_u8(src + 2 * i);  // val[0] low bytes, val[1] high bytes
-      vst1q_u8(streams[0] + i, vorrq_u8(vshlq_n_u8(v.val[1], 1), vshrq_n_u8(v.val[0], 7)));
-      vst1q_u8(streams[1] + i, vbslq_u8(vdupq_n_u8(0x80), v.val[1], v.val[0]));
-    }
-  } else if (dtype == kF16) {
-    for (; i + 16 <= n; i += 16) {
-      const uint8x16x2_t v = vld2q_u8(src + 2 * i);
-      vst1q_u8(streams[0] + i, v.val[1]);
-      vst1q_u8(streams[1] + i, v.val[0]);
-    }
+constexpr uint32_t kFieldBlock = 16;
+
+// 16 elements of BF16 / F16 into 16 bytes of each stream.
+template <uint8_t D>
+inline void split_block(const uint8_t* src, uint8_t* s0, uint8_t* s1) {
+  const uint8x16x2_t v = vld2q_u8(src);  // val[0] low bytes, val[1] high bytes
+  if constexpr (D == kBF16) {
+    vst1q_u8(s0, vorrq_u8(vshlq_n_u8(v.val[1], 1), vshrq_n_u8(v.val[0], 7)));
+    vst1q_u8(s1, vbslq_u8(vdupq_n_u8(0x80), v.val[1], v.val[0]));
   } else {
-    memcpy(streams[0], src, n);
-    return;
+    vst1q_u8(s0, v.val[1]);
+    vst1q_u8(s1, v.val[0]);
   }
-  uint8_t* tail[kMaxStreams] = {streams[0] + i, streams[1] + i};
-  split_fields(dtype, src + 2 * (size_t)i, n - i, tail);
 }
 
-inline void merge16(uint8_t dtype, const uint8_t* s0, const uint8_t* s1, uint8_t* dst) {
+// 16 elements of BF16 / F16 from 16 bytes of each stream.
+inline void merge_block(uint8_t dtype, const uint8_t* s0, const uint8_t* s1, uint8_t* dst) {
   const uint8x16_t e = vld1q_u8(s0), m = vld1q_u8(s1);
   uint8x16x2_t v;
   if (dtype == kBF16) {
@@ -88,72 +82,111 @@ inline void merge16(uint8_t dtype, const uint8_t* s0, const uint8_t* s1, uint8_t
   vst2q_u8(dst, v);
 }
 
-void merge_neon(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst) {
-  if (dtype != kBF16 && dtype != kF16) {
-    memcpy(dst, streams[0], n);
-    return;
-  }
-  uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) merge16(dtype, streams[0] + i, streams[1] + i, dst + 2 * (size_t)i);
-  const uint8_t* tail[kMaxStreams] = {streams[0] + i, streams[1] + i};
-  merge_fields(dtype, tail, n - i, dst + 2 * (size_t)i);
-}
+// ------------------------------------------------------------ scans --
+constexpr uint32_t kScanBytes = 16;
 
-// ------------------------------------------------------------ escapes --
-int64_t escapes_neon(const KvCodecTables& c, int k, const uint8_t* s, uint32_t n, uint8_t* lit) {
+struct ByteEq {
+  uint8x16_t v;
+  explicit ByteEq(uint8_t e) : v(vdupq_n_u8(e)) {}
+  uint32_t mask(const uint8_t* p) const {
+    const uint8x16_t hit = vceqq_u8(vld1q_u8(p), v);
+    return vmaxvq_u8(hit) == 0 ? 0 : byte_mask(hit);
+  }
+};
+
+struct DirectScan {
   uint8x16x2_t bm;
-  bm.val[0] = vld1q_u8(c.direct_bits[k]);
-  bm.val[1] = vld1q_u8(c.direct_bits[k] + 16);
-  static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-  const uint8x16_t bitv = vld1q_u8(bits);
-  const bool has_escape = c.t.st[k].has_escape;
-  size_t L = 0;
-  uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const uint8x16_t v = vld1q_u8(s + i);
+  uint8x16_t bitv;
+  DirectScan(const KvCodecTables& c, int k) {
+    static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    bm.val[0] = vld1q_u8(c.direct_bits[k]);
+    bm.val[1] = vld1q_u8(c.direct_bits[k] + 16);
+    bitv = vld1q_u8(bits);
+  }
+  uint32_t not_direct(const uint8_t* p) const {
+    const uint8x16_t v = vld1q_u8(p);
     const uint8x16_t byte = vqtbl2q_u8(bm, vshrq_n_u8(v, 3));
     const uint8x16_t bit = vqtbl1q_u8(bitv, vandq_u8(v, vdupq_n_u8(7)));
     const uint8x16_t direct = vtstq_u8(byte, bit);
-    if (vminvq_u8(direct) == 0xFF) continue;
-    if (!has_escape) return -1;
-    for (uint32_t m = byte_mask(vmvnq_u8(direct)); m; m &= m - 1) lit[L++] = s[i + __builtin_ctz(m)];
+    return vminvq_u8(direct) == 0xFF ? 0 : byte_mask(vmvnq_u8(direct));
   }
-  const int64_t t = kv_collect_escapes(c, k, s + i, n - i, lit + L);
-  return t < 0 ? -1 : (int64_t)L + t;
+};
+
+inline uint8x16_t codes16(const KvCodecTables& c, uint8x16_t v, uint8x16_t esc) {
+  const uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0F));
+  const uint8x16_t hi = vshrq_n_u8(v, 4);
+  uint8x16_t code = esc;
+  for (int j = 0; j < c.fixed_hi_n; ++j) {
+    const int h = c.fixed_hi[j];
+    code = vbslq_u8(vceqq_u8(hi, vdupq_n_u8((uint8_t)h)), vqtbl1q_u8(vld1q_u8(c.fixed_lut[h]), lo), code);
+  }
+  return code;
 }
 
-int patch_neon(const KvCodecTables& c, int k, uint8_t* s, uint32_t n, const uint8_t* lit, size_t n_lit, size_t* lp) {
-  const KvStreamTable& st = c.t.st[k];
-  if (!st.has_escape) return kOk;
-  const uint8x16_t e = vdupq_n_u8(st.escape);
-  size_t j = *lp;
-  uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const uint8x16_t hit = vceqq_u8(vld1q_u8(s + i), e);
-    if (vmaxvq_u8(hit) == 0) continue;
-    for (uint32_t m = byte_mask(hit); m; m &= m - 1) {
-      if (j >= n_lit) return kErrCorruptBlock;
-      const uint8_t v = lit[j++];
-      if (c.direct[k][v]) return kErrCorruptBlock;
-      s[i + __builtin_ctz(m)] = v;
+struct CodeScan {
+  const KvCodecTables* c;
+  uint8x16_t esc;
+  explicit CodeScan(const KvCodecTables& t) : c(&t), esc(vdupq_n_u8((uint8_t)fixed_escape_code(t.t.fixed_bits))) {}
+  size_t codes(const uint8_t* s, uint8_t* codes) const {
+    const uint8x16_t code = codes16(*c, vld1q_u8(s), esc);
+    vst1q_u8(codes, code);
+    return vaddvq_u8(vshrq_n_u8(vceqq_u8(code, esc), 7));
+  }
+  bool all_uncoded(const uint8_t* p, size_t count) const {
+    if (count < kScanBytes) return kv_all_uncoded(*c, p, count);
+    return vminvq_u8(vceqq_u8(codes16(*c, vld1q_u8(p), esc), esc)) == 0xFF;
+  }
+};
+
+// ------------------------------------------------------------ fixed --
+void fixed_planes_isa(const KvCodecTables& c, const uint8_t* codes, const uint8_t* s0, uint32_t n, uint8_t* out,
+                      uint8_t* lit) {
+  const uint32_t bits = c.t.fixed_bits;
+  const uint8x16_t esc = vdupq_n_u8((uint8_t)fixed_escape_code(bits));
+  uint32_t g = 0;
+  for (; (g + 1) * kGroup <= n; ++g) {
+    const uint8x16_t a = vld1q_u8(codes + g * kGroup), b = vld1q_u8(codes + g * kGroup + 16);
+    for (uint32_t k = 0; k < bits; ++k) {
+      const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << k));
+      const uint32_t w = byte_mask(vandq_u8(a, bit)) | (byte_mask(vandq_u8(b, bit)) << 16);
+      store_le32(out + 4 * ((size_t)g * bits + k), w);
     }
+    const uint8x16_t ea = vceqq_u8(a, esc), eb = vceqq_u8(b, esc);
+    if (vmaxvq_u8(vorrq_u8(ea, eb)) == 0) continue;
+    for (uint32_t m = byte_mask(ea) | (byte_mask(eb) << 16); m; m &= m - 1) *lit++ = s0[g * kGroup + __builtin_ctz(m)];
   }
-  *lp = j;
-  return kv_patch_escapes(c, k, s + i, n - i, lit, n_lit, lp);
+  kv_fixed_planes_from(c, codes, s0, n, g, out, lit);
 }
 
-int finish_neon(const KvCodecTables& c, uint8_t* const* coded, const uint8_t* const* streams, uint32_t n,
-                const uint8_t* lit, size_t n_lit, uint8_t* dst) {
-  size_t lp = 0;
-  for (int k = 0; k < c.t.n_streams; ++k) {
-    if (!coded[k]) continue;
-    const int st = patch_neon(c, k, coded[k], n, lit, n_lit, &lp);
-    if (st != kOk) return st;
-  }
-  if (lp != n_lit) return kErrCorruptBlock;
-  merge_neon(c.t.dtype, streams, n, dst);
-  return kOk;
+// Bits 0..15 of w as 16 bytes 0x00 / 0xFF.
+inline uint8x16_t bits_to_bytes16(uint32_t w) {
+  static const uint8_t rep[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  static const uint8_t sel[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t v = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(w)), vld1q_u8(rep));
+  return vtstq_u8(v, vld1q_u8(sel));
 }
+
+struct FixedGroups {
+  uint8x16_t lut;
+  uint32_t bits;
+  FixedGroups(const KvCodecTables& c, const uint8_t* syms) : lut(vld1q_u8(syms)), bits(c.t.fixed_bits) {}
+  size_t group(const uint8_t* q, const uint8_t* lit, uint8_t* o) const {
+    uint8x16_t ca = vdupq_n_u8(0), cb = vdupq_n_u8(0);
+    uint32_t all = ~0u;
+    for (uint32_t b = 0; b < bits; ++b) {
+      const uint32_t w = load_le32(q + 4 * b);
+      all &= w;
+      const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << b));
+      ca = vorrq_u8(ca, vandq_u8(bits_to_bytes16(w), bit));
+      cb = vorrq_u8(cb, vandq_u8(bits_to_bytes16(w >> 16), bit));
+    }
+    vst1q_u8(o, vqtbl1q_u8(lut, ca));
+    vst1q_u8(o + 16, vqtbl1q_u8(lut, cb));
+    size_t j = 0;
+    for (; all; all &= all - 1) o[__builtin_ctz(all)] = lit[j++];
+    return j;
+  }
+};
 
 // ------------------------------------------------------------ rANS --
 inline uint32x4_t gather4(const uint32_t* t, uint32x4_t idx) {
@@ -192,7 +225,7 @@ inline void enc4(uint32x4_t& x, const uint8_t* sp, const uint32_t* fst, uint16_t
   x = vaddq_u32(vaddq_u32(vshlq_n_u32(q, kProbBits), vreinterpretq_u32_s32(rem)), st);
 }
 
-size_t rans_encode_neon(const KvCodecTables& c, int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out,
+size_t rans_encode_isa(const KvCodecTables& c, int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out,
                         size_t limit) {
   uint16_t* const wend = words + n;
   uint16_t* wp = wend;
@@ -237,7 +270,7 @@ inline void dec4_words(uint32x4_t& x, uint32x4_t need, uint32_t m, const uint8_t
   x = vbslq_u32(need, vorrq_u32(vshlq_n_u32(x, 16), wx), x);
 }
 
-int rans_decode_neon(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
+int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
   if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
   uint32x4_t v[8];
   for (int g = 0; g < 8; ++g) v[g] = vld1q_u32((const uint32_t*)(in + 16 * g));
@@ -265,160 +298,14 @@ int rans_decode_neon(const uint32_t* dec, const uint8_t* in, size_t size, uint32
   return rans_decode_tail(x, p, end, s, n, dec, RansEmitBytes{out});
 }
 
-// ------------------------------------------------------------ fixed --
-inline uint8x16_t codes16(const KvCodecTables& c, uint8x16_t v, uint8x16_t esc) {
-  const uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0F));
-  const uint8x16_t hi = vshrq_n_u8(v, 4);
-  uint8x16_t code = esc;
-  for (int j = 0; j < c.fixed_hi_n; ++j) {
-    const int h = c.fixed_hi[j];
-    code = vbslq_u8(vceqq_u8(hi, vdupq_n_u8((uint8_t)h)), vqtbl1q_u8(vld1q_u8(c.fixed_lut[h]), lo), code);
-  }
-  return code;
-}
-
-size_t fixed_codes_neon(const KvCodecTables& c, const uint8_t* s, uint32_t n, uint8_t* codes) {
-  const uint8x16_t esc = vdupq_n_u8((uint8_t)fixed_escape_code(c.t.fixed_bits));
-  size_t n_esc = 0;
-  uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const uint8x16_t code = codes16(c, vld1q_u8(s + i), esc);
-    vst1q_u8(codes + i, code);
-    n_esc += vaddvq_u8(vshrq_n_u8(vceqq_u8(code, esc), 7));
-  }
-  return n_esc + kv_fixed_codes(c, s + i, n - i, codes + i);
-}
-
-void fixed_planes_neon(const KvCodecTables& c, const uint8_t* codes, const uint8_t* s0, uint32_t n, uint8_t* out,
-                       uint8_t* lit) {
-  const uint32_t bits = c.t.fixed_bits;
-  const uint8x16_t esc = vdupq_n_u8((uint8_t)fixed_escape_code(bits));
-  uint32_t g = 0;
-  for (; (g + 1) * kGroup <= n; ++g) {
-    const uint8x16_t a = vld1q_u8(codes + g * kGroup), b = vld1q_u8(codes + g * kGroup + 16);
-    for (uint32_t k = 0; k < bits; ++k) {
-      const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << k));
-      const uint32_t w = byte_mask(vandq_u8(a, bit)) | (byte_mask(vandq_u8(b, bit)) << 16);
-      store_le32(out + 4 * ((size_t)g * bits + k), w);
-    }
-    const uint8x16_t ea = vceqq_u8(a, esc), eb = vceqq_u8(b, esc);
-    if (vmaxvq_u8(vorrq_u8(ea, eb)) == 0) continue;
-    for (uint32_t m = byte_mask(ea) | (byte_mask(eb) << 16); m; m &= m - 1) *lit++ = s0[g * kGroup + __builtin_ctz(m)];
-  }
-  if (g * kGroup < n) {
-    uint32_t plane[kMaxFixedBits];
-    kv_fixed_planes(codes + g * kGroup, n - g * kGroup, bits, plane);
-    for (uint32_t k = 0; k < bits; ++k) store_le32(out + 4 * ((size_t)g * bits + k), plane[k]);
-    for (uint32_t i = g * kGroup; i < n; ++i)
-      if (codes[i] == fixed_escape_code(bits)) *lit++ = s0[i];
-  }
-}
-
-// Bits 0..15 of w as 16 bytes 0x00 / 0xFF.
-inline uint8x16_t bits_to_bytes16(uint32_t w) {
-  static const uint8_t rep[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-  static const uint8_t sel[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-  const uint8x16_t v = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(w)), vld1q_u8(rep));
-  return vtstq_u8(v, vld1q_u8(sel));
-}
-
-int fixed_decode_neon(const KvCodecTables& c, const uint8_t* planes, uint32_t n, const uint8_t* lit, size_t n_lit,
-                      const uint8_t** streams, uint8_t* scratch, uint8_t* dst) {
-  const uint32_t bits = c.t.fixed_bits, esc = fixed_escape_code(bits);
-  const uint8_t dtype = c.t.dtype;
-  const bool two = dtype == kBF16 || dtype == kF16;
-  if (bits > 4) return KvScalarDecoder{&c}.fixed(planes, n, lit, n_lit, streams, scratch, dst);
-  uint8_t syms[16] = {};
-  for (uint32_t code = 0; code < esc; ++code) syms[code] = c.t.fixed_sym[code];
-  const uint8x16_t lut = vld1q_u8(syms);
-  {  // every literal must be a symbol without a code: checked for all of them at once
-    const uint8x16_t escv = vdupq_n_u8((uint8_t)esc);
-    size_t i = 0;
-    for (; i + 16 <= n_lit; i += 16)
-      if (vminvq_u8(vceqq_u8(codes16(c, vld1q_u8(lit + i), escv), escv)) != 0xFF) return kErrCorruptBlock;
-    for (; i < n_lit; ++i)
-      if (c.fixed_code[lit[i]] != esc) return kErrCorruptBlock;
-  }
-  uint8_t* const s0 = two ? scratch : dst;
-  size_t j = 0;
-  uint32_t g = 0;
-  for (; (g + 1) * kGroup <= n; ++g) {
-    const uint8_t* q = planes + 4 * (size_t)g * bits;
-    uint8x16_t ca = vdupq_n_u8(0), cb = vdupq_n_u8(0);
-    uint32_t all = ~0u;
-    for (uint32_t b = 0; b < bits; ++b) {
-      const uint32_t w = load_le32(q + 4 * b);
-      all &= w;
-      const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << b));
-      ca = vorrq_u8(ca, vandq_u8(bits_to_bytes16(w), bit));
-      cb = vorrq_u8(cb, vandq_u8(bits_to_bytes16(w >> 16), bit));
-    }
-    uint8_t* o = s0 + g * kGroup;
-    vst1q_u8(o, vqtbl1q_u8(lut, ca));
-    vst1q_u8(o + 16, vqtbl1q_u8(lut, cb));
-    for (; all; all &= all - 1) o[__builtin_ctz(all)] = lit[j++];
-    if (two) {
-      merge16(dtype, o, streams[1] + g * kGroup, dst + 2 * (size_t)g * kGroup);
-      merge16(dtype, o + 16, streams[1] + g * kGroup + 16, dst + 2 * (size_t)g * kGroup + 32);
-    }
-  }
-  if (g * kGroup == n) return kOk;
-  const int st = kv_fixed_decode_from(c, planes, n, g, lit, j, s0);
-  if (st != kOk || !two) return st;
-  const uint8_t* tail[kMaxStreams] = {s0 + g * kGroup, streams[1] + g * kGroup};
-  merge_fields(dtype, tail, n - g * kGroup, dst + 2 * (size_t)g * kGroup);
-  return kOk;
-}
-
 // ------------------------------------------------------------ kernel set --
-struct NeonCoder {
-  const KvCodecTables* c;
-  void split(const uint8_t* src, uint32_t n, uint8_t* const* streams) const { split_neon(c->t.dtype, src, n, streams); }
-  int64_t escapes(int k, const uint8_t* s, uint32_t n, uint8_t* lit) const { return escapes_neon(*c, k, s, n, lit); }
-  size_t rans(int k, const uint8_t* s, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
-    return rans_encode_neon(*c, k, s, n, words, out, limit);
-  }
-  size_t fixed_codes(const uint8_t* s, uint32_t n, uint8_t* codes) const { return fixed_codes_neon(*c, s, n, codes); }
-  void fixed_planes(const uint8_t* codes, const uint8_t* s0, uint32_t n, uint8_t* out, uint8_t* lit) const {
-    fixed_planes_neon(*c, codes, s0, n, out, lit);
-  }
-};
-
-struct NeonDecoder {
-  const KvCodecTables* c;
-  int rans(int k, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) const {
-    return rans_decode_neon(c->dec[k], in, size, n, out);
-  }
-  int finish(uint8_t* const* coded, const uint8_t* const* streams, uint32_t n, const uint8_t* lit, size_t n_lit,
-             uint8_t* dst) const {
-    return finish_neon(*c, coded, streams, n, lit, n_lit, dst);
-  }
-  int fixed(const uint8_t* planes, uint32_t n, const uint8_t* lit, size_t n_lit, const uint8_t** streams, uint8_t* scratch,
-            uint8_t* dst) const {
-    return fixed_decode_neon(*c, planes, n, lit, n_lit, streams, scratch, dst);
-  }
-};
-
-size_t encode_neon(const KvCodecTables& c, const uint8_t* src, uint32_t n, uint8_t* scratch, uint8_t* dst) {
-  const size_t size = kv_encode_page_with(c, src, n, scratch, dst, NeonCoder{&c});
-  kv_seal_page(c.t, dst, size, CpuPageSum{});
-  return size;
-}
-
-int decode_neon(const KvCodecTables& c, const uint8_t* page, size_t size, uint8_t* dst, uint8_t* scratch) {
-  return kv_decode_page_with(c, page, size, dst, scratch, CpuPageSum{}, NeonDecoder{&c});
-}
-
-const PageKernels kNeon = {encode_neon, decode_neon};
+#define TZ_KV_TARGET
+#include "kv_kernel_set.inc"
+#undef TZ_KV_TARGET
 
 }  // namespace
 
-const PageKernels* neon_kernels() { return &kNeon; }
+const PageKernels* neon_kernels() { return &kSimdKernels; }
 
-}  // namespace tz::kv
-
-#else
-namespace tz::kv {
-const PageKernels* neon_kernels() { return nullptr; }
 }  // namespace tz::kv
 #endif
