@@ -15,18 +15,7 @@ struct tz_ctx_s {
 
 namespace {
 
-template <class F>
-size_t guarded(F&& f) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return make_error(TZ_ERROR_ALLOCATION, "out of memory");
-  } catch (const std::exception& e) {
-    return make_error(TZ_ERROR_GENERIC, e.what());
-  } catch (...) {
-    return make_error(TZ_ERROR_GENERIC, "unknown error");
-  }
-}
+using tz::cpu::guarded;
 
 tz::cpu::Context& one_shot(unsigned threads, tz::cpu::ContextPtr& holder) {
   holder = tz::cpu::make_context(threads);

@@ -4,7 +4,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,22 @@ namespace tz::cpu {
 size_t make_error(int code, std::string detail);
 const std::string& last_error_detail();
 inline bool is_error(size_t r) { return r > (size_t)-TZ_ERROR_MAX_CODE; }
+
+// f() (a size or an error) with no exception escaping: what every C entry
+// point runs its body in. Out of memory and any other exception become
+// error codes with a detail.
+template <class F>
+size_t guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return make_error(TZ_ERROR_ALLOCATION, "out of memory");
+  } catch (const std::exception& e) {
+    return make_error(TZ_ERROR_GENERIC, e.what());
+  } catch (...) {
+    return make_error(TZ_ERROR_GENERIC, "unknown error");
+  }
+}
 
 // Parsed frame prefix: header, per-stream kinds and frequencies, block index
 // (codec/frame_prefix.h, the validator shared with the CUDA decoder).
