@@ -157,8 +157,8 @@ TZ_AVX2 inline __m256i bits_to_bytes(uint32_t w) {
 struct FixedGroups {
   __m256i lut;
   uint32_t bits;
-  TZ_AVX2 FixedGroups(const KvCodecTables& c, const uint8_t* syms)
-      : lut(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)syms))), bits(c.t.fixed_bits) {}
+  TZ_AVX2 FixedGroups(const uint8_t* syms, uint32_t b)
+      : lut(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)syms))), bits(b) {}
   TZ_AVX2 size_t group(const uint8_t* q, const uint8_t* lit, uint8_t* o) const {
     __m256i code = _mm256_setzero_si256();
     uint32_t all = ~0u;
@@ -257,11 +257,13 @@ TZ_AVX2 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size,
 // stream into dst at once; escapes found on the way are patched afterwards
 // (symbol and merged element). Same results and statuses as rans_decode +
 // kv_finish_rans: the stream's end conditions first, then the literals.
-TZ_AVX2 int rans_merge_isa(const KvCodecTables& c, const uint8_t* in, size_t size, uint32_t n, const uint8_t* raw1,
-                           const uint8_t* lit, size_t n_lit, uint8_t* s, uint8_t* dst) {
+// (One instance per dtype: the merge in the step has no dtype test.)
+template <uint8_t D>
+TZ_AVX2 int rans_merge_dtype(const KvCodecTables& c, const uint8_t* in, size_t size, uint32_t n, const uint8_t* raw1,
+                             const uint8_t* lit, size_t n_lit, uint8_t* s, uint8_t* dst) {
   if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
   const uint32_t* dec = c.dec[0];
-  const uint8_t dtype = c.t.dtype;
+  constexpr uint8_t dtype = D;
   const KvStreamTable& st = c.t.st[0];
   __m256i x0 = _mm256_loadu_si256((const __m256i*)in), x1 = _mm256_loadu_si256((const __m256i*)(in + 32));
   __m256i x2 = _mm256_loadu_si256((const __m256i*)(in + 64)), x3 = _mm256_loadu_si256((const __m256i*)(in + 96));
@@ -306,6 +308,12 @@ TZ_AVX2 int rans_merge_isa(const KvCodecTables& c, const uint8_t* in, size_t siz
     }
   }
   return lp == n_lit ? kOk : kErrCorruptBlock;
+}
+
+TZ_AVX2 int rans_merge_isa(const KvCodecTables& c, const uint8_t* in, size_t size, uint32_t n, const uint8_t* raw1,
+                           const uint8_t* lit, size_t n_lit, uint8_t* s, uint8_t* dst) {
+  return c.t.dtype == kBF16 ? rans_merge_dtype<kBF16>(c, in, size, n, raw1, lit, n_lit, s, dst)
+                            : rans_merge_dtype<kF16>(c, in, size, n, raw1, lit, n_lit, s, dst);
 }
 
 // ------------------------------------------------------------ kernel set --

@@ -139,8 +139,8 @@ TZ_AVX512 void fixed_planes_isa(const KvCodecTables& c, const uint8_t* codes, co
 struct FixedGroups {
   __m256i lut;
   uint32_t bits;
-  TZ_AVX512 FixedGroups(const KvCodecTables& c, const uint8_t* syms)
-      : lut(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)syms))), bits(c.t.fixed_bits) {}
+  TZ_AVX512 FixedGroups(const uint8_t* syms, uint32_t b)
+      : lut(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)syms))), bits(b) {}
   TZ_AVX512 size_t group(const uint8_t* q, const uint8_t* lit, uint8_t* o) const {
     __m256i code = _mm256_setzero_si256();
     uint32_t all = ~0u;

@@ -169,7 +169,7 @@ inline uint8x16_t bits_to_bytes16(uint32_t w) {
 struct FixedGroups {
   uint8x16_t lut;
   uint32_t bits;
-  FixedGroups(const KvCodecTables& c, const uint8_t* syms) : lut(vld1q_u8(syms)), bits(c.t.fixed_bits) {}
+  FixedGroups(const uint8_t* syms, uint32_t b) : lut(vld1q_u8(syms)), bits(b) {}
   size_t group(const uint8_t* q, const uint8_t* lit, uint8_t* o) const {
     uint8x16_t ca = vdupq_n_u8(0), cb = vdupq_n_u8(0);
     uint32_t all = ~0u;
