@@ -1,44 +1,38 @@
 // NEON (AArch64 Advanced SIMD) kernel set of the KV page codec:
 // kv_kernel_set.inc (the page loops, escape patching and the kernel set,
 // written once for every SIMD path) over 16-byte primitives, and the rANS
-// coder with 4-lane vectors. Same bytes and statuses as the portable
-// kernels. AArch64 has no gather: each lane's table entry is loaded on its
-// own, the arithmetic and the word placement (table lookups) are vector code.
+// decoder with 4-lane vectors (AArch64 has no gather: each lane's table entry
+// is loaded on its own, the arithmetic and the word placement are vector
+// code); the rANS encoder is the frame codec's. Same bytes and statuses as
+// the portable kernels.
 #include "kv_codec.hpp"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
 
+#include <array>
+
+#include "cpu/kernels.h"
+
 namespace tz::kv {
 namespace {
 
 // ------------------------------------------------------------ lane tables --
-struct NeonLaneTables {
-  uint8_t expand[16][16];       // decoder: dword j <- loaded word #(mask bits below j) (bytes of a u32 lane)
-  uint8_t compress_hi[16][8];   // encoder: low u16 of the masked lanes, ascending, in the top u16 slots
-  NeonLaneTables() {
-    for (int m = 0; m < 16; ++m) {
-      int c = 0;
-      for (int j = 0; j < 4; ++j) {
-        const int k = (m >> j) & 1 ? c++ : 0;
-        for (int b = 0; b < 4; ++b) expand[m][4 * j + b] = (uint8_t)(4 * k + b);
-      }
-      const int cnt = __builtin_popcount((unsigned)m);
-      for (int b = 0; b < 8; ++b) compress_hi[m][b] = 0xFF;
-      int slot = 4 - cnt;
-      for (int j = 0; j < 4; ++j)
-        if ((m >> j) & 1) {
-          compress_hi[m][2 * slot] = (uint8_t)(4 * j);
-          compress_hi[m][2 * slot + 1] = (uint8_t)(4 * j + 1);
-          ++slot;
-        }
+// Decoder: for the 4-bit mask m of lanes that take a word, kExpand[m] moves
+// the bytes of word #(mask bits below j) of the loaded words (widened to u32)
+// into u32 lane j.
+constexpr std::array<std::array<uint8_t, 16>, 16> make_expand() {
+  std::array<std::array<uint8_t, 16>, 16> t{};
+  for (int m = 0; m < 16; ++m) {
+    int c = 0;
+    for (int j = 0; j < 4; ++j) {
+      const int k = (m >> j) & 1 ? c++ : 0;
+      for (int b = 0; b < 4; ++b) t[m][4 * j + b] = (uint8_t)(4 * k + b);
     }
   }
-};
-const NeonLaneTables& lane_tables() {
-  static const NeonLaneTables t;
   return t;
 }
+alignas(16) constexpr std::array<std::array<uint8_t, 16>, 16> kExpand = make_expand();
 
 inline uint32_t lane_mask(uint32x4_t m) {
   const uint32_t w[4] = {1, 2, 4, 8};
@@ -196,60 +190,12 @@ inline uint32x4_t gather4(const uint32_t* t, uint32x4_t idx) {
   return vsetq_lane_u32(t[vgetq_lane_u32(idx, 3)], r, 3);
 }
 
-// One encode step for 4 lanes. q = floor(x / f): x and f are exact in single
-// precision up to one rounding of x, the quotient is correctly rounded, so
-// the truncated estimate is within one of q; one correction each way.
-inline void enc4(uint32x4_t& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, const NeonLaneTables& T) {
-  uint32x4_t fs = vdupq_n_u32(fst[sp[0]]);
-  fs = vsetq_lane_u32(fst[sp[1]], fs, 1);
-  fs = vsetq_lane_u32(fst[sp[2]], fs, 2);
-  fs = vsetq_lane_u32(fst[sp[3]], fs, 3);
-  const uint32x4_t f = vandq_u32(fs, vdupq_n_u32(0x1FFF));
-  const uint32x4_t st = vshrq_n_u32(fs, 13);
-  const uint32x4_t emit = vcgeq_u32(vshrq_n_u32(x, 20), f);
-  const uint32_t m = lane_mask(emit);
-  const uint8x8_t w = vqtbl1_u8(vreinterpretq_u8_u32(x), vld1_u8(T.compress_hi[m]));
-  vst1_u8((uint8_t*)(wp - 4), w);
-  wp -= __builtin_popcount(m);
-  x = vbslq_u32(emit, vshrq_n_u32(x, 16), x);
-  const float32x4_t qf = vdivq_f32(vcvtq_f32_u32(x), vcvtq_f32_u32(f));
-  uint32x4_t q = vcvtq_u32_f32(qf);
-  int32x4_t rem = vreinterpretq_s32_u32(vsubq_u32(x, vmulq_u32(q, f)));
-  const int32x4_t fi = vreinterpretq_s32_u32(f);
-  const uint32x4_t lo = vcltq_s32(rem, vdupq_n_s32(0));
-  q = vaddq_u32(q, lo);  // lo is all ones (-1) where the estimate was one too high
-  rem = vaddq_s32(rem, vandq_s32(vreinterpretq_s32_u32(lo), fi));
-  const uint32x4_t hi = vcgeq_s32(rem, fi);
-  q = vsubq_u32(q, hi);
-  rem = vsubq_s32(rem, vandq_s32(vreinterpretq_s32_u32(hi), fi));
-  x = vaddq_u32(vaddq_u32(vshlq_n_u32(q, kProbBits), vreinterpretq_u32_s32(rem)), st);
-}
-
+// The frame codec's NEON rANS encoder (the same coder on the same freq |
+// start tables; 8 bytes stored at wp - 4, within the 64 bytes of slack below
+// the words).
 size_t rans_encode_isa(const KvCodecTables& c, int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out,
-                        size_t limit) {
-  uint16_t* const wend = words + n;
-  uint16_t* wp = wend;
-  uint32_t x[kLanes];
-  for (int l = 0; l < kLanes; ++l) x[l] = kRansL;
-  const uint32_t full = n / kLanes;
-  if (n % kLanes) {
-    const uint32_t base = full * kLanes;
-    for (uint32_t l = n - base; l-- > 0;) x[l] = rans_enc_put(x[l], c.enc[k][sym[base + l]], &wp);
-  }
-  uint32x4_t v[8];
-  for (int g = 0; g < 8; ++g) v[g] = vld1q_u32(x + 4 * g);
-  const NeonLaneTables& T = lane_tables();
-  for (uint32_t s = full; s-- > 0;) {
-    const uint8_t* sp = sym + (size_t)s * kLanes;
-    for (int g = 8; g-- > 0;) enc4(v[g], sp + 4 * g, c.fs[k], wp, T);
-  }
-  const size_t n_words = (size_t)(wend - wp);
-  const size_t size = kRansStateBytes + 2 * n_words;
-  if (size >= limit) return 0;
-  for (int g = 0; g < 8; ++g) vst1q_u32(x + 4 * g, v[g]);
-  for (int l = 0; l < kLanes; ++l) store_le32(out + 4 * l, x[l]);
-  memcpy(out + kRansStateBytes, wp, 2 * n_words);
-  return size;
+                       size_t limit) {
+  return cpu::kNeonKernels.rans_encode(sym, n, cpu::EncTables{c.enc[k], c.fs[k]}, RansCtx{}, words, out, limit);
 }
 
 // One decode step for 4 lanes in two phases (as the x86 kernels): every
@@ -264,9 +210,9 @@ inline uint32x4_t dec4_state(uint32x4_t& x, const uint32_t* dec, uint32x4_t* nee
   return vandq_u32(e, vdupq_n_u32(0xFF));
 }
 
-inline void dec4_words(uint32x4_t& x, uint32x4_t need, uint32_t m, const uint8_t* p, const NeonLaneTables& T) {
+inline void dec4_words(uint32x4_t& x, uint32x4_t need, uint32_t m, const uint8_t* p) {
   const uint32x4_t w = vmovl_u16(vld1_u16((const uint16_t*)p));
-  const uint32x4_t wx = vreinterpretq_u32_u8(vqtbl1q_u8(vreinterpretq_u8_u32(w), vld1q_u8(T.expand[m])));
+  const uint32x4_t wx = vreinterpretq_u32_u8(vqtbl1q_u8(vreinterpretq_u8_u32(w), vld1q_u8(kExpand[m].data())));
   x = vbslq_u32(need, vorrq_u32(vshlq_n_u32(x, 16), wx), x);
 }
 
@@ -277,14 +223,13 @@ int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_
   const uint8_t* p = in + kRansStateBytes;
   const uint8_t* const end = in + size;
   const uint32_t full = n / kLanes;
-  const NeonLaneTables& T = lane_tables();
   uint32_t s = 0;
   for (; s < full && end - p >= 64; ++s) {  // eight 8-byte reads, each past the words before it
     uint32x4_t sy[8], need[8];
     uint32_t m[8];
     for (int g = 0; g < 8; ++g) sy[g] = dec4_state(v[g], dec, &need[g], &m[g]);
     for (int g = 0; g < 8; ++g) {
-      dec4_words(v[g], need[g], m[g], p, T);
+      dec4_words(v[g], need[g], m[g], p);
       p += 2 * (size_t)__builtin_popcount(m[g]);
     }
     for (int h = 0; h < 2; ++h) {
