@@ -117,9 +117,9 @@ struct CodeScan {
   __m256i esc;
   TZ_AVX2 explicit CodeScan(const KvCodecTables& t)
       : c(&t), esc(_mm256_set1_epi8((char)fixed_escape_code(t.t.fixed_bits))) {}
-  TZ_AVX2 size_t codes(const uint8_t* s, uint8_t* codes) const {
-    const __m256i code = codes32(*c, _mm256_loadu_si256((const __m256i*)s), esc);
-    _mm256_storeu_si256((__m256i*)codes, code);
+  TZ_AVX2 size_t codes(const uint8_t* s, uint8_t* codes, uint32_t i) const {
+    const __m256i code = codes32(*c, _mm256_loadu_si256((const __m256i*)(s + i)), esc);
+    _mm256_storeu_si256((__m256i*)(codes + i), code);
     return (size_t)__builtin_popcount((uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(code, esc)));
   }
   TZ_AVX2 bool all_uncoded(const uint8_t* p, size_t count) const {

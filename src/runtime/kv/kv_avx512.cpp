@@ -101,9 +101,9 @@ struct CodeScan {
   __m512i esc;
   TZ_AVX512 explicit CodeScan(const KvCodecTables& t)
       : c(&t), esc(_mm512_set1_epi8((char)fixed_escape_code(t.t.fixed_bits))) {}
-  TZ_AVX512 size_t codes(const uint8_t* s, uint8_t* codes) const {
-    const __m512i code = codes64(*c, _mm512_loadu_si512(s), esc);
-    _mm512_storeu_si512(codes, code);
+  TZ_AVX512 size_t codes(const uint8_t* s, uint8_t* codes, uint32_t i) const {
+    const __m512i code = codes64(*c, _mm512_loadu_si512(s + i), esc);
+    _mm512_storeu_si512(codes + i, code);
     return (size_t)_mm_popcnt_u64(_mm512_cmpeq_epi8_mask(code, esc));
   }
   TZ_AVX512 bool all_uncoded(const uint8_t* p, size_t count) const {  // 1 <= count <= 64

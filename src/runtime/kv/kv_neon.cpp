@@ -121,9 +121,9 @@ struct CodeScan {
   const KvCodecTables* c;
   uint8x16_t esc;
   explicit CodeScan(const KvCodecTables& t) : c(&t), esc(vdupq_n_u8((uint8_t)fixed_escape_code(t.t.fixed_bits))) {}
-  size_t codes(const uint8_t* s, uint8_t* codes) const {
-    const uint8x16_t code = codes16(*c, vld1q_u8(s), esc);
-    vst1q_u8(codes, code);
+  size_t codes(const uint8_t* s, uint8_t* codes, uint32_t i) const {
+    const uint8x16_t code = codes16(*c, vld1q_u8(s + i), esc);
+    vst1q_u8(codes + i, code);
     return vaddvq_u8(vshrq_n_u8(vceqq_u8(code, esc), 7));
   }
   bool all_uncoded(const uint8_t* p, size_t count) const {
