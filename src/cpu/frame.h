@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "codec/frame_prefix.h"
@@ -21,14 +22,17 @@ const std::string& last_error_detail();
 inline bool is_error(size_t r) { return r > (size_t)-TZ_ERROR_MAX_CODE; }
 
 // f() (a size or an error) with no exception escaping: what every C entry
-// point runs its body in. Out of memory and any other exception become
-// error codes with a detail.
+// point runs its body in. Out of memory, a thread that could not start and
+// any other exception become error codes with a detail.
 template <class F>
 size_t guarded(F&& f) {
   try {
     return f();
-  } catch (const std::bad_alloc&) {
+  } catch (const std::bad_alloc&) {  // here or in a pool task (ThreadPool rethrows on the caller)
     return make_error(TZ_ERROR_ALLOCATION, "out of memory");
+  } catch (const std::system_error& e) {  // a worker thread could not start
+    return make_error(e.code() == std::errc::resource_unavailable_try_again ? TZ_ERROR_ALLOCATION : TZ_ERROR_GENERIC,
+                      std::string("cannot start a thread: ") + e.what());
   } catch (const std::exception& e) {
     return make_error(TZ_ERROR_GENERIC, e.what());
   } catch (...) {
