@@ -209,7 +209,7 @@ namespace loops {
 
 const CodecKernels kAvx512Kernels = {
     SimdPath::kAvx512,   encode_avx2,      decode_avx512, decode_bf16_avx512, decode2_avx512,
-    decode2_bf16_avx512, loops::histogram, loops::minmax, loops::split,       loops::merge,
+    decode2_bf16_avx512, histogram_avx2, loops::minmax, loops::split,       loops::merge,
 };
 
 }  // namespace tz::cpu
