@@ -241,8 +241,9 @@ TEST(Simd, EncoderOfConcentratedTablesMatchesPortable) {
   // Exponent-like tables (nearly all probability in 16 adjacent symbols),
   // where the SIMD encoders look the common symbols up without a gather:
   // windows at both ends of the byte range, rare symbols outside them (0
-  // and 255 included) so that vectors take either lookup, a table whose
-  // window holds just under and just over the share the encoder asks for.
+  // and 255 included) so that vectors take either lookup, tables whose
+  // window holds more (rare 0, 1, 40) and less (rare 400) than the 127/128
+  // of the probability the encoder asks for.
   SIMD_KERNELS_OR_SKIP(ks);
   const uint32_t sizes[] = {32, 33, 64, 1000, 4101, 65536};
   for (const CodecKernels* k : ks)
