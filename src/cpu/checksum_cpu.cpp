@@ -1,9 +1,22 @@
 #include "cpu/checksum_cpu.h"
 
+#include <cstring>
+#include <utility>
+
 #include "codec/checksum.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
+#define TZ_CRC_HW 1
+#define TZ_CRC_TARGET __attribute__((target("sse4.2")))
+#elif defined(__aarch64__) && defined(__linux__)
+#include <arm_acle.h>
+#include <sys/auxv.h>
+#ifndef HWCAP_CRC32
+#define HWCAP_CRC32 (1 << 7)
+#endif
+#define TZ_CRC_HW 1
+#define TZ_CRC_TARGET __attribute__((target("+crc")))
 #endif
 
 namespace tz::cpu {
@@ -18,91 +31,139 @@ const Table& table() {
   return tab;
 }
 
+#if defined(TZ_CRC_HW)
+// One instruction: the raw state over 8 (little-endian) bytes or one byte.
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t hw_update(uint32_t c, const uint8_t* p, size_t n) {
-  uint64_t c64 = c;
-  while (n >= 8) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    c64 = _mm_crc32_u64(c64, v);
-    p += 8;
-    n -= 8;
-  }
-  uint32_t c32 = (uint32_t)c64;
-  while (n--) c32 = _mm_crc32_u8(c32, *p++);
+// (64-bit states on x86-64: the instruction's own width, no moves between
+// the rounds of an interleaved loop.)
+TZ_CRC_TARGET inline uint64_t hw_step8(uint64_t s, const uint8_t* p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return _mm_crc32_u64(s, v);
+}
+TZ_CRC_TARGET inline uint32_t hw_step1(uint32_t s, uint8_t b) { return _mm_crc32_u8(s, b); }
+bool detect_hw() { return __builtin_cpu_supports("sse4.2"); }
+const char* const kHwName = "sse4.2";
+#else
+TZ_CRC_TARGET inline uint64_t hw_step8(uint64_t s, const uint8_t* p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return __crc32cd((uint32_t)s, v);
+}
+TZ_CRC_TARGET inline uint32_t hw_step1(uint32_t s, uint8_t b) { return __crc32cb(s, b); }
+bool detect_hw() { return (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0; }
+const char* const kHwName = "armv8-crc";
+#endif
+
+TZ_CRC_TARGET uint32_t hw_update(uint32_t state, const uint8_t* p, size_t n) {
+  uint64_t c = state;
+  for (; n >= 8; p += 8, n -= 8) c = hw_step8(c, p);
+  uint32_t c32 = (uint32_t)c;
+  while (n--) c32 = hw_step1(c32, *p++);
   return c32;
 }
 
-// Three full segments at once: the crc32 instruction has a latency of three
-// cycles and a throughput of one, so three independent chains fill it.
-__attribute__((target("sse4.2"))) void hw_three_segments(const uint8_t* p, uint32_t out[3]) {
-  uint64_t a = ~0u, b = ~0u, c = ~0u;
-  const uint8_t* pa = p;
-  const uint8_t* pb = p + kChecksumSegment;
-  const uint8_t* pc = p + 2 * kChecksumSegment;
-  for (size_t i = 0; i < kChecksumSegment; i += 8) {
-    uint64_t va, vb, vc;
-    memcpy(&va, pa + i, 8);
-    memcpy(&vb, pb + i, 8);
-    memcpy(&vc, pc + i, 8);
-    a = _mm_crc32_u64(a, va);
-    b = _mm_crc32_u64(b, vb);
-    c = _mm_crc32_u64(c, vc);
-  }
-  out[0] = ~(uint32_t)a;
-  out[1] = ~(uint32_t)b;
-  out[2] = ~(uint32_t)c;
+// len (a multiple of 8) bytes of each of the K streams, one instruction per
+// stream per round: K independent chains (the instruction's latency is three
+// cycles, its throughput one per cycle). The states stay in registers.
+template <size_t... J>
+TZ_CRC_TARGET void hw_lockstep(uint32_t* st, const uint8_t* const* p, size_t len, std::index_sequence<J...>) {
+  uint64_t c[sizeof...(J)] = {st[J]...};
+  const uint8_t* q[sizeof...(J)] = {p[J]...};
+  for (size_t i = 0; i < len; i += 8) ((c[J] = hw_step8(c[J], q[J] + i)), ...);
+  ((st[J] = (uint32_t)c[J]), ...);
 }
 
-bool detect_hw() { return __builtin_cpu_supports("sse4.2"); }
+TZ_CRC_TARGET void hw_streams(uint32_t* state, const uint8_t* const* p, const size_t* n, int k) {
+  uint32_t s[kCrc32cMaxStreams];
+  const uint8_t* q[kCrc32cMaxStreams];
+  size_t left[kCrc32cMaxStreams];
+  int idx[kCrc32cMaxStreams];
+  for (int j = 0; j < k; ++j) s[j] = state[j], q[j] = p[j], left[j] = n[j], idx[j] = j;
+  // Short streams (a KV page's 1 KiB segments): every cache line asked for
+  // at once, so that memory fetches them in parallel; the hardware
+  // prefetchers would learn each stream only after a few misses of its own.
+  // Longer streams (the frame codec's 4 KiB segments) are left to them.
+  size_t total = 0;
+  for (int j = 0; j < k; ++j) total += n[j];
+  if (total <= 8192)
+    for (int j = 0; j < k; ++j)
+      for (size_t o = 0; o < n[j]; o += 64) __builtin_prefetch(p[j] + o);
+  int live = k;
+  while (live > 0) {
+    size_t common = left[0];
+    for (int j = 1; j < live; ++j) common = left[j] < common ? left[j] : common;
+    common &= ~(size_t)7;
+    if (common) {
+      switch (live) {
+        case 1: hw_lockstep(s, q, common, std::make_index_sequence<1>{}); break;
+        case 2: hw_lockstep(s, q, common, std::make_index_sequence<2>{}); break;
+        case 3: hw_lockstep(s, q, common, std::make_index_sequence<3>{}); break;
+        case 4: hw_lockstep(s, q, common, std::make_index_sequence<4>{}); break;
+        case 5: hw_lockstep(s, q, common, std::make_index_sequence<5>{}); break;
+        default: hw_lockstep(s, q, common, std::make_index_sequence<6>{}); break;
+      }
+      for (int j = 0; j < live; ++j) q[j] += common, left[j] -= common;
+    }
+    // Streams with fewer than 8 bytes left end here (the shortest one at least).
+    int w = 0;
+    for (int j = 0; j < live; ++j) {
+      if (left[j] < 8) {
+        state[idx[j]] = hw_update(s[j], q[j], left[j]);
+      } else {
+        s[w] = s[j], q[w] = q[j], left[w] = left[j], idx[w] = idx[j];
+        ++w;
+      }
+    }
+    live = w;
+  }
+}
 #else
 bool detect_hw() { return false; }
+const char* const kHwName = "table";
 #endif
 
 const bool g_hw = detect_hw();
 
-uint32_t seg_crc(const uint8_t* p, size_t n) {
-#if defined(__x86_64__)
-  if (g_hw) return ~hw_update(~0u, p, n);
-#endif
-  return tz::crc32c(p, n, table().t);
-}
-
 }  // namespace
 
 bool crc32c_hw_available() { return g_hw; }
+const char* crc32c_path() { return g_hw ? kHwName : "table"; }
 
-uint32_t crc32c(const uint8_t* p, size_t n) { return seg_crc(p, n); }
-
-static uint32_t update_raw(uint32_t state, const uint8_t* p, size_t n);
-uint32_t crc32c_update(uint32_t state, const uint8_t* p, size_t n) { return update_raw(state, p, n); }
-
-static uint32_t update_raw(uint32_t state, const uint8_t* p, size_t n) {
-#if defined(__x86_64__)
+uint32_t crc32c_update(uint32_t state, const uint8_t* p, size_t n) {
+#if defined(TZ_CRC_HW)
   if (g_hw) return hw_update(state, p, n);
 #endif
   return tz::crc32c_update(state, p, n, table().t);
 }
 
-uint32_t block_checksum(const uint8_t* p, size_t n) {
-  // acc is the running CRC state over the LE32 list of segment CRCs.
-  uint32_t acc = ~0u;
-  uint8_t le[12];
-  size_t off = 0;
-#if defined(__x86_64__)
-  if (g_hw) {
-    for (; n - off >= 3 * kChecksumSegment; off += 3 * kChecksumSegment) {
-      uint32_t c[3];
-      hw_three_segments(p + off, c);
-      for (int i = 0; i < 3; ++i) store_le32(le + 4 * i, c[i]);
-      acc = hw_update(acc, le, 12);
-    }
-  }
+uint32_t crc32c(const uint8_t* p, size_t n) { return ~crc32c_update(~0u, p, n); }
+
+void crc32c_update_streams(uint32_t* state, const uint8_t* const* p, const size_t* n, int k) {
+#if defined(TZ_CRC_HW)
+  if (g_hw) return hw_streams(state, p, n, k);
 #endif
-  for (; off < n; off += kChecksumSegment) {
-    const size_t len = (n - off) < kChecksumSegment ? (n - off) : kChecksumSegment;
-    store_le32(le, seg_crc(p + off, len));
-    acc = update_raw(acc, le, 4);
+  for (int j = 0; j < k; ++j) state[j] = tz::crc32c_update(state[j], p[j], n[j], table().t);
+}
+
+uint32_t block_checksum(const uint8_t* p, size_t n) {
+  // acc is the running CRC state over the LE32 list of segment CRCs; up to
+  // kCrc32cMaxStreams segments are hashed at once.
+  uint32_t acc = ~0u;
+  for (size_t off = 0; off < n; off += kCrc32cMaxStreams * kChecksumSegment) {
+    uint32_t st[kCrc32cMaxStreams];
+    const uint8_t* sp[kCrc32cMaxStreams];
+    size_t len[kCrc32cMaxStreams];
+    int k = 0;
+    for (size_t o = off; o < n && k < kCrc32cMaxStreams; o += kChecksumSegment, ++k) {
+      st[k] = ~0u;
+      sp[k] = p + o;
+      len[k] = (n - o) < kChecksumSegment ? (n - o) : kChecksumSegment;
+    }
+    crc32c_update_streams(st, sp, len, k);
+    uint8_t le[4 * kCrc32cMaxStreams];
+    for (int j = 0; j < k; ++j) store_le32(le + 4 * j, ~st[j]);
+    acc = crc32c_update(acc, le, 4 * (size_t)k);
   }
   return ~acc;
 }
