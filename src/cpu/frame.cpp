@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -614,15 +615,17 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
 
 // Decodes blocks [first, first+count) whose bytes start at `blocks`, into
 // dst (or only verifies them when dst is null).
+// With `tables` (a PreparedFrame's), no decode table is built.
 size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, uint32_t first, uint32_t count,
-                    uint8_t* dst, unsigned* bad_block) {
+                    uint8_t* dst, unsigned* bad_block, const DecTables* tables = nullptr) {
   const FrameHeader& h = fp.h;
   const uint32_t es = dtype_elem_size(h.dtype);
   const int K = h.n_streams;
   std::vector<uint64_t> off(count + 1);
   off[0] = 0;
   for (uint32_t i = 0; i < count; ++i) off[i + 1] = off[i] + load_le32(fp.index + 4ull * (first + i));
-  DecTables dt(fp);
+  std::optional<DecTables> own;
+  const DecTables& dt = tables ? *tables : own.emplace(fp);
   const size_t scratch_bytes = block_scratch_size(h.block_elems, K) + (dst ? 0 : 2 * (size_t)h.block_elems * es);
   const CodecKernels& kr = codec_kernels();
   std::mutex bad_mu;  // guards the lowest failing block and its status
@@ -718,12 +721,13 @@ size_t decompress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* s
   return (size_t)fp.h.raw_size;
 }
 
-size_t decompress_blocks(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* prefix, size_t prefix_size,
-                         const uint8_t* blocks, size_t blocks_size, uint32_t first, uint32_t count,
-                         unsigned* bad_block) {
-  FramePrefix fp;
-  const size_t pr = parse_prefix(prefix, prefix_size, &fp);
-  if (is_error(pr)) return pr;
+namespace {
+
+// The arguments of a block-range decode against the frame's (validated)
+// prefix: the range, the block bytes given, the destination. Sets *raw to
+// the bytes it decodes to; 0 or an error.
+size_t check_block_range(const FramePrefix& fp, uint8_t* dst, size_t cap, size_t blocks_size, uint32_t first,
+                         uint32_t count, uint64_t* raw_bytes) {
   if ((uint64_t)first + count > fp.h.n_blocks) return make_error(kErrBadParam, "block range outside the frame");
   uint64_t bytes = 0;
   for (uint32_t i = 0; i < count; ++i) bytes += load_le32(fp.index + 4ull * (first + i));
@@ -735,7 +739,104 @@ size_t decompress_blocks(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* 
   for (uint32_t i = 0; i < count; ++i) raw += (uint64_t)block_elem_count(fp.h, first + i) * es;
   if (raw > cap) return make_error(kErrDstTooSmall, "destination too small for the block range");
   if (!dst && raw) return make_error(kErrBadParam, "destination is null");
+  *raw_bytes = raw;
+  return 0;
+}
+
+}  // namespace
+
+size_t decompress_blocks(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* prefix, size_t prefix_size,
+                         const uint8_t* blocks, size_t blocks_size, uint32_t first, uint32_t count,
+                         unsigned* bad_block) {
+  FramePrefix fp;
+  const size_t pr = parse_prefix(prefix, prefix_size, &fp);
+  if (is_error(pr)) return pr;
+  uint64_t raw = 0;
+  const size_t c = check_block_range(fp, dst, cap, blocks_size, first, count, &raw);
+  if (is_error(c)) return c;
   const size_t r = decode_range(ctx, fp, blocks, first, count, dst, bad_block);
+  if (is_error(r)) return r;
+  return (size_t)raw;
+}
+
+// ---- frames prepared once (resident weights) ------------------------------
+
+struct PreparedFrame {
+  FrameHeader h;
+  // FrameTables without its frequencies (8 KiB; the tables are built from them)
+  struct {
+    uint8_t kind[kMaxStreams], first_table[kMaxStreams];
+    RansCtx ctx[kMaxStreams];
+    uint32_t n_tables;
+  } t;
+  uint64_t prefix_size, blocks_size;
+  std::vector<uint8_t> index;  // the validated block index, copied out of the frame
+  DecTables tables;            // built from the validated frequencies
+  PreparedFrame(const FramePrefix& fp, const uint8_t* idx)
+      : h(fp.h), prefix_size(fp.prefix_size), blocks_size(fp.blocks_size),
+        index(idx, idx + 4ull * fp.h.n_blocks), tables(fp) {
+    for (int k = 0; k < kMaxStreams; ++k) {
+      t.kind[k] = fp.t.kind[k];
+      t.first_table[k] = fp.t.first_table[k];
+      t.ctx[k] = fp.t.ctx[k];
+    }
+    t.n_tables = fp.t.n_tables;
+  }
+  // The parsed prefix as decode_range reads it (no frequencies: it does not
+  // read them when given the tables).
+  void view(FramePrefix* fp) const {
+    fp->h = h;
+    for (int k = 0; k < kMaxStreams; ++k) {
+      fp->t.kind[k] = t.kind[k];
+      fp->t.first_table[k] = t.first_table[k];
+      fp->t.ctx[k] = t.ctx[k];
+    }
+    fp->t.n_tables = t.n_tables;
+    fp->index = index.data();
+    fp->prefix_size = prefix_size;
+    fp->blocks_size = blocks_size;
+  }
+};
+
+void PreparedFrameDeleter::operator()(PreparedFrame* f) const { delete f; }
+
+size_t prepare_frame(const uint8_t* prefix, size_t prefix_size, PreparedFramePtr* out) {
+  return guarded([&]() -> size_t {
+    FramePrefix fp;
+    const size_t pr = parse_prefix(prefix, prefix_size, &fp);
+    if (is_error(pr)) return pr;
+    out->reset(new PreparedFrame(fp, fp.index));
+    return pr;
+  });
+}
+
+size_t prepared_frame_bytes(const PreparedFrame& f) {
+  return sizeof(PreparedFrame) + f.index.capacity() + f.tables.dec.capacity() * sizeof(uint32_t);
+}
+
+size_t prepared_block_range(const PreparedFrame& f, uint32_t first, uint32_t count, uint64_t* offset,
+                            uint64_t* size, uint64_t* raw_size) {
+  if ((uint64_t)first + count > f.h.n_blocks) return make_error(kErrBadParam, "block range outside the frame");
+  uint64_t off = f.prefix_size, sz = 0, raw = 0;
+  const uint8_t* idx = f.index.data();
+  for (uint32_t b = 0; b < first; ++b) off += load_le32(idx + 4ull * b);
+  for (uint32_t b = first; b < first + count; ++b) sz += load_le32(idx + 4ull * b);
+  for (uint32_t b = first; b < first + count; ++b) raw += (uint64_t)block_elem_count(f.h, b) * dtype_elem_size(f.h.dtype);
+  *offset = off;
+  *size = sz;
+  *raw_size = raw;
+  return 0;
+}
+
+size_t decompress_blocks_prepared(Context& ctx, const PreparedFrame& f, uint8_t* dst, size_t cap,
+                                  const uint8_t* blocks, size_t blocks_size, uint32_t first, uint32_t count,
+                                  unsigned* bad_block) {
+  FramePrefix fp;  // frequencies left unset
+  f.view(&fp);
+  uint64_t raw = 0;
+  const size_t c = check_block_range(fp, dst, cap, blocks_size, first, count, &raw);
+  if (is_error(c)) return c;
+  const size_t r = decode_range(ctx, fp, blocks, first, count, dst, bad_block, &f.tables);
   if (is_error(r)) return r;
   return (size_t)raw;
 }
