@@ -273,6 +273,45 @@ struct KernelCoder {
   }
 };
 
+// Encoder tables of a frame's streams (rANS symbols and cumulative starts),
+// built only for the coded streams: an all-raw frame allocates nothing.
+struct FrameEncTables {
+  BlockEncTables et{};
+  const uint32_t* fst_of[kMaxStreams] = {};
+  std::vector<RansEncSym> enc, enc_ctx0;
+  std::vector<uint32_t> fst, fst_ctx0;
+  FrameEncTables(int K, const uint8_t* kind, const uint32_t (*freq)[256], const RansCtx& rctx0,
+                 const uint32_t* ctx_freq0) {
+    int n_rans = 0;
+    for (int k = 0; k < K; ++k) n_rans += kind[k] == kKindRans;
+    enc.resize((size_t)n_rans * 256);
+    fst.resize((size_t)n_rans * 256);
+    int next_rans = 0;
+    for (int k = 0; k < K; ++k) {
+      et.kind[k] = kind[k];
+      if (kind[k] == kKindRans) {
+        const size_t at = (size_t)next_rans++ * 256;
+        rans_build_enc(freq[k], enc.data() + at);
+        et.enc[k] = enc.data() + at;
+        build_freq_start(freq[k], fst.data() + at);
+        fst_of[k] = fst.data() + at;
+      } else if (kind[k] == kKindRansCtx) {
+        enc_ctx0.resize((size_t)rctx0.n * 256);
+        fst_ctx0.resize((size_t)rctx0.n * 256);
+        for (uint32_t c = 0; c < rctx0.n; ++c) {
+          rans_build_enc(ctx_freq0 + 256 * c, enc_ctx0.data() + 256 * c);
+          build_freq_start(ctx_freq0 + 256 * c, fst_ctx0.data() + 256 * c);
+        }
+        et.enc[k] = enc_ctx0.data();
+        et.ctx[k] = rctx0;
+        fst_of[k] = fst_ctx0.data();
+      }
+    }
+  }
+  FrameEncTables(const FrameEncTables&) = delete;
+  FrameEncTables& operator=(const FrameEncTables&) = delete;
+};
+
 }  // namespace
 
 size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, const tz_params& p) {
@@ -410,12 +449,10 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   const uint32_t* table_freq[kMaxStreams];
   RansCtx table_ctx[kMaxStreams];
   size_t tables_bytes = 0;
-  int n_rans = 0;
   for (int k = 0; k < K; ++k) {
     table_freq[k] = kind[k] == kKindRansCtx ? ctx_freq0.data() : freq[k];
     table_ctx[k] = kind[k] == kKindRansCtx ? rctx0 : RansCtx{};
     tables_bytes += stream_table_size(kind[k], table_freq[k], table_ctx[k]);
-    n_rans += kind[k] == kKindRans;
   }
   const size_t tables_padded = align4(tables_bytes);
 
@@ -428,31 +465,9 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
     memset(t, 0, tables_padded - tables_bytes);
   }
 
-  // Encoder tables only for the coded streams (none in an all-raw frame).
-  BlockEncTables et{};
-  std::vector<RansEncSym> enc((size_t)n_rans * 256);
-  std::vector<RansEncSym> enc_ctx0((size_t)rctx0.n * 256);
-  std::vector<uint32_t> fst((size_t)n_rans * 256), fst_ctx0((size_t)rctx0.n * 256);
-  const uint32_t* fst_of[kMaxStreams] = {};
-  int next_rans = 0;
-  for (int k = 0; k < K; ++k) {
-    et.kind[k] = kind[k];
-    if (kind[k] == kKindRans) {
-      const size_t at = (size_t)next_rans++ * 256;
-      rans_build_enc(freq[k], enc.data() + at);
-      et.enc[k] = enc.data() + at;
-      build_freq_start(freq[k], fst.data() + at);
-      fst_of[k] = fst.data() + at;
-    } else if (kind[k] == kKindRansCtx) {
-      for (uint32_t c = 0; c < rctx0.n; ++c) {
-        rans_build_enc(ctx_freq0.data() + 256 * c, enc_ctx0.data() + 256 * c);
-        build_freq_start(ctx_freq0.data() + 256 * c, fst_ctx0.data() + 256 * c);
-      }
-      et.enc[k] = enc_ctx0.data();
-      et.ctx[k] = rctx0;
-      fst_of[k] = fst_ctx0.data();
-    }
-  }
+  const FrameEncTables enc(K, kind, freq, rctx0, ctx_freq0.data());
+  const BlockEncTables& et = enc.et;
+  const uint32_t* const* fst_of = enc.fst_of;
   const KernelCoder coder{&kr, &et, fst_of};
   bool any_ctx = false;
   for (int k = 0; k < K; ++k) any_ctx |= kind[k] == kKindRansCtx;
