@@ -8,6 +8,9 @@
 // histograms and min/max (threads, SIMD, warps), never in what they decide.
 //
 // The decision for a float tensor at level >= 1 with elements:
+//   0. Short path (policy_size_can_pay): a tensor too small for any stream
+//      to pay even with the smallest table and a zero-bit payload is all
+//      raw, from its size alone (no histogram).
 //   1. First pass (policy_first_pass_elems): a histogram of every stream over
 //      the first kSampleElems elements of every block when blocks are larger
 //      than that ("sampled"), else of whole blocks.
@@ -60,9 +63,32 @@ TZ_HD bool encode_block_count(uint64_t n_elems, uint32_t block_elems, uint32_t* 
 
 // Dtype bytes: one stream, zstd coded per block from level 1 on (CPU only).
 TZ_HD uint8_t policy_bytes_kind(int level) { return level >= 1 ? (uint8_t)kKindZstd : (uint8_t)kKindRaw; }
-// Whether any stream of a float tensor can be entropy coded (else all raw).
-TZ_HD bool policy_codes_streams(int level, uint8_t dtype, uint64_t n_elems) {
-  return level >= 1 && dtype != kBytes && n_elems > 0;
+// The smallest coded size any stream of n_blocks blocks can have
+// (coded_stream_bytes at its minimum): one payload byte (a single symbol of
+// frequency kProbScale costs 0 bits), the lane states and 2 bytes per block,
+// the smallest frequency table (the 32-byte presence bitmap and one 2-byte
+// entry: the frequencies sum to kProbScale >= 128, so some entry takes 2
+// bytes) and the 1 byte of the estimate's rounding.
+constexpr uint64_t kMinFreqTableBytes = 32 + 2;
+static_assert(kProbScale >= 128, "kMinFreqTableBytes assumes a 2-byte frequency entry");
+TZ_HD uint64_t policy_min_coded_bytes(uint64_t n_blocks) {
+  return 1 + n_blocks * (kRansStateBytes + 2) + kMinFreqTableBytes + 1;
+}
+// Short path (the "tiny frame" rule): whether a stream of n_elems symbols
+// (its raw size in bytes) in n_blocks blocks could pay at this level at
+// all, from sizes alone. False means that no histogram can make any stream
+// of the tensor pay (policy_exact_kind and policy_fast_kind both estimate at
+// least policy_min_coded_bytes, and stream_pays is monotone in the coded
+// size), so every stream is raw without a histogram being taken: the same
+// frame the full policy writes. At level 1 this is n_elems <= 167 with one
+// block (levels >= 2: <= 166); a tensor of 2 or more blocks can always pay.
+TZ_HD bool policy_size_can_pay(int level, uint64_t n_elems, uint64_t n_blocks) {
+  return stream_pays(level, policy_min_coded_bytes(n_blocks), n_elems);
+}
+// Whether any stream of a float tensor can be entropy coded (else all raw,
+// and no histogram is taken).
+TZ_HD bool policy_codes_streams(int level, uint8_t dtype, uint64_t n_elems, uint64_t n_blocks) {
+  return level >= 1 && dtype != kBytes && n_elems > 0 && policy_size_can_pay(level, n_elems, n_blocks);
 }
 TZ_HD bool policy_sampled(uint32_t block_elems) { return block_elems > kSampleElems; }
 // Elements per block of the first histogram pass.

@@ -274,6 +274,45 @@ struct KernelCoder {
   }
 };
 
+// Encoder tables of a frame's streams (rANS symbols and cumulative starts),
+// built only for the coded streams: an all-raw frame allocates nothing.
+struct FrameEncTables {
+  BlockEncTables et{};
+  const uint32_t* fst_of[kMaxStreams] = {};
+  std::vector<RansEncSym> enc, enc_ctx0;
+  std::vector<uint32_t> fst, fst_ctx0;
+  FrameEncTables(int K, const uint8_t* kind, const uint32_t (*freq)[256], const RansCtx& rctx0,
+                 const uint32_t* ctx_freq0) {
+    int n_rans = 0;
+    for (int k = 0; k < K; ++k) n_rans += kind[k] == kKindRans;
+    enc.resize((size_t)n_rans * 256);
+    fst.resize((size_t)n_rans * 256);
+    int next_rans = 0;
+    for (int k = 0; k < K; ++k) {
+      et.kind[k] = kind[k];
+      if (kind[k] == kKindRans) {
+        const size_t at = (size_t)next_rans++ * 256;
+        rans_build_enc(freq[k], enc.data() + at);
+        et.enc[k] = enc.data() + at;
+        build_freq_start(freq[k], fst.data() + at);
+        fst_of[k] = fst.data() + at;
+      } else if (kind[k] == kKindRansCtx) {
+        enc_ctx0.resize((size_t)rctx0.n * 256);
+        fst_ctx0.resize((size_t)rctx0.n * 256);
+        for (uint32_t c = 0; c < rctx0.n; ++c) {
+          rans_build_enc(ctx_freq0 + 256 * c, enc_ctx0.data() + 256 * c);
+          build_freq_start(ctx_freq0 + 256 * c, fst_ctx0.data() + 256 * c);
+        }
+        et.enc[k] = enc_ctx0.data();
+        et.ctx[k] = rctx0;
+        fst_of[k] = fst_ctx0.data();
+      }
+    }
+  }
+  FrameEncTables(const FrameEncTables&) = delete;
+  FrameEncTables& operator=(const FrameEncTables&) = delete;
+};
+
 }  // namespace
 
 size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, const tz_params& p) {
@@ -301,14 +340,15 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   const CodecKernels& kr = codec_kernels();
 
   // Tensor-level stream kinds and tables.
+  // freq[k] is written by the policy for every rANS stream and read for no
+  // other stream, so it is not cleared (4 KiB a frame).
   uint8_t kind[kMaxStreams] = {};
-  uint32_t freq[kMaxStreams][256] = {};
+  uint32_t freq[kMaxStreams][256];
   RansCtx rctx0{};                  // lane contexts of stream 0 (kind kKindRansCtx)
   std::vector<uint32_t> ctx_freq0;  // rctx0.n tables of 256
-  std::vector<uint8_t> tables;
   if (dtype == kBytes) {
     kind[0] = policy_bytes_kind(level);
-  } else if (policy_codes_streams(level, dtype, n_elems)) {
+  } else if (policy_codes_streams(level, dtype, n_elems, n_blocks)) {
     // The policy of codec/policy.h (shared with the CUDA encoder):
     // 1. A deterministic sample (the first kSampleElems elements of every
     //    block) screens out streams that cannot pay, e.g. low mantissa
@@ -406,41 +446,29 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       }
     }
   }
+  // The table section goes straight into dst once its size is known.
+  const uint32_t* table_freq[kMaxStreams];
+  RansCtx table_ctx[kMaxStreams];
+  size_t tables_bytes = 0;
   for (int k = 0; k < K; ++k) {
-    const uint32_t* f = kind[k] == kKindRansCtx ? ctx_freq0.data() : freq[k];
-    const RansCtx rc = kind[k] == kKindRansCtx ? rctx0 : RansCtx{};
-    const size_t at = tables.size();
-    tables.resize(at + stream_table_size(kind[k], f, rc));
-    write_stream_table(kind[k], f, rc, tables.data() + at);
+    table_freq[k] = kind[k] == kKindRansCtx ? ctx_freq0.data() : freq[k];
+    table_ctx[k] = kind[k] == kKindRansCtx ? rctx0 : RansCtx{};
+    tables_bytes += stream_table_size(kind[k], table_freq[k], table_ctx[k]);
   }
-  tables.resize(align4(tables.size()), 0);
+  const size_t tables_padded = align4(tables_bytes);
 
-  const uint64_t prefix = kFrameHeaderSize + tables.size() + 4ull * n_blocks;
+  const uint64_t prefix = kFrameHeaderSize + tables_padded + 4ull * n_blocks;
   if (!dst && cap) return make_error(kErrBadParam, "destination is null");
   if (cap < prefix) return make_error(kErrDstTooSmall, "destination too small for the frame header");
-
-  BlockEncTables et{};
-  std::vector<RansEncSym> enc((size_t)K * 256);
-  std::vector<RansEncSym> enc_ctx0((size_t)rctx0.n * 256);
-  std::vector<uint32_t> fst((size_t)K * 256), fst_ctx0((size_t)rctx0.n * 256);
-  const uint32_t* fst_of[kMaxStreams] = {};
-  for (int k = 0; k < K; ++k) {
-    et.kind[k] = kind[k];
-    if (kind[k] == kKindRans) {
-      rans_build_enc(freq[k], enc.data() + (size_t)k * 256);
-      et.enc[k] = enc.data() + (size_t)k * 256;
-      build_freq_start(freq[k], fst.data() + (size_t)k * 256);
-      fst_of[k] = fst.data() + (size_t)k * 256;
-    } else if (kind[k] == kKindRansCtx) {
-      for (uint32_t c = 0; c < rctx0.n; ++c) {
-        rans_build_enc(ctx_freq0.data() + 256 * c, enc_ctx0.data() + 256 * c);
-        build_freq_start(ctx_freq0.data() + 256 * c, fst_ctx0.data() + 256 * c);
-      }
-      et.enc[k] = enc_ctx0.data();
-      et.ctx[k] = rctx0;
-      fst_of[k] = fst_ctx0.data();
-    }
+  {
+    uint8_t* t = dst + kFrameHeaderSize;
+    for (int k = 0; k < K; ++k) t += write_stream_table(kind[k], table_freq[k], table_ctx[k], t);
+    memset(t, 0, tables_padded - tables_bytes);
   }
+
+  const FrameEncTables enc(K, kind, freq, rctx0, ctx_freq0.data());
+  const BlockEncTables& et = enc.et;
+  const uint32_t* const* fst_of = enc.fst_of;
   const KernelCoder coder{&kr, &et, fst_of};
   bool any_ctx = false;
   for (int k = 0; k < K; ++k) any_ctx |= kind[k] == kKindRansCtx;
@@ -454,7 +482,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   const size_t n_tasks = (n_blocks + per_task - 1) / per_task;
   std::vector<uint32_t> sizes(n_blocks);
   const size_t bbound = block_bound(block_elems, K);
-  const size_t scratch_bytes = block_scratch_size(block_elems, K);
+  const size_t scratch_bytes = block_scratch_size((uint32_t)std::min<uint64_t>(block_elems, n_elems), K);
   const int zlevel = zstd_level_for(level);
   uint64_t next_off = prefix;  // advanced by commit, in run order
   bool overflow = false;       // likewise
@@ -468,8 +496,9 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
     uint8_t* scratch = ctx.worker_scratch(w, scratch_bytes);
     // If every earlier run is in place and dst has room for this one's worst
     // case, encode straight into dst (always so with one thread): no copy.
-    const size_t run_bound = (size_t)(b1 - b0) * bbound;
-    const bool direct = runs->all_before_committed(t) && !overflow && cap - next_off >= run_bound;
+    const uint32_t last_elems = (uint32_t)std::min<uint64_t>(block_elems, n_elems - (uint64_t)(b1 - 1) * block_elems);
+    const size_t run_bound = (size_t)(b1 - b0 - 1) * bbound + block_bound(last_elems, K);
+    const bool direct = (!runs || runs->all_before_committed(t)) && !overflow && cap - next_off >= run_bound;
     uint8_t* o = direct ? dst + next_off : ctx.slot_out(slot, (size_t)per_task * bbound);
     if (dtype == kBytes && kind[0] == kKindZstd && !ctx.cctx[w]) ctx.cctx[w] = ZSTD_createCCtx();
     size_t pos = 0;
@@ -496,9 +525,16 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
     }
     next_off += pos;
   };
-  OrderedPipeline pipeline(n_tasks, window, std::move(stages));
-  runs = &pipeline;
-  pipeline.run(ctx.pool);
+  if (n_tasks == 1) {
+    // One run (every frame of up to 16 blocks on one thread, and every
+    // small frame): nothing to order or overlap, so no pipeline is set up.
+    stages.work(0, 0, 0);
+    stages.commit(0, 0);
+  } else {
+    OrderedPipeline pipeline(n_tasks, window, std::move(stages));
+    runs = &pipeline;
+    pipeline.run(ctx.pool);
+  }
   const uint64_t total = next_off;
   if (overflow) return make_error(kErrDstTooSmall, "destination too small (" + std::to_string(cap) + " < " +
                                                        std::to_string(total) + " bytes)");
@@ -510,9 +546,8 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   h.raw_size = n;
   h.block_elems = block_elems;
   h.n_blocks = n_blocks;
-  h.tables_size = (uint32_t)tables.size();
-  if (!tables.empty()) memcpy(dst + kFrameHeaderSize, tables.data(), tables.size());
-  uint8_t* index = dst + kFrameHeaderSize + tables.size();
+  h.tables_size = (uint32_t)tables_padded;
+  uint8_t* index = dst + kFrameHeaderSize + tables_padded;
   for (uint32_t b = 0; b < n_blocks; ++b) store_le32(index + 4 * b, sizes[b]);
   write_frame_header(dst, h);
   h.header_crc = frame_header_crc(dst, prefix, CpuCrc32c{});

@@ -301,6 +301,9 @@ __global__ void __launch_bounds__(kCtaThreads) c_hist_kernel(const CItem* items,
   uint32_t limit = it.block_elems, want = 0xFu;
   bool minmax = false;
   if (phase == 1) {
+    // Short path (policy_codes_streams: e.g. too small for any stream to
+    // pay): every stream raw, decided by c_table_kernel from sizes alone.
+    if (!policy_codes_streams(level, it.dtype, it.n_bytes / dtype_elem_size(it.dtype), it.n_blocks)) return;
     limit = policy_first_pass_elems(it.block_elems);
     minmax = policy_fast_tables(it.block_elems, level, it.n_blocks);
   } else {
@@ -340,7 +343,7 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
   uint32_t* const freq = W.freq;
   uint8_t kind = kKindRaw;
   bool want = false;
-  const bool codes = policy_codes_streams(level, it.dtype, n_elems);
+  const bool codes = policy_codes_streams(level, it.dtype, n_elems, it.n_blocks);
   if (phase == 1) {
     if (is_lane && codes) {
       if (!policy_sampled(it.block_elems)) {
