@@ -92,13 +92,15 @@ void build_enc_entries(const RansEncSym* enc, uint32_t n_tables, EncEntry* out) 
   }
 }
 
-// One coding step of state x (rans_enc_put_nb's result, word stored at
-// *word and kept when `pushed` grows).
-inline uint32_t enc_put(uint32_t x, const EncEntry& e, uint16_t* word, uint32_t& pushed) {
+// One coding step of state x (rans_enc_put_nb's result): the word is stored
+// at front[at] and kept by moving `at` down (front = the stream's first word
+// minus one; at <= 0 counts the words pushed in this step, negated, so the
+// store is one addressing mode).
+inline uint32_t enc_put(uint32_t x, const EncEntry& e, uint16_t* front, ptrdiff_t& at) {
   // 1 when x > xmax, as arithmetic (a compare here becomes a branch, taken at random)
   const uint32_t out = (uint32_t)(((uint64_t)e.xmax - x) >> 63);
-  *word = (uint16_t)(x & 0xFFFFu);
-  pushed += out;
+  front[at] = (uint16_t)(x & 0xFFFFu);
+  at -= out;
   x >>= 16u * out;
   const uint32_t q = (uint32_t)mulhi64((uint64_t)x << 20, e.rcp);
   return x + q * e.cmpl + e.start;
@@ -108,11 +110,11 @@ inline uint32_t enc_put(uint32_t x, const EncEntry& e, uint16_t* word, uint32_t&
 template <class TabOff>
 inline void encode_step(uint32_t* x, const uint8_t* sp, const EncEntry* enc, const TabOff& tab_off,
                         uint16_t*& wp) {
-  uint32_t pushed = 0;
+  uint16_t* const front = wp - 1;
+  ptrdiff_t at = 0;
 #pragma GCC unroll 32
-  for (int l = kLanes - 1; l >= 0; --l)
-    x[l] = enc_put(x[l], enc[tab_off(l) + sp[l]], wp - 1 - (ptrdiff_t)pushed, pushed);
-  wp -= pushed;
+  for (int l = kLanes - 1; l >= 0; --l) x[l] = enc_put(x[l], enc[tab_off(l) + sp[l]], front, at);
+  wp += at;
 }
 
 template <bool Ctx>
@@ -131,12 +133,13 @@ size_t encode_lanes(const uint8_t* sym, uint32_t n, const RansEncSym* enc_sym, c
   if (n % kLanes) {  // the partial last step, coded first
     --s;
     const uint32_t base = s * kLanes;
-    uint32_t pushed = 0;
+    uint16_t* const front = wp - 1;
+    ptrdiff_t at = 0;
     for (uint32_t l = n - base; l-- > 0;) {
       const uint32_t t = Ctx && s > 0 ? next_tab[sym[base - kLanes + l]] : 0u;
-      x[l] = enc_put(x[l], enc[t + sym[base + l]], wp - 1 - (ptrdiff_t)pushed, pushed);
+      x[l] = enc_put(x[l], enc[t + sym[base + l]], front, at);
     }
-    wp -= pushed;
+    wp += at;
   }
   if (Ctx) {
     for (; s > 1; --s) {
