@@ -225,19 +225,24 @@ void crc32c_update_streams(uint32_t* state, const uint8_t* const* p, const size_
   crc32c_update_streams_on(g_path, state, p, n, k);
 }
 
-uint32_t block_checksum(const uint8_t* p, size_t n) {
+uint32_t crc32c_segment_list(const uint8_t* p, size_t n, size_t segment, const uint8_t* head) {
   // acc is the running CRC state over the LE32 list of segment CRCs; up to
   // kCrc32cMaxStreams segments are hashed at once.
   uint32_t acc = ~0u;
-  for (size_t off = 0; off < n; off += kCrc32cMaxStreams * kChecksumSegment) {
+  for (size_t off = 0; off < n; off += kCrc32cMaxStreams * segment) {
     uint32_t st[kCrc32cMaxStreams];
     const uint8_t* sp[kCrc32cMaxStreams];
     size_t len[kCrc32cMaxStreams];
     int k = 0;
-    for (size_t o = off; o < n && k < kCrc32cMaxStreams; o += kChecksumSegment, ++k) {
+    for (size_t o = off; o < n && k < kCrc32cMaxStreams; o += segment, ++k) {
       st[k] = ~0u;
       sp[k] = p + o;
-      len[k] = (n - o) < kChecksumSegment ? (n - o) : kChecksumSegment;
+      len[k] = (n - o) < segment ? (n - o) : segment;
+    }
+    if (off == 0 && head) {  // segment 0 starts with head's 16 bytes
+      st[0] = crc32c_update(~0u, head, 16);
+      sp[0] += 16;
+      len[0] -= 16;
     }
     crc32c_update_streams(st, sp, len, k);
     uint8_t le[4 * kCrc32cMaxStreams];
@@ -246,5 +251,7 @@ uint32_t block_checksum(const uint8_t* p, size_t n) {
   }
   return ~acc;
 }
+
+uint32_t block_checksum(const uint8_t* p, size_t n) { return crc32c_segment_list(p, n, kChecksumSegment, nullptr); }
 
 }  // namespace tz::cpu

@@ -42,4 +42,11 @@ constexpr int kCrc32cMaxStreams = 6;  // six chains and their pointers fit the r
 void crc32c_update_streams(uint32_t* state, const uint8_t* const* p, const size_t* n, int k);
 void crc32c_update_streams_on(Crc32cPath path, uint32_t* state, const uint8_t* const* p, const size_t* n, int k);
 
+// The CRC32C (finalised) of the LE32 list of the finalised CRC32Cs of the
+// consecutive `segment`-byte segments of p[0, n) (the last one shorter),
+// hashed kCrc32cMaxStreams segments at a time: the frame codec's
+// block_checksum and the KV page checksum. With head (16 bytes, n >= 16),
+// segment 0 starts with head's bytes in place of p's first 16.
+uint32_t crc32c_segment_list(const uint8_t* p, size_t n, size_t segment, const uint8_t* head);
+
 }  // namespace tz::cpu
