@@ -1,9 +1,11 @@
 #include "cpu/checksum_cpu.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "codec/checksum.h"
+#include "cpu/checksum_fold.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -125,40 +127,122 @@ const char* const kHwName = "table";
 
 const bool g_hw = detect_hw();
 
+#if defined(__x86_64__)
+// On the 512-bit path, streams of at least kCrc32cFoldMinBytes512 are folded
+// one after the other and the others go through the CRC instruction's
+// chains. The 128-bit path folds single buffers only: six CRC chains beat it
+// on streams (measured, bench/RESULTS.md "CRC32C folding").
+void fold_streams(uint32_t* state, const uint8_t* const* p, const size_t* n, int k) {
+  uint32_t cs[kCrc32cMaxStreams];
+  const uint8_t* cp[kCrc32cMaxStreams];
+  size_t cn[kCrc32cMaxStreams];
+  int ci[kCrc32cMaxStreams];
+  int nc = 0;
+  for (int j = 0; j < k; ++j) {
+    if (n[j] >= kCrc32cFoldMinBytes512)
+      state[j] = fold::clmul512_update(state[j], p[j], n[j]);
+    else
+      cs[nc] = state[j], cp[nc] = p[j], cn[nc] = n[j], ci[nc++] = j;
+  }
+  if (nc) {
+    hw_streams(cs, cp, cn, nc);
+    for (int j = 0; j < nc; ++j) state[ci[j]] = cs[j];
+  }
+}
+#endif
+
+bool path_supported(Crc32cPath path) {
+  switch (path) {
+    case Crc32cPath::kTable: return true;
+    case Crc32cPath::kCrc: return detect_hw();
+#if defined(__x86_64__)
+    case Crc32cPath::kClmul: return fold::clmul_available();
+    case Crc32cPath::kClmul512: return fold::clmul512_available();
+#endif
+    default: return false;
+  }
+}
+
+// The best path here (measured: bench/RESULTS.md "CRC32C folding"), or the
+// one TZ_CRC32C names when this CPU has it.
+Crc32cPath choose_path() {
+  Crc32cPath best = Crc32cPath::kTable;
+  for (Crc32cPath p : {Crc32cPath::kCrc, Crc32cPath::kClmul, Crc32cPath::kClmul512})
+    if (path_supported(p)) best = p;
+  if (const char* e = std::getenv("TZ_CRC32C")) {
+    for (int i = 0; i <= 3; ++i) {
+      const Crc32cPath p = (Crc32cPath)i;
+      const char* name = i == 1 ? "crc" : crc32c_path_name(p);
+      if (strcmp(e, name) == 0 && path_supported(p)) best = p;
+    }
+  }
+  return best;
+}
+
+const Crc32cPath g_path = choose_path();
+
 }  // namespace
 
 bool crc32c_hw_available() { return g_hw; }
-const char* crc32c_path() { return g_hw ? kHwName : "table"; }
+bool crc32c_path_supported(Crc32cPath path) { return path_supported(path); }
+Crc32cPath crc32c_active_path() { return g_path; }
+const char* crc32c_path_name(Crc32cPath path) {
+  switch (path) {
+    case Crc32cPath::kCrc: return kHwName;
+    case Crc32cPath::kClmul: return "pclmul";
+    case Crc32cPath::kClmul512: return "vpclmulqdq";
+    default: return "table";
+  }
+}
+const char* crc32c_path() { return crc32c_path_name(g_path); }
 
-uint32_t crc32c_update(uint32_t state, const uint8_t* p, size_t n) {
+uint32_t crc32c_update_on(Crc32cPath path, uint32_t state, const uint8_t* p, size_t n) {
+#if defined(__x86_64__)
+  if (path == Crc32cPath::kClmul512 && n >= kCrc32cFoldMinBytes512) return fold::clmul512_update(state, p, n);
+  if (path == Crc32cPath::kClmul && n >= kCrc32cFoldMinBytes128) return fold::clmul_update(state, p, n);
+#endif
 #if defined(TZ_CRC_HW)
-  if (g_hw) return hw_update(state, p, n);
+  if (path != Crc32cPath::kTable) return hw_update(state, p, n);
 #endif
   return tz::crc32c_update(state, p, n, table().t);
 }
 
-uint32_t crc32c(const uint8_t* p, size_t n) { return ~crc32c_update(~0u, p, n); }
-
-void crc32c_update_streams(uint32_t* state, const uint8_t* const* p, const size_t* n, int k) {
+void crc32c_update_streams_on(Crc32cPath path, uint32_t* state, const uint8_t* const* p, const size_t* n, int k) {
+#if defined(__x86_64__)
+  if (path == Crc32cPath::kClmul512) return fold_streams(state, p, n, k);
+#endif
 #if defined(TZ_CRC_HW)
-  if (g_hw) return hw_streams(state, p, n, k);
+  if (path != Crc32cPath::kTable) return hw_streams(state, p, n, k);
 #endif
   for (int j = 0; j < k; ++j) state[j] = tz::crc32c_update(state[j], p[j], n[j], table().t);
 }
 
-uint32_t block_checksum(const uint8_t* p, size_t n) {
+uint32_t crc32c_update(uint32_t state, const uint8_t* p, size_t n) { return crc32c_update_on(g_path, state, p, n); }
+
+uint32_t crc32c(const uint8_t* p, size_t n) { return ~crc32c_update(~0u, p, n); }
+
+void crc32c_update_streams(uint32_t* state, const uint8_t* const* p, const size_t* n, int k) {
+  crc32c_update_streams_on(g_path, state, p, n, k);
+}
+
+uint32_t crc32c_segment_list(const uint8_t* p, size_t n, size_t segment, const uint8_t* head) {
   // acc is the running CRC state over the LE32 list of segment CRCs; up to
   // kCrc32cMaxStreams segments are hashed at once.
   uint32_t acc = ~0u;
-  for (size_t off = 0; off < n; off += kCrc32cMaxStreams * kChecksumSegment) {
+  for (size_t off = 0; off < n; off += kCrc32cMaxStreams * segment) {
     uint32_t st[kCrc32cMaxStreams];
     const uint8_t* sp[kCrc32cMaxStreams];
     size_t len[kCrc32cMaxStreams];
     int k = 0;
-    for (size_t o = off; o < n && k < kCrc32cMaxStreams; o += kChecksumSegment, ++k) {
+    for (size_t o = off; o < n && k < kCrc32cMaxStreams; o += segment, ++k) {
       st[k] = ~0u;
       sp[k] = p + o;
-      len[k] = (n - o) < kChecksumSegment ? (n - o) : kChecksumSegment;
+      len[k] = (n - o) < segment ? (n - o) : segment;
+    }
+    if (off == 0 && head) {  // segment 0 starts with head's 16 bytes
+      st[0] = crc32c_update(~0u, head, 16);
+      sp[0] += 16;
+      len[0] -= 16;
     }
     crc32c_update_streams(st, sp, len, k);
     uint8_t le[4 * kCrc32cMaxStreams];
@@ -167,5 +251,7 @@ uint32_t block_checksum(const uint8_t* p, size_t n) {
   }
   return ~acc;
 }
+
+uint32_t block_checksum(const uint8_t* p, size_t n) { return crc32c_segment_list(p, n, kChecksumSegment, nullptr); }
 
 }  // namespace tz::cpu

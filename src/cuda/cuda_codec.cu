@@ -880,7 +880,7 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
   tz_params p{};
   if (params) p = *params;
   if (!encode_level_valid(p.level)) return err(kErrBadParam);
-  // Level 3 adds lane-context tables (src/cpu/frame.cpp, choose_lane_contexts),
+  // Level 3 adds lane-context tables (src/cpu/frame_tables.cpp, choose_lane_contexts),
   // which this encoder does not build: refused rather than producing frames
   // that differ from the CPU's. Its frames decode here like any other.
   if (p.level == 3) return err(kErrUnsupported);

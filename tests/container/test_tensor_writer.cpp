@@ -115,9 +115,10 @@ TEST(TensorWriter, RoundTripHostTensors) {
 }
 
 // Any thread count (and any number of slots) writes the same bytes.
-TEST(TensorWriter, SameBytesForEveryThreadCount) {
-  const auto data = mixed_tensors();
-  TempDir d;
+// Writes DIR/tTsS.tzip for 1/2/4/8 threads and 0/2 slots (1 MiB chunks),
+// add(w) adding the tensors, and expects the same bytes every time.
+template <class Add>
+void expect_same_bytes_for_every_thread_count(const std::string& dir, Add&& add) {
   std::vector<uint8_t> first;
   for (unsigned t : {1u, 2u, 4u, 8u}) {
     for (unsigned slots : {0u, 2u}) {
@@ -125,9 +126,9 @@ TEST(TensorWriter, SameBytesForEveryThreadCount) {
       o.threads = t;
       o.slots = slots;
       o.chunk_bytes = 1u << 20;
-      const std::string file = d.path + "/t" + std::to_string(t) + "s" + std::to_string(slots) + ".tzip";
+      const std::string file = dir + "/t" + std::to_string(t) + "s" + std::to_string(slots) + ".tzip";
       tc::TensorWriter w(file, o);
-      for (const auto& x : data) w.add(x.name, x.dtype, x.shape, x.bytes.data(), x.bytes.size());
+      add(w);
       w.finish();
       const auto bytes = read_all(file);
       if (first.empty())
@@ -136,6 +137,14 @@ TEST(TensorWriter, SameBytesForEveryThreadCount) {
         EXPECT_TRUE(bytes == first) << t << " threads, " << slots << " slots";
     }
   }
+}
+
+TEST(TensorWriter, SameBytesForEveryThreadCount) {
+  const auto data = mixed_tensors();
+  TempDir d;
+  expect_same_bytes_for_every_thread_count(d.path, [&](tc::TensorWriter& w) {
+    for (const auto& x : data) w.add(x.name, x.dtype, x.shape, x.bytes.data(), x.bytes.size());
+  });
   expect_file_holds(d.path + "/t8s2.tzip", data);
 }
 
@@ -168,37 +177,22 @@ TEST(TensorWriter, ManySmallTensorsSameBytesForEveryThreadCount) {
   ASSERT_FALSE(tz_is_error(pre.size()));
   const Owned* enc_t = &data[6001];  // t6000, BF16
   TempDir d;
-  std::vector<uint8_t> first;
-  for (unsigned t : {1u, 2u, 4u, 8u}) {
-    for (unsigned slots : {0u, 2u}) {
-      tc::TensorWriterOptions o;
-      o.threads = t;
-      o.slots = slots;
-      o.chunk_bytes = 1u << 20;
-      const std::string file = d.path + "/t" + std::to_string(t) + "s" + std::to_string(slots) + ".tzip";
-      tc::TensorWriter w(file, o);
-      for (size_t i = 0; i < data.size(); ++i) {
-        const Owned& x = data[i];
-        if (i == 100) {
-          w.add_frames(x.name, x.dtype, x.shape, x.bytes.size(), {{pre.data(), pre.size()}}, 1);
-        } else if (&x == enc_t) {
-          w.add_encoder(x.name, x.dtype, x.shape, x.bytes.size(),
-                        [enc_t, p](uint64_t, uint8_t* dst, size_t cap) {
-                          return tz_compress(dst, cap, enc_t->bytes.data(), enc_t->bytes.size(), &p);
-                        },
-                        1);
-        } else {
-          w.add(x.name, x.dtype, x.shape, x.bytes.data(), x.bytes.size());
-        }
+  expect_same_bytes_for_every_thread_count(d.path, [&](tc::TensorWriter& w) {
+    for (size_t i = 0; i < data.size(); ++i) {
+      const Owned& x = data[i];
+      if (i == 100) {
+        w.add_frames(x.name, x.dtype, x.shape, x.bytes.size(), {{pre.data(), pre.size()}}, 1);
+      } else if (&x == enc_t) {
+        w.add_encoder(x.name, x.dtype, x.shape, x.bytes.size(),
+                      [enc_t, p](uint64_t, uint8_t* dst, size_t cap) {
+                        return tz_compress(dst, cap, enc_t->bytes.data(), enc_t->bytes.size(), &p);
+                      },
+                      1);
+      } else {
+        w.add(x.name, x.dtype, x.shape, x.bytes.data(), x.bytes.size());
       }
-      w.finish();
-      const auto bytes = read_all(file);
-      if (first.empty())
-        first = bytes;
-      else
-        EXPECT_TRUE(bytes == first) << t << " threads, " << slots << " slots";
     }
-  }
+  });
   expect_file_holds(d.path + "/t8s2.tzip", data);
   // Reader::read_tensors groups the small frames the same way (more than
   // 4096 of them: several groups), on any thread count.
@@ -606,7 +600,9 @@ TEST(TensorWriter, DeltaAgainstPreviousFile) {
       // with the reference's header and size, but its bytes differ (kUsage)
       EXPECT_EQ(e.kind(), bad == other ? tc::ErrorKind::kUsage : tc::ErrorKind::kBadInput) << e.what();
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
-      if (bad == other) EXPECT_NE(std::string(e.what()).find("differs from"), std::string::npos) << e.what();
+      if (bad == other) {
+        EXPECT_NE(std::string(e.what()).find("differs from"), std::string::npos) << e.what();
+      }
     }
     EXPECT_FALSE(fs::exists(d.path + "/next/bad.tzip"));
   }

@@ -39,38 +39,16 @@ const uint32_t* crc_table() {
 
 uint32_t CpuCrc::operator()(uint32_t s, const uint8_t* p, size_t n) const { return cpu::crc32c_update(s, p, n); }
 
-// The segments of a page are hashed kCrc32cMaxStreams at a time, all of
-// them in one interleaved pass (cpu::crc32c_update_streams: SSE4.2 or ARMv8
-// CRC chains when present). Segment 0 starts with the page's first 16
-// bytes, checksum field zeroed.
+// The segments of a page are hashed kCrc32cMaxStreams at a time by the
+// frame codec's segment-list CRC (cpu::crc32c_segment_list: folded or
+// chained CRC32C instructions where present). Segment 0 starts with the
+// page's first 16 bytes, checksum field zeroed.
 uint32_t page_checksum_cpu(const uint8_t* p, size_t size) {
   if (size < kPageHeaderSize) return kv_page_checksum(p, size, CpuCrc{});
-  constexpr int kMax = cpu::kCrc32cMaxStreams;
   uint8_t head[16];
   memcpy(head, p, 16);
   memset(head + 12, 0, 4);
-  uint32_t acc = ~0u;
-  for (size_t off = 0; off < size; off += kMax * kKvChecksumSegment) {
-    uint32_t st[kMax];
-    const uint8_t* sp[kMax];
-    size_t len[kMax];
-    int k = 0;
-    for (size_t o = off; o < size && k < kMax; o += kKvChecksumSegment, ++k) {
-      st[k] = ~0u;
-      sp[k] = p + o;
-      len[k] = std::min(kKvChecksumSegment, size - o);
-    }
-    if (off == 0) {
-      st[0] = cpu::crc32c_update(~0u, head, 16);
-      sp[0] += 16;
-      len[0] -= 16;
-    }
-    cpu::crc32c_update_streams(st, sp, len, k);
-    uint8_t le[4 * kMax];
-    for (int j = 0; j < k; ++j) store_le32(le + 4 * j, ~st[j]);
-    acc = cpu::crc32c_update(acc, le, 4 * (size_t)k);
-  }
-  return ~acc;
+  return cpu::crc32c_segment_list(p, size, kKvChecksumSegment, head);
 }
 
 const char* page_status_text(int st) {
