@@ -213,6 +213,60 @@ TEST(Simd, PortableCoderMatchesTheReference) {
   }
 }
 
+TEST(Simd, PortableCoderMatchesTheSharedCoder) {
+  // The portable table's coder (src/cpu/rans_portable.cpp: unrolled steps,
+  // context offsets from a table) against the shared host/device coder of
+  // src/codec/rans.h that the CUDA backend runs: same payload bytes and size
+  // limit, with and without lane contexts (every count, bases at the range's
+  // edges), and the same status and symbols on every corruption of them.
+  std::mt19937 rng(5);
+  for (uint32_t nc = 1; nc <= tz::kMaxContexts; ++nc)
+    for (uint32_t base : {0u, 7u, 254u, 255u}) {
+      if (nc == 1 && base != 0) continue;
+      std::vector<uint32_t> f;
+      for (uint32_t c = 0; c < nc; ++c) {
+        const auto tc = table_for((int)((3 * c + base) % kTables));
+        f.insert(f.end(), tc.begin(), tc.end());
+      }
+      const Tables t(f);
+      const tz::RansCtx ctx{base, nc};
+      for (uint32_t n : kSizes) {
+        const std::string tag = "contexts " + std::to_string(nc) + " base " + std::to_string(base) + " n " +
+                                std::to_string(n);
+        const Bytes sym = symbols_for(t.freq, ctx, n, nc * 100 + base + n);
+        std::vector<uint16_t> words(n + 1);
+        Bytes shared(tz::kRansStateBytes + 2 * (size_t)n + 8);
+        shared.resize(tz::rans_encode_ctx(sym.data(), n, t.enc.data(), ctx, words.data(), shared.data(), SIZE_MAX));
+        const Bytes got = encode_with(kPortableKernels, sym, t, ctx);
+        ASSERT_EQ(got, shared) << tag;
+        EXPECT_TRUE(encode_with(kPortableKernels, sym, t, ctx, got.size()).empty()) << tag;
+        EXPECT_EQ(encode_with(kPortableKernels, sym, t, ctx, got.size() + 1), got) << tag;
+        for (int trial = 0; trial < (n >= 64 ? 60 : 6); ++trial) {
+          Bytes c = got;
+          if (trial > 0) {
+            switch (trial % 4) {
+              case 0: c[rng() % c.size()] ^= (uint8_t)(1u << (rng() % 8)); break;
+              case 1: c.resize(c.size() - std::min<size_t>(c.size(), 1 + rng() % 70)); break;
+              case 2: c.resize(c.size() + 2 * (1 + rng() % 40), (uint8_t)rng()); break;
+              default: c[rng() % tz::kRansStateBytes] = (uint8_t)rng();
+            }
+          }
+          Bytes want(n, 0xAB), back(n, 0xAB);
+          const int st = tz::rans_decode_ctx(c.data(), c.size(), n, t.dec.data(), ctx, want.data());
+          ASSERT_EQ(kPortableKernels.rans_decode(c.data(), c.size(), n, t.dec.data(), ctx, back.data()), st)
+              << tag << " trial " << trial;
+          if (trial == 0) {
+            ASSERT_EQ(st, tz::kOk) << tag;
+            ASSERT_EQ(back, sym) << tag;
+          }
+          if (st == tz::kOk) {
+            ASSERT_EQ(back, want) << tag << " trial " << trial;
+          }
+        }
+      }
+    }
+}
+
 TEST(Simd, EncoderAndDecoderMatchPortableCode) {
   SIMD_KERNELS_OR_SKIP(ks);
   for (const CodecKernels* k : ks) {
