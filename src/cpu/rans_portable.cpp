@@ -46,11 +46,7 @@ inline void decode_step(uint32_t* x, uint32_t* coff, const uint32_t* next_off, c
     low |= (xl < kRansL ? 1u : 0u) << l;
     x[l] = xl;
   }
-  for (; low; low &= low - 1) {
-    const uint32_t l = rans_lowest_bit(low);
-    x[l] = (x[l] << 16) | load_le16(p);
-    p += 2;
-  }
+  rans_refill_lanes(x, low, p);
 }
 
 template <bool Ctx>
