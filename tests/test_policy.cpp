@@ -346,11 +346,15 @@ TEST(Policy, TinyShortPathIsExact) {
             uint32_t freq[256];
             for (uint8_t x : streams[k]) ++h[x];
             const uint8_t kind = policy_exact_kind(level, h, n, 1, freq, norm, nullptr);
-            if (short_path) EXPECT_EQ(kind, kKindRaw) << "stream " << k << " would have paid";
+            if (short_path) {
+              EXPECT_EQ(kind, kKindRaw) << "stream " << k << " would have paid";
+            }
             if (data == &constant && kind == kKindRans) constant_coded = true;
           }
         }
-        if (!short_path) EXPECT_TRUE(constant_coded) << "the bound is not tight";
+        if (!short_path) {
+          EXPECT_TRUE(constant_coded) << "the bound is not tight";
+        }
       }
     }
   }
