@@ -36,12 +36,8 @@ struct Entry {
   uint64_t size;
 };
 
-// Lists a folder recursively (symlinks followed, as in Hugging Face cache
-// snapshots), sorted, skipping the inode `skip` (our own output).
-void walk(const std::string& root, const std::string& rel, int depth, dev_t skip_dev, ino_t skip_ino,
-          std::vector<Entry>* out) {
-  if (depth > 32) fail(ErrorKind::kUsage, root + "/" + rel + ": folder nesting too deep (symlink loop?)");
-  const std::string dir = rel.empty() ? root : root + "/" + rel;
+// The names in folder `dir` (without "." and ".."), sorted.
+std::vector<std::string> sorted_names(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
   if (!d) fail_errno(dir, "cannot open folder", errno);
   std::vector<std::string> names;
@@ -51,7 +47,15 @@ void walk(const std::string& root, const std::string& rel, int depth, dev_t skip
   }
   closedir(d);
   std::sort(names.begin(), names.end());
-  for (const auto& n : names) {
+  return names;
+}
+
+// Lists a folder recursively (symlinks followed, as in Hugging Face cache
+// snapshots), sorted, skipping the inode `skip` (our own output).
+void walk(const std::string& root, const std::string& rel, int depth, dev_t skip_dev, ino_t skip_ino,
+          std::vector<Entry>* out) {
+  if (depth > 32) fail(ErrorKind::kUsage, root + "/" + rel + ": folder nesting too deep (symlink loop?)");
+  for (const auto& n : sorted_names(rel.empty() ? root : root + "/" + rel)) {
     const std::string r = rel.empty() ? n : rel + "/" + n;
     const std::string full = root + "/" + r;
     struct stat st;
@@ -89,17 +93,7 @@ void copy_file(const std::string& src, const std::string& dst, const ProgressFn&
 void list_nofollow(const std::string& root, const std::string& rel, int depth,
                    std::vector<std::pair<std::string, mode_t>>* out) {
   if (depth > 32) fail(ErrorKind::kUsage, root + "/" + rel + ": folder nesting too deep");
-  const std::string dir = rel.empty() ? root : root + "/" + rel;
-  DIR* d = opendir(dir.c_str());
-  if (!d) fail_errno(dir, "cannot open folder", errno);
-  std::vector<std::string> names;
-  while (dirent* e = readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const auto& n : names) {
+  for (const auto& n : sorted_names(rel.empty() ? root : root + "/" + rel)) {
     const std::string r = rel.empty() ? n : rel + "/" + n;
     struct stat st;
     if (lstat((root + "/" + r).c_str(), &st) != 0) fail_errno(root + "/" + r, "cannot stat", errno);
