@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <unordered_map>
 
 #include "cpu/kernels.h"
@@ -169,9 +170,13 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   // 2. Fast tables (level 1) or full histograms of the remaining streams
   //    decide for real.
   const unsigned W = pool.size();
-  std::vector<uint64_t> hist((size_t)W * kMaxStreams * 256);
+  // Per worker and stream; a pass clears (and later reads) only the rows of
+  // the streams it counts.
+  std::unique_ptr<uint64_t[]> hist(new uint64_t[(size_t)W * kMaxStreams * 256]);
   auto histogram_pass = [&](const bool* want, uint32_t limit) {
-    std::fill(hist.begin(), hist.end(), 0);
+    for (unsigned w = 0; w < W; ++w)
+      for (int k = 0; k < K; ++k)
+        if (want[k]) std::fill_n(&hist[((size_t)w * kMaxStreams + k) * 256], 256, 0);
     const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
     const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
     pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
@@ -181,7 +186,7 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
         const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
         for (int k = 0; k < K; ++k)
           if (want[k])
-            kr.histogram(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), hist.data() + ((size_t)w * kMaxStreams + k) * 256);
+            kr.histogram(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &hist[((size_t)w * kMaxStreams + k) * 256]);
       }
     });
   };
@@ -196,7 +201,7 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   bool want[kMaxStreams] = {};
   bool any = false;
   uint64_t norm[256];  // policy scratch
-  const bool sampled = policy_sampled(block_elems);
+  const bool sampled = policy_sampled(block_elems) && !policy_sample_is_whole(block_elems, n_elems);
   for (int k = 0; k < K; ++k) want[k] = true;
   if (sampled) {
     histogram_pass(want, policy_first_pass_elems(block_elems));
