@@ -63,7 +63,11 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
 
   const unsigned workers = resolve_threads(opt.threads);
   CtxSet ctxs(workers);
-  const size_t window = workers + 3;
+  // One group per thread plus one more: the write of group k (the
+  // slowest, in-order stage of an export) overlaps the decode of k+1 and
+  // the read of k+2. More would only let the readers run ahead of the
+  // writer, each extra slot another set of buffers first touched.
+  const size_t window = workers + 1;
   ReusePool<PassSlot> slots(window);
   // verify is this pass with a null sink: every frame is decoded and every
   // prediction applied (references read, predictors checked) exactly as for
