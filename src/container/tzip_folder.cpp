@@ -78,11 +78,12 @@ void copy_file(const std::string& src, const std::string& dst, const ProgressFn&
   InFile in(src);
   in.advise_sequential();
   OutFile out(dst, false, src);
-  std::vector<uint8_t> buf(std::min<uint64_t>(in.size(), 8u << 20));
+  Buf buf;  // not zero-filled: every byte is read into before it is written
+  uint8_t* const p = buf.reserve((size_t)std::min<uint64_t>(in.size(), 8u << 20));
   for (uint64_t off = 0; off < in.size();) {
-    const size_t n = (size_t)std::min<uint64_t>(buf.size(), in.size() - off);
-    in.pread_exact(off, buf.data(), n);
-    out.write(buf.data(), n);
+    const size_t n = (size_t)std::min<uint64_t>(buf.size, in.size() - off);
+    in.pread_exact(off, p, n);
+    out.write(p, n);
     off += n;
     if (progress) progress(base + off, total);
   }
