@@ -225,6 +225,21 @@ TZ_AVX2 int decode_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32
   return decode_one(in, size, n, dec, ctx, EmitBytes{out});
 }
 
+// Two streams one after the other: stepping two in lockstep (eight state
+// vectors) spills registers and measured slower on real BF16 exponents (AMD
+// EPYC Zen 4, CPU time: 2.16 against 1.77 cycles per symbol for bytes, 2.06
+// against 1.94 for the BF16 form; again with the two-constant step above:
+// 2.50 against 1.65 and 2.34 against 1.79), so the lockstep form does not
+// pay here.
+TZ_AVX2 void decode2_avx2(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
+  *st_a = decode_avx2(a.in, a.size, a.n, a.dec, a.ctx, a.out);
+  *st_b = decode_avx2(b.in, b.size, b.n, b.dec, b.ctx, b.out);
+}
+
+}  // namespace
+
+// The BF16 decoders are not in the anonymous namespace: the AVX-512 table
+// uses them too (kernels.h).
 // Merged in the step (EmitBF16): measured faster than decoding the bytes,
 // then merging (1.94 against 2.2 cycles per element on real BF16 weights,
 // before the two-constant step).
@@ -233,22 +248,13 @@ TZ_AVX2 int decode_bf16_avx2(const uint8_t* in, size_t size, uint32_t n, const u
   return decode_one(in, size, n, dec, ctx, EmitBF16{out, mant});
 }
 
-// Two streams one after the other: stepping two in lockstep (eight state
-// vectors) spills registers and measured slower on real BF16 exponents (AMD
-// EPYC Zen 4, CPU time: 2.16 against 1.77 cycles per symbol for bytes, 2.06
-// against 1.94 for the BF16 form; again with the two-constant step below:
-// 2.50 against 1.65 and 2.34 against 1.79), so the lockstep form does not
-// pay here.
-TZ_AVX2 void decode2_avx2(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
-  *st_a = decode_avx2(a.in, a.size, a.n, a.dec, a.ctx, a.out);
-  *st_b = decode_avx2(b.in, b.size, b.n, b.dec, b.ctx, b.out);
-}
-
 TZ_AVX2 void decode2_bf16_avx2(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
                                const uint8_t* mant_b, int* st_b) {
   *st_a = decode_bf16_avx2(a.in, a.size, a.n, a.dec, a.ctx, mant_a, a.out);
   *st_b = decode_bf16_avx2(b.in, b.size, b.n, b.dec, b.ctx, mant_b, b.out);
 }
+
+namespace {
 
 // ------------------------------------------------------------- encoder --
 
