@@ -2,10 +2,11 @@
 // safetensors header, compressing, opening a .tzip (what inspect and
 // safe_open do), looking tensors up and decompressing, for 5,000 and 50,000
 // one-element tensors. The test compares the scaling, not absolute times:
-// 10x the tensors must cost well under 30x the CPU time (linear is ~10x; the
-// quadratic DOM parse this replaces took ~100x: 20,000 tensors 3.9 s,
-// 200,000 more than 650 s). CPU time of this thread or process, so waiting
-// on a loaded machine does not count.
+// 10x the tensors must cost well under 50x the CPU time (linear is ~10x, up
+// to ~31x measured on a loaded 2-vCPU machine: the 50,000-tensor header is
+// 4.5 MB, out of cache, the 5,000-tensor one is not; the quadratic DOM parse
+// this replaces took ~100x: 20,000 tensors 3.9 s, 200,000 more than 650 s).
+// CPU time of this process, so waiting on a loaded machine does not count.
 #include <gtest/gtest.h>
 #include <time.h>
 
@@ -68,7 +69,7 @@ void expect_linear(const char* what, double small, double large) {
     EXPECT_LT(large, 0.06) << what;
     return;
   }
-  EXPECT_LT(large / small, 30.0) << what << ": 10x the tensors cost " << large / small << "x";
+  EXPECT_LT(large / small, 50.0) << what << ": 10x the tensors cost " << large / small << "x";
 }
 
 }  // namespace
