@@ -222,7 +222,11 @@ TZ_AVX512 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t siz
 
 // ------------------------------------------------------------ kernel set --
 #define TZ_KV_TARGET TZ_AVX512
+#define TZ_KV_FIXED_PAGE 1
+#define TZ_KV_PREFETCH_FIXED 1
 #include "kv_kernel_set.inc"
+#undef TZ_KV_PREFETCH_FIXED
+#undef TZ_KV_FIXED_PAGE
 #undef TZ_KV_TARGET
 
 }  // namespace
