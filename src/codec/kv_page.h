@@ -320,11 +320,20 @@ struct KvPageView {
   size_t n_lit;                           // rANS: literal bytes present; fixed: escapes counted from the planes
 };
 
+// On the host the page view is inlined into each kernel set's decoder, so that
+// it is compiled with that set's instructions (popcnt for the escape count: an
+// out-of-line copy is the baseline one, whichever file the linker keeps);
+// CUDA: as TZ_HD_NOINLINE.
+#if defined(__CUDACC__)
+#define TZ_KV_VIEW_FN TZ_HD_NOINLINE
+#else
+#define TZ_KV_VIEW_FN inline __attribute__((always_inline))
+#endif
+
 // Escapes (codes with every bit set) of `groups` whole groups of bit planes
-// at q: the popcount of the AND of each group's planes. One loop per code
-// width, so that a group's planes are loaded at once.
+// at q: the popcount of the AND of each group's planes.
 template <uint32_t Bits>
-TZ_HD size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
+TZ_KV_VIEW_FN size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
   size_t n = 0;
   for (uint32_t g = 0; g < groups; ++g, q += 4 * Bits) {
     uint32_t all = load_le32(q);
@@ -334,23 +343,18 @@ TZ_HD size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
   return n;
 }
 
-#if defined(__CUDACC__)
-#define TZ_KV_OUT_OF_LINE __noinline__
-#else
-#define TZ_KV_OUT_OF_LINE __attribute__((noinline))
-#endif
-// (Out of line: inlined, its seven loops made the portable page decoder, which
-// inlines kv_view_page, half as large again and its rANS loop ~10% slower.)
-TZ_HD TZ_KV_OUT_OF_LINE size_t kv_fixed_escapes(const uint8_t* q, uint32_t groups, uint32_t bits) {
-  switch (bits) {
-    case 1: return kv_fixed_escapes_t<1>(q, groups);
-    case 2: return kv_fixed_escapes_t<2>(q, groups);
-    case 3: return kv_fixed_escapes_t<3>(q, groups);
-    case 4: return kv_fixed_escapes_t<4>(q, groups);
-    case 5: return kv_fixed_escapes_t<5>(q, groups);
-    case 6: return kv_fixed_escapes_t<6>(q, groups);
-    default: return kv_fixed_escapes_t<kMaxFixedBits>(q, groups);  // (bits 1..kMaxFixedBits: kv_read_tables)
+TZ_KV_VIEW_FN size_t kv_fixed_escapes(const uint8_t* q, uint32_t groups, uint32_t bits) {
+  // The widths calibration picks on real KV (about 3 bits) and SplitZip's 4 get their own
+  // loops; the others one loop (this is inlined into every page decoder: kept small).
+  if (bits == 3) return kv_fixed_escapes_t<3>(q, groups);
+  if (bits == 4) return kv_fixed_escapes_t<4>(q, groups);
+  size_t n = 0;
+  for (uint32_t g = 0; g < groups; ++g, q += 4 * (size_t)bits) {
+    uint32_t all = load_le32(q);
+    for (uint32_t b = 1; b < bits; ++b) all &= load_le32(q + 4 * b);
+    n += kv_popc32(all);
   }
+  return n;
 }
 
 TZ_HD bool kv_zero(const uint8_t* p, size_t from, size_t to) {
@@ -361,7 +365,7 @@ TZ_HD bool kv_zero(const uint8_t* p, size_t from, size_t to) {
 
 // Header, tables binding and layout. The checksum is checked by the caller
 // (kv_check_page) so that a SIMD or GPU CRC can be used.
-TZ_HD_NOINLINE int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t size, KvPageView* v) {
+TZ_KV_VIEW_FN int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t size, KvPageView* v) {
   const KvTables& t = c.t;
   int st = kv_parse_page_header(p, size, &v->h);
   if (st != kOk) return st;
