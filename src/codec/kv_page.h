@@ -333,7 +333,7 @@ struct KvPageView {
 // Escapes (codes with every bit set) of `groups` whole groups of bit planes
 // at q: the popcount of the AND of each group's planes.
 template <uint32_t Bits>
-TZ_KV_VIEW_FN size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
+TZ_HD size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
   size_t n = 0;
   for (uint32_t g = 0; g < groups; ++g, q += 4 * Bits) {
     uint32_t all = load_le32(q);
@@ -343,9 +343,13 @@ TZ_KV_VIEW_FN size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
   return n;
 }
 
-TZ_KV_VIEW_FN size_t kv_fixed_escapes(const uint8_t* q, uint32_t groups, uint32_t bits) {
-  // The widths calibration picks on real KV (about 3 bits) and SplitZip's 4 get their own
-  // loops; the others one loop (this is inlined into every page decoder: kept small).
+// kv_fixed_escapes for any width: the widths calibration picks on real KV
+// (about 3 bits) and SplitZip's 4 get loops of their own. A SIMD decoder
+// calls it from a function of its own file (KvFixedEscapeCount), so that it is
+// compiled with popcnt; the portable decoder and the CUDA kernels call it
+// through the page view's default.
+template <int Unused = 0>
+TZ_HD size_t kv_fixed_escapes_any(const uint8_t* q, uint32_t groups, uint32_t bits) {
   if (bits == 3) return kv_fixed_escapes_t<3>(q, groups);
   if (bits == 4) return kv_fixed_escapes_t<4>(q, groups);
   size_t n = 0;
@@ -357,6 +361,22 @@ TZ_KV_VIEW_FN size_t kv_fixed_escapes(const uint8_t* q, uint32_t groups, uint32_
   return n;
 }
 
+// The page view's default count: out of line on the host, so that the
+// decoders the view is inlined into (the portable one) keep their size.
+#if defined(__CUDACC__)
+TZ_HD_NOINLINE size_t kv_fixed_escapes(const uint8_t* q, uint32_t groups, uint32_t bits) {
+#else
+__attribute__((noinline)) inline size_t kv_fixed_escapes(const uint8_t* q, uint32_t groups, uint32_t bits) {
+#endif
+  return kv_fixed_escapes_any(q, groups, bits);
+}
+
+struct KvFixedEscapes {  // the page view's escape count (a decoder may pass its own, same results)
+  TZ_HD size_t operator()(const uint8_t* q, uint32_t groups, uint32_t bits) const {
+    return kv_fixed_escapes(q, groups, bits);
+  }
+};
+
 TZ_HD bool kv_zero(const uint8_t* p, size_t from, size_t to) {
   for (size_t i = from; i < to; ++i)
     if (p[i]) return false;
@@ -365,7 +385,10 @@ TZ_HD bool kv_zero(const uint8_t* p, size_t from, size_t to) {
 
 // Header, tables binding and layout. The checksum is checked by the caller
 // (kv_check_page) so that a SIMD or GPU CRC can be used.
-TZ_KV_VIEW_FN int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t size, KvPageView* v) {
+// count(q, groups, bits): the escapes of whole groups (kv_fixed_escapes).
+template <class EscapeCount = KvFixedEscapes>
+TZ_KV_VIEW_FN int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t size, KvPageView* v,
+                               const EscapeCount& count = EscapeCount{}) {
   const KvTables& t = c.t;
   int st = kv_parse_page_header(p, size, &v->h);
   if (st != kOk) return st;
@@ -391,7 +414,7 @@ TZ_KV_VIEW_FN int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t 
     v->size[0] = (uint32_t)planes;
     v->smode[0] = kModeRaw;
     // Count escapes (codes with every bit set); bits of elements past n must be 0.
-    size_t n_esc = kv_fixed_escapes(p + pos, n / kGroup, bits);
+    size_t n_esc = count(p + pos, n / kGroup, bits);
     if (n % kGroup) {
       const uint8_t* q = p + pos + 4 * (size_t)bits * (n_groups - 1);
       const uint32_t valid = (1u << (n % kGroup)) - 1u;
@@ -604,7 +627,11 @@ template <class PageSum, class Decoder>
 TZ_HD int kv_decode_page_with(const KvCodecTables& c, const uint8_t* p, size_t size, uint8_t* dst, uint8_t* scratch,
                               const PageSum& crc, const Decoder& d) {
   KvPageView v;
-  int st = kv_view_page(c, p, size, &v);
+  int st = kOk;
+  if constexpr (requires { d.fixed_escapes(p, 0u, 0u); })
+    st = kv_view_page(c, p, size, &v, [&](const uint8_t* q, uint32_t g, uint32_t b) { return d.fixed_escapes(q, g, b); });
+  else
+    st = kv_view_page(c, p, size, &v);
   if (st != kOk) return st;
   if constexpr (kv_checksum_after_payload<Decoder>()) {
     st = kv_decode_payload(c, p, v, dst, scratch, d);
