@@ -333,7 +333,7 @@ struct KvPageView {
 // Escapes (codes with every bit set) of `groups` whole groups of bit planes
 // at q: the popcount of the AND of each group's planes.
 template <uint32_t Bits>
-TZ_HD size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
+TZ_KV_VIEW_FN size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
   size_t n = 0;
   for (uint32_t g = 0; g < groups; ++g, q += 4 * Bits) {
     uint32_t all = load_le32(q);
@@ -345,11 +345,10 @@ TZ_HD size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
 
 // kv_fixed_escapes for any width: the widths calibration picks on real KV
 // (about 3 bits) and SplitZip's 4 get loops of their own. A SIMD decoder
-// calls it from a function of its own file (KvFixedEscapeCount), so that it is
-// compiled with popcnt; the portable decoder and the CUDA kernels call it
-// through the page view's default.
-template <int Unused = 0>
-TZ_HD size_t kv_fixed_escapes_any(const uint8_t* q, uint32_t groups, uint32_t bits) {
+// calls it from a function of its own file (SimdDecoder::fixed_escapes,
+// kv_kernel_set.inc), so that it is compiled with popcnt; the portable
+// decoder and the CUDA kernels call it through the page view's default.
+TZ_KV_VIEW_FN size_t kv_fixed_escapes_any(const uint8_t* q, uint32_t groups, uint32_t bits) {
   if (bits == 3) return kv_fixed_escapes_t<3>(q, groups);
   if (bits == 4) return kv_fixed_escapes_t<4>(q, groups);
   size_t n = 0;
