@@ -263,7 +263,7 @@ TZ_AVX512 inline void dec16_words(__m512i& x, const Dec16& d, const uint8_t* p) 
 }
 
 TZ_AVX512 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   __m512i x0 = _mm512_loadu_si512(in), x1 = _mm512_loadu_si512(in + 64);
   const uint8_t* p = in + kRansStateBytes;
   const uint8_t* const end = in + size;
