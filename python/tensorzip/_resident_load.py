@@ -25,7 +25,7 @@ import torch.nn as nn
 from . import _dtypes
 from . import _tensorzip as _C
 from ._core import UsageError
-from ._resident_select import _selected, _selection
+from ._resident_select import Held, _distinct_tensors, _selected, _selection
 from ._resident_state import _attach
 from ._resident_tensor import CODEC_OF, Frame, _encode
 
@@ -160,33 +160,17 @@ def load_resident(model: nn.Module, path: Any, *, device: Any = None, strict: bo
             return table[f"{prefix}.{name}"]
         return None
 
-    # Distinct tensors of the model and every (module, attribute) that holds each.
-    distinct: Dict[int, Tuple[List[str], torch.Tensor, bool, List[Tuple[nn.Module, str]]]] = {}
-    order: List[int] = []
-    for mname, m in model.named_modules(remove_duplicate=False):
-        for is_buffer, tab in ((False, m._parameters), (True, m._buffers)):
-            for aname, t in tab.items():
-                if t is None or (is_buffer and aname in m._non_persistent_buffers_set):
-                    continue
-                full = f"{mname}.{aname}" if mname else aname
-                k = id(t)
-                if k not in distinct:
-                    distinct[k] = ([], t, is_buffer, [])
-                    order.append(k)
-                names, _, _, binds = distinct[k]
-                names.append(full)
-                if all(b[0] is not m or b[1] != aname for b in binds):
-                    binds.append((m, aname))
+    held = _distinct_tensors(model)
     if device is None:
-        devs = {distinct[k][1].device for k in order if distinct[k][1].device.type != "meta"}
+        devs = {h.tensor.device for h in held if h.tensor.device.type != "meta"}
         device = devs.pop() if len(devs) == 1 else torch.device("cpu")
     device = torch.device(device)
 
     # Check everything before changing the model.
-    plan: List[Tuple[int, _Entry, bool]] = []
+    plan: List[Tuple[Held, _Entry, bool]] = []
     missing: List[str] = []
-    for k in order:
-        names, t, is_buffer, binds = distinct[k]
+    for h in held:
+        names, t, is_buffer, binds = h.names, h.tensor, h.is_buffer, h.binds
         e = next((x for x in map(find, names) if x is not None), None)
         if e is None:
             missing.append(names[0])
@@ -197,7 +181,7 @@ def load_resident(model: nn.Module, path: Any, *, device: Any = None, strict: bo
         file_dtype = _dtypes.torch_dtype(e.dtype)
         proxy = torch.empty(e.shape, dtype=file_dtype, device="meta")
         keep = _selected(sel, binds[0][0], names[0], proxy, is_buffer) and file_dtype in CODEC_OF
-        plan.append((k, e, keep))
+        plan.append((h, e, keep))
     if missing and strict:
         raise UsageError(f"load_resident: {len(missing)} tensor(s) of the model are not in {path}: "
                          f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
@@ -206,7 +190,7 @@ def load_resident(model: nn.Module, path: Any, *, device: Any = None, strict: bo
     items = []
     readers: Dict[str, Any] = {}
     try:
-        _fill(plan, distinct, device, readers, threads, level, block_elems, items, report)
+        _fill(plan, device, readers, threads, level, block_elems, items, report)
     finally:
         for r in readers.values():
             r.close()
@@ -217,13 +201,13 @@ def load_resident(model: nn.Module, path: Any, *, device: Any = None, strict: bo
     return model
 
 
-def _fill(plan: List[Tuple[int, _Entry, bool]], distinct: Dict[int, Any], device: torch.device,
+def _fill(plan: List[Tuple[Held, _Entry, bool]], device: torch.device,
           readers: Dict[str, Any], threads: int, level: int, block_elems: int, items: List[Any],
           report: Dict[str, List[str]]) -> None:
     """Reads what stays compressed (frames as stored) and decodes the rest into the model."""
     with torch.no_grad():
-        for k, e, keep in plan:
-            names, t, is_buffer, binds = distinct[k]
+        for h, e, keep in plan:
+            names, t, is_buffer, binds = h.names, h.tensor, h.is_buffer, h.binds
             rg = bool(getattr(t, "requires_grad", False))
             if keep and not e.predicted:
                 buf, frames = _read_frames(e, device)

@@ -37,28 +37,45 @@ def _selected(sel: Selection, module: nn.Module, full: str, t: torch.Tensor, is_
     return t.dtype in CODEC_OF and t.dim() >= 2 and t.numel() >= sel.min_numel
 
 
-def _candidates(model: nn.Module, sel: Selection) -> List[Tuple[str, torch.Tensor, bool, List[Tuple[nn.Module, str]]]]:
-    """(canonical name, tensor, is_buffer, bindings) of each distinct tensor to compress."""
-    found: Dict[int, Tuple[str, torch.Tensor, bool, List[Tuple[nn.Module, str]]]] = {}
-    order: List[int] = []
+class Held(NamedTuple):
+    """One distinct parameter or persistent buffer of a model and everything that holds it."""
+    names: List[str]  # every qualified name, in named_modules order
+    modules: List[nn.Module]  # the module behind each name
+    tensor: torch.Tensor
+    is_buffer: bool
+    binds: List[Tuple[nn.Module, str]]  # the distinct (module, attribute) pairs holding it
+
+
+def _distinct_tensors(model: nn.Module) -> List[Held]:
+    """Every distinct parameter and persistent buffer (tied or shared ones once), first seen first."""
+    found: Dict[int, Held] = {}
     for mname, m in model.named_modules(remove_duplicate=False):
         for is_buffer, table in ((False, m._parameters), (True, m._buffers)):
             for aname, t in table.items():
                 if t is None or (is_buffer and aname in m._non_persistent_buffers_set):
                     continue
-                full = f"{mname}.{aname}" if mname else aname
-                key = id(t)
-                if key in found:
-                    if all(b[0] is not m or b[1] != aname for b in found[key][3]):
-                        found[key][3].append((m, aname))
-                    continue
-                if not _selected(sel, m, full, t, is_buffer):
-                    continue
-                if t.device.type == "meta":
-                    raise UsageError(f"compress_model: '{full}' is on the meta device (no values); use load_resident")
-                found[key] = (full, t, is_buffer, [(m, aname)])
-                order.append(key)
-    return [found[k] for k in order]
+                h = found.get(id(t))
+                if h is None:
+                    h = found[id(t)] = Held([], [], t, is_buffer, [])
+                h.names.append(f"{mname}.{aname}" if mname else aname)
+                h.modules.append(m)
+                if all(b[0] is not m or b[1] != aname for b in h.binds):
+                    h.binds.append((m, aname))
+    return list(found.values())
+
+
+def _candidates(model: nn.Module, sel: Selection) -> List[Tuple[str, torch.Tensor, bool, List[Tuple[nn.Module, str]]]]:
+    """(canonical name, tensor, is_buffer, bindings) of each distinct tensor to compress: the
+    canonical name is the first of its names that the selection takes; every holder is rebound."""
+    out = []
+    for h in _distinct_tensors(model):
+        full = next((n for n, m in zip(h.names, h.modules) if _selected(sel, m, n, h.tensor, h.is_buffer)), None)
+        if full is None:
+            continue
+        if h.tensor.device.type == "meta":
+            raise UsageError(f"compress_model: '{full}' is on the meta device (no values); use load_resident")
+        out.append((full, h.tensor, h.is_buffer, h.binds))
+    return out
 
 
 # ---- groups: what one pre-hook decodes ---------------------------------------

@@ -52,6 +52,8 @@ def compress_model(model: nn.Module, *, include: Any = None, exclude: Any = None
     ``types``: only parameters of modules of these classes; ``include`` / ``exclude``:
     ``fnmatch`` patterns over full names (``"blocks.*.fc1.weight"``; ``include`` selects
     exactly what matches); ``buffers=True`` also takes floating-point persistent buffers.
+    A tied or shared weight stays compressed when any of its names is selected, and then every
+    module holding it shares the one compressed weight (the tie is kept).
 
     ``groups``: the modules (names or objects) whose forward decodes their weights in one
     batch; default: each element of the model's layer lists (ModuleList / Sequential /

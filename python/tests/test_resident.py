@@ -409,6 +409,27 @@ def test_tied_and_shared_weights():
     assert same(run(model, x), ref)
 
 
+def test_tied_weight_selected_under_its_second_name_keeps_the_tie():
+    """exclude= takes the first name of a tied weight: it is selected under its other name, and
+    both modules hold the one compressed weight (the tie is not split into a plain and a
+    compressed copy)."""
+    plain = gpt()
+    plain.head.weight = plain.tok.weight
+    ref = plain.state_dict()["tok.weight"].clone()
+    model = gpt()
+    model.head.weight = model.tok.weight
+    model = tzt.compress_model(model, exclude=["tok.weight"])
+    names = {rt.name for rt in R._state(model).tensors}
+    assert "head.weight" in names and "tok.weight" not in names
+    assert not [n for n, p in model.named_parameters() if p.dim() >= 2]  # no plain copy left behind
+    sd = model.state_dict()
+    assert sd["head.weight"] is sd["tok.weight"] and same(sd["tok.weight"], ref)
+    x = real_text_ids()
+    assert same(run(model, x), run(plain.eval(), x))
+    tzt.decompress_model(model)
+    assert model.head.weight is model.tok.weight and same(model.tok.weight, ref)
+
+
 def test_assigning_a_parameter_uncompresses_that_attribute():
     model = tzt.compress_model(gpt())
     new = nn.Parameter(torch.ones(1024, 256, dtype=torch.bfloat16))
