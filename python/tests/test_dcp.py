@@ -495,6 +495,10 @@ _WORKER = textwrap.dedent('''
     print("resharded-ok", rank, flush=True)
     dist.barrier()
     dist.destroy_process_group()
+    # Gloo's worker thread can still be releasing its last work (and the tensors it holds) while
+    # the interpreter finalises: that decref takes the GIL, the thread is made to exit, and the
+    # process ends in std::terminate. Everything is written and closed: leave without finalising.
+    sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
 ''')
 
 
