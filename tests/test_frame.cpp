@@ -58,7 +58,8 @@ TEST(Inspect, FieldsDescribeTheFrame) {
     tz_frame_info info{};
     const size_t pr = tz_frame_inspect(frame.data(), frame.size(), &info);
     ASSERT_FALSE(tz_is_error(pr)) << describe(pr);
-    EXPECT_EQ(info.format_version, (unsigned)TZ_FORMAT_VERSION);
+    // Coded streams: version 3 (compact tables); zstd bytes frames: 1.
+    EXPECT_EQ(info.format_version, dt == TZ_DTYPE_BYTES ? 1u : (unsigned)TZ_FORMAT_VERSION);
     EXPECT_EQ(info.dtype, dt);
     const unsigned expect_streams = dt == TZ_DTYPE_F32 ? 4 : (dt == TZ_DTYPE_BF16 || dt == TZ_DTYPE_F16) ? 2 : 1;
     EXPECT_EQ(info.n_streams, expect_streams);
@@ -70,9 +71,11 @@ TEST(Inspect, FieldsDescribeTheFrame) {
     EXPECT_EQ(tz_frame_prefix_size(frame.data(), 32), pr);
     EXPECT_EQ(tz_frame_prefix_size(frame.data(), frame.size()), pr);
     // Real data: the exponent field (stream 0) is entropy coded (or, for
-    // bytes, zstd); stream kinds are 0 stored, 1 rANS, 2 zstd.
-    EXPECT_EQ(info.stream_kind[0], dt == TZ_DTYPE_BYTES ? 2 : 1);
-    for (unsigned k = 0; k < info.n_streams; ++k) EXPECT_LE(info.stream_kind[k], 2);
+    // bytes, zstd); stream kinds are 0 stored, 1 rANS, 2 zstd, 3 rANS with
+    // lane contexts.
+    if (dt == TZ_DTYPE_BYTES) EXPECT_EQ(info.stream_kind[0], 2);
+    else EXPECT_TRUE(info.stream_kind[0] == 1 || info.stream_kind[0] == 3);
+    for (unsigned k = 0; k < info.n_streams; ++k) EXPECT_LE(info.stream_kind[k], 3);
 
     // The prefix alone (exactly prefix_size bytes, in its own allocation so
     // ASan sees over-reads) is enough; frame_size is then unknown (0).

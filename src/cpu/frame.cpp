@@ -14,6 +14,7 @@
 #include "codec/checksum.h"
 #include "codec/policy.h"
 #include "cpu/checksum_cpu.h"
+#include "cpu/frame_tables.h"
 #include "cpu/simd_x86.h"
 
 static_assert(std::endian::native == std::endian::little, "tensorzip assumes a little-endian host");
@@ -76,7 +77,7 @@ size_t compress_bound(size_t n) {
   // Every block raw: header (<= 20 B), <= 3 B padding per stream, a 4 B index
   // entry; blocks hold >= kMinBlockElems bytes.
   const size_t max_blocks = n / kMinBlockElems + 1;
-  const size_t tables = kMaxTablesSize;
+  const size_t tables = kMaxTablesSizeAny;
   return kFrameHeaderSize + tables + max_blocks * (4 + block_header_size(kMaxStreams) + 3 * kMaxStreams) + n;
 }
 
@@ -86,67 +87,6 @@ int zstd_level_for(int level) {
   if (level >= 3) return 19;
   if (level == 2) return 9;
   return 3;
-}
-
-// Byte of field stream k of element i.
-inline uint8_t stream_byte(uint8_t dtype, const uint8_t* src, uint64_t i, int k) {
-  switch (dtype) {
-    case kBF16: {
-      uint8_t s0, s1;
-      split_elem_bf16(load_le16(src + 2 * i), s0, s1);
-      return k == 0 ? s0 : s1;
-    }
-    case kF16: return src[2 * i + 1 - k];
-    case kF32: {
-      uint8_t s[4];
-      split_elem_f32(load_le32(src + 4 * i), s[0], s[1], s[2], s[3]);
-      return s[k];
-    }
-    default: return src[i];
-  }
-}
-
-// Histogram of stream k over elements [e0, e1), added to hist. Four
-// sub-histograms: runs of equal symbols (common in exponents) would
-// otherwise serialise on one counter.
-template <uint8_t DT, int K>
-void histogram_stream_t(const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
-  uint32_t h[4][256] = {};
-  uint64_t i = e0;
-  for (; i + 4 <= e1; i += 4) {
-    ++h[0][stream_byte(DT, src, i, K)];
-    ++h[1][stream_byte(DT, src, i + 1, K)];
-    ++h[2][stream_byte(DT, src, i + 2, K)];
-    ++h[3][stream_byte(DT, src, i + 3, K)];
-  }
-  for (; i < e1; ++i) ++h[0][stream_byte(DT, src, i, K)];
-  for (int s = 0; s < 256; ++s) hist[s] += (uint64_t)h[0][s] + h[1][s] + h[2][s] + h[3][s];
-}
-
-// Smallest and largest byte of stream k over n elements.
-void stream_minmax(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi) {
-  uint8_t a = 255, b = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint8_t v = stream_byte(dtype, src, i, k);
-    a = std::min(a, v);
-    b = std::max(b, v);
-  }
-  *lo = a;
-  *hi = b;
-}
-
-void histogram_stream(uint8_t dtype, int k, const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
-  switch (dtype * 4 + k) {
-    case kBF16 * 4 + 0: return histogram_stream_t<kBF16, 0>(src, e0, e1, hist);
-    case kBF16 * 4 + 1: return histogram_stream_t<kBF16, 1>(src, e0, e1, hist);
-    case kF16 * 4 + 0: return histogram_stream_t<kF16, 0>(src, e0, e1, hist);
-    case kF16 * 4 + 1: return histogram_stream_t<kF16, 1>(src, e0, e1, hist);
-    case kF32 * 4 + 0: return histogram_stream_t<kF32, 0>(src, e0, e1, hist);
-    case kF32 * 4 + 1: return histogram_stream_t<kF32, 1>(src, e0, e1, hist);
-    case kF32 * 4 + 2: return histogram_stream_t<kF32, 2>(src, e0, e1, hist);
-    case kF32 * 4 + 3: return histogram_stream_t<kF32, 3>(src, e0, e1, hist);
-    default: return histogram_stream_t<kF8E4M3, 0>(src, e0, e1, hist);
-  }
 }
 
 // Generic (TZ_DTYPE_BYTES) block: one stream, zstd or raw.
@@ -174,161 +114,17 @@ size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8
 }
 
 
-// Lane contexts for stream 0 (the exponent-carrying field) at level 3
-// (doc/format.md 5.5): symbol i is coded with table ctx_of(symbol i - 32).
-// Takes the joint histogram of (previous symbol of the lane, symbol), then
-// searches base and number of contexts with an entropy estimate and keeps
-// the best candidate only if its exact coded size (tables included) beats
-// the single table's by at least 0.5% of the stream (every context costs
-// decode-time cache). On success fills *rc and ctx_freq (rc->n tables).
-// When it is tried and what it must gain: policy_tries_lane_contexts and
-// lane_contexts_pay (codec/policy.h).
-
-// Stream 0 of n elements (what split_fields writes to streams[0]), by the
-// same per-element rule as the histograms (stream_byte).
-template <uint8_t DT>
-void stream0_t(const uint8_t* src, uint32_t n, uint8_t* __restrict out) {
-  for (uint32_t i = 0; i < n; ++i) out[i] = stream_byte(DT, src, i, 0);
-}
-void stream0_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* out) {
-  switch (dtype) {
-    case kBF16: return stream0_t<kBF16>(src, n, out);
-    case kF16: return stream0_t<kF16>(src, n, out);
-    case kF32: return stream0_t<kF32>(src, n, out);
-    default: return stream0_t<kF8E4M3>(src, n, out);
-  }
-}
-
-double entropy_bytes(const uint64_t* counts, const int* syms, int n_syms) {
-  double total = 0, acc = 0;
-  for (int j = 0; j < n_syms; ++j) {
-    const double c = (double)counts[syms[j]];
-    if (c > 0) acc += c * std::log2(c);
-    total += c;
-  }
-  return total > 0 ? (total * std::log2(total) - acc) / 8.0 : 0.0;
-}
-
-bool choose_lane_contexts(Context& ctx, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
-                          uint32_t n_blocks, uint64_t plain_coded, RansCtx* rc, std::vector<uint32_t>* ctx_freq) {
-  constexpr int kRows = 257;  // previous symbol 0..255; row 256: first step of a block (context 0)
-  const unsigned W = ctx.pool.size();
-  std::vector<uint64_t> joint((size_t)W * kRows * 256, 0);
-  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
-  const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
-  ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
-    uint64_t* J = joint.data() + (size_t)w * kRows * 256;
-    const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
-    const size_t es = dtype_elem_size(dtype);
-    std::vector<uint8_t> buf(align4(block_elems));
-    uint8_t* const sym = buf.data();
-    for (uint64_t b = t * per_task; b < b1; ++b) {
-      const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
-      const uint32_t nb = (uint32_t)(e1 - e0);
-      stream0_fields(dtype, src + e0 * es, nb, sym);
-      const size_t n = nb;
-      for (size_t i = 0; i < n && i < (size_t)kLanes; ++i) ++J[256 * 256 + sym[i]];
-      for (size_t i = kLanes; i < n; ++i) ++J[(size_t)sym[i - kLanes] * 256 + sym[i]];
-    }
-  });
-  for (unsigned w = 1; w < W; ++w)
-    for (size_t i = 0; i < (size_t)kRows * 256; ++i) joint[i] += joint[(size_t)w * kRows * 256 + i];
-  // Present symbols, and prefix sums over rows 0..255: P[r][s] = sum of rows < r.
-  int syms[256], n_syms = 0;
-  uint64_t row_mass[256] = {};
-  {
-    uint64_t col[256] = {};  // row by row: the table is 0.5 MiB, columns would miss the cache
-    for (int r = 0; r <= 256; ++r)
-      for (int sy = 0; sy < 256; ++sy) col[sy] += joint[(size_t)r * 256 + sy];
-    for (int sy = 0; sy < 256; ++sy)
-      if (col[sy]) syms[n_syms++] = sy;
-  }
-  for (int r = 0; r < 256; ++r)
-    for (int j = 0; j < n_syms; ++j) row_mass[r] += joint[(size_t)r * 256 + syms[j]];
-  if (n_syms < 2) return false;
-  std::vector<uint64_t> P((size_t)257 * 256, 0);
-  for (int r = 0; r < 256; ++r)
-    for (int j = 0; j < n_syms; ++j)
-      P[(size_t)(r + 1) * 256 + syms[j]] = P[(size_t)r * 256 + syms[j]] + joint[(size_t)r * 256 + syms[j]];
-  // Counts of context c for (base, nc): rows [lo, hi) plus, for context 0, the first-step row.
-  auto ctx_counts = [&](uint32_t base, uint32_t nc, uint32_t c, uint64_t* out) {
-    const uint32_t lo = c == 0 ? 0 : base + c, hi = c == 0 ? base + 1 : (c == nc - 1 ? 256 : base + c + 1);
-    for (int j = 0; j < n_syms; ++j) {
-      const int sy = syms[j];
-      out[sy] = P[(size_t)std::min<uint32_t>(hi, 256) * 256 + sy] - P[(size_t)std::min<uint32_t>(lo, 256) * 256 + sy] +
-                (c == 0 ? joint[256 * 256 + sy] : 0);
-    }
-  };
-  // Candidate bases: previous-symbol values holding at least 0.1% of the mass.
-  uint64_t mass = 0;
-  for (int r = 0; r < 256; ++r) mass += row_mass[r];
-  int rlo = 256, rhi = -1;
-  for (int r = 0; r < 256; ++r)
-    if (row_mass[r] * 1000 >= mass && row_mass[r] > 0) rlo = std::min(rlo, r), rhi = std::max(rhi, r);
-  if (rhi < 0) return false;
-  double best = 1e300;
-  uint32_t best_base = 0, best_n = 1;
-  uint64_t cnt[256] = {};
-  // A context's estimate depends only on its row range (and, for context
-  // 0, the first-step row): the candidates share most of them, so each is
-  // computed once (the same value every time, so the choice is unchanged).
-  struct Part {
-    double est;
-    bool ok;
-  };
-  std::unordered_map<uint32_t, Part> memo;
-  auto part = [&](uint32_t base, uint32_t nc, uint32_t c) {
-    const uint32_t lo = c == 0 ? 0 : base + c, hi = c == 0 ? base + 1 : (c == nc - 1 ? 256 : base + c + 1);
-    const uint32_t key = lo | hi << 9 | (c == 0 ? 1u : 0u) << 18;
-    auto it = memo.find(key);
-    if (it != memo.end()) return it->second;
-    ctx_counts(base, nc, c, cnt);
-    uint64_t tot = 0;
-    int present = 0;
-    for (int j = 0; j < n_syms; ++j) tot += cnt[syms[j]], present += cnt[syms[j]] != 0;
-    const Part r{entropy_bytes(cnt, syms, n_syms) + 32 + 1.5 * present, tot > 0};
-    memo.emplace(key, r);
-    return r;
-  };
-  for (uint32_t nc = 2; nc <= kMaxContexts; ++nc) {
-    for (int b = std::max(0, rlo - 1); b <= rhi && b + (int)nc - 1 <= 255; ++b) {
-      double est = 2;
-      bool ok = true;
-      for (uint32_t c = 0; c < nc && ok; ++c) {
-        const Part pc = part((uint32_t)b, nc, c);
-        ok = pc.ok;
-        est += pc.est;
-      }
-      if (ok && est < best) best = est, best_base = (uint32_t)b, best_n = nc;
-    }
-  }
-  if (best_n < 2) return false;
-  // Exact size of the best candidate with normalised tables.
-  rc->base = best_base;
-  rc->n = best_n;
-  ctx_freq->assign((size_t)best_n * 256, 0);
-  uint64_t coded = 2 + (uint64_t)n_blocks * (kRansStateBytes + 2) + 1;
-  for (uint32_t c = 0; c < best_n; ++c) {
-    uint64_t counts[256] = {};
-    ctx_counts(best_base, best_n, c, counts);
-    uint32_t* f = ctx_freq->data() + 256 * c;
-    if (rans_normalize(counts, f) == 0) return false;
-    uint8_t tbuf[kFreqTableMaxBytes];
-    coded += coded_stream_bytes(counts, f, 0, rans_write_table(f, tbuf)) - 2;
-  }
-  return lane_contexts_pay(coded, plain_coded);
-}
-
+// The stream coder of encode_block_with: t[k] is the block's set of stream
+// k (ctx.n SIMD tables).
 struct SimdCoder {
-  const SimdEncTable* t;
+  const SimdEncTable* const* t;
   const BlockEncTables* et;
-  const SimdEncTable* ctx_t;  // the lane-context tables of stream 0 (kind kKindRansCtx)
   void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
     split_fields_simd(dtype, src, n, streams);
   }
   size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
-    if (et->ctx[k].n > 1) return rans_encode_ctx_simd(sym, n, ctx_t, et->ctx[k], words, out, limit);
-    return rans_encode_simd(sym, n, t[k], words, out, limit);
+    if (et->ctx[k].n > 1) return rans_encode_ctx_simd(sym, n, t[k], et->ctx[k], words, out, limit);
+    return rans_encode_simd(sym, n, *t[k], words, out, limit);
   }
 };
 
@@ -356,150 +152,48 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
     return make_error(kErrBadParam, "too many blocks: raise block_elems");
   const int K = dtype_stream_count(dtype);
 
-  // Tensor-level stream kinds and tables.
-  uint8_t kind[kMaxStreams] = {};
-  uint32_t freq[kMaxStreams][256] = {};
-  RansCtx rctx0{};                  // lane contexts of stream 0 (kind kKindRansCtx)
-  std::vector<uint32_t> ctx_freq0;  // rctx0.n tables of 256
-  std::vector<uint8_t> tables;
-  if (dtype == kBytes) {
-    kind[0] = policy_bytes_kind(level);
-  } else if (policy_codes_streams(level, dtype, n_elems)) {
-    // The policy of codec/policy.h (shared with the CUDA encoder):
-    // 1. A deterministic sample (the first kSampleElems elements of every
-    //    block) screens out streams that cannot pay, e.g. low mantissa
-    //    bytes, so their full histogram is never taken.
-    // 2. Fast tables (level 1) or full histograms of the remaining streams
-    //    decide for real.
-    const unsigned W = ctx.pool.size();
-    std::vector<uint64_t> hist((size_t)W * kMaxStreams * 256);
-    auto histogram_pass = [&](const bool* want, uint32_t limit) {
-      std::fill(hist.begin(), hist.end(), 0);
-      const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
-      const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
-      ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
-        const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
-        for (uint64_t b = t * per_task; b < b1; ++b) {
-          const uint64_t e0 = b * block_elems;
-          const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
-          for (int k = 0; k < K; ++k)
-            if (want[k]) histogram_stream(dtype, k, src, e0, e1, hist.data() + ((size_t)w * kMaxStreams + k) * 256);
-        }
-      });
-    };
-    auto merged = [&](int k, uint64_t* counts, uint64_t* total) {
-      *total = 0;
-      for (int s = 0; s < 256; ++s) {
-        counts[s] = 0;
-        for (unsigned w = 0; w < W; ++w) counts[s] += hist[((size_t)w * kMaxStreams + k) * 256 + s];
-        *total += counts[s];
-      }
-    };
-    bool want[kMaxStreams] = {};
-    bool any = false;
-    uint64_t norm[256];  // policy scratch
-    const bool sampled = policy_sampled(block_elems);
-    for (int k = 0; k < K; ++k) want[k] = true;
-    if (sampled) {
-      histogram_pass(want, policy_first_pass_elems(block_elems));
-      for (int k = 0; k < K; ++k) {
-        uint64_t counts[256], total;
-        merged(k, counts, &total);
-        uint32_t f[256];
-        want[k] = policy_sample_wants(level, counts, f, norm);
-        any |= want[k];
-      }
-    } else {
-      any = true;
-    }
-    // Level 1 on tensors of many blocks: frequencies from the sample, and
-    // every symbol between the stream's minimum and maximum (one cheap
-    // vectorised pass) kept codable with a pseudo-count. This replaces the
-    // full histogram, the largest cost of compression after coding itself,
-    // for a ratio loss measured below 0.05% on real checkpoints. Levels >= 2
-    // take exact histograms.
-    const bool fast_tables = policy_fast_tables(block_elems, level, n_blocks);
-    if (any && fast_tables) {
-      uint8_t lo[kMaxStreams], hi[kMaxStreams];
-      std::vector<uint8_t> mm((size_t)n_blocks * kMaxStreams * 2);
-      const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (ctx.pool.size() * 4));
-      const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
-      const bool simd = simd_available();
-      ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
-        const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
-        for (uint64_t b = t * per_task; b < b1; ++b) {
-          const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
-          for (int k = 0; k < K; ++k)
-            if (want[k]) {
-              uint8_t* r = &mm[(b * kMaxStreams + k) * 2];
-              if (simd)
-                stream_minmax_simd(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
-              else
-                stream_minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
-            }
-        }
-      });
-      for (int k = 0; k < K; ++k) {
-        if (!want[k]) continue;
-        lo[k] = 255;
-        hi[k] = 0;
-        for (uint64_t b = 0; b < n_blocks; ++b) {
-          lo[k] = std::min(lo[k], mm[(b * kMaxStreams + k) * 2]);
-          hi[k] = std::max(hi[k], mm[(b * kMaxStreams + k) * 2 + 1]);
-        }
-        uint64_t sample[256], total;
-        merged(k, sample, &total);
-        uint64_t counts[256];
-        kind[k] = policy_fast_kind(level, sample, lo[k], hi[k], n_elems, n_blocks, freq[k], counts, norm);
-      }
-    } else if (any) {  // exact histograms: unsampled, or the second pass
-      histogram_pass(want, block_elems);
-      for (int k = 0; k < K; ++k) {
-        if (!want[k]) continue;
-        uint64_t counts[256], total, coded = 0;
-        merged(k, counts, &total);
-        kind[k] = policy_exact_kind(level, counts, n_elems, n_blocks, freq[k], norm, &coded);
-        if (policy_tries_lane_contexts(level, k, kind[k], n_elems) &&
-            choose_lane_contexts(ctx, dtype, src, n_elems, block_elems, n_blocks, coded, &rctx0, &ctx_freq0))
-          kind[0] = kKindRansCtx;
-      }
-    }
-  }
-  for (int k = 0; k < K; ++k) {
-    const uint32_t* f = kind[k] == kKindRansCtx ? ctx_freq0.data() : freq[k];
-    const RansCtx rc = kind[k] == kKindRansCtx ? rctx0 : RansCtx{};
-    const size_t at = tables.size();
-    tables.resize(at + stream_table_size(kind[k], f, rc));
-    write_stream_table(kind[k], f, rc, tables.data() + at);
-  }
-  tables.resize(align4(tables.size()), 0);
+  // Tensor-level stream kinds and tables (cpu/frame_tables.cpp, by the
+  // policy of codec/policy.h shared with the CUDA encoder).
+  TensorTables tt;
+  if (dtype == kBytes) tt.s[0].kind = policy_bytes_kind(level);
+  else choose_tables(ctx.pool, level, dtype, src, n_elems, block_elems, n_blocks, &tt);
+  const std::vector<uint8_t> tables = write_table_section(tt, K);
 
   const uint64_t prefix = kFrameHeaderSize + tables.size() + 4ull * n_blocks;
   if (!dst && cap) return make_error(kErrBadParam, "destination is null");
   if (cap < prefix) return make_error(kErrDstTooSmall, "destination too small for the frame header");
 
-  BlockEncTables et{};
-  std::vector<RansEncSym> enc((size_t)K * 256);
-  std::vector<RansEncSym> enc_ctx0((size_t)rctx0.n * 256);
-  std::vector<SimdEncTable> senc(K), senc_ctx0(rctx0.n);
+  // Encoder tables of every set of every coded stream; a block takes its
+  // sets' (block_tables).
+  const bool v3 = tt.version >= kFormatVersionSets;
+  std::vector<RansEncSym> enc[kMaxStreams];
+  std::vector<SimdEncTable> senc[kMaxStreams];
   const bool simd = simd_available();
   for (int k = 0; k < K; ++k) {
-    et.kind[k] = kind[k];
-    if (kind[k] == kKindRans) {
-      rans_build_enc(freq[k], enc.data() + (size_t)k * 256);
-      et.enc[k] = enc.data() + (size_t)k * 256;
-      build_simd_enc(freq[k], &senc[k]);
-    } else if (kind[k] == kKindRansCtx) {
-      for (uint32_t c = 0; c < rctx0.n; ++c) {
-        rans_build_enc(ctx_freq0.data() + 256 * c, enc_ctx0.data() + 256 * c);
-        build_simd_enc(ctx_freq0.data() + 256 * c, &senc_ctx0[c]);
-      }
-      et.enc[k] = enc_ctx0.data();
-      et.ctx[k] = rctx0;
+    const StreamTables& st = tt.s[k];
+    if (!kind_is_rans(st.kind)) continue;
+    const size_t nt = (size_t)st.n_sets * st.ctx.n;
+    enc[k].resize(nt * 256);
+    senc[k].resize(nt);
+    for (size_t j = 0; j < nt; ++j) {
+      rans_build_enc(st.freq.data() + 256 * j, enc[k].data() + 256 * j);
+      build_simd_enc(st.freq.data() + 256 * j, &senc[k][j]);
     }
   }
-  bool any_ctx = false;
-  for (int k = 0; k < K; ++k) any_ctx |= kind[k] == kKindRansCtx;
+  auto block_tables = [&](uint32_t b, BlockEncTables* et, const SimdEncTable** sk) {
+    *et = BlockEncTables{};
+    et->v3 = v3;
+    for (int k = 0; k < K; ++k) {
+      const StreamTables& st = tt.s[k];
+      et->kind[k] = st.kind;
+      if (!kind_is_rans(st.kind)) continue;
+      const uint32_t set = st.set_of(b);
+      et->set[k] = (uint8_t)set;
+      et->ctx[k] = st.ctx;
+      et->enc[k] = enc[k].data() + (size_t)set * st.ctx.n * 256;
+      sk[k] = senc[k].data() + (size_t)set * st.ctx.n;
+    }
+  };
 
   // Blocks: tasks are runs of blocks handed out in order. A worker encodes
   // its run into its own reusable buffer, waits for its turn (the previous
@@ -522,14 +216,17 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
     const size_t run_bound = (size_t)(b1 - b0) * bbound;
     const bool direct = turn.load(std::memory_order_acquire) == t && !overflow && cap - next_off >= run_bound;
     uint8_t* o = direct ? dst + next_off : ctx.worker_out(w, (size_t)per_task * bbound);
-    if (dtype == kBytes && kind[0] == kKindZstd && !ctx.cctx[w]) ctx.cctx[w] = ZSTD_createCCtx();
+    if (dtype == kBytes && tt.s[0].kind == kKindZstd && !ctx.cctx[w]) ctx.cctx[w] = ZSTD_createCCtx();
     size_t pos = 0;
     for (uint32_t b = b0; b < b1; ++b) {
       const uint32_t nb = (uint32_t)std::min<uint64_t>(block_elems, n_elems - (uint64_t)b * block_elems);
       const uint8_t* sb = src + (uint64_t)b * block_elems * es;
       const uint32_t crc = block_checksum(sb, (size_t)nb * es) ^ block_checksum_salt(b);
-      const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, kind[0], sb, nb, crc, o + pos)
-                        : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{senc.data(), &et, senc_ctx0.data()})
+      BlockEncTables et;
+      const SimdEncTable* sk[kMaxStreams] = {};
+      if (dtype != kBytes) block_tables(b, &et, sk);
+      const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, tt.s[0].kind, sb, nb, crc, o + pos)
+                        : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{sk, &et})
                                : encode_block(dtype, et, sb, nb, crc, scratch, o + pos);
       sizes[b] = (uint32_t)sz;
       pos += sz;
@@ -550,7 +247,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
                                                        std::to_string(total) + " bytes)");
 
   FrameHeader h{};
-  h.version = any_ctx ? kFormatVersionCtx : kFormatVersion;
+  h.version = tt.version;
   h.dtype = dtype;
   h.n_streams = (uint8_t)K;
   h.raw_size = n;
@@ -574,7 +271,7 @@ size_t parse_prefix(const uint8_t* src, size_t n, FramePrefix* fp) {
   const int st = frame_defect_status(d);
   if (d == kDefectBadVersion)
     return make_error(st, "frame format version " + std::to_string(src[4]) + " is not supported (this build reads " +
-                              std::to_string(kFormatVersion) + " and " + std::to_string(kFormatVersionCtx) + ")");
+                              std::to_string(kFormatVersion) + " to " + std::to_string(kFormatVersionSets) + ")");
   if (d == kDefectIndexEntry)
     return make_error(st, "block " + std::to_string(bad_entry) + ": " + frame_defect_text(d));
   return make_error(st, frame_defect_text(d));
@@ -589,9 +286,11 @@ struct DecTables {
     const FrameTables& ft = fp.t;
     dec.resize((size_t)ft.n_tables * kProbScale);
     for (uint32_t j = 0; j < ft.n_tables; ++j) rans_build_dec(ft.freq[j], dec.data() + (size_t)j * kProbScale);
+    t.v3 = fp.h.version >= kFormatVersionSets;
     for (int k = 0; k < fp.h.n_streams; ++k) {
       t.kind[k] = ft.kind[k];
       t.ctx[k] = ft.ctx[k];
+      t.n_sets[k] = ft.n_sets[k];
       if (kind_is_rans(ft.kind[k])) t.dec[k] = dec.data() + (size_t)ft.first_table[k] * kProbScale;
     }
   }
@@ -621,11 +320,11 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
                       uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
-  const int pst = parse_block(K, t.kind, blk, sz, n, &v);
+  const int pst = parse_block(K, t.kind, t.sets(), blk, sz, n, &v);
   if (pst != kOk) return pst;
   *stored = v.checksum;
   if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw)
-    return rans_decode_bf16_simd(v.payload[0], v.size[0], n, t.dec[0], v.payload[1], dst, t.ctx[0]);
+    return rans_decode_bf16_simd(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), v.payload[1], dst, t.ctx[0]);
   const uint8_t* streams[kMaxStreams];
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {
@@ -641,8 +340,9 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
       const int j = pending;
       pending = -1;
       int sa, sb;
-      rans_decode2_simd(RansStream{v.payload[j], v.size[j], n, t.dec[j], scratch + (size_t)j * align4(n), t.ctx[j]},
-                        &sa, RansStream{v.payload[k], v.size[k], n, t.dec[k], s, t.ctx[k]}, &sb);
+      rans_decode2_simd(
+          RansStream{v.payload[j], v.size[j], n, t.dec_of(j, v.set[j]), scratch + (size_t)j * align4(n), t.ctx[j]},
+          &sa, RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s, t.ctx[k]}, &sb);
       if (sa != kOk) return sa;
       if (sb != kOk) return sb;
     } else {
@@ -650,7 +350,7 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
     }
   }
   if (pending >= 0) {
-    const int st = rans_decode_simd(v.payload[pending], v.size[pending], n, t.dec[pending],
+    const int st = rans_decode_simd(v.payload[pending], v.size[pending], n, t.dec_of(pending, v.set[pending]),
                                     scratch + (size_t)pending * align4(n), t.ctx[pending]);
     if (st != kOk) return st;
   }
@@ -698,16 +398,18 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
         BlockView va, vb;
         const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
         const bool ok =
-            parse_block(K, dt.t.kind, blocks + off[i], (size_t)(off[i + 1] - off[i]), na, &va) == kOk &&
-            parse_block(K, dt.t.kind, blocks + off[i + 1], (size_t)(off[i + 2] - off[i + 1]), nb, &vb) == kOk &&
+            parse_block(K, dt.t.kind, dt.t.sets(), blocks + off[i], (size_t)(off[i + 1] - off[i]), na, &va) == kOk &&
+            parse_block(K, dt.t.kind, dt.t.sets(), blocks + off[i + 1], (size_t)(off[i + 2] - off[i + 1]), nb, &vb) ==
+                kOk &&
             va.mode[0] == kModeRans && va.mode[1] == kModeRaw && vb.mode[0] == kModeRans && vb.mode[1] == kModeRaw;
         if (ok) {
           uint8_t* oa = out_of(i, 0);
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
-          rans_decode2_bf16_simd(RansStream{va.payload[0], va.size[0], na, dt.t.dec[0], oa, dt.t.ctx[0]}, va.payload[1],
-                                 &sta, RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec[0], ob, dt.t.ctx[0]},
-                                 vb.payload[1], &stb);
+          rans_decode2_bf16_simd(
+              RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa, dt.t.ctx[0]}, va.payload[1],
+              &sta, RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob, dt.t.ctx[0]},
+              vb.payload[1], &stb);
           if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
             sta = kErrChecksum;
           if (stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(first + i + 1)) != vb.checksum)

@@ -1,0 +1,454 @@
+#include "cpu/frame_tables.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "codec/fields.h"
+#include "codec/frame_prefix.h"
+#include "cpu/simd_x86.h"
+
+namespace tz::cpu {
+
+namespace {
+
+// Byte of field stream k of element i.
+inline uint8_t stream_byte(uint8_t dtype, const uint8_t* src, uint64_t i, int k) {
+  switch (dtype) {
+    case kBF16: {
+      uint8_t s0, s1;
+      split_elem_bf16(load_le16(src + 2 * i), s0, s1);
+      return k == 0 ? s0 : s1;
+    }
+    case kF16: return src[2 * i + 1 - k];
+    case kF32: {
+      uint8_t s[4];
+      split_elem_f32(load_le32(src + 4 * i), s[0], s[1], s[2], s[3]);
+      return s[k];
+    }
+    default: return src[i];
+  }
+}
+
+// Histogram of stream k over elements [e0, e1), added to hist. Four
+// sub-histograms: runs of equal symbols (common in exponents) would
+// otherwise serialise on one counter.
+template <uint8_t DT, int K>
+void histogram_stream_t(const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
+  uint32_t h[4][256] = {};
+  uint64_t i = e0;
+  for (; i + 4 <= e1; i += 4) {
+    ++h[0][stream_byte(DT, src, i, K)];
+    ++h[1][stream_byte(DT, src, i + 1, K)];
+    ++h[2][stream_byte(DT, src, i + 2, K)];
+    ++h[3][stream_byte(DT, src, i + 3, K)];
+  }
+  for (; i < e1; ++i) ++h[0][stream_byte(DT, src, i, K)];
+  for (int s = 0; s < 256; ++s) hist[s] += (uint64_t)h[0][s] + h[1][s] + h[2][s] + h[3][s];
+}
+
+// Smallest and largest byte of stream k over n elements.
+void stream_minmax(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi) {
+  uint8_t a = 255, b = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint8_t v = stream_byte(dtype, src, i, k);
+    a = std::min(a, v);
+    b = std::max(b, v);
+  }
+  *lo = a;
+  *hi = b;
+}
+
+void histogram_stream(uint8_t dtype, int k, const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
+  switch (dtype * 4 + k) {
+    case kBF16 * 4 + 0: return histogram_stream_t<kBF16, 0>(src, e0, e1, hist);
+    case kBF16 * 4 + 1: return histogram_stream_t<kBF16, 1>(src, e0, e1, hist);
+    case kF16 * 4 + 0: return histogram_stream_t<kF16, 0>(src, e0, e1, hist);
+    case kF16 * 4 + 1: return histogram_stream_t<kF16, 1>(src, e0, e1, hist);
+    case kF32 * 4 + 0: return histogram_stream_t<kF32, 0>(src, e0, e1, hist);
+    case kF32 * 4 + 1: return histogram_stream_t<kF32, 1>(src, e0, e1, hist);
+    case kF32 * 4 + 2: return histogram_stream_t<kF32, 2>(src, e0, e1, hist);
+    case kF32 * 4 + 3: return histogram_stream_t<kF32, 3>(src, e0, e1, hist);
+    default: return histogram_stream_t<kF8E4M3, 0>(src, e0, e1, hist);
+  }
+}
+
+
+// Lane contexts for stream 0 (the exponent-carrying field) at level 3
+// (doc/format.md 5.5): symbol i is coded with table ctx_of(symbol i - 32).
+// Takes the joint histogram of (previous symbol of the lane, symbol), then
+// searches base and number of contexts with an entropy estimate and keeps
+// the best candidate only if its exact coded size (tables included) beats
+// the single table's by at least 0.5% of the stream (every context costs
+// decode-time cache). On success fills *rc and ctx_freq (rc->n tables).
+// When it is tried and what it must gain: policy_tries_lane_contexts and
+// lane_contexts_pay (codec/policy.h).
+
+// Stream 0 of n elements (what split_fields writes to streams[0]), by the
+// same per-element rule as the histograms (stream_byte).
+template <uint8_t DT>
+void stream0_t(const uint8_t* src, uint32_t n, uint8_t* __restrict out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = stream_byte(DT, src, i, 0);
+}
+void stream0_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* out) {
+  switch (dtype) {
+    case kBF16: return stream0_t<kBF16>(src, n, out);
+    case kF16: return stream0_t<kF16>(src, n, out);
+    case kF32: return stream0_t<kF32>(src, n, out);
+    default: return stream0_t<kF8E4M3>(src, n, out);
+  }
+}
+
+double entropy_bytes(const uint64_t* counts, const int* syms, int n_syms) {
+  double total = 0, acc = 0;
+  for (int j = 0; j < n_syms; ++j) {
+    const double c = (double)counts[syms[j]];
+    if (c > 0) acc += c * std::log2(c);
+    total += c;
+  }
+  return total > 0 ? (total * std::log2(total) - acc) / 8.0 : 0.0;
+}
+
+bool choose_lane_contexts(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
+                          uint32_t n_blocks, uint64_t plain_coded, RansCtx* rc, std::vector<uint32_t>* ctx_freq) {
+  constexpr int kRows = 257;  // previous symbol 0..255; row 256: first step of a block (context 0)
+  const unsigned W = pool.size();
+  std::vector<uint64_t> joint((size_t)W * kRows * 256, 0);
+  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
+  const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+  pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+    uint64_t* J = joint.data() + (size_t)w * kRows * 256;
+    const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
+    const size_t es = dtype_elem_size(dtype);
+    std::vector<uint8_t> buf(align4(block_elems));
+    uint8_t* const sym = buf.data();
+    for (uint64_t b = t * per_task; b < b1; ++b) {
+      const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
+      const uint32_t nb = (uint32_t)(e1 - e0);
+      stream0_fields(dtype, src + e0 * es, nb, sym);
+      const size_t n = nb;
+      for (size_t i = 0; i < n && i < (size_t)kLanes; ++i) ++J[256 * 256 + sym[i]];
+      for (size_t i = kLanes; i < n; ++i) ++J[(size_t)sym[i - kLanes] * 256 + sym[i]];
+    }
+  });
+  for (unsigned w = 1; w < W; ++w)
+    for (size_t i = 0; i < (size_t)kRows * 256; ++i) joint[i] += joint[(size_t)w * kRows * 256 + i];
+  // Present symbols, and prefix sums over rows 0..255: P[r][s] = sum of rows < r.
+  int syms[256], n_syms = 0;
+  uint64_t row_mass[256] = {};
+  {
+    uint64_t col[256] = {};  // row by row: the table is 0.5 MiB, columns would miss the cache
+    for (int r = 0; r <= 256; ++r)
+      for (int sy = 0; sy < 256; ++sy) col[sy] += joint[(size_t)r * 256 + sy];
+    for (int sy = 0; sy < 256; ++sy)
+      if (col[sy]) syms[n_syms++] = sy;
+  }
+  for (int r = 0; r < 256; ++r)
+    for (int j = 0; j < n_syms; ++j) row_mass[r] += joint[(size_t)r * 256 + syms[j]];
+  if (n_syms < 2) return false;
+  std::vector<uint64_t> P((size_t)257 * 256, 0);
+  for (int r = 0; r < 256; ++r)
+    for (int j = 0; j < n_syms; ++j)
+      P[(size_t)(r + 1) * 256 + syms[j]] = P[(size_t)r * 256 + syms[j]] + joint[(size_t)r * 256 + syms[j]];
+  // Counts of context c for (base, nc): rows [lo, hi) plus, for context 0, the first-step row.
+  auto ctx_counts = [&](uint32_t base, uint32_t nc, uint32_t c, uint64_t* out) {
+    const uint32_t lo = c == 0 ? 0 : base + c, hi = c == 0 ? base + 1 : (c == nc - 1 ? 256 : base + c + 1);
+    for (int j = 0; j < n_syms; ++j) {
+      const int sy = syms[j];
+      out[sy] = P[(size_t)std::min<uint32_t>(hi, 256) * 256 + sy] - P[(size_t)std::min<uint32_t>(lo, 256) * 256 + sy] +
+                (c == 0 ? joint[256 * 256 + sy] : 0);
+    }
+  };
+  // Candidate bases: previous-symbol values holding at least 0.1% of the mass.
+  uint64_t mass = 0;
+  for (int r = 0; r < 256; ++r) mass += row_mass[r];
+  int rlo = 256, rhi = -1;
+  for (int r = 0; r < 256; ++r)
+    if (row_mass[r] * 1000 >= mass && row_mass[r] > 0) rlo = std::min(rlo, r), rhi = std::max(rhi, r);
+  if (rhi < 0) return false;
+  double best = 1e300;
+  uint32_t best_base = 0, best_n = 1;
+  uint64_t cnt[256] = {};
+  // A context's estimate depends only on its row range (and, for context
+  // 0, the first-step row): the candidates share most of them, so each is
+  // computed once (the same value every time, so the choice is unchanged).
+  struct Part {
+    double est;
+    bool ok;
+  };
+  std::unordered_map<uint32_t, Part> memo;
+  auto part = [&](uint32_t base, uint32_t nc, uint32_t c) {
+    const uint32_t lo = c == 0 ? 0 : base + c, hi = c == 0 ? base + 1 : (c == nc - 1 ? 256 : base + c + 1);
+    const uint32_t key = lo | hi << 9 | (c == 0 ? 1u : 0u) << 18;
+    auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+    ctx_counts(base, nc, c, cnt);
+    uint64_t tot = 0;
+    int present = 0;
+    for (int j = 0; j < n_syms; ++j) tot += cnt[syms[j]], present += cnt[syms[j]] != 0;
+    const Part r{entropy_bytes(cnt, syms, n_syms) + 32 + 1.5 * present, tot > 0};
+    memo.emplace(key, r);
+    return r;
+  };
+  for (uint32_t nc = 2; nc <= kMaxContexts; ++nc) {
+    for (int b = std::max(0, rlo - 1); b <= rhi && b + (int)nc - 1 <= 255; ++b) {
+      double est = 2;
+      bool ok = true;
+      for (uint32_t c = 0; c < nc && ok; ++c) {
+        const Part pc = part((uint32_t)b, nc, c);
+        ok = pc.ok;
+        est += pc.est;
+      }
+      if (ok && est < best) best = est, best_base = (uint32_t)b, best_n = nc;
+    }
+  }
+  if (best_n < 2) return false;
+  // Exact size of the best candidate with normalised tables.
+  rc->base = best_base;
+  rc->n = best_n;
+  ctx_freq->assign((size_t)best_n * 256, 0);
+  // Payloads as coded_stream_bytes estimates them, lane states and block
+  // words, and the stream's version-3 table entry (compact tables): the
+  // same terms as the estimate plain_coded was computed with.
+  uint64_t coded = (uint64_t)n_blocks * (kRansStateBytes + 2);
+  for (uint32_t c = 0; c < best_n; ++c) {
+    uint64_t counts[256] = {};
+    ctx_counts(best_base, best_n, c, counts);
+    uint32_t* f = ctx_freq->data() + 256 * c;
+    if (rans_normalize(counts, f) == 0) return false;
+    coded += coded_stream_bytes(counts, f, 0, 0) - 1;
+  }
+  coded += stream_table_size_v3(kKindRansCtx, ctx_freq->data(), *rc, 1);
+  return lane_contexts_pay(coded, plain_coded);
+}
+
+
+// Per-block statistics of the tensor: histograms of every stream (u32, 256
+// per stream per block) over the first `limit` elements of each block.
+struct BlockHists {
+  uint32_t K = 0;
+  std::vector<uint32_t> h;        // (b * K + k) * 256
+  std::vector<uint64_t> counted;  // elements counted in block b
+  const uint32_t* of(uint32_t b, int k) const { return h.data() + ((size_t)b * K + k) * 256; }
+  size_t stride() const { return (size_t)K * 256; }
+};
+
+void block_histograms(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
+                      uint32_t n_blocks, uint32_t limit, const bool* want, int K, BlockHists* out) {
+  out->K = (uint32_t)K;
+  out->h.assign((size_t)n_blocks * K * 256, 0);
+  out->counted.assign(n_blocks, 0);
+  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (pool.size() * 4));
+  const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+  pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
+    const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
+    uint64_t hist[256];
+    for (uint64_t b = t * per_task; b < b1; ++b) {
+      const uint64_t e0 = b * block_elems;
+      const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
+      out->counted[b] = e1 - e0;
+      for (int k = 0; k < K; ++k) {
+        if (!want[k]) continue;
+        std::fill(hist, hist + 256, 0);
+        histogram_stream(dtype, k, src, e0, e1, hist);
+        uint32_t* o = out->h.data() + ((size_t)b * K + k) * 256;
+        for (int s = 0; s < 256; ++s) o[s] = (uint32_t)hist[s];
+      }
+    }
+  });
+}
+
+// Per-block minimum and maximum of the wanted streams (fast tables).
+void block_minmax(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
+                  uint32_t n_blocks, const bool* want, int K, std::vector<uint8_t>* mm) {
+  mm->assign((size_t)n_blocks * kMaxStreams * 2, 0);
+  const uint32_t es = dtype_elem_size(dtype);
+  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (pool.size() * 4));
+  const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+  const bool simd = simd_available();
+  pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
+    const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
+    for (uint64_t b = t * per_task; b < b1; ++b) {
+      const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
+      for (int k = 0; k < K; ++k)
+        if (want[k]) {
+          uint8_t* r = &(*mm)[(b * kMaxStreams + k) * 2];
+          if (simd)
+            stream_minmax_simd(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
+          else
+            stream_minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
+        }
+    }
+  });
+}
+
+// Joint histogram of stream 0 for the lane-context search (policy.h): row
+// of the lane predecessor (policy_ctx_row, row 0 for a block's first step)
+// x symbol, over the first `limit` elements of every block.
+void joint_histogram(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
+                     uint32_t n_blocks, uint32_t limit, uint32_t lo, std::vector<uint64_t>* joint) {
+  constexpr size_t kJ = (size_t)kCtxJointRows * 256;
+  const unsigned W = pool.size();
+  std::vector<uint64_t> acc((size_t)W * kJ, 0);
+  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
+  const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+  const uint32_t es = dtype_elem_size(dtype);
+  uint8_t row_of[256];
+  for (uint32_t p = 0; p < 256; ++p) row_of[p] = (uint8_t)policy_ctx_row(p, lo);
+  std::vector<std::vector<uint8_t>> bufs(W);
+  pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+    uint64_t* J = acc.data() + (size_t)w * kJ;
+    const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
+    for (uint64_t b = t * per_task; b < b1; ++b) {
+      const uint64_t e0 = b * block_elems;
+      const uint32_t n = (uint32_t)(std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit}) - e0);
+      std::vector<uint8_t>& buf = bufs[w];
+      if (buf.size() < n) buf.resize(n);
+      stream0_fields(dtype, src + e0 * es, n, buf.data());
+      const uint8_t* sym = buf.data();
+      for (uint32_t i = 0; i < n && i < (uint32_t)kLanes; ++i) ++J[sym[i]];
+      for (uint32_t i = kLanes; i < n; ++i) ++J[(size_t)row_of[sym[i - kLanes]] * 256 + sym[i]];
+    }
+  });
+  joint->assign(kJ, 0);
+  for (unsigned w = 0; w < W; ++w)
+    for (size_t i = 0; i < kJ; ++i) (*joint)[i] += acc[(size_t)w * kJ + i];
+}
+
+}  // namespace
+
+void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* src, uint64_t n_elems,
+                   uint32_t block_elems, uint32_t n_blocks, TensorTables* out) {
+  const int K = dtype_stream_count(dtype);
+  *out = TensorTables{};
+  if (!policy_codes_streams(level, dtype, n_elems)) return;
+  // 1. First pass: per-block histograms of every stream over the sample (or
+  //    whole blocks), the screening of codec/policy.h.
+  const bool sampled = policy_sampled(block_elems);
+  bool all[kMaxStreams] = {true, true, true, true};
+  BlockHists first;
+  block_histograms(pool, dtype, src, n_elems, block_elems, n_blocks, policy_first_pass_elems(block_elems), all, K,
+                   &first);
+  uint64_t tot[kMaxStreams][256] = {};
+  uint64_t counted_all = 0;
+  for (uint32_t b = 0; b < n_blocks; ++b) {
+    counted_all += first.counted[b];
+    for (int k = 0; k < K; ++k)
+      for (int s = 0; s < 256; ++s) tot[k][s] += first.of(b, k)[s];
+  }
+  bool want[kMaxStreams] = {};
+  int n_wanted = 0;
+  uint64_t norm[256];
+  for (int k = 0; k < K; ++k) {
+    uint32_t f[256];
+    want[k] = !sampled || policy_sample_wants(level, tot[k], f, norm);
+    n_wanted += want[k];
+  }
+  if (!n_wanted) return;
+  // 2. The counts tables are built from: fast tables (level 1, many blocks)
+  //    keep the sample and add per-block min/max; otherwise exact per-block
+  //    histograms (a second pass when sampled).
+  const bool fast = policy_fast_tables(block_elems, level, n_blocks);
+  BlockHists exact;
+  std::vector<uint8_t> mm;
+  if (fast) block_minmax(pool, dtype, src, n_elems, block_elems, n_blocks, want, K, &mm);
+  else if (sampled) block_histograms(pool, dtype, src, n_elems, block_elems, n_blocks, block_elems, want, K, &exact);
+  const BlockHists& H = (fast || !sampled) ? first : exact;
+  uint64_t counted = 0;
+  for (uint32_t b = 0; b < n_blocks; ++b) counted += H.counted[b];
+
+  // 3. Per wanted stream: table sets (policy_segment_blocks), their tables
+  //    and estimated size; sets only if they beat one table.
+  SegScratch seg;
+  TableScratch tsc;
+  uint64_t stream_coded[kMaxStreams] = {};
+  for (int k = 0; k < K; ++k) {
+    if (!want[k]) continue;
+    StreamTables& st = out->s[k];
+    std::vector<uint8_t> set_of(n_blocks, 0);
+    const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted);
+    const uint32_t n_sets = max_sets > 1 ? policy_segment_blocks(H.of(0, k), H.stride(), n_blocks, max_sets, n_elems,
+                                                                 counted, &seg, set_of.data())
+                                         : 1;
+    auto evaluate = [&](uint32_t sets, const uint8_t* sof, std::vector<uint32_t>* freq, uint64_t* coded) {
+      freq->assign((size_t)sets * 256, 0);
+      return policy_set_tables(H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems, n_elems, sof, sets,
+                               fast, fast ? mm.data() + 2 * k : nullptr, 2 * kMaxStreams, freq->data(), coded, &tsc);
+    };
+    std::vector<uint32_t> freq1, freqN;
+    uint64_t coded1 = 0, codedN = ~UINT64_C(0);
+    if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
+    if (n_sets > 1 && !evaluate(n_sets, set_of.data(), &freqN, &codedN)) codedN = ~UINT64_C(0);
+    const bool use_sets = n_sets > 1 && codedN < coded1;
+    const uint64_t coded = use_sets ? codedN : coded1;
+    if (!stream_pays(level, coded, n_elems)) continue;
+    st.kind = kKindRans;
+    st.n_sets = use_sets ? n_sets : 1;
+    st.freq = use_sets ? freqN : freq1;
+    if (use_sets) st.block_set = set_of;
+    stream_coded[k] = coded;
+  }
+
+  // 4. Lane contexts of stream 0: searched on the first-pass elements;
+  //    tables from the same elements with fast tables, else exact.
+  StreamTables& s0 = out->s[0];
+  if (policy_tries_window_contexts(level, s0.kind, n_elems)) {
+    const uint32_t wlo = policy_ctx_window(tot[0]);
+    std::vector<uint64_t> joint;
+    joint_histogram(pool, dtype, src, n_elems, block_elems, n_blocks, policy_first_pass_elems(block_elems), wlo, &joint);
+    RansCtx rc;
+    if (policy_ctx_promising(joint.data(), wlo, tot[0], &rc, tsc.counts)) {
+      if (!fast && sampled)
+        joint_histogram(pool, dtype, src, n_elems, block_elems, n_blocks, block_elems, wlo, &joint);
+      uint32_t lo = 255, hi = 0;
+      if (fast)
+        for (uint32_t b = 0; b < n_blocks; ++b) {
+          lo = std::min<uint32_t>(lo, mm[(size_t)b * kMaxStreams * 2]);
+          hi = std::max<uint32_t>(hi, mm[(size_t)b * kMaxStreams * 2 + 1]);
+        }
+      StreamTables cs;
+      cs.kind = kKindRansCtx;
+      cs.ctx = rc;
+      cs.freq.assign((size_t)rc.n * 256, 0);
+      uint64_t coded = 0;
+      if (policy_ctx_tables(joint.data(), wlo, rc, fast, lo, hi, counted, n_elems, n_blocks, cs.freq.data(), &coded,
+                            &tsc) &&
+          lane_contexts_pay(coded, stream_coded[0])) {
+        s0 = cs;
+        stream_coded[0] = coded;
+      }
+    }
+  }
+  // Level 3: the exhaustive search over exact joint histograms.
+  if (policy_tries_lane_contexts(level, 0, s0.kind, n_elems)) {
+    RansCtx rc;
+    std::vector<uint32_t> cf;
+    if (choose_lane_contexts(pool, dtype, src, n_elems, block_elems, n_blocks, stream_coded[0], &rc, &cf)) {
+      s0 = StreamTables{};
+      s0.kind = kKindRansCtx;
+      s0.ctx = rc;
+      s0.freq = cf;
+    }
+  }
+  bool any = false;
+  for (int k = 0; k < K; ++k) any |= kind_is_rans(out->s[k].kind);
+  out->version = any ? kFormatVersionSets : kFormatVersion;
+}
+
+std::vector<uint8_t> write_table_section(const TensorTables& t, int K) {
+  std::vector<uint8_t> tables;
+  for (int k = 0; k < K; ++k) {
+    const StreamTables& st = t.s[k];
+    const size_t at = tables.size();
+    const size_t nt = kind_is_rans(st.kind) ? (size_t)st.n_sets * st.ctx.n : 0;
+    tables.resize(at + 4 + nt * std::max(kFreqTableMaxBytes, kCompactTableMaxBytes));
+    const size_t n = t.version >= kFormatVersionSets
+                         ? write_stream_table_v3(st.kind, st.freq.data(), st.ctx, st.n_sets, tables.data() + at)
+                         : write_stream_table(st.kind, st.freq.data(), st.ctx, tables.data() + at);
+    tables.resize(at + n);
+  }
+  tables.resize(align4(tables.size()), 0);
+  return tables;
+}
+
+}  // namespace tz::cpu
