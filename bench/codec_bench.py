@@ -14,7 +14,11 @@ sizes and times are summed per data kind. Every round trip is checked byte for
 byte. Throughput is GB/s (1e9 bytes/s) of uncompressed bytes, the median over
 repetitions of the time to compress (or decompress) all tensors of a kind.
 
-See bench/README.md. Run:  python3 bench/codec_bench.py [--quick] [--out FILE]
+The SIMD kernel set tensorzip runs is printed in the header; --simd runs
+tensorzip once per named path in the same interleaved run (TZ_SIMD also
+forces one for the whole process).
+
+See bench/README.md. Run:  python3 bench/codec_bench.py [--quick] [--out FILE] [--simd avx2,portable]
 """
 from __future__ import annotations
 
@@ -188,12 +192,25 @@ class TzParams(ctypes.Structure):
                 ("threads", ctypes.c_uint)]
 
 
+def load_tz_lib(lib_path: Path):
+    lib = ctypes.CDLL(str(lib_path))
+    lib.tz_simd_path.restype, lib.tz_simd_path.argtypes = ctypes.c_char_p, []
+    if hasattr(lib, "tz_set_simd_path"):  # (older libraries: only TZ_SIMD)
+        lib.tz_set_simd_path.restype, lib.tz_set_simd_path.argtypes = ctypes.c_int, [ctypes.c_char_p]
+    return lib
+
+
 class TensorZip:
     multithreaded = True
 
-    def __init__(self, lib_path: Path, level: int, threads: int):
-        self.name = "tensorzip" if level == 0 else f"tensorzip L{level}"
-        lib = ctypes.CDLL(str(lib_path))
+    def __init__(self, lib_path: Path, level: int, threads: int, simd: str | None = None):
+        self.name = ("tensorzip" if level == 0 else f"tensorzip L{level}") + (f" [{simd}]" if simd else "")
+        lib = load_tz_lib(lib_path)
+        # The kernel set is one per process: a codec that names one switches
+        # to it before each call (runs are interleaved across codecs).
+        self.simd = simd.encode() if simd else None
+        if self.simd and (not hasattr(lib, "tz_set_simd_path") or lib.tz_set_simd_path(self.simd) != 0):
+            raise SystemExit(f"--simd {simd}: not available on this CPU/build (available here: see tzip --version)")
         sz, vp = ctypes.c_size_t, ctypes.c_void_p
         lib.tz_ctx_create.restype, lib.tz_ctx_create.argtypes = vp, [ctypes.c_uint]
         lib.tz_ctx_free.restype, lib.tz_ctx_free.argtypes = None, [vp]
@@ -220,6 +237,8 @@ class TensorZip:
         return np.frombuffer(t.data, dtype=np.uint8)
 
     def compress(self, src: np.ndarray, dtype: str):
+        if self.simd:
+            self.lib.tz_set_simd_path(self.simd)
         n = src.size
         cap = self.lib.tz_compress_bound(n)
         dst = np.empty(cap, dtype=np.uint8)
@@ -231,6 +250,8 @@ class TensorZip:
         return c.copy()
 
     def decompress(self, c: np.ndarray, n: int, dtype: str):
+        if self.simd:
+            self.lib.tz_set_simd_path(self.simd)
         out = np.empty(n, dtype=np.uint8)
         self._check(self.lib.tz_ctx_decompress(self.ctx, out.ctypes.data, n, c.ctypes.data, c.size),
                     "tz_ctx_decompress")
@@ -324,12 +345,9 @@ QUICK_CODECS = ["tz", "tz2", "zstd3", "lz4", "zipnn"]  # zstd -19 (~2-4 MB/s) al
 
 
 def make_codec(key: str, threads: int, lib: Path):
-    if key == "tz":
-        return TensorZip(lib, 0, threads)
-    if key == "tz2":
-        return TensorZip(lib, 2, threads)
-    if key == "tz3":
-        return TensorZip(lib, 3, threads)
+    base, _, simd = key.partition("@")  # "tz@avx2": tensorzip on the AVX2 kernels
+    if base in ("tz", "tz2", "tz3"):
+        return TensorZip(lib, {"tz": 0, "tz2": 2, "tz3": 3}[base], threads, simd or None)
     if key == "zstd3":
         return Zstd(3, threads)
     if key == "zstd19":
@@ -412,6 +430,19 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def cpu_simd_flags() -> str:
+    want = ("sse4_2", "avx", "avx2", "bmi2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vbmi2",
+            "asimd", "sve")
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return " ".join(f for f in want if f in have) or "none of " + " ".join(want)
+    except OSError:
+        pass
+    return "unknown"
 
 
 def git_state() -> str:
@@ -512,6 +543,8 @@ def main() -> int:
     ap.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD, help="CMake build folder for libtensorzip.so")
     ap.add_argument("--lib", type=Path, help="use this libtensorzip.so instead of building one")
     ap.add_argument("--no-build", action="store_true", help="do not (re)build libtensorzip.so")
+    ap.add_argument("--simd", help="comma list of SIMD paths (portable, avx2, avx512, neon): every tensorzip codec "
+                                   "runs once per path, interleaved (default: the path the CPU picks)")
     args = ap.parse_args()
 
     reps = args.reps or (2 if args.quick else 5)
@@ -524,6 +557,9 @@ def main() -> int:
     for c in codecs:
         if c not in CODECS:
             ap.error(f"unknown codec {c}")
+    if args.simd:
+        codecs = [f"{c}@{p}" if c.startswith("tz") else c for c in codecs
+                  for p in (args.simd.split(",") if c.startswith("tz") else [None])]
     threads = max(1, args.threads)
     thread_modes = [1] if threads == 1 else [1, threads]
 
@@ -535,8 +571,11 @@ def main() -> int:
     if not lib.exists():
         raise SystemExit(f"{lib} not found")
 
+    tzlib = load_tz_lib(lib)
+    simd_default = tzlib.tz_simd_path().decode()
     load0 = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"] * 3
     t_begin = time.time()
+    log(f"tensorzip SIMD path: {simd_default}" + (f"; also run: {args.simd}" if args.simd else ""))
     log("loading data ...")
     kinds = load_kinds(args.fixtures.resolve(), wanted)
     for k in kinds.values():
@@ -583,7 +622,7 @@ def main() -> int:
         gc.enable()
         for _, _, codec in configs:
             codec.close()
-    for c in ("tz", "tz2"):  # tensorzip promises identical output for any thread count
+    for c in [c for c in codecs if c.split("@")[0] in ("tz", "tz2")]:  # same output for any thread count
         for k in kinds:
             if (c, threads, k) in res and res[(c, threads, k)].size != res[(c, 1, k)].size:
                 raise SystemExit(f"{names[c]}: {threads}-thread output size differs from 1-thread on {k}")
@@ -601,6 +640,9 @@ def main() -> int:
         f"CPU: {cpu_model()}; {os.cpu_count()} logical CPUs; all-threads runs use {threads} threads; "
         f"load average {' '.join(load0)} before, {' '.join(load1)} after",
         f"tensorzip: {lib} (git {git_state()}); {versions()}",
+        f"SIMD path: {simd_default} (what this CPU and build pick; TZ_SIMD={os.environ.get('TZ_SIMD', '')!r})"
+        + (f"; rows marked [path] ran that path (--simd {args.simd})" if args.simd else "")
+        + f"; CPU SIMD flags: {cpu_simd_flags()}",
         f"timing: median over up to {reps} repetitions per cell (no new one after {budget:g} s; repetitions "
         f"used: {', '.join(map(str, reps_used))}), repetitions interleaved across codecs; every round trip "
         f"verified byte for byte",

@@ -9,7 +9,8 @@
 //   Lib*     the library as shipped (C ABI, one thread, so whatever SIMD path
 //            the CPU backend picks): one block at a time through
 //            tz_ctx_decompress_blocks, and whole tensors through
-//            tz_ctx_compress / tz_ctx_decompress.
+//            tz_ctx_compress / tz_ctx_decompress. The path is printed first;
+//            TZ_SIMD=portable|avx2|avx512|neon forces one.
 // Only tensors holding at least one full block contribute (full blocks only
 // for Kernel* and LibDecodeBlock). Throughput is of uncompressed bytes.
 //
@@ -505,6 +506,10 @@ int main(int argc, char** argv) {
     }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // The Lib* rows run the CPU backend's kernel set (TZ_SIMD forces one); the
+  // Kernel* rows are always the portable per-block code.
+  benchmark::AddCustomContext("tensorzip SIMD path (Lib* rows)", tz_simd_path());
+  std::printf("tensorzip SIMD path (Lib* rows): %s\n", tz_simd_path());
   try {
     benchmark::RunSpecifiedBenchmarks();
   } catch (const std::exception& e) {

@@ -9,6 +9,10 @@ JOBS="${TZ_JOBS:-$(nproc)}"
 tz_configure_tests build           # tests on, whatever an earlier configure left in the cache
 cmake --build build -j "$JOBS"
 tz_run_ctest build -j "$JOBS"      # no test found is a failure, not "0 tests passed"
+# The codec on AArch64: cross-built, tests under qemu (TZ_AARCH64=0 skips).
+if [ "${TZ_AARCH64:-1}" != "0" ]; then
+  TZ_JOBS="$JOBS" ./scripts/test-aarch64.sh
+fi
 if [ -d python/tests ]; then
   ./scripts/python-test.sh
 fi

@@ -53,8 +53,16 @@ TEST(TestData, Bf16WeightsAreRneOfMasterWeights) {
   EXPECT_LT(truncated_equal, master.size() * 3 / 4);
 }
 
-#if defined(__FLT16_MAX__)
-// FP16 cast helper against the compiler's own float -> _Float16 conversion
+// The compiler's IEEE half type, where C++ has one (GCC 12: _Float16 on
+// x86-64, __fp16 on AArch64).
+#if defined(__FLT16_MAX__) && defined(__x86_64__)
+#define TZ_COMPILER_HALF _Float16
+#elif defined(__aarch64__)
+#define TZ_COMPILER_HALF __fp16
+#endif
+
+#if defined(TZ_COMPILER_HALF)
+// FP16 cast helper against the compiler's own float -> half conversion
 // (IEEE round-to-nearest-even) on real values and on edge cases.
 TEST(TestData, F16CastMatchesCompiler) {
   std::vector<float> vals = as_floats_f32(concat(fp32_slice()));
@@ -64,7 +72,7 @@ TEST(TestData, F16CastMatchesCompiler) {
     vals.push_back(f);
   for (float f : vals) {
     if (std::isnan(f)) continue;
-    const _Float16 h = (_Float16)f;
+    const TZ_COMPILER_HALF h = (TZ_COMPILER_HALF)f;
     uint16_t ref;
     memcpy(&ref, &h, 2);
     ASSERT_EQ(f32_to_f16(f), ref) << "value " << f << " bits " << std::hex << bits_of(f);

@@ -1,8 +1,8 @@
 // Lane contexts (stream kind 3, doc/format.md 5.6; format version 2, and
 // version 3 from the default level on): the exponent stream is coded with
 // one of up to 4 tables chosen by the symbol the same lane coded one step
-// earlier. Round trips, the encoder's choice at every level, the SIMD
-// decoder against the portable one, and malformed headers.
+// earlier. Round trips, the encoder's choice at every level, every SIMD
+// kernel set against the portable coder, and malformed headers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +14,8 @@
 #include "codec/format.h"
 #include "codec/rans.h"
 #include "common/crc32c.h"
-#include "cpu/simd_x86.h"
+#include "cpu/kernels.h"
+#include "simd_paths.h"
 #include "tensorzip/tensorzip.h"
 #include "tz_malformed_frames.h"
 #include "tz_test_data.h"
@@ -248,9 +249,11 @@ TEST(LaneCtx, MalformedContextHeadersAreRejected) {
   rejected(base, "context base changed");
 }
 
-TEST(LaneCtx, PortableEncoderDecoderAgreeOnEdgeContexts) {
+TEST(LaneCtx, EncodersAndDecodersAgreeOnEdgeContexts) {
   // Random streams with every context from 1 to kMaxContexts and bases at
-  // the symbol range edges, against per-context tables.
+  // the symbol range edges, against per-context tables: the portable coder
+  // round-trips, and every SIMD kernel set gives its bytes and statuses.
+  const auto kernels = tz::test::simd_kernels_to_test("LaneCtx.EncodersAndDecodersAgreeOnEdgeContexts");
   std::mt19937 rng(11);
   for (uint32_t nc = 1; nc <= tz::kMaxContexts; ++nc) {
     for (uint32_t base : {0u, 3u, 254u, 255u}) {
@@ -279,44 +282,43 @@ TEST(LaneCtx, PortableEncoderDecoderAgreeOnEdgeContexts) {
       Bytes payload(tz::kRansStateBytes + 2 * (size_t)n + 64);
       const size_t sz = tz::rans_encode_ctx(sym.data(), n, enc.data(), rc, words.data(), payload.data(), SIZE_MAX);
       ASSERT_GT(sz, 0u);
-      if (tz::cpu::simd_available()) {
-        // The AVX-512 encoder writes the same bytes (tables concatenated).
-        std::vector<tz::cpu::SimdEncTable> st(nc);
-        for (uint32_t c = 0; c < nc; ++c) tz::cpu::build_simd_enc(freq.data() + 256 * c, &st[c]);
-        std::vector<uint16_t> words2(n);
-        Bytes payload2(payload.size());
-        const size_t sz2 = nc > 1 ? tz::cpu::rans_encode_ctx_simd(sym.data(), n, st.data(), rc, words2.data(),
-                                                                  payload2.data(), SIZE_MAX)
-                                  : tz::cpu::rans_encode_simd(sym.data(), n, st[0], words2.data(), payload2.data(),
-                                                              SIZE_MAX);
-        ASSERT_EQ(sz2, sz);
-        EXPECT_TRUE(std::equal(payload.begin(), payload.begin() + (long)sz, payload2.begin()))
-            << "n=" << n << " contexts=" << nc << " base=" << base;
-      }
       Bytes out(n, 0), out_simd(n, 0);
       ASSERT_EQ(tz::rans_decode_ctx(payload.data(), sz, n, dec.data(), rc, out.data()), tz::kOk);
       EXPECT_EQ(out, sym);
-      if (tz::cpu::simd_available()) {
-        ASSERT_EQ(tz::cpu::rans_decode_simd(payload.data(), sz, n, dec.data(), out_simd.data(), rc), tz::kOk);
-        EXPECT_EQ(out_simd, sym);
-        // Two streams in lockstep, one with contexts, one without.
+      std::vector<uint32_t> fst((size_t)nc * 256);
+      for (uint32_t c = 0; c < nc; ++c) tz::cpu::build_freq_start(freq.data() + 256 * c, fst.data() + 256 * c);
+      for (const tz::cpu::CodecKernels* k : kernels) {
+        // Every SIMD encoder writes the same bytes (tables concatenated).
+        const char* path = tz::cpu::simd_path_name(k->path);
+        std::vector<uint16_t> words2(n);
+        Bytes payload2(payload.size());
+        const size_t sz2 = k->rans_encode(sym.data(), n, tz::cpu::EncTables{enc.data(), fst.data()}, rc, words2.data(),
+                                          payload2.data(), SIZE_MAX);
+        ASSERT_EQ(sz2, sz) << path;
+        EXPECT_TRUE(std::equal(payload.begin(), payload.begin() + (long)sz, payload2.begin()))
+            << path << " n=" << n << " contexts=" << nc << " base=" << base;
+        ASSERT_EQ(k->rans_decode(payload.data(), sz, n, dec.data(), rc, out_simd.data()), tz::kOk) << path;
+        EXPECT_EQ(out_simd, sym) << path;
+        // Two streams in lockstep.
         Bytes a(n), b(n);
         int sa = -1, sb = -1;
-        tz::cpu::rans_decode2_simd(tz::cpu::RansStream{payload.data(), sz, n, dec.data(), a.data(), rc}, &sa,
-                                   tz::cpu::RansStream{payload.data(), sz, n, dec.data(), b.data(), rc}, &sb);
-        EXPECT_EQ(sa, tz::kOk);
-        EXPECT_EQ(sb, tz::kOk);
-        EXPECT_EQ(a, sym);
-        EXPECT_EQ(b, sym);
+        k->rans_decode2(tz::cpu::RansStream{payload.data(), sz, n, dec.data(), a.data(), rc}, &sa,
+                        tz::cpu::RansStream{payload.data(), sz, n, dec.data(), b.data(), rc}, &sb);
+        EXPECT_EQ(sa, tz::kOk) << path;
+        EXPECT_EQ(sb, tz::kOk) << path;
+        EXPECT_EQ(a, sym) << path;
+        EXPECT_EQ(b, sym) << path;
       }
       // A corrupted word must be rejected identically by both decoders.
       if (sz == tz::kRansStateBytes) continue;  // short streams may carry no word
       Bytes bad(payload.begin(), payload.begin() + (long)sz);
-      bad[tz::kRansStateBytes + (sz - tz::kRansStateBytes) / 2] ^= 0x5A;
+      const size_t mid = tz::kRansStateBytes + (sz - tz::kRansStateBytes) / 2;
+      ASSERT_LT(mid, bad.size());
+      bad.at(mid) ^= 0x5A;
       const int st = tz::rans_decode_ctx(bad.data(), sz, n, dec.data(), rc, out.data());
-      if (tz::cpu::simd_available()) {
-        EXPECT_EQ(tz::cpu::rans_decode_simd(bad.data(), sz, n, dec.data(), out_simd.data(), rc), st);
-      }
+      for (const tz::cpu::CodecKernels* k : kernels)
+        EXPECT_EQ(k->rans_decode(bad.data(), sz, n, dec.data(), rc, out_simd.data()), st)
+            << tz::cpu::simd_path_name(k->path);
     }
   }
 }

@@ -1,143 +1,513 @@
-// The AVX-512 kernels of the CPU backend must produce exactly the bytes and
-// statuses of the portable codec (src/codec), which is also what the GPU
-// runs. Skipped where the CPU lacks AVX-512.
+// Every kernel set of the CPU backend (src/cpu/kernels.h: portable, AVX2,
+// AVX-512, NEON) must produce exactly the bytes and statuses of the portable
+// codec (src/codec), which is also what the GPU runs, and the portable coder
+// exactly those of the plain reference written from doc/format.md
+// (tests/support/ref_rans.h). Each test runs every path this build and CPU
+// have and prints the ones it skipped ("[ PATH SKIP ]").
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "codec/fields.h"
+#include "codec/format.h"
 #include "codec/rans.h"
-#include "cpu/simd_x86.h"
+#include "cpu/kernels.h"
+#include "cpu/simd_path.h"
+#include "ref_rans.h"
+#include "simd_paths.h"
+#include "tensorzip/tensorzip.h"
+#include "tz_test_data.h"
 
 namespace {
 
-// A frequency table exercising the edge cases of the SIMD quotient:
-// freq 1, freq 4095/4096 neighbours, primes, powers of two.
+using tz::cpu::CodecKernels;
+using tz::cpu::kPortableKernels;
+using Bytes = std::vector<uint8_t>;
+
+const char* test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+#define SIMD_KERNELS_OR_SKIP(var)                                              \
+  const auto var = tz::test::simd_kernels_to_test(test_name());                \
+  if (var.empty()) GTEST_SKIP() << "no SIMD kernel set on this CPU and build: nothing to compare"
+
+// Frequency tables exercising the edge cases of the SIMD quotient and of
+// the table lookups: freq 1, 4095/4096, primes, powers of two, symbols 0 and
+// 255, single-symbol tables.
 std::vector<uint32_t> table_for(int which) {
   std::vector<uint32_t> f(256, 0);
   switch (which) {
-    case 0:  // one symbol takes everything
-      f[7] = 4096;
-      break;
-    case 1:  // one dominant, one rare
-      f[0] = 4095;
-      f[255] = 1;
-      break;
-    case 2: {  // many singletons and a few large primes
+    case 0: f[7] = 4096; break;                  // one symbol takes everything
+    case 1: f[0] = 4095, f[255] = 1; break;      // one dominant, one rare
+    case 2: f[255] = 4095, f[0] = 1; break;      // the same, mirrored
+    case 3: f[0] = 2048, f[1] = 2048; break;     // powers of two
+    case 4: f[255] = 4096; break;                // single symbol at the top
+    case 5: {                                    // many singletons and a few large primes
       uint32_t sum = 0;
       for (int s = 0; s < 200; ++s) f[s] = 1, sum += 1;
       f[200] = 1021, f[201] = 2039, sum += 3060;
       f[202] = 4096 - sum;
       break;
     }
-    default: {  // pseudo-random positive table
+    case 6:  // every symbol, 16 each
+      for (auto& v : f) v = 16;
+      break;
+    case 7: f[3] = 2049, f[4] = 2047; break;  // just over and under one half
+    default: {  // pseudo-random positive tables
       std::mt19937 rng(which);
       std::vector<uint64_t> c(256);
-      for (auto& v : c) v = 1 + rng() % 1000;
+      for (auto& v : c) v = (rng() % 3 == 0) ? 0 : 1 + rng() % (which % 2 ? 1000 : 5);
+      c[rng() % 256] += 1;
       tz::rans_normalize(c.data(), f.data());
     }
   }
   return f;
 }
+constexpr int kTables = 16;
 
-std::vector<uint8_t> symbols_for(const std::vector<uint32_t>& f, uint32_t n, uint32_t seed) {
-  std::vector<uint8_t> present;
-  for (int s = 0; s < 256; ++s)
-    for (uint32_t j = 0; j < f[s]; ++j) present.push_back((uint8_t)s);  // sample by frequency
+// Symbols drawn by frequency from ctx.n tables (table of each symbol chosen
+// by its lane's previous symbol, as the coder does).
+Bytes symbols_for(const std::vector<uint32_t>& f, const tz::RansCtx& ctx, uint32_t n, uint32_t seed) {
+  std::vector<std::vector<uint8_t>> by_table(ctx.n);
+  for (uint32_t c = 0; c < ctx.n; ++c)
+    for (int s = 0; s < 256; ++s)
+      for (uint32_t j = 0; j < f[256 * c + s]; ++j) by_table[c].push_back((uint8_t)s);
   std::mt19937 rng(seed);
-  std::vector<uint8_t> out(n);
-  for (auto& v : out) v = present[rng() % present.size()];
+  Bytes out(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t c = (ctx.n > 1 && i >= (uint32_t)tz::kLanes) ? tz::rans_ctx_of(out[i - tz::kLanes], ctx) : 0;
+    out[i] = by_table[c][rng() % by_table[c].size()];
+  }
   return out;
 }
 
-TEST(Simd, EncoderAndDecoderMatchPortableCode) {
-  if (!tz::cpu::simd_available()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  for (int which = 0; which < 12; ++which) {
-    const auto f = table_for(which);
-    std::vector<tz::RansEncSym> enc(256);
-    tz::rans_build_enc(f.data(), enc.data());
-    tz::cpu::SimdEncTable senc;
-    tz::cpu::build_simd_enc(f.data(), &senc);
-    std::vector<uint32_t> dec(tz::kProbScale);
-    tz::rans_build_dec(f.data(), dec.data());
-    for (uint32_t n : {0u, 1u, 31u, 32u, 33u, 100u, 4096u, 65536u + 17u}) {
-      const auto sym = symbols_for(f, n, which * 1000 + n);
-      std::vector<uint16_t> w1(n + 1), w2(n + 1);
-      std::vector<uint8_t> o1(tz::kRansStateBytes + 2 * (size_t)n + 8), o2(o1.size());
-      const size_t limit = o1.size();
-      const size_t s1 = tz::rans_encode(sym.data(), n, enc.data(), w1.data(), o1.data(), limit);
-      const size_t s2 = tz::cpu::rans_encode_simd(sym.data(), n, senc, w2.data(), o2.data(), limit);
-      ASSERT_EQ(s1, s2) << "table " << which << " n " << n;
-      ASSERT_EQ(0, memcmp(o1.data(), o2.data(), s1)) << "table " << which << " n " << n;
-      if (!s1) continue;
-      std::vector<uint8_t> d1(n), d2(n);
-      ASSERT_EQ(tz::kOk, tz::rans_decode(o1.data(), s1, n, dec.data(), d1.data()));
-      ASSERT_EQ(tz::kOk, tz::cpu::rans_decode_simd(o1.data(), s1, n, dec.data(), d2.data()));
-      EXPECT_EQ(sym, d1);
-      EXPECT_EQ(sym, d2);
-      // Paired decoding gives the same result for both streams.
-      std::vector<uint8_t> d3(n), d4(n);
-      int sa = -1, sb = -1;
-      tz::cpu::rans_decode2_simd(tz::cpu::RansStream{o1.data(), s1, n, dec.data(), d3.data()}, &sa,
-                                 tz::cpu::RansStream{o1.data(), s1, n, dec.data(), d4.data()}, &sb);
-      EXPECT_EQ(tz::kOk, sa);
-      EXPECT_EQ(tz::kOk, sb);
-      EXPECT_EQ(sym, d3);
-      EXPECT_EQ(sym, d4);
+// Every table form of ctx.n tables.
+struct Tables {
+  std::vector<uint32_t> freq;
+  std::vector<tz::RansEncSym> enc;
+  std::vector<uint32_t> fst;
+  std::vector<uint32_t> dec;
+  explicit Tables(const std::vector<uint32_t>& f) : freq(f), enc(f.size()), fst(f.size()) {
+    const size_t nc = f.size() / 256;
+    dec.resize(nc * tz::kProbScale);
+    for (size_t c = 0; c < nc; ++c) {
+      tz::rans_build_enc(f.data() + 256 * c, enc.data() + 256 * c);
+      tz::cpu::build_freq_start(f.data() + 256 * c, fst.data() + 256 * c);
+      tz::rans_build_dec(f.data() + 256 * c, dec.data() + tz::kProbScale * c);
+    }
+  }
+  tz::cpu::EncTables et() const { return {enc.data(), fst.data()}; }
+};
+
+// Encodes with a kernel table; returns the payload ({} when the encoder said
+// it would not fit under limit).
+Bytes encode_with(const CodecKernels& k, const Bytes& sym, const Tables& t, const tz::RansCtx& ctx,
+                  size_t limit = SIZE_MAX) {
+  const uint32_t n = (uint32_t)sym.size();
+  std::vector<uint16_t> words(n + 1);
+  Bytes out(tz::kRansStateBytes + 2 * (size_t)n + 8);
+  const size_t sz = k.rans_encode(sym.data(), n, t.et(), ctx, words.data(), out.data(), limit);
+  out.resize(sz);
+  return out;
+}
+
+Bytes merged_bf16(const Bytes& exps, const Bytes& mant) {
+  Bytes v(2 * exps.size());
+  for (size_t i = 0; i < exps.size(); ++i) tz::store_le16(v.data() + 2 * i, tz::merge_elem_bf16(exps[i], mant[i]));
+  return v;
+}
+
+// Decodes one payload with every decoding entry of k (single, BF16 fused,
+// both two-stream forms against a second stream) and checks each against
+// the portable entry: same status, and same bytes when it succeeds.
+void expect_decoders_match(const CodecKernels& k, const Bytes& in, uint32_t n, const Tables& t, const tz::RansCtx& ctx,
+                           const Bytes& other, uint32_t n_other, const Tables& t_other, const tz::RansCtx& ctx_other,
+                           const std::string& what) {
+  const std::string tag = std::string(tz::cpu::simd_path_name(k.path)) + " " + what;
+  Bytes d0(n + 1, 0xEE), d1(n + 1, 0xEE);
+  const int s0 = kPortableKernels.rans_decode(in.data(), in.size(), n, t.dec.data(), ctx, d0.data());
+  const int s1 = k.rans_decode(in.data(), in.size(), n, t.dec.data(), ctx, d1.data());
+  ASSERT_EQ(s0, s1) << tag;
+  if (s0 == tz::kOk) {
+    ASSERT_EQ(d0, d1) << tag;
+  }
+  EXPECT_EQ(d1[n], 0xEE) << tag << ": wrote past the end";
+
+  const Bytes mant = tzt::hash_stream(n, n * 7 + 1);
+  Bytes b0(2 * (size_t)n + 2, 0xEE), b1(2 * (size_t)n + 2, 0xEE);
+  const int f0 = kPortableKernels.rans_decode_bf16(in.data(), in.size(), n, t.dec.data(), ctx, mant.data(), b0.data());
+  const int f1 = k.rans_decode_bf16(in.data(), in.size(), n, t.dec.data(), ctx, mant.data(), b1.data());
+  ASSERT_EQ(f0, s0) << tag << " (portable BF16 form)";
+  ASSERT_EQ(f0, f1) << tag << " (BF16 form)";
+  if (f0 == tz::kOk) {
+    ASSERT_EQ(b0, b1) << tag << " (BF16 form)";
+    Bytes want = merged_bf16(Bytes(d0.begin(), d0.begin() + n), mant);
+    want.resize(b0.size(), 0xEE);
+    ASSERT_EQ(b0, want) << tag << " (BF16 form merges)";
+  }
+  EXPECT_EQ(b1[2 * (size_t)n], 0xEE) << tag << ": BF16 form wrote past the end";
+
+  // Two streams in lockstep, in both orders.
+  int so = -1;
+  Bytes o0(n_other + 1);
+  so = kPortableKernels.rans_decode(other.data(), other.size(), n_other, t_other.dec.data(), ctx_other, o0.data());
+  for (int order = 0; order < 2; ++order) {
+    Bytes a(n + 1, 0xEE), b(n_other + 1, 0xEE);
+    int sa = -1, sb = -1;
+    const tz::cpu::RansStream ra{in.data(), in.size(), n, t.dec.data(), a.data(), ctx};
+    const tz::cpu::RansStream rb{other.data(), other.size(), n_other, t_other.dec.data(), b.data(), ctx_other};
+    if (order == 0)
+      k.rans_decode2(ra, &sa, rb, &sb);
+    else
+      k.rans_decode2(rb, &sb, ra, &sa);
+    ASSERT_EQ(sa, s0) << tag << " (pair, order " << order << ")";
+    ASSERT_EQ(sb, so) << tag << " (pair partner, order " << order << ")";
+    if (sa == tz::kOk) {
+      ASSERT_TRUE(std::equal(a.begin(), a.begin() + n, d0.begin())) << tag << " (pair)";
+    }
+    if (sb == tz::kOk) {
+      ASSERT_TRUE(std::equal(b.begin(), b.begin() + n_other, o0.begin())) << tag << " (pair)";
+    }
+
+    const Bytes mant_b = tzt::hash_stream(n_other, 99);
+    Bytes fa(2 * (size_t)n, 0), fb(2 * (size_t)n_other, 0);
+    int ta = -1, tb = -1;
+    const tz::cpu::RansStream qa{in.data(), in.size(), n, t.dec.data(), fa.data(), ctx};
+    const tz::cpu::RansStream qb{other.data(), other.size(), n_other, t_other.dec.data(), fb.data(), ctx_other};
+    if (order == 0)
+      k.rans_decode2_bf16(qa, mant.data(), &ta, qb, mant_b.data(), &tb);
+    else
+      k.rans_decode2_bf16(qb, mant_b.data(), &tb, qa, mant.data(), &ta);
+    ASSERT_EQ(ta, s0) << tag << " (BF16 pair)";
+    ASSERT_EQ(tb, so) << tag << " (BF16 pair partner)";
+    if (ta == tz::kOk) {
+      ASSERT_TRUE(std::equal(fa.begin(), fa.end(), b0.begin())) << tag << " (BF16 pair)";
+    }
+    if (tb == tz::kOk) {
+      ASSERT_EQ(fb, merged_bf16(Bytes(o0.begin(), o0.begin() + n_other), mant_b)) << tag;
     }
   }
 }
 
-TEST(Simd, QuotientExactAtEveryRemainderBoundary) {
-  if (!tz::cpu::simd_available()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  // A two-symbol table (f, 4096 - f) driven so that states land on
-  // multiples of f and their neighbours: compare whole encodings for every
-  // freq value from 1 to 4095.
-  for (uint32_t fa = 1; fa < 4096; fa += (fa < 64 ? 1 : 37)) {
+const uint32_t kSizes[] = {0, 1, 2, 31, 32, 33, 63, 64, 65, 95, 96, 97, 100, 255, 256, 257, 1000, 4096, 65536 + 17};
+
+TEST(Simd, PortableCoderMatchesTheReference) {
+  // The fast portable coder (branch-free renormalisation) against the plain
+  // reference: same payload bytes, and the reference decodes them back.
+  for (int which = 0; which < kTables; ++which) {
+    const Tables t(table_for(which));
+    for (uint32_t n : kSizes) {
+      const Bytes sym = symbols_for(t.freq, tz::RansCtx{}, n, which * 1000 + n);
+      const Bytes ref = tz::ref::rans_encode(sym.data(), n, t.freq.data(), tz::RansCtx{});
+      const Bytes got = encode_with(kPortableKernels, sym, t, tz::RansCtx{});
+      ASSERT_EQ(got, ref) << "table " << which << " n " << n;
+      Bytes back(n);
+      ASSERT_EQ(tz::ref::rans_decode(ref.data(), ref.size(), n, t.freq.data(), tz::RansCtx{}, back.data()), tz::kOk);
+      ASSERT_EQ(back, sym);
+      ASSERT_EQ(tz::rans_decode(ref.data(), ref.size(), n, t.dec.data(), back.data()), tz::kOk);
+      ASSERT_EQ(back, sym);
+    }
+  }
+}
+
+TEST(Simd, EncoderAndDecoderMatchPortableCode) {
+  SIMD_KERNELS_OR_SKIP(ks);
+  for (const CodecKernels* k : ks) {
+    for (int which = 0; which < kTables; ++which) {
+      const Tables t(table_for(which));
+      const Tables t2(table_for((which + 5) % kTables));
+      for (uint32_t n : kSizes) {
+        const Bytes sym = symbols_for(t.freq, tz::RansCtx{}, n, which * 1000 + n);
+        const Bytes p = encode_with(kPortableKernels, sym, t, tz::RansCtx{});
+        const Bytes s = encode_with(*k, sym, t, tz::RansCtx{});
+        ASSERT_EQ(p, s) << tz::cpu::simd_path_name(k->path) << " table " << which << " n " << n;
+        // The size limit: refused at exactly the payload size, kept one above.
+        EXPECT_TRUE(encode_with(*k, sym, t, tz::RansCtx{}, p.size()).empty());
+        EXPECT_EQ(encode_with(*k, sym, t, tz::RansCtx{}, p.size() + 1), p);
+        const uint32_t n2 = (n * 3) % 5000 + 1;
+        const Bytes other = encode_with(kPortableKernels, symbols_for(t2.freq, tz::RansCtx{}, n2, n), t2, tz::RansCtx{});
+        expect_decoders_match(*k, p, n, t, tz::RansCtx{}, other, n2, t2, tz::RansCtx{},
+                              "table " + std::to_string(which) + " n " + std::to_string(n));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(Simd, LaneContextStreamsMatch) {
+  // Every context count and base at the symbol range's edges, short streams
+  // (partial first and last steps) and long ones, paired with a plain stream.
+  SIMD_KERNELS_OR_SKIP(ks);
+  std::mt19937 rng(11);
+  for (uint32_t nc = 2; nc <= tz::kMaxContexts; ++nc)
+    for (uint32_t base : {0u, 3u, 250u, 254u, 255u}) {
+      std::vector<uint32_t> f;
+      for (uint32_t c = 0; c < nc; ++c) {
+        const auto tc = table_for((int)(8 + (c + base) % 8));
+        f.insert(f.end(), tc.begin(), tc.end());
+      }
+      const Tables t(f);
+      const tz::RansCtx ctx{base, nc};
+      const Tables tp(table_for(9));
+      for (uint32_t n : {1u, 31u, 32u, 33u, 64u, 65u, 70u, 1000u + (uint32_t)(rng() % 5000), 65536u}) {
+        const Bytes sym = symbols_for(t.freq, ctx, n, n * 31 + nc);
+        const Bytes ref = tz::ref::rans_encode(sym.data(), n, t.freq.data(), ctx);
+        ASSERT_EQ(encode_with(kPortableKernels, sym, t, ctx), ref) << "portable n " << n;
+        const Bytes plain = encode_with(kPortableKernels, symbols_for(tp.freq, {}, 777, n), tp, {});
+        for (const CodecKernels* k : ks) {
+          ASSERT_EQ(encode_with(*k, sym, t, ctx), ref)
+              << tz::cpu::simd_path_name(k->path) << " n " << n << " contexts " << nc << " base " << base;
+          expect_decoders_match(*k, ref, n, t, ctx, plain, 777, tp, {},
+                                "contexts " + std::to_string(nc) + " base " + std::to_string(base));
+          expect_decoders_match(*k, ref, n, t, ctx, ref, n, t, ctx, "two context streams");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+}
+
+TEST(Simd, QuotientExactAtEveryFrequency) {
+  // A two-symbol table (f, 4096 - f) for every f: the states land on all
+  // remainders of the SIMD quotient's correction steps.
+  SIMD_KERNELS_OR_SKIP(ks);
+  for (uint32_t fa = 1; fa < 4096; ++fa) {
     std::vector<uint32_t> f(256, 0);
     f[1] = fa;
     f[2] = 4096 - fa;
-    std::vector<tz::RansEncSym> enc(256);
-    tz::rans_build_enc(f.data(), enc.data());
-    tz::cpu::SimdEncTable senc;
-    tz::cpu::build_simd_enc(f.data(), &senc);
-    const uint32_t n = 32 * 64;
-    std::vector<uint8_t> sym(n);
+    const Tables t(f);
+    const uint32_t n = 32 * 48 + 5;
+    Bytes sym(n);
     std::mt19937 rng(fa);
     for (auto& v : sym) v = (rng() % 4096 < fa) ? 1 : 2;
-    std::vector<uint16_t> w1(n), w2(n);
-    std::vector<uint8_t> o1(tz::kRansStateBytes + 2 * n + 8), o2(o1.size());
-    const size_t s1 = tz::rans_encode(sym.data(), n, enc.data(), w1.data(), o1.data(), o1.size());
-    const size_t s2 = tz::cpu::rans_encode_simd(sym.data(), n, senc, w2.data(), o2.data(), o2.size());
-    ASSERT_EQ(s1, s2) << "freq " << fa;
-    ASSERT_EQ(0, memcmp(o1.data(), o2.data(), s1)) << "freq " << fa;
+    const Bytes p = encode_with(kPortableKernels, sym, t, {});
+    for (const CodecKernels* k : ks)
+      ASSERT_EQ(encode_with(*k, sym, t, {}), p) << tz::cpu::simd_path_name(k->path) << " freq " << fa;
   }
 }
 
 TEST(Simd, CorruptStreamsGiveTheSameStatus) {
-  if (!tz::cpu::simd_available()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  const auto f = table_for(5);
-  std::vector<tz::RansEncSym> enc(256);
-  tz::rans_build_enc(f.data(), enc.data());
-  std::vector<uint32_t> dec(tz::kProbScale);
-  tz::rans_build_dec(f.data(), dec.data());
-  const uint32_t n = 3000;
-  const auto sym = symbols_for(f, n, 99);
-  std::vector<uint16_t> w(n);
-  std::vector<uint8_t> o(tz::kRansStateBytes + 2 * n + 8);
-  const size_t sz = tz::rans_encode(sym.data(), n, enc.data(), w.data(), o.data(), o.size());
-  ASSERT_GT(sz, 0u);
+  // Bit flips, truncations (even and odd lengths), extra bytes and garbage
+  // states, with and without lane contexts: every decoding entry of every
+  // path returns the portable (and reference) status, and the same symbols
+  // when it accepts.
+  SIMD_KERNELS_OR_SKIP(ks);
   std::mt19937 rng(1);
-  for (int trial = 0; trial < 2000; ++trial) {
-    std::vector<uint8_t> c(o.begin(), o.begin() + sz);
-    c[rng() % sz] ^= (uint8_t)(1u << (rng() % 8));
-    const size_t len = trial % 3 == 0 ? sz - 2 * (rng() % 8) : sz;
-    std::vector<uint8_t> d1(n), d2(n);
-    const int a = tz::rans_decode(c.data(), len, n, dec.data(), d1.data());
-    const int b = tz::cpu::rans_decode_simd(c.data(), len, n, dec.data(), d2.data());
-    ASSERT_EQ(a, b) << "trial " << trial;
-    if (a == tz::kOk) {
-      EXPECT_EQ(d1, d2);
+  for (uint32_t nc : {1u, 3u}) {
+    std::vector<uint32_t> f;
+    for (uint32_t c = 0; c < nc; ++c) {
+      const auto tc = table_for(9 + (int)c);
+      f.insert(f.end(), tc.begin(), tc.end());
+    }
+    const Tables t(f);
+    const tz::RansCtx ctx{nc > 1 ? 100u : 0u, nc};
+    for (uint32_t n : {3000u, 97u, 40u}) {
+      const Bytes sym = symbols_for(t.freq, ctx, n, 99 + n);
+      const Bytes good = encode_with(kPortableKernels, sym, t, ctx);
+      ASSERT_FALSE(good.empty());
+      for (int trial = 0; trial < 700; ++trial) {
+        Bytes c = good;
+        switch (trial % 5) {
+          case 0: c[rng() % c.size()] ^= (uint8_t)(1u << (rng() % 8)); break;
+          case 1: c.resize(c.size() - std::min<size_t>(c.size(), 1 + rng() % 16)); break;
+          case 2: c.resize(c.size() + 1 + rng() % 8, (uint8_t)rng()); break;
+          case 3: c[tz::kRansStateBytes + rng() % (c.size() - tz::kRansStateBytes + 1) - 1] ^= (uint8_t)rng(); break;
+          default:
+            for (int i = 0; i < 4; ++i) c[rng() % tz::kRansStateBytes] = (uint8_t)rng();
+        }
+        Bytes want(n);
+        const int st = tz::ref::rans_decode(c.data(), c.size(), n, t.freq.data(), ctx, want.data());
+        Bytes got(n);
+        ASSERT_EQ(kPortableKernels.rans_decode(c.data(), c.size(), n, t.dec.data(), ctx, got.data()), st)
+            << "portable, trial " << trial;
+        if (st == tz::kOk) {
+          ASSERT_EQ(got, want);
+        }
+        for (const CodecKernels* k : ks) {
+          expect_decoders_match(*k, c, n, t, ctx, good, n, t, ctx, "trial " + std::to_string(trial));
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(Simd, FieldKernelsMatchPortable) {
+  // split, merge, min/max and histogram of every dtype and stream, odd sizes
+  // around every vector width, unaligned buffers.
+  SIMD_KERNELS_OR_SKIP(ks);
+  const uint8_t dtypes[] = {tz::kBytes, tz::kBF16, tz::kF16, tz::kF32, tz::kF8E4M3, tz::kF8E5M2};
+  const uint32_t sizes[] = {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1023, 1024, 1025, 4097};
+  for (const CodecKernels* k : ks)
+    for (uint8_t dt : dtypes)
+      for (uint32_t n : sizes)
+        for (int off = 0; off < 2; ++off) {
+          const std::string tag = std::string(tz::cpu::simd_path_name(k->path)) + " dtype " + std::to_string(dt) +
+                                  " n " + std::to_string(n) + " offset " + std::to_string(off);
+          const uint32_t es = tz::dtype_elem_size(dt);
+          const int K = tz::dtype_stream_count(dt);
+          // Real-looking and random bytes alike: a hash stream with every
+          // fourth element's high bytes copied, so exponents repeat.
+          Bytes buf = tzt::hash_stream((size_t)n * es + off, n + dt);
+          for (uint32_t i = 4; i < n; i += 4) buf[off + (size_t)i * es + es - 1] = buf[off + es - 1];
+          const uint8_t* src = buf.data() + off;
+          Bytes ps[4], ss[4];
+          uint8_t* pp[4];
+          uint8_t* sp[4];
+          for (int s = 0; s < 4; ++s) {
+            ps[s].assign(n + 1, 0xEE), ss[s].assign(n + 1 + off, 0xEE);
+            pp[s] = ps[s].data(), sp[s] = ss[s].data() + off;
+          }
+          kPortableKernels.split(dt, src, n, pp);
+          k->split(dt, src, n, sp);
+          for (int s = 0; s < K; ++s)
+            ASSERT_TRUE(std::equal(ps[s].begin(), ps[s].end(), sp[s])) << tag << " split " << s;
+          Bytes pm((size_t)n * es + 1, 0xEE), sm((size_t)n * es + 1 + off, 0xEE);
+          const uint8_t* cpp[4] = {pp[0], pp[1], pp[2], pp[3]};
+          const uint8_t* csp[4] = {sp[0], sp[1], sp[2], sp[3]};
+          kPortableKernels.merge(dt, cpp, n, pm.data());
+          k->merge(dt, csp, n, sm.data() + off);
+          ASSERT_TRUE(std::equal(pm.begin(), pm.end(), sm.begin() + off)) << tag << " merge";
+          ASSERT_TRUE(std::equal(pm.begin(), pm.end() - 1, src)) << tag << " merge inverts split";
+          for (int s = 0; s < K; ++s) {
+            uint8_t lo0 = 1, hi0 = 2, lo1 = 3, hi1 = 4;
+            kPortableKernels.minmax(dt, s, src, n, &lo0, &hi0);
+            k->minmax(dt, s, src, n, &lo1, &hi1);
+            ASSERT_EQ(lo0, lo1) << tag << " min of stream " << s;
+            ASSERT_EQ(hi0, hi1) << tag << " max of stream " << s;
+            std::vector<uint64_t> h0(256), h1(256), want(256);
+            for (int v = 0; v < 256; ++v) h0[v] = h1[v] = want[v] = (uint64_t)v * 3;  // histograms add up
+            kPortableKernels.histogram(dt, s, src, n, h0.data());
+            k->histogram(dt, s, src, n, h1.data());
+            uint8_t lo = 255, hi = 0;  // straight from the format's per-element rule
+            for (uint32_t i = 0; i < n; ++i) {
+              const uint8_t b = tz::field_byte(dt, src, i, s);
+              ++want[b], lo = std::min(lo, b), hi = std::max(hi, b);
+            }
+            ASSERT_EQ(h0, want) << tag << " portable histogram of stream " << s;
+            ASSERT_EQ(h0, h1) << tag << " histogram of stream " << s;
+            ASSERT_EQ(lo0, lo) << tag << " portable min of stream " << s;
+            ASSERT_EQ(hi0, hi) << tag << " portable max of stream " << s;
+          }
+        }
+}
+
+// ------------------------------------------------- whole frames per path --
+
+struct FrameCase {
+  std::string name;
+  tz_dtype dt;
+  Bytes data;
+};
+
+std::vector<FrameCase> frame_cases() {
+  std::vector<FrameCase> cs;
+  const Bytes bf16 = tzt::concat(tzt::bf16_slice());
+  const Bytes f32 = tzt::concat(tzt::fp32_slice());
+  const std::vector<float> fv = tzt::as_floats_f32(f32);
+  const std::vector<float> small(fv.begin(), fv.begin() + std::min<size_t>(fv.size(), 300000));
+  cs.push_back({"bf16 slice", TZ_DTYPE_BF16, bf16});
+  cs.push_back({"fp32 slice", TZ_DTYPE_F32, Bytes(f32.begin(), f32.begin() + std::min<size_t>(f32.size(), 1200000))});
+  cs.push_back({"f16 cast", TZ_DTYPE_F16, tzt::to_f16(small)});
+  cs.push_back({"e4m3 cast", TZ_DTYPE_F8_E4M3, tzt::to_f8_e4m3(small)});
+  cs.push_back({"e5m2 cast", TZ_DTYPE_F8_E5M2, tzt::to_f8_e5m2(small)});
+  cs.push_back({"bf16 odd size", TZ_DTYPE_BF16, Bytes(bf16.begin(), bf16.begin() + 2 * 70001 + 1)});
+  cs.push_back({"bf16 block+1", TZ_DTYPE_BF16, Bytes(bf16.begin(), bf16.begin() + 2 * (65536 + 1))});
+  cs.push_back({"bf16 33 elements", TZ_DTYPE_BF16, Bytes(bf16.begin(), bf16.begin() + 66)});
+  cs.push_back({"f32 one element", TZ_DTYPE_F32, Bytes(f32.begin(), f32.begin() + 4)});
+  cs.push_back({"random bf16", TZ_DTYPE_BF16, tzt::hash_stream(2 * 100000, 5)});
+  cs.push_back({"zeros f32", TZ_DTYPE_F32, Bytes(4 * 90000, 0)});
+  cs.push_back({"bytes", TZ_DTYPE_BYTES, Bytes(bf16.begin(), bf16.begin() + 300001)});
+  return cs;
+}
+
+Bytes compress_frame(const FrameCase& c, int level, unsigned block_elems) {
+  tz_params p{};
+  p.dtype = c.dt;
+  p.level = level;
+  p.block_elems = block_elems;
+  p.threads = 1;
+  Bytes out(tz_compress_bound(c.data.size()));
+  const size_t r = tz_compress(out.data(), out.size(), c.data.data(), c.data.size(), &p);
+  EXPECT_FALSE(tz_is_error(r)) << c.name << ": " << tz_last_error_detail();
+  out.resize(tz_is_error(r) ? 0 : r);
+  return out;
+}
+
+TEST(Simd, FramesAreIdenticalOnEveryPath) {
+  // The same frame bytes from every path at every level and two block
+  // sizes, and every path decodes every frame.
+  const auto paths = tz::test::paths_to_test(test_name());
+  if (paths.size() < 2) GTEST_SKIP() << "only the portable path runs here: nothing to compare";
+  for (const FrameCase& c : frame_cases())
+    for (int level = -1; level <= 3; ++level)
+      for (unsigned be : {0u, 4096u}) {
+        Bytes want;
+        {
+          tz::cpu::ScopedSimdPath sp(tz::cpu::SimdPath::kPortable);
+          want = compress_frame(c, level, be);
+        }
+        for (auto path : paths) {
+          tz::cpu::ScopedSimdPath sp(path);
+          const std::string tag =
+              c.name + " level " + std::to_string(level) + " block " + std::to_string(be) + " " + tz_simd_path();
+          ASSERT_STREQ(tz_simd_path(), tz::cpu::simd_path_name(path));
+          ASSERT_EQ(compress_frame(c, level, be), want) << tag;
+          Bytes back(c.data.size() + 1);
+          const size_t r = tz_decompress(back.data(), back.size(), want.data(), want.size(), 1);
+          ASSERT_FALSE(tz_is_error(r)) << tag << ": " << tz_last_error_detail();
+          back.resize(r);
+          ASSERT_EQ(back, c.data) << tag;
+        }
+      }
+}
+
+TEST(Simd, CorruptFramesGiveTheSameResultOnEveryPath) {
+  // Damaged block bytes (the header CRC covers the prefix, so the damage
+  // reaches the block decoders): every path reports the same error, the
+  // same message (naming the same block) and the same first bad block.
+  const auto paths = tz::test::paths_to_test(test_name());
+  if (paths.size() < 2) GTEST_SKIP() << "only the portable path runs here: nothing to compare";
+  std::mt19937 rng(7);
+  const auto cases = frame_cases();
+  for (size_t ci : {0u, 1u, 2u, 3u, 5u}) {
+    FrameCase c = cases[ci];
+    c.data.resize(std::min<size_t>(c.data.size(), 300000) / 4 * 4 + (c.data.size() % 2));  // keeps odd sizes odd
+    for (int level : {1, 3}) {
+      const Bytes good = compress_frame(c, level, 4096);
+      const size_t prefix = tz_frame_prefix_size(good.data(), good.size());
+      ASSERT_FALSE(tz_is_error(prefix));
+      for (int trial = 0; trial < 40; ++trial) {
+        Bytes bad = good;
+        const int flips = 1 + trial % 3;
+        for (int f = 0; f < flips; ++f) bad[prefix + rng() % (bad.size() - prefix)] ^= (uint8_t)(1u << (rng() % 8));
+        size_t want_r = 0;
+        unsigned want_block = 0;
+        std::string want_msg;
+        Bytes want_out;
+        for (auto path : paths) {
+          tz::cpu::ScopedSimdPath sp(path);
+          Bytes out(c.data.size());
+          const size_t r = tz_decompress(out.data(), out.size(), bad.data(), bad.size(), 1);
+          const std::string msg = tz_is_error(r) ? tz_last_error_detail() : "";
+          unsigned block = 0;
+          tz_verify(bad.data(), bad.size(), 1, &block);
+          if (path == tz::cpu::SimdPath::kPortable) {
+            want_r = r, want_block = block, want_msg = msg, want_out = out;
+            continue;
+          }
+          const std::string tag = c.name + " level " + std::to_string(level) + " trial " + std::to_string(trial) +
+                                  " " + tz_simd_path();
+          ASSERT_EQ(r, want_r) << tag;
+          ASSERT_EQ(msg, want_msg) << tag;
+          ASSERT_EQ(block, want_block) << tag;
+          if (!tz_is_error(r)) {
+            ASSERT_EQ(out, want_out) << tag;
+          }
+        }
+      }
     }
   }
 }

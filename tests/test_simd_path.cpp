@@ -50,4 +50,21 @@ TEST(SimdPath, ScopedPathSwitchesAndRestores) {
   }
 }
 
+TEST(SimdPath, CApiSwitchesPaths) {
+  const SimdPath before = tz::cpu::active_simd_path();
+  for (SimdPath p : tz::cpu::kAllSimdPaths) {
+    const int r = tz_set_simd_path(tz::cpu::simd_path_name(p));
+    if (tz::cpu::simd_path_supported(p)) {
+      EXPECT_EQ(r, 0);
+      EXPECT_STREQ(tz_simd_path(), tz::cpu::simd_path_name(p));
+    } else {
+      EXPECT_EQ(r, -1) << tz::cpu::simd_path_name(p);
+    }
+  }
+  EXPECT_EQ(tz_set_simd_path("sse9"), -1);
+  EXPECT_EQ(tz_set_simd_path(nullptr), -1);
+  EXPECT_EQ(tz_set_simd_path(tz::cpu::simd_path_name(before)), 0);
+  EXPECT_EQ(tz::cpu::active_simd_path(), before);
+}
+
 }  // namespace

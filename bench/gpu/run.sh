@@ -112,6 +112,20 @@ if [ "${TZ_SKIP_TESTS:-0}" != 1 ] && [ "${TZ_SKIP_PY:-0}" != 1 ]; then
       >>"$OUT/py_tests.txt" 2>&1
     echo "python test_dcp.py -k 'cuda or tensor_writer' exit code $?"
     grep -E "passed|failed|skipped|Error|assert|ok cuda|write stats" "$OUT/py_tests.txt" | tail -15
+    # Resident weights on the GPU (issue 17): frames in device memory decoded per block by the
+    # CUDA plan on a side stream, outputs bit-identical to the plain model, CUDA graph capture and
+    # replay, a corrupt frame reported; then the benchmark rows (GPT and a 4096-wide block).
+    # Appended to py_tests.txt ($OUT holds 8 files at most).
+    stamp "resident weights on the GPU (test_resident.py -k cuda, bench/resident_bench.py)"
+    export TZ_GPT_FIXTURE="$PWD/.device-data/step400-model-bf16.safetensors"
+    { TZ_REQUIRE_RESIDENT_CUDA=1 TZ_PY_ALLOW_NO_CLI=1 PYTHONPATH="$PYPKG${PYTHONPATH:+:$PYTHONPATH}" \
+        timeout 240 "$PY" -m pytest -p no:cacheprovider -ra -q python/tests/test_resident.py -k cuda
+      echo "python test_resident.py -k cuda exit code $?"
+      PYTHONPATH="$PYPKG${PYTHONPATH:+:$PYTHONPATH}" timeout 120 "$PY" bench/resident_bench.py --device cuda \
+        --models gpt --dtypes bfloat16 --runs 30
+      PYTHONPATH="$PYPKG${PYTHONPATH:+:$PYTHONPATH}" timeout 180 "$PY" bench/resident_bench.py --gpu-block --runs 20
+    } >>"$OUT/py_tests.txt" 2>&1
+    grep -E "test_resident.py -k cuda exit|passed|failed|^\| |GPU block|Error" "$OUT/py_tests.txt" | tail -20
   else
     echo "no Python module with CUDA was built (py_tests.txt):"
     grep -E "error|Error|Could NOT|FAILED" "$OUT/py_tests.txt" | head -20

@@ -52,14 +52,15 @@ class Error : public std::runtime_error {
   int errno_ = 0;
 };
 
-// Called with (bytes done, bytes total) of uncompressed data, from the
-// calling thread.
+// Called with (bytes done, bytes total) of uncompressed data, one call at a
+// time and in order, from one of the threads doing the work (the calling
+// thread or another one of the `threads`).
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 struct WriteOptions {
   int level = 0;              // tz_params.level
   unsigned block_elems = 0;   // 0: codec default for the dtype
-  unsigned threads = 0;       // 0: all hardware threads
+  unsigned threads = 0;       // threads in all, the calling one included (reads, coding, writes); 0: all hardware threads
   uint64_t chunk_bytes = 4u << 20;  // raw bytes per frame: power of two, 1 MiB..64 MiB
   bool force = false;         // replace an existing output (a regular file; doc/cli.md "Outputs")
   // >= 0: write the (single-file) output to this open descriptor instead of
@@ -86,7 +87,7 @@ struct WriteOptions {
 };
 
 struct ReadOptions {
-  unsigned threads = 0;
+  unsigned threads = 0;  // threads in all, the calling one included; 0: all hardware threads
   // Explicit locations of referenced .tzip files (delta or cross-file cast
   // sources), matched to the recorded references by whole-file checksum;
   // references not given here are looked up by their recorded relative path.
@@ -282,6 +283,17 @@ class Reader {
   // read functions are thread-safe.
   void read_tensor(size_t index, void* dst, size_t capacity);
   std::vector<uint8_t> read_tensor(const std::string& name);
+  // Reads several whole tensors at once, each into its own destination
+  // (capacity >= its raw_size()): the frames of all of them are decoded in
+  // parallel on `threads` threads (the caller included; 0: all hardware
+  // threads), so many small tensors load as fast as one large one. The
+  // bytes are those of read_tensor; the first error is thrown.
+  struct TensorRead {
+    size_t index;
+    void* dst;
+    size_t capacity;
+  };
+  void read_tensors(const std::vector<TensorRead>& reads, unsigned threads);
   // Reads codec blocks [first, first+count) of a tensor; returns bytes written.
   size_t read_blocks(size_t index, uint64_t first, uint64_t count, void* dst, size_t capacity);
   // Reads raw bytes [offset, offset+size) of a tensor (decodes only the blocks it needs).
@@ -372,7 +384,7 @@ std::unique_ptr<Sink> make_pwrite_sink(int fd);
 struct TensorWriterOptions {
   int level = 0;                    // tz_params.level (-1 store, 0 default, 1..3)
   unsigned block_elems = 0;         // 0: codec default for the dtype
-  unsigned threads = 0;             // encoder threads; 0: all hardware threads
+  unsigned threads = 0;             // threads in all (coding and in-order writes); 0: all hardware threads
   uint64_t chunk_bytes = 4u << 20;  // raw bytes per frame: power of two, 1 MiB..64 MiB
   unsigned slots = 0;               // frames in flight; 0: threads + 4. Memory ~ slots x chunk
   bool force = false;               // replace an existing output

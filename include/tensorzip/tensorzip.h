@@ -62,6 +62,11 @@ unsigned tz_version_number(void); /* MAJOR*10000 + MINOR*100 + PATCH */
  * this CPU and build have, or the one the environment variable TZ_SIMD names).
  * Every path produces the same bytes; only speed differs. */
 const char* tz_simd_path(void);
+/* Switches the CPU kernel set at run time, by the name tz_simd_path() gives
+ * (benchmarks and tests comparing paths in one process). Returns 0, or -1
+ * when the name is unknown or this CPU/build lacks the path (the path in use
+ * is then unchanged). Call only while no other thread is coding. */
+int tz_set_simd_path(const char* name);
 
 /* Human-readable detail of the last error returned on this thread, e.g.
  * "block 17: checksum mismatch". Empty string if none. */

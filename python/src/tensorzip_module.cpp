@@ -408,7 +408,8 @@ class PyReader {
  public:
   // refs: locations of referenced .tzip files (a whole chain may be given;
   // matched by checksum). check: open and check every reference now.
-  PyReader(const std::string& path, unsigned threads, const std::vector<std::string>& refs, bool check) {
+  PyReader(const std::string& path, unsigned threads, const std::vector<std::string>& refs, bool check)
+      : threads_(threads) {
     nb::gil_scoped_release nogil;
     r_ = guarded([&] {
       auto r = std::make_unique<tc::Reader>(path, threads);
@@ -511,7 +512,34 @@ class PyReader {
     if (dst.size() != t.raw_size())
       throw PyErrorOf(g_usage, "output buffer has " + std::to_string(dst.size()) + " bytes, tensor '" + t.name +
                                    "' has " + std::to_string(t.raw_size()));
-    guarded([&] { r.read_tensor(index, dst.wdata(), dst.size()); });
+    // A tensor of several frames: its frames decoded in parallel on the
+    // reader's threads (read_tensors); one frame: read_tensor.
+    if (t.frames.size() > 1 && threads_ != 1)
+      guarded([&] { r.read_tensors({tc::Reader::TensorRead{index, dst.wdata(), dst.size()}}, threads_); });
+    else
+      guarded([&] { r.read_tensor(index, dst.wdata(), dst.size()); });
+  }
+
+  // Several whole tensors at once (Reader::read_tensors): their frames are
+  // decoded in parallel on the reader's threads, each into its buffer.
+  void read_tensors(const std::vector<size_t>& indices, nb::list outs) {
+    if (outs.size() != indices.size()) throw PyErrorOf(g_usage, "read_tensors: one output buffer per tensor index");
+    std::vector<std::unique_ptr<BufferView>> views;
+    views.reserve(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) views.push_back(std::make_unique<BufferView>(outs[k], true, "out"));
+    nb::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    tc::Reader& r = get();
+    std::vector<tc::Reader::TensorRead> reads;
+    reads.reserve(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const tc::TensorEntry& t = entry(r, indices[k]);
+      if (views[k]->size() != t.raw_size())
+        throw PyErrorOf(g_usage, "output buffer has " + std::to_string(views[k]->size()) + " bytes, tensor '" +
+                                     t.name + "' has " + std::to_string(t.raw_size()));
+      reads.push_back(tc::Reader::TensorRead{indices[k], views[k]->wdata(), views[k]->size()});
+    }
+    guarded([&] { r.read_tensors(reads, threads_); });
   }
 
   void read_range(size_t index, uint64_t offset, nb::handle dst_obj) {
@@ -561,6 +589,7 @@ class PyReader {
 
   std::mutex mu_;
   std::unique_ptr<tc::Reader> r_;
+  unsigned threads_;  // read_tensors: threads in all, 0 = all hardware threads
 };
 
 // ---- TensorWriter: a .tzip file from in-memory tensors (tensorzip.dcp) ----
@@ -761,6 +790,9 @@ PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const
 
 }  // namespace
 
+void bind_resident(nb::module_& m);  // resident_module.cpp
+void bind_kv(nb::module_& m);  // kv_module.cpp: the KV page codec
+
 NB_MODULE(_tensorzip, m) {
   m.doc() = "Low-level bindings of the tensorzip codec and .tzip container (use the tensorzip package).";
 
@@ -886,6 +918,8 @@ NB_MODULE(_tensorzip, m) {
       .def_prop_ro("created_by", &PyReader::created_by)
       .def("find", &PyReader::find, "name"_a)
       .def("read_tensor", &PyReader::read_tensor, "index"_a, "out"_a)
+      .def("read_tensors", &PyReader::read_tensors, "indices"_a, "outs"_a,
+           "Reads whole tensors into the buffers outs[k] (frames decoded in parallel, GIL released).")
       .def("read_range", &PyReader::read_range, "index"_a, "offset"_a, "out"_a)
       .def("export_safetensors", &PyReader::export_safetensors, "out"_a, "threads"_a = 0u, "force"_a = false)
       .def("verify", &PyReader::verify, "original"_a = "", "threads"_a = 0u);
@@ -913,4 +947,6 @@ NB_MODULE(_tensorzip, m) {
             return false;
           }, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none());
 #endif
+  bind_resident(m);
+  bind_kv(m);
 }

@@ -124,6 +124,10 @@ class _SafetensorsFile:
             raise _core.UsageError(f"output buffer has {out.nbytes} bytes, tensor has {b - a}")
         self._pread_into(self._start + a, out)
 
+    def read_tensors(self, indices: List[int], outs: List[np.ndarray]) -> None:
+        for index, out in zip(indices, outs):
+            self.read_tensor(index, out)
+
     def read_range(self, index: int, offset: int, out: np.ndarray) -> None:
         _n, _d, _s, a, b = self._tensors[index]
         if offset < 0 or offset + out.nbytes > b - a:
@@ -320,8 +324,26 @@ class SafeOpen:
         return _core.to_device(out, self._device) if self._fw == "pt" else out
 
     def get_tensors(self) -> Dict[str, Any]:
-        """Every tensor, in data order (safetensors' ``get_tensors``)."""
-        return {k: self.get_tensor(k) for k in self._offset_order}
+        """Every tensor, in data order (safetensors' ``get_tensors``). They are read together: the
+        frames of all of them are decoded in parallel on the file's ``threads`` (``read_tensors``),
+        so many small tensors load as fast as one large one."""
+        outs: Dict[str, Any] = {}
+        indices: List[int] = []
+        flats: List[np.ndarray] = []
+        for name in self._offset_order:
+            index, dtype, shape, raw = self._entry(name)
+            self._check_size(name, dtype, shape, raw)
+            out, flat = _core.empty_output(dtype, shape, self._fw)
+            outs[name] = (dtype, shape, out)
+            if flat.nbytes:
+                indices.append(index)
+                flats.append(flat)
+        self._r.read_tensors(indices, flats)
+        done = {}
+        for name, (dtype, shape, out) in outs.items():
+            out = _core.finish_output(dtype, shape, self._fw, out)
+            done[name] = _core.to_device(out, self._device) if self._fw == "pt" else out
+        return done
 
     def get_slice(self, name: str) -> TensorSlice:
         index, dtype, shape, _raw = self._entry(name)

@@ -11,7 +11,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from . import _core, _file
 from ._file import PathLike
 
-__all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
+from .resident import compress_model, decompress_model, load_resident, resident_stats  # noqa: E402,F401
+
+__all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model",
+           "compress_model", "decompress_model", "load_resident", "resident_stats"]
 
 
 def save_file(tensors: Dict[str, torch.Tensor], filename: PathLike, metadata: Optional[Dict[str, str]] = None,

@@ -82,6 +82,31 @@ def test_levels_threads_options(tmp_path, rng, level):
     assert (size > raw) if level == -1 else (size < raw)
 
 
+def test_threads_never_change_the_bytes(tmp_path, rng):
+    # Many small tensors of every dtype, and one of several frames: save_file writes the same
+    # file for any thread count, and load_file / get_tensors (all tensors decoded together)
+    # give the same tensors for any thread count.
+    d = every_dtype_pt(rng)
+    for i in range(300):
+        d[f"small.{i}"] = torch_tensor("BF16" if i % 2 else "F32", (1 + i * 37 % 5000,), rng)
+    d["big"] = torch_tensor("BF16", (1_500_000,), rng)
+    files = []
+    for t in (1, 2, 4, 8):
+        p = tmp_path / f"t{t}.tzip"
+        tzt.save_file(d, p, threads=t, chunk_bytes=1 << 20)
+        files.append(p.read_bytes())
+    assert all(f == files[0] for f in files[1:])
+    for t in (1, 2, 8):
+        out = tzt.load_file(tmp_path / "t1.tzip", threads=t)
+        assert list(out) == list(tensorzip.safe_open(tmp_path / "t1.tzip", "pt").offset_keys())
+        for k in d:
+            assert torch_same_bits(out[k], d[k]), (t, k)
+        with tensorzip.safe_open(tmp_path / "t1.tzip", framework="np", threads=t) as f:
+            arrays = f.get_tensors()
+            assert set(arrays) == set(d)
+            assert same_bits(arrays["big"], f.get_tensor("big"))
+
+
 def test_cross_framework(tmp_path, rng):
     d = every_dtype_pt(rng)
     p = tmp_path / "x.tzip"

@@ -85,6 +85,12 @@ const char* tz_dtype_name(tz_dtype d) {
 
 const char* tz_simd_path(void) { return tz::cpu::simd_path_name(tz::cpu::active_simd_path()); }
 
+int tz_set_simd_path(const char* name) {
+  tz::cpu::SimdPath p;
+  if (!name || !tz::cpu::parse_simd_path(name, &p)) return -1;
+  return tz::cpu::set_active_simd_path(p) ? 0 : -1;
+}
+
 unsigned tz_version_number(void) {
   return TZ_VERSION_MAJOR * 10000 + TZ_VERSION_MINOR * 100 + TZ_VERSION_PATCH;
 }

@@ -16,6 +16,7 @@
 
 #include "../io/cufile.hpp"
 #include "codec/frame_prefix.h"
+#include "cpu/ordered_pipeline.h"
 #include "../io/write_queue.hpp"
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip_cuda.h"
@@ -346,7 +347,7 @@ uint64_t WriterEncoder::host_bytes() const { return enc_ ? enc_->host_bytes() : 
 // ---- batched decode into device memory -----------------------------------
 // Two batches in flight: while the GPU decodes batch b (and its frames are
 // copied to the device), the host reads batch b+1 into the other pinned
-// buffer (or cuFile reads it into the other device buffer).
+// buffer (or cuFile reads it into the other device buffer): load_frames.
 namespace {
 struct PinnedBuf {
   void* p = nullptr;
@@ -471,32 +472,31 @@ void load_frames(std::vector<DevFrame>& frames, bool gds) {
   if (frames.empty()) return;
   Stream st;
   std::map<int, std::unique_ptr<tz::io::GdsFile>> gfiles;
-  auto next_range = [&](size_t i) {
+  std::vector<std::pair<size_t, size_t>> ranges;  // frames [first, last) of each batch
+  for (size_t i = 0; i < frames.size();) {
     size_t j = i;
     uint64_t total = 0;
     while (j < frames.size() && (j == i || total + up256(frames[j].size) <= kBatch)) total += up256(frames[j++].size);
-    return j;
-  };
+    ranges.push_back({i, j});
+    i = j;
+  }
+  // The batches are items of the ordered pipeline (cpu/ordered_pipeline.h)
+  // on this one thread, two slots: issue reads batch b and queues its copy
+  // and decode; read_ahead 2 issues batch b+1 (the stream runs its decode
+  // after this one's) before work waits for batch b and checks it.
   DecodeBatch batch[2];
-  DecodeBatch* cur = &batch[0];
-  DecodeBatch* nxt = &batch[1];
+  tz::cpu::OrderedPipeline::Stages stages;
+  stages.issue = [&](size_t b, size_t slot) {
+    DecodeBatch& d = batch[slot];
+    d.first = ranges[b].first;
+    d.last = ranges[b].second;
+    launch_batch(d, frames, gds, gfiles, st.s);
+  };
+  stages.work = [&](size_t, size_t slot, unsigned) { finish_batch(batch[slot], frames); };
+  stages.read_ahead = 2;
   try {
-    cur->first = 0;
-    cur->last = next_range(0);
-    launch_batch(*cur, frames, gds, gfiles, st.s);
-    for (;;) {
-      const bool more = cur->last < frames.size();
-      if (more) {
-        // Read the next batch while the GPU decodes this one (the stream
-        // runs the next decode after this one's).
-        nxt->first = cur->last;
-        nxt->last = next_range(cur->last);
-        launch_batch(*nxt, frames, gds, gfiles, st.s);
-      }
-      finish_batch(*cur, frames);
-      if (!more) break;
-      std::swap(cur, nxt);
-    }
+    tz::cpu::OrderedPipeline pipeline(ranges.size(), 2, std::move(stages));
+    pipeline.run(1u);
   } catch (...) {
     cudaStreamSynchronize(st.s);  // nothing in flight may outlive its buffers
     throw;

@@ -29,46 +29,82 @@ TZ_HD uint32_t merge_elem_f32(uint8_t s0, uint8_t s1, uint8_t s2, uint8_t s3) {
          ((uint32_t)s2 << 8) | s3;
 }
 
-// Splits n elements of src into streams[k] (each n bytes).
-TZ_HD_NOINLINE void split_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
+// Byte of field stream k of element i (what split_fields writes to
+// streams[k][i]).
+TZ_HD uint8_t field_byte(uint8_t dtype, const uint8_t* src, uint64_t i, int k) {
   switch (dtype) {
-    case kBF16:
-      for (uint32_t i = 0; i < n; ++i) split_elem_bf16(load_le16(src + 2 * i), streams[0][i], streams[1][i]);
+    case kBF16: {
+      uint8_t s0, s1;
+      split_elem_bf16(load_le16(src + 2 * i), s0, s1);
+      return k == 0 ? s0 : s1;
+    }
+    case kF16: return src[2 * i + 1 - k];
+    case kF32: {
+      uint8_t s[4];
+      split_elem_f32(load_le32(src + 4 * i), s[0], s[1], s[2], s[3]);
+      return s[k];
+    }
+    default: return src[i];
+  }
+}
+
+// Splits n elements of src into streams[k] (each n bytes). The streams
+// are distinct buffers (local restrict pointers let compilers vectorise).
+TZ_HD_NOINLINE void split_fields(uint8_t dtype, const uint8_t* __restrict src, uint32_t n, uint8_t* const* streams) {
+  uint8_t* __restrict s0 = streams[0];
+  switch (dtype) {
+    case kBF16: {
+      uint8_t* __restrict s1 = streams[1];
+      for (size_t i = 0; i < n; ++i) split_elem_bf16(load_le16(src + 2 * i), s0[i], s1[i]);
       break;
-    case kF16:
-      for (uint32_t i = 0; i < n; ++i) {
-        streams[0][i] = src[2 * i + 1];
-        streams[1][i] = src[2 * i];
+    }
+    case kF16: {
+      uint8_t* __restrict s1 = streams[1];
+      for (size_t i = 0; i < n; ++i) {
+        s0[i] = src[2 * i + 1];
+        s1[i] = src[2 * i];
       }
       break;
-    case kF32:
-      for (uint32_t i = 0; i < n; ++i)
-        split_elem_f32(load_le32(src + 4 * i), streams[0][i], streams[1][i], streams[2][i], streams[3][i]);
+    }
+    case kF32: {
+      uint8_t* __restrict s1 = streams[1];
+      uint8_t* __restrict s2 = streams[2];
+      uint8_t* __restrict s3 = streams[3];
+      for (size_t i = 0; i < n; ++i) split_elem_f32(load_le32(src + 4 * i), s0[i], s1[i], s2[i], s3[i]);
       break;
+    }
     default:
-      memcpy(streams[0], src, n);
+      if (n) memcpy(s0, src, n);
       break;
   }
 }
 
 // Inverse of split_fields.
-TZ_HD_NOINLINE void merge_fields(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst) {
+TZ_HD_NOINLINE void merge_fields(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* __restrict dst) {
+  const uint8_t* __restrict s0 = streams[0];
   switch (dtype) {
-    case kBF16:
-      for (uint32_t i = 0; i < n; ++i) store_le16(dst + 2 * i, merge_elem_bf16(streams[0][i], streams[1][i]));
+    case kBF16: {
+      const uint8_t* __restrict s1 = streams[1];
+      for (size_t i = 0; i < n; ++i) store_le16(dst + 2 * i, merge_elem_bf16(s0[i], s1[i]));
       break;
-    case kF16:
-      for (uint32_t i = 0; i < n; ++i) {
-        dst[2 * i + 1] = streams[0][i];
-        dst[2 * i] = streams[1][i];
+    }
+    case kF16: {
+      const uint8_t* __restrict s1 = streams[1];
+      for (size_t i = 0; i < n; ++i) {
+        dst[2 * i + 1] = s0[i];
+        dst[2 * i] = s1[i];
       }
       break;
-    case kF32:
-      for (uint32_t i = 0; i < n; ++i)
-        store_le32(dst + 4 * i, merge_elem_f32(streams[0][i], streams[1][i], streams[2][i], streams[3][i]));
+    }
+    case kF32: {
+      const uint8_t* __restrict s1 = streams[1];
+      const uint8_t* __restrict s2 = streams[2];
+      const uint8_t* __restrict s3 = streams[3];
+      for (size_t i = 0; i < n; ++i) store_le32(dst + 4 * i, merge_elem_f32(s0[i], s1[i], s2[i], s3[i]));
       break;
+    }
     default:
-      memcpy(dst, streams[0], n);
+      if (n) memcpy(dst, s0, n);
       break;
   }
 }

@@ -230,13 +230,29 @@ TZ_HD void rans_build_dec(const uint32_t* freq, uint32_t* dec) {
 
 // ---------------------------------------------------------------- coding --
 
-// One rANS encode step for state x and symbol e.
-// Returns true and sets *word if a 16-bit word must be emitted first.
+// One rANS encode step for state x and symbol e: emits the low 16 bits of x
+// below *wp first when x >= freq << 20 (at most one word per symbol).
 TZ_HD uint32_t rans_enc_put(uint32_t x, const RansEncSym& e, uint16_t** wp) {
   if ((uint64_t)x >= ((uint64_t)e.freq << 20)) {
     *--(*wp) = (uint16_t)(x & 0xFFFFu);
     x >>= 16;
   }
+  const uint64_t q = mulhi64((uint64_t)x << 20, e.rcp);
+  return (uint32_t)(q << kProbBits) + (x - (uint32_t)q * e.freq) + e.start;
+}
+
+// rans_enc_put without a branch (the portable encoder's hot loop): the word
+// is always stored at wp[-1] and kept only by moving wp. Measured on real
+// BF16 exponents (AMD EPYC Zen 4, 64 distinct blocks, CPU time): 6.0 cycles
+// per symbol, against 6.9 with the branch and 6.8 coding all lanes first and
+// pushing the words of a lane mask after. wp[-1] must be
+// writable, which holds in rans_encode_ctx: with j symbols left to code, at
+// most n - j words were pushed, so wp >= words + j >= words + 1.
+TZ_HD uint32_t rans_enc_put_nb(uint32_t x, const RansEncSym& e, uint16_t*& wp) {
+  const uint32_t out = (uint64_t)x >= ((uint64_t)e.freq << 20) ? 1u : 0u;
+  wp[-1] = (uint16_t)(x & 0xFFFFu);
+  wp -= out;
+  x >>= 16u * out;
   const uint64_t q = mulhi64((uint64_t)x << 20, e.rcp);
   return (uint32_t)(q << kProbBits) + (x - (uint32_t)q * e.freq) + e.start;
 }
@@ -258,9 +274,10 @@ TZ_HD_NOINLINE size_t rans_encode_ctx(const uint8_t* sym, uint32_t n, const Rans
     const uint32_t here = (n - base) < (uint32_t)kLanes ? (n - base) : (uint32_t)kLanes;
     const uint8_t* sp = sym + base;
     if (ctx.n > 1 && s > 0) {
-      for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put(x[l], enc[256 * rans_ctx_of(sym[base - kLanes + l], ctx) + sp[l]], &wp);
+      for (uint32_t l = here; l-- > 0;)
+        x[l] = rans_enc_put_nb(x[l], enc[256 * rans_ctx_of(sym[base - kLanes + l], ctx) + sp[l]], wp);
     } else {
-      for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put(x[l], enc[sp[l]], &wp);
+      for (uint32_t l = here; l-- > 0;) x[l] = rans_enc_put_nb(x[l], enc[sp[l]], wp);
     }
   }
   const size_t n_words = (size_t)(wend - wp);
@@ -325,13 +342,53 @@ TZ_HD int rans_decode_tail(uint32_t* x, const uint8_t* p, const uint8_t* end, ui
   return kOk;
 }
 
-// Decodes n symbols from a payload of `size` bytes. Never reads outside
-// [in, in+size) nor writes outside [out, out+n). Returns kOk only if the
+// Index of the lowest set bit of m != 0.
+TZ_HD uint32_t rans_lowest_bit(uint32_t m) {
+#if defined(__CUDA_ARCH__)
+  return (uint32_t)__ffs((int)m) - 1u;
+#else
+  return (uint32_t)__builtin_ctz(m);
+#endif
+}
+// One step of the decoders' fast path (at least 2 * kLanes bytes left at p,
+// all 32 lanes present): the lanes decode independently, noting in a mask
+// which fell below L; then only those take their words, in ascending lane
+// order, as the format reads them. Measured on real BF16 exponents (AMD EPYC
+// Zen 4, 64 distinct blocks, CPU time): 4.5 cycles per symbol, against 6.9
+// with a branch per lane (the word pointer then a chain through the lanes)
+// and 5.0 with a branch-free select per lane.
+template <bool Ctx, class Emit>
+TZ_HD void rans_decode_step(uint32_t* x, uint32_t* cx, const uint8_t*& p, uint32_t base, const uint32_t* dec,
+                            const RansCtx& ctx, const Emit& emit) {
+  uint32_t low = 0;
+  for (int l = 0; l < kLanes; ++l) {
+    uint32_t xl = x[l];
+    const uint32_t sym = rans_dec_sym(xl, Ctx ? dec + (size_t)kProbScale * cx[l] : dec);
+    emit(base + (uint32_t)l, sym);
+    if (Ctx) cx[l] = rans_ctx_of(sym, ctx);
+    low |= (xl < kRansL ? 1u : 0u) << l;
+    x[l] = xl;
+  }
+  for (; low; low &= low - 1) {
+    const uint32_t l = rans_lowest_bit(low);
+    x[l] = (x[l] << 16) | load_le16(p);
+    p += 2;
+  }
+}
+
+// Decodes n symbols from a payload of `size` bytes; emit(i, symbol) stores
+// symbol i (RansEmitBytes: as bytes; the frame decoder also merges fields on
+// the fly). Never reads outside [in, in+size). Returns kOk only if the
 // words are consumed exactly and every lane ends in the encoder's initial
 // state L, which catches most corruption before the checksum does.
 // `dec` holds ctx.n tables of kProbScale entries.
-TZ_HD_NOINLINE int rans_decode_ctx(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
-                                   const RansCtx& ctx, uint8_t* out) {
+template <class Emit>
+TZ_HD int rans_decode_ctx_with(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx_in,
+                               const Emit& emit_in) {
+  // Local copies: stores through the emitter cannot then alias them, so
+  // their fields stay in registers.
+  const Emit emit = emit_in;
+  const RansCtx ctx = ctx_in;
   if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
   uint32_t x[kLanes];
   uint32_t cx[kLanes];
@@ -343,38 +400,20 @@ TZ_HD_NOINLINE int rans_decode_ctx(const uint8_t* in, size_t size, uint32_t n, c
   const uint8_t* const end = in + size;
   const uint32_t full_steps = n / kLanes;
   uint32_t s = 0;
-  // Fast path: while at least one word per lane remains, a step cannot
-  // overrun, so the per-word check is skipped.
   if (ctx.n > 1) {
-    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s) {
-      uint8_t* op = out + (size_t)s * kLanes;
-      for (int l = 0; l < kLanes; ++l) {
-        uint32_t xl = x[l];
-        const uint32_t sym = rans_dec_sym(xl, dec + (size_t)kProbScale * cx[l]);
-        op[l] = (uint8_t)sym;
-        cx[l] = rans_ctx_of(sym, ctx);
-        if (xl < kRansL) {
-          xl = (xl << 16) | load_le16(p);
-          p += 2;
-        }
-        x[l] = xl;
-      }
-    }
+    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s)
+      rans_decode_step<true>(x, cx, p, s * kLanes, dec, ctx, emit);
   } else {
-    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s) {
-      uint8_t* op = out + (size_t)s * kLanes;
-      for (int l = 0; l < kLanes; ++l) {
-        uint32_t xl = x[l];
-        op[l] = (uint8_t)rans_dec_sym(xl, dec);
-        if (xl < kRansL) {
-          xl = (xl << 16) | load_le16(p);
-          p += 2;
-        }
-        x[l] = xl;
-      }
-    }
+    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s)
+      rans_decode_step<false>(x, cx, p, s * kLanes, dec, ctx, emit);
   }
-  return rans_decode_tail(x, p, end, s, n, dec, RansEmitBytes{out}, ctx, cx);
+  return rans_decode_tail(x, p, end, s, n, dec, emit, ctx, cx);
+}
+
+// As rans_decode_ctx_with, storing bytes: never writes outside [out, out+n).
+TZ_HD_NOINLINE int rans_decode_ctx(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                                   const RansCtx& ctx, uint8_t* out) {
+  return rans_decode_ctx_with(in, size, n, dec, ctx, RansEmitBytes{out});
 }
 
 TZ_HD int rans_decode(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out) {

@@ -1,127 +1,33 @@
-// Ordered three-stage pipeline: a producer thread prepares items in order
-// (reads), W workers transform them in any order (codec), the calling thread
-// consumes them in order (writes). At most `slots` items are alive at once,
-// so memory is bounded by slots x item size, independent of the input size.
-// The first exception thrown by any stage stops the others and is rethrown.
+// The container's read -> code -> write passes (compress_file, export,
+// verify) on the project's ordered pipeline (cpu/ordered_pipeline.h):
+// produce prepares item i in order (reads), work transforms items in
+// parallel in any order (codec), consume takes them in order (writes). All
+// three run on `threads` threads in total, the calling thread included; at
+// most slots.size() items are alive at once, so memory is bounded by slots x
+// item size, independent of the input size. The first exception thrown by
+// any stage (or a cancellation request, check_cancel) stops the others and
+// is rethrown.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <vector>
 
+#include "cpu/ordered_pipeline.h"
 #include "tzc_io.hpp"
 
 namespace tz::container::detail {
 
 template <class Slot, class Produce, class Work, class Consume>
-void run_pipeline(size_t n_items, std::vector<Slot>& slots, unsigned workers, Produce&& produce, Work&& work,
+void run_pipeline(size_t n_items, std::vector<Slot>& slots, unsigned threads, Produce&& produce, Work&& work,
                   Consume&& consume) {
   if (n_items == 0) return;
-  const size_t n_slots = slots.size();
-  enum State { kFree, kProduced, kWorking, kDone };
-  std::vector<State> state(n_slots, kFree);
-  std::vector<size_t> item_of(n_slots, 0);
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t next_produce = 0, next_consume = 0;
-  bool stop = false;
-  std::exception_ptr error;
-
-  auto set_error = [&](std::exception_ptr e) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (!error) error = e;
-    stop = true;
-    cv.notify_all();
-  };
-
-  std::thread producer([&] {
-    try {
-      for (size_t i = 0; i < n_items; ++i) {
-        const size_t s = i % n_slots;
-        {
-          std::unique_lock<std::mutex> lk(mu);
-          cv.wait(lk, [&] { return stop || state[s] == kFree; });
-          if (stop) return;
-        }
-        check_cancel();
-        produce(i, slots[s]);
-        std::lock_guard<std::mutex> lk(mu);
-        state[s] = kProduced;
-        item_of[s] = i;
-        next_produce = i + 1;
-        cv.notify_all();
-      }
-    } catch (...) {
-      set_error(std::current_exception());
-    }
-  });
-
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < workers; ++w) {
-    pool.emplace_back([&, w] {
-      for (;;) {
-        size_t s = 0;
-        {
-          std::unique_lock<std::mutex> lk(mu);
-          // Take the produced item with the lowest index: keeps the consumer fed.
-          bool found = false;
-          cv.wait(lk, [&] {
-            if (stop) return true;
-            size_t best = (size_t)-1;
-            for (size_t k = 0; k < n_slots; ++k)
-              if (state[k] == kProduced && item_of[k] < best) {
-                best = item_of[k];
-                s = k;
-                found = true;
-              }
-            if (found) return true;
-            // Nothing left to produce and nothing waiting: done.
-            return next_produce == n_items;
-          });
-          if (stop || !found) return;
-          state[s] = kWorking;
-        }
-        try {
-          work(item_of[s], slots[s], w);
-        } catch (...) {
-          set_error(std::current_exception());
-          return;
-        }
-        std::lock_guard<std::mutex> lk(mu);
-        state[s] = kDone;
-        cv.notify_all();
-      }
-    });
-  }
-
-  try {
-    while (next_consume < n_items) {
-      const size_t s = next_consume % n_slots;
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return stop || (state[s] == kDone && item_of[s] == next_consume); });
-        if (stop) break;
-      }
-      consume(next_consume, slots[s]);
-      std::lock_guard<std::mutex> lk(mu);
-      state[s] = kFree;
-      ++next_consume;
-      cv.notify_all();
-    }
-  } catch (...) {
-    set_error(std::current_exception());
-  }
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (next_consume == n_items) stop = true;  // wake idle workers
-    cv.notify_all();
-  }
-  producer.join();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  tz::cpu::OrderedPipeline::Stages st;
+  st.issue = [&](size_t i, size_t s) { produce(i, slots[s]); };
+  st.work = [&](size_t i, size_t s, unsigned w) { work(i, slots[s], w); };
+  st.commit = [&](size_t i, size_t s) { consume(i, slots[s]); };
+  st.poll = check_cancel;
+  tz::cpu::OrderedPipeline p(n_items, slots.size(), std::move(st));
+  p.run(threads);
 }
 
 }  // namespace tz::container::detail

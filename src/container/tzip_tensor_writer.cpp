@@ -1,13 +1,10 @@
 // TensorWriter: a .tzip file from named tensors in memory (container.hpp).
 //
-// Tensors are cut into chunk_bytes chunks; `threads` workers encode chunks
-// (one single-threaded tz_ctx each) into a ring of `slots` reusable buffers,
-// or take the caller's pre-encoded frames; the calling thread, in file order,
-// assigns offsets, hashes and hands each frame to the Sink (the I/O back
-// end), and a slot is reused once its write completed. So encode of chunk
-// k+1.. overlaps the write of chunk k and memory is slots x
-// tz_compress_bound(chunk_bytes) whatever the file size. With O_DIRECT the
-// frames are gathered into aligned staging buffers first.
+// Tensors are cut into chunk_bytes chunks, coded and written in order by
+// write_frames (tzip_tensor_frames.cpp: `threads` threads in all, memory
+// bounded by `slots` chunks); this file builds the tensor table, finds the
+// predicted tensors, opens the output (O_DIRECT where asked and allowed) and
+// writes the header and trailer.
 //
 // Layout written (doc/container.md sections 2-3, 11): preamble, frames (each
 // at a multiple of 64), header JSON, trailer; built under a temporary name,
@@ -20,19 +17,16 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "codec/predict.h"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
 #include "tzc_predict.hpp"
+#include "tzc_tensor_frames.hpp"
 #include "write_queue.hpp"
 
 namespace tz::container {
@@ -60,50 +54,15 @@ class PwriteSink final : public Sink {
   int err_ = 0;
 };
 
-[[noreturn]] void fail_io(const std::string& path, const std::string& what, int err) {
-  throw Error(err == ENOMEM ? ErrorKind::kInternal : ErrorKind::kIO, path + ": " + what + ": " + std::strerror(err),
-              err);
-}
-
 // Discovery follows compress_file (tzip_writer.cpp) with the shared rules
 // of tzc_predict.hpp, on memory. Cast: find_cast_source (a 64-element probe,
 // then the residual's cost on a sample against min_gain), stopping at the
 // first candidate exact on the probe. Delta (TensorWriterOptions::ref): the tensor of the same
 // name, dtype and shape in the reference, sampled on one decoded block.
 
-enum class Src { kHost, kFrames, kEncoder };
-
-struct Item {
-  TensorEntry e;
-  Src src = Src::kHost;
-  const uint8_t* data = nullptr;
-  std::vector<EncodedFrame> frames;
-  TensorWriter::EncodeFn enc;
-  long cast_from = -1;  // item index of the FP32 source (kHost only)
-  long delta_of = -1;   // tensor index in the reference (kHost only)
-};
-
-struct Unit {
-  size_t item;
-  uint64_t off, n, k;  // raw offset in the tensor, raw bytes, chunk index
-};
-
-struct Slot {
-  Buf comp;
-  size_t frame_size = 0;
-  uint64_t hash = 0;
-  size_t allowed = 0;  // the unit that may use this slot next
-  bool encoded = false;
-};
-
-struct AlignedBuf {
-  uint8_t* p = nullptr;
-  bool busy = false;
-  AlignedBuf() = default;
-  AlignedBuf(AlignedBuf&& o) noexcept : p(o.p), busy(o.busy) { o.p = nullptr; }
-  AlignedBuf(const AlignedBuf&) = delete;
-  ~AlignedBuf() { std::free(p); }
-};
+using Src = WriterSource;
+using Item = WriterItem;
+using Unit = WriterUnit;
 
 }  // namespace
 
@@ -431,248 +390,18 @@ TensorWriterStats TensorWriter::Impl::finish() {
   stats.direct = direct;
   stats.io = sink->name() + (direct ? "+O_DIRECT" : "");
 
-  const unsigned workers = std::max<unsigned>(1, std::min<size_t>(resolve_threads(opt.threads), std::max<size_t>(1, units.size())));
-  const size_t n_slots = std::max<size_t>(2, opt.slots ? opt.slots : workers + 4);
-  std::vector<Slot> slots(n_slots);
-  for (size_t i = 0; i < n_slots; ++i) slots[i].allowed = i;
-  const size_t cap = tz_compress_bound(chunk) + kAlign;
-  CtxSet ctx(workers);
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<size_t> next{0};
-  std::atomic<uint64_t> encode_ns{0};
-  bool stop = false;
-  std::exception_ptr error;
-  auto set_error = [&](std::exception_ptr e) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (!error) error = e;
-    stop = true;
-    cv.notify_all();
-  };
-
-  auto label = [&](const Unit& u) {
-    return path + ": tensor '" + items[u.item].e.name + "', chunk " + std::to_string(u.k);
-  };
-  // Checks a frame from outside the writer's own encoder.
-  auto check_frame = [&](const Unit& u, const uint8_t* p, size_t size) {
-    tz_frame_info fi{};
-    const size_t r = tz_frame_inspect(p, size, &fi);
-    if (tz_is_error(r)) fail(ErrorKind::kUsage, label(u) + ": not a valid frame: " + tz_get_error_name(r));
-    const TensorEntry& e = items[u.item].e;
-    if (fi.frame_size != size) fail(ErrorKind::kUsage, label(u) + ": frame size disagrees with its header");
-    if (fi.raw_size != u.n)
-      fail(ErrorKind::kUsage, label(u) + ": frame holds " + std::to_string(fi.raw_size) + " raw bytes, the chunk " +
-                                  std::to_string(u.n));
-    if (fi.dtype != e.codec_dtype) fail(ErrorKind::kUsage, label(u) + ": frame dtype differs from the tensor's");
-    if (fi.dtype != TZ_DTYPE_BYTES && fi.block_elems != e.block_elems)
-      fail(ErrorKind::kUsage, label(u) + ": frame block size differs from the tensor's");
-  };
-
-  // ---- in-order writer (this thread) -----------------------------------------
-  XXH64_state_t* fh = XXH64_createState();
-  if (!fh) fail(ErrorKind::kInternal, path + ": out of memory");
-  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> fh_guard(fh, &XXH64_freeState);
-  XXH64_reset(fh, 0);
   uint8_t pre[kAlign] = {};
   std::memcpy(pre, kMagic, 4);
   put_le32(pre + 8, kFlagHeaderZstd);
   put_le16(pre + 4, h.major);
   put_le16(pre + 6, kTzipVersionMinor);
-  XXH64_update(fh, pre, kAlign);
-
-  // O_DIRECT staging: a ring of aligned buffers, each covering the next
-  // direct_buffer_bytes of the file.
-  std::vector<AlignedBuf> stage;
-  size_t cur = 0;
-  uint64_t fill = 0, base = 0;
-  const uint64_t B = opt.direct_buffer_bytes;
-  auto flush_stage = [&](uint64_t len) {
-    AlignedBuf& b = stage[cur];
-    std::memset(b.p + len, 0, ((len + kDirectAlign - 1) & ~(kDirectAlign - 1)) - len);
-    len = (len + kDirectAlign - 1) & ~(kDirectAlign - 1);
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      b.busy = true;
-    }
-    sink->write(base, b.p, len, [&, i = cur] {
-      std::lock_guard<std::mutex> lk(mu);
-      stage[i].busy = false;
-      cv.notify_all();
-    });
-    cur = (cur + 1) % stage.size();
-    base += B;
-    fill = 0;
-    std::unique_lock<std::mutex> lk(mu);
-    cv.wait(lk, [&] { return !stage[cur].busy; });
-  };
-  auto stage_bytes = [&](const uint8_t* p, uint64_t n) {
-    while (n) {
-      const uint64_t k = std::min(n, B - fill);
-      if (p) std::memcpy(stage[cur].p + fill, p, k);
-      else std::memset(stage[cur].p + fill, 0, k);
-      fill += k, n -= k;
-      if (p) p += k;
-      if (fill == B) flush_stage(B);
-    }
-  };
-  if (direct) {
-    stage.resize(opt.direct_buffers);
-    for (auto& b : stage)
-      if (::posix_memalign(reinterpret_cast<void**>(&b.p), kDirectAlign, B) != 0)
-        fail(ErrorKind::kInternal, path + ": out of memory");
-  }
-  // Every queued write has completed before the buffers above go away, on
-  // any path out of here.
-  struct DrainGuard {
-    Sink* s;
-    ~DrainGuard() {
-      if (s) s->drain();
-    }
-  } drain_guard{sink.get()};
-  if (direct) {
-    stage_bytes(pre, kAlign);
-  } else {
-    sink->write(0, pre, kAlign, nullptr);
-  }
-
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < workers; ++w) {
-    pool.emplace_back([&, w] {
-      std::vector<uint8_t> resid, pred;
-      try {
-        for (;;) {
-          const size_t ui = next.fetch_add(1);
-          if (ui >= units.size()) break;
-          Slot& s = slots[ui % n_slots];
-          {
-            std::unique_lock<std::mutex> lk(mu);
-            cv.wait(lk, [&] { return stop || s.allowed == ui; });
-            if (stop) break;
-          }
-          const Unit& u = units[ui];
-          const Item& it = items[u.item];
-          uint8_t* dst = s.comp.reserve(cap);
-          size_t r = 0;
-          if (it.src == Src::kFrames) {
-            const EncodedFrame& f = it.frames[u.k];
-            check_frame(u, static_cast<const uint8_t*>(f.data), f.size);
-            std::memcpy(dst, f.data, f.size);
-            r = f.size;
-          } else if (it.src == Src::kEncoder) {
-            r = it.enc(u.k, dst, cap - kAlign);
-            if (tz_is_error(r)) fail(ErrorKind::kInternal, label(u) + ": encoder failed: " + tz_get_error_name(r));
-            if (r > cap - kAlign) fail(ErrorKind::kInternal, label(u) + ": encoder overflowed its buffer");
-            check_frame(u, dst, r);
-          } else {
-            const uint8_t* src = it.data + u.off;
-            bool zero = false;
-            if (it.cast_from >= 0) {
-              // Residual = value XOR cast(source), formed in a worker buffer.
-              resid.assign(src, src + u.n);
-              tz::predict::cast_xor(items[(size_t)it.cast_from].data + u.off * 2, resid.data(), u.n / 2,
-                                    it.e.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
-              uint64_t acc = 0;
-              size_t k = 0;
-              for (; k + 8 <= u.n; k += 8) acc |= load_le64(resid.data() + k);
-              for (; k < u.n; ++k) acc |= resid[k];
-              zero = acc == 0;  // exact prediction: a frame of size 0 (section 12.2)
-              src = resid.data();
-            } else if (it.delta_of >= 0) {
-              // Residual = value XOR the reference's bytes of this chunk (decoded,
-              // or read from ref_original and checked against its block checksums).
-              pred.resize(u.n);
-              if (dref_orig)
-                dref_orig->read_checked(*dref, (size_t)it.delta_of, u.off, u.n, pred.data());
-              else
-                dref->read_range((size_t)it.delta_of, u.off, u.n, pred.data());
-              resid.assign(src, src + u.n);
-              tz::predict::xor_bytes(pred.data(), resid.data(), u.n);
-              uint64_t acc = 0;
-              size_t k = 0;
-              for (; k + 8 <= u.n; k += 8) acc |= load_le64(resid.data() + k);
-              for (; k < u.n; ++k) acc |= resid[k];
-              zero = acc == 0;
-              src = resid.data();
-            }
-            if (!zero) {
-              tz_params p{};
-              p.dtype = it.e.codec_dtype;
-              p.level = it.e.level;
-              p.block_elems = it.e.block_elems;
-              p.threads = 1;
-              const auto t0 = Clock::now();
-              r = tz_ctx_compress(ctx.v[w], dst, cap - kAlign, src, u.n, &p);
-              encode_ns += (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-              if (tz_is_error(r))
-                fail(ErrorKind::kInternal, label(u) + ": compression failed: " + tz_get_error_name(r) + " " +
-                                               tz_last_error_detail());
-            }
-          }
-          std::memset(dst + r, 0, align_up(r) - r);
-          const uint64_t hash = XXH64(dst, r, 0);
-          std::lock_guard<std::mutex> lk(mu);
-          s.frame_size = r;
-          s.hash = hash;
-          s.encoded = true;
-          cv.notify_all();
-        }
-      } catch (...) {
-        set_error(std::current_exception());
-      }
-    });
-  }
-
-  uint64_t pos = kAlign, done_raw = 0;
-  try {
-    if (opt.progress) opt.progress(0, data_size);
-    for (size_t ui = 0; ui < units.size(); ++ui) {
-      Slot& s = slots[ui % n_slots];
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return stop || (s.allowed == ui && s.encoded); });
-        if (stop) break;
-      }
-      check_cancel();
-      if (const int e = sink->error()) fail_io(path, "write failed", e);
-      const size_t padded = align_up(s.frame_size);
-      FrameRef f;
-      f.offset = pos;
-      f.size = s.frame_size;
-      f.raw_size = units[ui].n;
-      f.xxh64 = s.hash;
-      h.tensors[units[ui].item].frames.push_back(f);
-      XXH64_update(fh, s.comp.p.get(), padded);
-      auto release = [&, ui] {
-        std::lock_guard<std::mutex> lk(mu);
-        Slot& sl = slots[ui % n_slots];
-        sl.encoded = false;
-        sl.allowed = ui + n_slots;
-        cv.notify_all();
-      };
-      if (direct) {
-        stage_bytes(s.comp.p.get(), padded);
-        release();
-      } else {
-        sink->write(pos, s.comp.p.get(), padded, release);
-      }
-      pos += padded;
-      done_raw += units[ui].n;
-      if (opt.progress) opt.progress(done_raw, data_size);
-    }
-    if (direct && fill) flush_stage(fill);
-  } catch (...) {
-    set_error(std::current_exception());
-  }
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (error) stop = true;
-    cv.notify_all();
-  }
-  for (auto& t : pool) t.join();
-  const int werr = sink->drain();
-  if (error) std::rethrow_exception(error);
-  if (werr) fail_io(path, "write failed", werr);
+  XXH64_state_t* fh = XXH64_createState();
+  if (!fh) fail(ErrorKind::kInternal, path + ": out of memory");
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> fh_guard(fh, &XXH64_freeState);
+  XXH64_reset(fh, 0);
+  const FramesWritten fw = write_frames(path, pre, items, units, dref.get(), dref_orig.get(), opt, *sink, direct, fh,
+                                          h.tensors);
+  const uint64_t pos = fw.end;
 
   // ---- header + trailer ------------------------------------------------------
   const uint64_t header_offset = pos;
@@ -699,7 +428,6 @@ TensorWriterStats TensorWriter::Impl::finish() {
   if (direct && ::ftruncate(fd, (off_t)file_bytes) != 0) fail_io(path, "truncate failed", errno);
   apply_attrs(fd, attrs_of(""), path);  // 0666 & ~umask, as a newly created file
   if (::fsync(fd) != 0) fail_io(path, "fsync failed", errno);
-  drain_guard.s = nullptr;
   sink.reset();
   if (dfd >= 0) ::close(dfd), dfd = -1;
   const int cfd = fd;
@@ -711,7 +439,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
   out = h.tensors;
   stats.raw_bytes = data_size;
   stats.file_bytes = file_bytes;
-  stats.encode_seconds = (double)encode_ns.load() * 1e-9;
+  stats.encode_seconds = (double)fw.encode_ns * 1e-9;
   stats.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   return stats;
 }

@@ -15,7 +15,8 @@
 #include "codec/policy.h"
 #include "cpu/checksum_cpu.h"
 #include "cpu/frame_tables.h"
-#include "cpu/simd_x86.h"
+#include "cpu/kernels.h"
+#include "cpu/ordered_pipeline.h"
 
 static_assert(std::endian::native == std::endian::little, "tensorzip assumes a little-endian host");
 
@@ -49,7 +50,7 @@ struct CpuCrc32c {
 
 struct Context {
   explicit Context(unsigned threads)
-      : pool(threads), scratch(pool.size()), out(pool.size()), cctx(pool.size()), dctx(pool.size()) {}
+      : pool(threads), scratch(pool.size()), out(2 * pool.size()), cctx(pool.size()), dctx(pool.size()) {}
   ~Context() {
     for (auto* c : cctx) ZSTD_freeCCtx(c);
     for (auto* d : dctx) ZSTD_freeDCtx(d);
@@ -58,9 +59,10 @@ struct Context {
     if (scratch[w].size() < bytes) scratch[w].resize(bytes);
     return scratch[w].data();
   }
-  uint8_t* worker_out(unsigned w, size_t bytes) {
-    if (out[w].size() < bytes) out[w].resize(bytes);
-    return out[w].data();
+  // Output buffer of compress_frame's pipeline slot s (s < 2 x threads).
+  uint8_t* slot_out(size_t s, size_t bytes) {
+    if (out[s].size() < bytes) out[s].resize(bytes);
+    return out[s].data();
   }
   ThreadPool pool;
   std::vector<std::vector<uint8_t>> scratch;
@@ -114,17 +116,18 @@ size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8
 }
 
 
-// The stream coder of encode_block_with: t[k] is the block's set of stream
-// k (ctx.n SIMD tables).
-struct SimdCoder {
-  const SimdEncTable* const* t;
+// The stream coder of encode_block_with, through the kernel table:
+// freq_start[k] is the block's set of stream k (ctx.n tables of 256,
+// kernels.h EncTables).
+struct KernelCoder {
+  const CodecKernels* kr;
   const BlockEncTables* et;
+  const uint32_t* const* freq_start;
   void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
-    split_fields_simd(dtype, src, n, streams);
+    kr->split(dtype, src, n, streams);
   }
   size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
-    if (et->ctx[k].n > 1) return rans_encode_ctx_simd(sym, n, t[k], et->ctx[k], words, out, limit);
-    return rans_encode_simd(sym, n, *t[k], words, out, limit);
+    return kr->rans_encode(sym, n, EncTables{et->enc[k], freq_start[k]}, et->ctx[k], words, out, limit);
   }
 };
 
@@ -152,6 +155,8 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
     return make_error(kErrBadParam, "too many blocks: raise block_elems");
   const int K = dtype_stream_count(dtype);
 
+  const CodecKernels& kr = codec_kernels();
+
   // Tensor-level stream kinds and tables (cpu/frame_tables.cpp, by the
   // policy of codec/policy.h shared with the CUDA encoder).
   TensorTables tt;
@@ -167,20 +172,19 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   // sets' (block_tables).
   const bool v3 = tt.version >= kFormatVersionSets;
   std::vector<RansEncSym> enc[kMaxStreams];
-  std::vector<SimdEncTable> senc[kMaxStreams];
-  const bool simd = simd_available();
+  std::vector<uint32_t> fst[kMaxStreams];
   for (int k = 0; k < K; ++k) {
     const StreamTables& st = tt.s[k];
     if (!kind_is_rans(st.kind)) continue;
     const size_t nt = (size_t)st.n_sets * st.ctx.n;
     enc[k].resize(nt * 256);
-    senc[k].resize(nt);
+    fst[k].resize(nt * 256);
     for (size_t j = 0; j < nt; ++j) {
       rans_build_enc(st.freq.data() + 256 * j, enc[k].data() + 256 * j);
-      build_simd_enc(st.freq.data() + 256 * j, &senc[k][j]);
+      build_freq_start(st.freq.data() + 256 * j, fst[k].data() + 256 * j);
     }
   }
-  auto block_tables = [&](uint32_t b, BlockEncTables* et, const SimdEncTable** sk) {
+  auto block_tables = [&](uint32_t b, BlockEncTables* et, const uint32_t** fk) {
     *et = BlockEncTables{};
     et->v3 = v3;
     for (int k = 0; k < K; ++k) {
@@ -191,31 +195,36 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       et->set[k] = (uint8_t)set;
       et->ctx[k] = st.ctx;
       et->enc[k] = enc[k].data() + (size_t)set * st.ctx.n * 256;
-      sk[k] = senc[k].data() + (size_t)set * st.ctx.n;
+      fk[k] = fst[k].data() + (size_t)set * st.ctx.n * 256;
     }
   };
 
-  // Blocks: tasks are runs of blocks handed out in order. A worker encodes
-  // its run into its own reusable buffer, waits for its turn (the previous
-  // run committed), then copies the run to its final offset. Memory stays
-  // bounded, and the output never depends on the number of workers.
+  // Blocks: tasks are runs of blocks, the items of an ordered pipeline
+  // (cpu/ordered_pipeline.h) on the context's threads. A run is encoded into
+  // its slot's buffer, and commit, in run order, copies it to its final
+  // offset. Memory stays bounded (2 runs per thread), and the output never
+  // depends on the number of workers.
   const uint32_t per_task = std::max<uint32_t>(1, std::min<uint32_t>(16, n_blocks / (ctx.pool.size() * 8)));
   const size_t n_tasks = (n_blocks + per_task - 1) / per_task;
   std::vector<uint32_t> sizes(n_blocks);
   const size_t bbound = block_bound(block_elems, K);
   const size_t scratch_bytes = block_scratch_size(block_elems, K);
   const int zlevel = zstd_level_for(level);
-  std::atomic<size_t> turn{0};
-  uint64_t next_off = prefix;  // owned by the worker whose turn it is
+  uint64_t next_off = prefix;  // advanced by commit, in run order
   bool overflow = false;       // likewise
-  ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+  const size_t window = 2 * (size_t)ctx.pool.size();
+  std::vector<size_t> run_bytes(window);
+  std::vector<char> run_in_place(window);
+  OrderedPipeline* runs = nullptr;
+  OrderedPipeline::Stages stages;
+  stages.work = [&](size_t t, size_t slot, unsigned w) {
     const uint32_t b0 = (uint32_t)(t * per_task), b1 = std::min<uint32_t>(n_blocks, b0 + per_task);
     uint8_t* scratch = ctx.worker_scratch(w, scratch_bytes);
-    // If this run is next in line and dst has room for its worst case,
-    // encode straight into dst (always so with one thread): no copy.
+    // If every earlier run is in place and dst has room for this one's worst
+    // case, encode straight into dst (always so with one thread): no copy.
     const size_t run_bound = (size_t)(b1 - b0) * bbound;
-    const bool direct = turn.load(std::memory_order_acquire) == t && !overflow && cap - next_off >= run_bound;
-    uint8_t* o = direct ? dst + next_off : ctx.worker_out(w, (size_t)per_task * bbound);
+    const bool direct = runs->all_before_committed(t) && !overflow && cap - next_off >= run_bound;
+    uint8_t* o = direct ? dst + next_off : ctx.slot_out(slot, (size_t)per_task * bbound);
     if (dtype == kBytes && tt.s[0].kind == kKindZstd && !ctx.cctx[w]) ctx.cctx[w] = ZSTD_createCCtx();
     size_t pos = 0;
     for (uint32_t b = b0; b < b1; ++b) {
@@ -223,25 +232,31 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
       const uint8_t* sb = src + (uint64_t)b * block_elems * es;
       const uint32_t crc = block_checksum(sb, (size_t)nb * es) ^ block_checksum_salt(b);
       BlockEncTables et;
-      const SimdEncTable* sk[kMaxStreams] = {};
-      if (dtype != kBytes) block_tables(b, &et, sk);
+      const uint32_t* fk[kMaxStreams] = {};
+      if (dtype != kBytes) block_tables(b, &et, fk);
       const size_t sz = dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, tt.s[0].kind, sb, nb, crc, o + pos)
-                        : simd ? encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos, SimdCoder{sk, &et})
-                               : encode_block(dtype, et, sb, nb, crc, scratch, o + pos);
+                                        : encode_block_with(dtype, et, sb, nb, crc, scratch, o + pos,
+                                                            KernelCoder{&kr, &et, fk});
       sizes[b] = (uint32_t)sz;
       pos += sz;
     }
-    while (turn.load(std::memory_order_acquire) != t) std::this_thread::yield();
-    if (direct) {
+    run_bytes[slot] = pos;
+    run_in_place[slot] = direct;
+  };
+  stages.commit = [&](size_t, size_t slot) {
+    const size_t pos = run_bytes[slot];
+    if (run_in_place[slot]) {
       // already in place
     } else if (!overflow && next_off + pos <= cap) {
-      memcpy(dst + next_off, o, pos);
+      memcpy(dst + next_off, ctx.slot_out(slot, 0), pos);
     } else {
       overflow = true;
     }
     next_off += pos;
-    turn.store(t + 1, std::memory_order_release);
-  });
+  };
+  OrderedPipeline pipeline(n_tasks, window, std::move(stages));
+  runs = &pipeline;
+  pipeline.run(ctx.pool);
   const uint64_t total = next_off;
   if (overflow) return make_error(kErrDstTooSmall, "destination too small (" + std::to_string(cap) + " < " +
                                                        std::to_string(total) + " bytes)");
@@ -313,18 +328,19 @@ int decode_bytes_block(ZSTD_DCtx* dctx, uint8_t kind, const uint8_t* blk, size_t
   return kOk;
 }
 
-// decode_block with the SIMD kernels: same validation (parse_block), same
-// output, and the common BF16 layout (exponents coded, sign|mantissa raw)
-// decoded and merged in one pass.
-int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk, size_t sz, uint32_t n,
-                      uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
+// tz::decode_block through the kernel table: same validation (parse_block),
+// same output and status, coded streams decoded two at a time, and the
+// common BF16 layout (exponents coded, sign|mantissa raw) decoded and merged
+// in one pass.
+int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTables& t, const uint8_t* blk,
+                         size_t sz, uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
   const int pst = parse_block(K, t.kind, t.sets(), blk, sz, n, &v);
   if (pst != kOk) return pst;
   *stored = v.checksum;
   if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw)
-    return rans_decode_bf16_simd(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), v.payload[1], dst, t.ctx[0]);
+    return kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], v.payload[1], dst);
   const uint8_t* streams[kMaxStreams];
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {
@@ -340,7 +356,7 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
       const int j = pending;
       pending = -1;
       int sa, sb;
-      rans_decode2_simd(
+      kr.rans_decode2(
           RansStream{v.payload[j], v.size[j], n, t.dec_of(j, v.set[j]), scratch + (size_t)j * align4(n), t.ctx[j]},
           &sa, RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s, t.ctx[k]}, &sb);
       if (sa != kOk) return sa;
@@ -350,11 +366,11 @@ int decode_block_simd(uint8_t dtype, const BlockDecTables& t, const uint8_t* blk
     }
   }
   if (pending >= 0) {
-    const int st = rans_decode_simd(v.payload[pending], v.size[pending], n, t.dec_of(pending, v.set[pending]),
-                                    scratch + (size_t)pending * align4(n), t.ctx[pending]);
+    const int st = kr.rans_decode(v.payload[pending], v.size[pending], n, t.dec_of(pending, v.set[pending]),
+                                  t.ctx[pending], scratch + (size_t)pending * align4(n));
     if (st != kOk) return st;
   }
-  merge_fields_simd(dtype, streams, n, dst);
+  kr.merge(dtype, streams, n, dst);
   return kOk;
 }
 
@@ -370,7 +386,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
   for (uint32_t i = 0; i < count; ++i) off[i + 1] = off[i] + load_le32(fp.index + 4ull * (first + i));
   DecTables dt(fp);
   const size_t scratch_bytes = block_scratch_size(h.block_elems, K) + (dst ? 0 : 2 * (size_t)h.block_elems * es);
-  const bool simd = simd_available();
+  const CodecKernels& kr = codec_kernels();
   std::mutex bad_mu;  // guards the lowest failing block and its status
   uint32_t bad = UINT32_MAX;
   int bad_status = kOk;
@@ -394,7 +410,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
     for (uint32_t i = i0; i < i1;) {
       // BF16 blocks (exponents coded, sign|mantissa raw) go two at a time
       // through the interleaved SIMD decoder.
-      if (simd && h.dtype == kBF16 && i + 1 < i1) {
+      if (h.dtype == kBF16 && i + 1 < i1) {
         BlockView va, vb;
         const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
         const bool ok =
@@ -406,7 +422,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
           uint8_t* oa = out_of(i, 0);
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
-          rans_decode2_bf16_simd(
+          kr.rans_decode2_bf16(
               RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa, dt.t.ctx[0]}, va.payload[1],
               &sta, RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob, dt.t.ctx[0]},
               vb.payload[1], &stb);
@@ -427,8 +443,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       const uint8_t* blk = blocks + off[i];
       const size_t sz = (size_t)(off[i + 1] - off[i]);
       int st = h.dtype == kBytes ? decode_bytes_block(ctx.dctx[w], fp.t.kind[0], blk, sz, nb, out, &stored)
-                 : simd ? decode_block_simd(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored)
-                        : decode_block(h.dtype, dt.t, blk, sz, nb, scratch, out, &stored);
+                                 : decode_block_kernels(kr, h.dtype, dt.t, blk, sz, nb, scratch, out, &stored);
       if (st == kOk && (block_checksum(out, (size_t)nb * es) ^ block_checksum_salt(b)) != stored) st = kErrChecksum;
       if (st != kOk) return fail(b, st);
       ++i;

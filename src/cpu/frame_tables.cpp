@@ -6,73 +6,17 @@
 
 #include "codec/fields.h"
 #include "codec/frame_prefix.h"
-#include "cpu/simd_x86.h"
+#include "cpu/kernels.h"
 
 namespace tz::cpu {
 
 namespace {
 
-// Byte of field stream k of element i.
-inline uint8_t stream_byte(uint8_t dtype, const uint8_t* src, uint64_t i, int k) {
-  switch (dtype) {
-    case kBF16: {
-      uint8_t s0, s1;
-      split_elem_bf16(load_le16(src + 2 * i), s0, s1);
-      return k == 0 ? s0 : s1;
-    }
-    case kF16: return src[2 * i + 1 - k];
-    case kF32: {
-      uint8_t s[4];
-      split_elem_f32(load_le32(src + 4 * i), s[0], s[1], s[2], s[3]);
-      return s[k];
-    }
-    default: return src[i];
-  }
-}
-
-// Histogram of stream k over elements [e0, e1), added to hist. Four
-// sub-histograms: runs of equal symbols (common in exponents) would
-// otherwise serialise on one counter.
-template <uint8_t DT, int K>
-void histogram_stream_t(const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
-  uint32_t h[4][256] = {};
-  uint64_t i = e0;
-  for (; i + 4 <= e1; i += 4) {
-    ++h[0][stream_byte(DT, src, i, K)];
-    ++h[1][stream_byte(DT, src, i + 1, K)];
-    ++h[2][stream_byte(DT, src, i + 2, K)];
-    ++h[3][stream_byte(DT, src, i + 3, K)];
-  }
-  for (; i < e1; ++i) ++h[0][stream_byte(DT, src, i, K)];
-  for (int s = 0; s < 256; ++s) hist[s] += (uint64_t)h[0][s] + h[1][s] + h[2][s] + h[3][s];
-}
-
-// Smallest and largest byte of stream k over n elements.
-void stream_minmax(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi) {
-  uint8_t a = 255, b = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint8_t v = stream_byte(dtype, src, i, k);
-    a = std::min(a, v);
-    b = std::max(b, v);
-  }
-  *lo = a;
-  *hi = b;
-}
-
+// Histogram of stream k over elements [e0, e1), added to hist, by the
+// kernel set of this CPU.
 void histogram_stream(uint8_t dtype, int k, const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
-  switch (dtype * 4 + k) {
-    case kBF16 * 4 + 0: return histogram_stream_t<kBF16, 0>(src, e0, e1, hist);
-    case kBF16 * 4 + 1: return histogram_stream_t<kBF16, 1>(src, e0, e1, hist);
-    case kF16 * 4 + 0: return histogram_stream_t<kF16, 0>(src, e0, e1, hist);
-    case kF16 * 4 + 1: return histogram_stream_t<kF16, 1>(src, e0, e1, hist);
-    case kF32 * 4 + 0: return histogram_stream_t<kF32, 0>(src, e0, e1, hist);
-    case kF32 * 4 + 1: return histogram_stream_t<kF32, 1>(src, e0, e1, hist);
-    case kF32 * 4 + 2: return histogram_stream_t<kF32, 2>(src, e0, e1, hist);
-    case kF32 * 4 + 3: return histogram_stream_t<kF32, 3>(src, e0, e1, hist);
-    default: return histogram_stream_t<kF8E4M3, 0>(src, e0, e1, hist);
-  }
+  codec_kernels().histogram(dtype, k, src + e0 * dtype_elem_size(dtype), (uint32_t)(e1 - e0), hist);
 }
-
 
 // Lane contexts for stream 0 (the exponent-carrying field) at level 3
 // (doc/format.md 5.5): symbol i is coded with table ctx_of(symbol i - 32).
@@ -85,10 +29,10 @@ void histogram_stream(uint8_t dtype, int k, const uint8_t* src, uint64_t e0, uin
 // lane_contexts_pay (codec/policy.h).
 
 // Stream 0 of n elements (what split_fields writes to streams[0]), by the
-// same per-element rule as the histograms (stream_byte).
+// same per-element rule as the histograms (field_byte).
 template <uint8_t DT>
 void stream0_t(const uint8_t* src, uint32_t n, uint8_t* __restrict out) {
-  for (uint32_t i = 0; i < n; ++i) out[i] = stream_byte(DT, src, i, 0);
+  for (uint32_t i = 0; i < n; ++i) out[i] = field_byte(DT, src, i, 0);
 }
 void stream0_fields(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* out) {
   switch (dtype) {
@@ -265,7 +209,7 @@ void block_minmax(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t 
   const uint32_t es = dtype_elem_size(dtype);
   const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (pool.size() * 4));
   const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
-  const bool simd = simd_available();
+  const CodecKernels& kr = codec_kernels();
   pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
     const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
     for (uint64_t b = t * per_task; b < b1; ++b) {
@@ -273,10 +217,7 @@ void block_minmax(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t 
       for (int k = 0; k < K; ++k)
         if (want[k]) {
           uint8_t* r = &(*mm)[(b * kMaxStreams + k) * 2];
-          if (simd)
-            stream_minmax_simd(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
-          else
-            stream_minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
+          kr.minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
         }
     }
   });

@@ -19,7 +19,8 @@ bool cpu_has(SimdPath p) {
     case SimdPath::kPortable: return true;
 #if defined(__x86_64__)
     case SimdPath::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+             __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
     case SimdPath::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -38,12 +39,17 @@ bool cpu_has(SimdPath p) {
 }
 
 // Paths the frame codec of this build has kernels for. A path is listed
-// here only once its kernels are complete (src/cpu/simd_*.cpp).
+// here only once its kernel table is complete (src/cpu/kernels.h,
+// src/cpu/simd_*.cpp).
 bool built_with(SimdPath p) {
   switch (p) {
     case SimdPath::kPortable: return true;
 #if defined(__x86_64__)
+    case SimdPath::kAvx2: return true;
     case SimdPath::kAvx512: return true;
+#endif
+#if defined(__aarch64__)
+    case SimdPath::kNeon: return true;
 #endif
     default: return false;
   }
@@ -115,6 +121,12 @@ SimdPath active_simd_path() { return active().load(std::memory_order_relaxed); }
 const char* simd_path_note() {
   (void)active();  // the note is set when the path is first chosen
   return g_note.c_str();
+}
+
+bool set_active_simd_path(SimdPath p) {
+  if (!simd_path_supported(p)) return false;
+  active().store(p, std::memory_order_relaxed);
+  return true;
 }
 
 ScopedSimdPath::ScopedSimdPath(SimdPath p) : prev_(active_simd_path()) {

@@ -31,6 +31,9 @@ bool simd_path_supported(SimdPath p);
 SimdPath best_simd_path();
 // The path the codec uses now (TZ_SIMD, else best_simd_path()).
 SimdPath active_simd_path();
+// Makes p the active path when simd_path_supported(p) (false otherwise, and
+// nothing changes). Not while other threads are coding.
+bool set_active_simd_path(SimdPath p);
 // Why the active path differs from what TZ_SIMD asked for ("" when it does not).
 const char* simd_path_note();
 

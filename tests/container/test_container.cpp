@@ -181,14 +181,88 @@ TEST_F(Container, EmptyAndMetadataOnlyFilesRoundTrip) {
   }
 }
 
+// Any thread count writes the same .tzip bytes, and restores, verifies and
+// reads back the same bytes.
 TEST_F(Container, OutputIdenticalForEveryThreadCount) {
   const std::string src = make_mixed("m.safetensors");
   tc::WriteOptions o = small_chunks();
   o.threads = 1;
   tc::compress_file(src, p("1.tzip"), o);
-  o.threads = 4;
-  tc::compress_file(src, p("4.tzip"), o);
-  EXPECT_EQ(read_all(p("1.tzip")), read_all(p("4.tzip")));
+  const Bytes one = read_all(p("1.tzip"));
+  const Bytes orig = read_all(src);
+  for (unsigned t : {2u, 4u, 8u}) {
+    o.threads = t;
+    const std::string out = p(std::to_string(t) + ".tzip");
+    tc::compress_file(src, out, o);
+    EXPECT_EQ(read_all(out), one) << t << " threads";
+  }
+  for (unsigned t : {1u, 2u, 4u, 8u}) {
+    tc::ReadOptions ro;
+    ro.threads = t;
+    const std::string back = p("back" + std::to_string(t) + ".safetensors");
+    tc::Reader(p("1.tzip"), t).export_safetensors(back, ro);
+    EXPECT_EQ(read_all(back), orig) << t << " threads";
+    tc::Reader(p("1.tzip"), t).verify(src, ro);
+  }
+}
+
+// A file of many small tensors (and one of several frames): read_tensors
+// decodes all of them together, on any number of threads, to exactly what
+// read_tensor gives one by one; bad requests are refused.
+TEST_F(Container, ReadTensorsTogetherEqualsOneByOne) {
+  const Bytes bf = real_bytes("fixture-slice-bf16.safetensors");
+  const Bytes f32 = real_bytes("fixture-slice-fp32.safetensors");
+  Bytes data;
+  std::string h = "{";
+  std::mt19937 rng(11);
+  for (int i = 0; i < 400; ++i) {
+    const bool is_bf = i % 3 != 0;
+    const Bytes& src = is_bf ? bf : f32;
+    const size_t es = is_bf ? 2 : 4;
+    const size_t n = 1 + rng() % std::min<size_t>(20000, src.size() / es - 1);
+    const size_t b = data.size();
+    data.insert(data.end(), src.begin(), src.begin() + (long)(n * es));
+    h += "\"t" + std::to_string(i) + "\":{\"dtype\":\"" + (is_bf ? "BF16" : "F32") + "\",\"shape\":[" +
+         std::to_string(n) + "],\"data_offsets\":[" + std::to_string(b) + "," + std::to_string(data.size()) + "]},";
+  }
+  Bytes big;  // 2.5 MiB of real BF16 values: three 1 MiB frames
+  while (big.size() < (5u << 19)) big.insert(big.end(), bf.begin(), bf.end());
+  big.resize(5u << 19);
+  const size_t b = data.size();
+  data.insert(data.end(), big.begin(), big.end());
+  h += "\"big\":{\"dtype\":\"BF16\",\"shape\":[" + std::to_string(big.size() / 2) + "],\"data_offsets\":[" +
+       std::to_string(b) + "," + std::to_string(data.size()) + "]}}";
+  write_st(p("many.safetensors"), h, data);
+  tc::compress_file(p("many.safetensors"), p("many.tzip"), small_chunks());
+  tc::Reader r(p("many.tzip"), 2);
+  const size_t n = r.tensors().size();
+  ASSERT_EQ(n, 401u);
+  std::vector<Bytes> want(n);
+  for (size_t i = 0; i < n; ++i) {
+    want[i].resize(r.tensors()[i].raw_size());
+    r.read_tensor(i, want[i].data(), want[i].size());
+  }
+  EXPECT_EQ(r.tensors()[n - 1].frames.size(), 3u);
+  for (unsigned t : {1u, 2u, 8u}) {
+    std::vector<Bytes> got(n);
+    std::vector<tc::Reader::TensorRead> reads;
+    for (size_t i = n; i-- > 0;) {  // any request order
+      got[i].assign(want[i].size(), 0xAB);
+      reads.push_back({i, got[i].data(), got[i].size()});
+    }
+    r.read_tensors(reads, t);
+    for (size_t i = 0; i < n; ++i) EXPECT_TRUE(got[i] == want[i]) << t << " threads, tensor " << i;
+  }
+  Bytes small(want[5].size() - 1);
+  try {
+    r.read_tensors({{5, small.data(), small.size()}}, 2);
+    ADD_FAILURE() << "a small destination was accepted";
+  } catch (const tc::Error& e) {
+    EXPECT_EQ(e.kind(), tc::ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("destination too small"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(r.read_tensors({{n, small.data(), small.size()}}, 2), tc::Error);
+  r.read_tensors({}, 4);  // nothing to do
 }
 
 TEST_F(Container, RefusesToOverwriteWithoutForce) {

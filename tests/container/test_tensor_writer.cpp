@@ -114,6 +114,31 @@ TEST(TensorWriter, RoundTripHostTensors) {
   }
 }
 
+// Any thread count (and any number of slots) writes the same bytes.
+TEST(TensorWriter, SameBytesForEveryThreadCount) {
+  const auto data = mixed_tensors();
+  TempDir d;
+  std::vector<uint8_t> first;
+  for (unsigned t : {1u, 2u, 4u, 8u}) {
+    for (unsigned slots : {0u, 2u}) {
+      tc::TensorWriterOptions o;
+      o.threads = t;
+      o.slots = slots;
+      o.chunk_bytes = 1u << 20;
+      const std::string file = d.path + "/t" + std::to_string(t) + "s" + std::to_string(slots) + ".tzip";
+      tc::TensorWriter w(file, o);
+      for (const auto& x : data) w.add(x.name, x.dtype, x.shape, x.bytes.data(), x.bytes.size());
+      w.finish();
+      const auto bytes = read_all(file);
+      if (first.empty())
+        first = bytes;
+      else
+        EXPECT_TRUE(bytes == first) << t << " threads, " << slots << " slots";
+    }
+  }
+  expect_file_holds(d.path + "/t8s2.tzip", data);
+}
+
 // Frames encoded outside the writer (as the GPU codec produces them), given
 // whole or produced on demand, are stored as they are.
 TEST(TensorWriter, PreEncodedFramesAndEncoders) {

@@ -1,0 +1,140 @@
+// Cost per symbol of each CPU kernel set's entries (src/cpu/kernels.h) on
+// real data: the exponent stream of 64 consecutive blocks of 64 Ki BF16
+// weights of the fixture checkpoint, one table from their histogram (as
+// level 1 builds it for a tensor), every block distinct (one block decoded
+// over and over lets the branch predictor learn it, which flatters branchy
+// code). Best process CPU time of 9 repetitions, converted to cycles at the
+// clock given (--ghz, default 2.596: the TSC rate of the development VM), per
+// symbol. Every path this build and CPU have; TZ_SIMD is not needed.
+//
+//   build/bench/tz_kernel_bench [--ghz 2.596] [file.safetensors]
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "codec/fields.h"
+#include "codec/rans.h"
+#include "cpu/kernels.h"
+#include "cpu/simd_path.h"
+
+#ifndef TZ_BENCH_FIXTURES_DIR
+#define TZ_BENCH_FIXTURES_DIR "../shared/fixtures"
+#endif
+
+using namespace tz;
+using namespace tz::cpu;
+
+namespace {
+
+double cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double ghz = 2.596;
+  std::string file = std::string(TZ_BENCH_FIXTURES_DIR) + "/gpt-small-step400-model-bf16.safetensors";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--ghz") && i + 1 < argc) ghz = std::atof(argv[++i]);
+    else file = argv[i];
+  }
+  constexpr uint32_t n = 65536;
+  constexpr int B = 64;
+  FILE* fp = std::fopen(file.c_str(), "rb");
+  uint64_t hl = 0;
+  std::vector<uint16_t> v((size_t)n * B);
+  // The data section from its start: all BF16 in the fixture's model file.
+  if (!fp || std::fread(&hl, 8, 1, fp) != 1 || std::fseek(fp, (long)(8 + hl), SEEK_SET) != 0 ||
+      std::fread(v.data(), 2, v.size(), fp) != v.size()) {
+    std::fprintf(stderr, "cannot read %zu BF16 values from %s\n", v.size(), file.c_str());
+    return 2;
+  }
+  std::fclose(fp);
+  std::vector<uint8_t> sym(v.size()), mant(v.size());
+  for (size_t i = 0; i < v.size(); ++i) split_elem_bf16(v[i], sym[i], mant[i]);
+  std::vector<uint64_t> counts(256, 0);
+  for (uint8_t s : sym) ++counts[s];
+  std::vector<uint32_t> freq(256), fst(256), dec(kProbScale);
+  std::vector<RansEncSym> enc(256);
+  rans_normalize(counts.data(), freq.data());
+  rans_build_enc(freq.data(), enc.data());
+  build_freq_start(freq.data(), fst.data());
+  rans_build_dec(freq.data(), dec.data());
+  std::vector<std::vector<uint8_t>> payload(B);
+  std::vector<uint16_t> words(n);
+  for (int b = 0; b < B; ++b) {
+    payload[b].resize(kRansStateBytes + 2 * (size_t)n);
+    payload[b].resize(rans_encode(sym.data() + (size_t)b * n, n, enc.data(), words.data(), payload[b].data(),
+                                  SIZE_MAX));
+  }
+  std::vector<uint8_t> out(2 * (size_t)n * B), tmp(kRansStateBytes + 2 * (size_t)n);
+  std::printf("kernel cost, cycles per symbol at %.3f GHz (CPU time, best of 9), %d distinct blocks of %u BF16 "
+              "exponents of %s\n", ghz, B, n, file.c_str());
+  std::printf("%-9s %7s %7s %7s %8s %9s %7s %7s %7s\n", "path", "encode", "decode", "decode2", "dec_bf16",
+              "dec2_bf16", "hist", "split", "minmax");
+  for (SimdPath p : kAllSimdPaths) {
+    const CodecKernels* k = codec_kernels_for(p);
+    if (!k || !simd_path_cpu_has(p)) {
+      std::printf("%-9s (not on this CPU or build)\n", simd_path_name(p));
+      continue;
+    }
+    auto cost = [&](auto fn) {
+      double best = 1e30;
+      for (int r = 0; r < 9; ++r) {
+        const double t0 = cpu_seconds();
+        fn();
+        best = std::min(best, cpu_seconds() - t0);
+      }
+      return best * ghz * 1e9 / ((double)n * B);
+    };
+    int sa = 0, sb = 0, bad = 0;
+    const double e = cost([&] {
+      for (int b = 0; b < B; ++b)
+        k->rans_encode(sym.data() + (size_t)b * n, n, EncTables{enc.data(), fst.data()}, RansCtx{}, words.data(),
+                       tmp.data(), SIZE_MAX);
+    });
+    const double d = cost([&] {
+      for (int b = 0; b < B; ++b)
+        bad |= k->rans_decode(payload[b].data(), payload[b].size(), n, dec.data(), RansCtx{}, out.data() + (size_t)b * n);
+    });
+    auto stream = [&](int b, uint8_t* o) { return RansStream{payload[b].data(), payload[b].size(), n, dec.data(), o}; };
+    const double d2 = cost([&] {
+      for (int b = 0; b < B; b += 2)
+        k->rans_decode2(stream(b, out.data() + (size_t)b * n), &sa, stream(b + 1, out.data() + (size_t)(b + 1) * n), &sb);
+      bad |= sa | sb;
+    });
+    const double db = cost([&] {
+      for (int b = 0; b < B; ++b)
+        bad |= k->rans_decode_bf16(payload[b].data(), payload[b].size(), n, dec.data(), RansCtx{},
+                                   mant.data() + (size_t)b * n, out.data() + 2 * (size_t)b * n);
+    });
+    const double d2b = cost([&] {
+      for (int b = 0; b < B; b += 2)
+        k->rans_decode2_bf16(stream(b, out.data() + 2 * (size_t)b * n), mant.data() + (size_t)b * n, &sa,
+                             stream(b + 1, out.data() + 2 * (size_t)(b + 1) * n), mant.data() + (size_t)(b + 1) * n,
+                             &sb);
+      bad |= sa | sb;
+    });
+    if (bad || std::memcmp(out.data(), v.data(), out.size()) != 0) {
+      std::fprintf(stderr, "%s: decoded data differs\n", simd_path_name(p));
+      return 1;
+    }
+    std::vector<uint64_t> h(256);
+    const uint8_t* src = (const uint8_t*)v.data();
+    const double hi = cost([&] { k->histogram(kBF16, 0, src, n * B, h.data()); });
+    uint8_t* st[4] = {sym.data(), mant.data(), nullptr, nullptr};
+    const double sp = cost([&] { k->split(kBF16, src, n * B, st); });
+    uint8_t lo = 0, hh = 0;
+    const double mm = cost([&] { k->minmax(kBF16, 0, src, n * B, &lo, &hh); });
+    std::printf("%-9s %7.2f %7.2f %7.2f %8.2f %9.2f %7.2f %7.2f %7.2f\n", simd_path_name(p), e, d, d2, db, d2b, hi,
+                sp, mm);
+  }
+  return 0;
+}

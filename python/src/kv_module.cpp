@@ -1,0 +1,250 @@
+// Bindings of the KV page codec (include/tensorzip/tensorzip_kv.h, doc/kv.md)
+// under tensorzip._tensorzip: class KvCodec and kv_calibrate / kv_load. Bytes
+// in and out through the buffer protocol; the GIL is released while coding.
+// python/tensorzip/kv.py builds the tensor API (shapes, dtypes, batches) on it.
+#include <Python.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kv_codec.hpp"  // src/runtime/kv: the codec with an explicit kernel set for batches
+#include "tensorzip/tensorzip_kv.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+PyObject* g_kv_error = nullptr;    // tensorzip.TensorZipError
+PyObject* g_kv_corrupt = nullptr;  // tensorzip.CorruptDataError
+PyObject* g_kv_usage = nullptr;    // tensorzip.UsageError
+
+struct KvPyError : std::runtime_error {
+  PyObject* type;
+  KvPyError(PyObject* t, const std::string& m) : std::runtime_error(m), type(t) {}
+};
+
+[[noreturn]] void throw_kv(size_t code, const std::string& what) {
+  std::string msg = what + ": " + tz_get_error_name(code);
+  const char* d = tz_last_error_detail();
+  if (d && *d) msg += std::string(" (") + d + ")";
+  PyObject* type = g_kv_error;
+  switch (tz_get_error_code(code)) {
+    case TZ_ERROR_SRC_TRUNCATED:
+    case TZ_ERROR_BAD_MAGIC:
+    case TZ_ERROR_BAD_VERSION:
+    case TZ_ERROR_CORRUPT_HEADER:
+    case TZ_ERROR_CORRUPT_BLOCK:
+    case TZ_ERROR_CHECKSUM: type = g_kv_corrupt; break;
+    case TZ_ERROR_BAD_PARAMETER:
+    case TZ_ERROR_DST_TOO_SMALL:
+    case TZ_ERROR_UNSUPPORTED: type = g_kv_usage; break;
+    default: break;
+  }
+  throw KvPyError(type, msg);
+}
+
+class Buf {
+ public:
+  Buf(nb::handle obj, bool writable, const char* name) {
+    const int flags = writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) : PyBUF_C_CONTIGUOUS;
+    if (PyObject_GetBuffer(obj.ptr(), &v_, flags) != 0) {
+      PyErr_Clear();
+      throw KvPyError(PyExc_TypeError, std::string(name) + " must be a C-contiguous " + (writable ? "writable " : "") +
+                                           "object with the buffer protocol");
+    }
+  }
+  ~Buf() { PyBuffer_Release(&v_); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  const uint8_t* data() const { return static_cast<const uint8_t*>(v_.buf); }
+  uint8_t* wdata() { return static_cast<uint8_t*>(v_.buf); }
+  size_t size() const { return static_cast<size_t>(v_.len); }
+
+ private:
+  Py_buffer v_{};
+};
+
+nb::bytes new_bytes(const uint8_t* p, size_t n) { return nb::bytes(reinterpret_cast<const char*>(p), n); }
+
+class PyKvCodec {
+ public:
+  explicit PyKvCodec(std::unique_ptr<tz::kv::Codec> c) : c_(std::move(c)) {}
+
+  nb::bytes tables() const { return new_bytes(c_->blob().data(), c_->blob().size()); }
+
+  nb::dict info() const {
+    const tz::kv::KvTables& t = c_->tables().t;
+    nb::dict d;
+    d["dtype"] = (int)t.dtype;
+    d["mode"] = t.mode == tz::kv::kModeFixedTables ? "fixed" : "rans";
+    d["fixed_bits"] = (int)t.fixed_bits;
+    d["checksum"] = (t.flags & tz::kv::kFlagChecksum) != 0;
+    d["table_id"] = t.id;
+    std::vector<uint32_t> dims(t.row_dims, t.row_dims + t.n_row_dims);
+    d["row_dims"] = nb::tuple(nb::cast(dims));
+    std::vector<bool> coded;
+    for (int k = 0; k < t.n_streams; ++k) coded.push_back(t.mode == tz::kv::kModeRansTables && t.st[k].kind == tz::kKindRans);
+    d["stream_coded"] = nb::cast(coded);
+    return d;
+  }
+
+  size_t bound(size_t page_bytes) const {
+    const size_t r = c_->page_bound(page_bytes);
+    if (tz_is_error(r)) throw_kv(r, "KV page bound");
+    return r;
+  }
+
+  nb::bytes encode(nb::handle page_obj) const {
+    Buf page(page_obj, false, "page");
+    std::vector<uint8_t> out(bound(page.size()));
+    size_t r;
+    {
+      nb::gil_scoped_release nogil;
+      r = c_->encode(tz::kv::active_page_kernels(), out.data(), out.size(), page.data(), page.size());
+    }
+    if (tz_is_error(r)) throw_kv(r, "KV encode");
+    return new_bytes(out.data(), r);
+  }
+
+  size_t decoded_size(nb::handle blob_obj) const {
+    Buf blob(blob_obj, false, "page");
+    const size_t r = c_->decoded_size(blob.data(), blob.size());
+    if (tz_is_error(r)) throw_kv(r, "KV page");
+    return r;
+  }
+
+  // Decodes into the writable buffer out (exactly the page's size).
+  size_t decode_into(nb::handle blob_obj, nb::handle out_obj) const {
+    Buf blob(blob_obj, false, "page");
+    Buf out(out_obj, true, "out");
+    size_t r;
+    {
+      nb::gil_scoped_release nogil;
+      r = c_->decode(tz::kv::active_page_kernels(), out.wdata(), out.size(), blob.data(), blob.size());
+    }
+    if (tz_is_error(r)) throw_kv(r, "KV decode");
+    if (r != out.size()) throw KvPyError(g_kv_usage, "KV decode: out holds " + std::to_string(out.size()) +
+                                                         " bytes, the page decodes to " + std::to_string(r));
+    return r;
+  }
+
+  // n_pages pages of page_bytes each, back to back in src: (blob, offsets)
+  // with page i at blob[offsets[i]:offsets[i+1]].
+  std::tuple<nb::bytes, std::vector<size_t>> encode_batch(nb::handle src_obj, size_t page_bytes, unsigned threads) const {
+    Buf src(src_obj, false, "pages");
+    if (page_bytes == 0 || src.size() % page_bytes)
+      throw KvPyError(g_kv_usage, "KV encode_batch: " + std::to_string(src.size()) + " bytes are not whole pages of " +
+                                      std::to_string(page_bytes));
+    const size_t n = src.size() / page_bytes, b = bound(page_bytes);
+    std::vector<uint8_t> arena(n * b);
+    std::vector<tz_kv_item> items(n);
+    for (size_t i = 0; i < n; ++i) items[i] = {src.data() + i * page_bytes, page_bytes, arena.data() + i * b, b, 0};
+    size_t r;
+    {
+      nb::gil_scoped_release nogil;
+      r = c_->encode_batch(tz::kv::active_page_kernels(), items.data(), n, threads);
+    }
+    if (tz_is_error(r)) throw_kv(r, "KV encode_batch");
+    std::vector<size_t> offsets(n + 1, 0);
+    for (size_t i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + items[i].result;
+    PyObject* out = PyBytes_FromStringAndSize(nullptr, (Py_ssize_t)offsets[n]);
+    if (!out) throw nb::python_error();
+    nb::bytes res = nb::steal<nb::bytes>(out);
+    char* dst = PyBytes_AS_STRING(out);
+    for (size_t i = 0; i < n; ++i) std::memcpy(dst + offsets[i], arena.data() + i * b, items[i].result);
+    return {res, offsets};
+  }
+
+  // Pages (a list of bytes-like) into out, page i at out[i * page_bytes:].
+  void decode_batch(const std::vector<nb::object>& blobs, nb::handle out_obj, size_t page_bytes, unsigned threads) const {
+    Buf out(out_obj, true, "out");
+    const size_t n = blobs.size();
+    if (page_bytes == 0 || out.size() != n * page_bytes)
+      throw KvPyError(g_kv_usage, "KV decode_batch: out must hold " + std::to_string(n) + " pages of " +
+                                      std::to_string(page_bytes) + " bytes");
+    std::vector<std::unique_ptr<Buf>> views;
+    std::vector<tz_kv_item> items(n);
+    for (size_t i = 0; i < n; ++i) {
+      views.push_back(std::make_unique<Buf>(blobs[i], false, "page"));
+      items[i] = {views[i]->data(), views[i]->size(), out.wdata() + i * page_bytes, page_bytes, 0};
+    }
+    size_t r;
+    {
+      nb::gil_scoped_release nogil;
+      r = c_->decode_batch(tz::kv::active_page_kernels(), items.data(), n, threads);
+    }
+    if (tz_is_error(r)) throw_kv(r, "KV decode_batch");
+    for (size_t i = 0; i < n; ++i)
+      if (items[i].result != page_bytes)
+        throw KvPyError(g_kv_usage, "KV decode_batch: page " + std::to_string(i) + " decodes to " +
+                                        std::to_string(items[i].result) + " bytes, not " + std::to_string(page_bytes));
+  }
+
+ private:
+  std::unique_ptr<tz::kv::Codec> c_;
+};
+
+PyKvCodec kv_calibrate(nb::handle sample_obj, int dtype, const std::string& mode, unsigned fixed_bits, bool checksum,
+                       const std::vector<uint32_t>& row_dims) {
+  Buf sample(sample_obj, false, "sample");
+  tz_kv_params p{};
+  if (mode == "rans") p.mode = TZ_KV_MODE_RANS;
+  else if (mode == "fixed") p.mode = TZ_KV_MODE_FIXED;
+  else throw KvPyError(g_kv_usage, "KV calibrate: mode must be 'rans' or 'fixed', not '" + mode + "'");
+  p.fixed_bits = fixed_bits;
+  p.no_checksum = checksum ? 0 : 1;
+  if (row_dims.size() > TZ_KV_MAX_ROW_DIMS) throw KvPyError(g_kv_usage, "KV calibrate: at most 4 row dims");
+  p.n_row_dims = (unsigned)row_dims.size();
+  for (size_t i = 0; i < row_dims.size(); ++i) p.row_dims[i] = row_dims[i];
+  std::unique_ptr<tz::kv::Codec> c;
+  size_t r;
+  {
+    nb::gil_scoped_release nogil;
+    r = tz::kv::Codec::calibrate(&c, sample.data(), sample.size(), (uint8_t)dtype, p);
+  }
+  if (tz_is_error(r)) throw_kv(r, "KV calibrate");
+  return PyKvCodec(std::move(c));
+}
+
+PyKvCodec kv_load(nb::handle blob_obj) {
+  Buf blob(blob_obj, false, "tables");
+  std::unique_ptr<tz::kv::Codec> c;
+  const size_t r = tz::kv::Codec::load(&c, blob.data(), blob.size());
+  if (tz_is_error(r)) throw_kv(r, "KV tables");
+  return PyKvCodec(std::move(c));
+}
+
+}  // namespace
+
+void bind_kv(nb::module_& m) {
+  g_kv_error = m.attr("TensorZipError").ptr();
+  g_kv_corrupt = m.attr("CorruptDataError").ptr();
+  g_kv_usage = m.attr("UsageError").ptr();
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const KvPyError& e) {
+      PyErr_SetString(e.type, e.what());
+    }
+  });
+  nb::class_<PyKvCodec>(m, "KvCodec", "Calibrated KV page codec (doc/kv.md); use tensorzip.kv.PageCodec.")
+      .def("tables", &PyKvCodec::tables, "The serialised tables (a few hundred bytes).")
+      .def("info", &PyKvCodec::info)
+      .def("bound", &PyKvCodec::bound, "page_bytes"_a)
+      .def("encode", &PyKvCodec::encode, "page"_a)
+      .def("decoded_size", &PyKvCodec::decoded_size, "page"_a)
+      .def("decode_into", &PyKvCodec::decode_into, "page"_a, "out"_a)
+      .def("encode_batch", &PyKvCodec::encode_batch, "pages"_a, "page_bytes"_a, "threads"_a = 0u)
+      .def("decode_batch", &PyKvCodec::decode_batch, "pages"_a, "out"_a, "page_bytes"_a, "threads"_a = 0u);
+  m.def("kv_calibrate", &kv_calibrate, "sample"_a, "dtype"_a, "mode"_a = "rans", "fixed_bits"_a = 0u,
+        "checksum"_a = true, "row_dims"_a = std::vector<uint32_t>());
+  m.def("kv_load", &kv_load, "tables"_a);
+}

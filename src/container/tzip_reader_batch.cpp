@@ -1,0 +1,51 @@
+// Reader::read_tensors: many tensors decoded together. Every frame of every
+// requested tensor is an item of the ordered pipeline (cpu/ordered_pipeline.h)
+// and goes, on any of the threads, straight into its place in its tensor's
+// destination (Reader::read_blocks: the frame's blocks, checksums and
+// prediction exactly as read_tensor). Items are taken in file order, so the
+// reads stay sequential; nothing is committed (each frame owns its bytes).
+#include <algorithm>
+
+#include "cpu/ordered_pipeline.h"
+#include "tzc_internal.hpp"
+#include "tzc_io.hpp"
+
+namespace tz::container {
+
+using namespace detail;
+
+void Reader::read_tensors(const std::vector<TensorRead>& reads, unsigned threads) {
+  struct FrameJob {
+    const TensorRead* r;
+    uint64_t first_block, blocks, raw_off;
+    uint64_t file_off;
+  };
+  const uint64_t chunk = chunk_bytes();
+  std::vector<FrameJob> jobs;
+  for (const TensorRead& r : reads) {
+    if (r.index >= tensors().size()) fail(ErrorKind::kUsage, path() + ": tensor index out of range");
+    const TensorEntry& t = tensors()[r.index];
+    if (r.capacity < t.raw_size())
+      fail(ErrorKind::kUsage, path() + ": tensor '" + t.name + "': destination too small");
+    if (t.raw_size() && !r.dst) fail(ErrorKind::kUsage, path() + ": tensor '" + t.name + "': null destination");
+    const uint64_t bpc = chunk / t.block_bytes();
+    for (size_t c = 0; c < t.frames.size(); ++c) {
+      const uint64_t first = c * bpc;
+      jobs.push_back(FrameJob{&r, first, std::min<uint64_t>(bpc, t.n_blocks() - first), c * chunk, t.frames[c].offset});
+    }
+  }
+  std::stable_sort(jobs.begin(), jobs.end(), [](const FrameJob& a, const FrameJob& b) { return a.file_off < b.file_off; });
+  const unsigned n = (unsigned)std::min<size_t>(resolve_threads(threads), std::max<size_t>(1, jobs.size()));
+  tz::cpu::OrderedPipeline::Stages st;
+  st.work = [&](size_t i, size_t, unsigned) {
+    const FrameJob& j = jobs[i];
+    const TensorEntry& t = tensors()[j.r->index];
+    read_blocks(j.r->index, j.first_block, j.blocks, static_cast<uint8_t*>(j.r->dst) + j.raw_off,
+                (size_t)(t.raw_size() - j.raw_off));
+  };
+  st.poll = check_cancel;
+  tz::cpu::OrderedPipeline p(jobs.size(), 2 * (size_t)n, std::move(st));
+  p.run(n);
+}
+
+}  // namespace tz::container

@@ -1,0 +1,272 @@
+// TensorWriter's frames (tzc_tensor_frames.hpp). Each chunk is an item of
+// the ordered pipeline (cpu/ordered_pipeline.h): work codes it (or checks a
+// caller's pre-encoded frame) into the item's slot, on any of the writer's
+// threads; commit, in file order, assigns its offset, hashes it and hands
+// it to the Sink (the I/O back end); the slot is reused once that write
+// completed. So coding of chunks k+1.. overlaps the write of chunk k, every
+// thread count writes the same bytes, and memory is slots x
+// tz_compress_bound(chunk_bytes) whatever the file size. With O_DIRECT the
+// frames are gathered into aligned staging buffers first.
+#include "tzc_tensor_frames.hpp"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "codec/predict.h"
+#include "cpu/ordered_pipeline.h"
+#include "tzc_internal.hpp"
+#include "tzc_io.hpp"
+#include "tzc_predict.hpp"
+
+namespace tz::container::detail {
+
+void fail_io(const std::string& path, const std::string& what, int err) {
+  throw Error(err == ENOMEM ? ErrorKind::kInternal : ErrorKind::kIO, path + ": " + what + ": " + std::strerror(err),
+              err);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kDirectAlign = 4096;
+
+struct Slot {
+  Buf comp;
+  size_t frame_size = 0;
+  uint64_t hash = 0;
+};
+
+// Per-thread buffers for residuals.
+struct Scratch {
+  std::vector<uint8_t> resid, pred;
+};
+
+// O_DIRECT staging: a ring of aligned buffers, each covering the next
+// `bytes` of the file, written through the sink when full.
+class DirectStage {
+ public:
+  DirectStage(const std::string& path, Sink& sink, uint64_t bytes, unsigned buffers)
+      : path_(path), sink_(sink), b_(bytes), bufs_(buffers) {
+    for (auto& b : bufs_)
+      if (::posix_memalign(reinterpret_cast<void**>(&b.p), kDirectAlign, b_) != 0)
+        fail(ErrorKind::kInternal, path_ + ": out of memory");
+  }
+  // Appends n bytes of p (zeros when p is null).
+  void put(const uint8_t* p, uint64_t n) {
+    while (n) {
+      const uint64_t k = std::min(n, b_ - fill_);
+      if (p) std::memcpy(bufs_[cur_].p + fill_, p, k);
+      else std::memset(bufs_[cur_].p + fill_, 0, k);
+      fill_ += k, n -= k;
+      if (p) p += k;
+      if (fill_ == b_) flush(b_);
+    }
+  }
+  // Writes the partly filled last buffer (padded to the alignment).
+  void finish() {
+    if (fill_) flush(fill_);
+  }
+
+ private:
+  struct AlignedBuf {
+    uint8_t* p = nullptr;
+    bool busy = false;
+    AlignedBuf() = default;
+    AlignedBuf(const AlignedBuf&) = delete;
+    ~AlignedBuf() { std::free(p); }
+  };
+  void flush(uint64_t len) {
+    AlignedBuf& b = bufs_[cur_];
+    const uint64_t padded = (len + kDirectAlign - 1) & ~(kDirectAlign - 1);
+    std::memset(b.p + len, 0, padded - len);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      b.busy = true;
+    }
+    sink_.write(base_, b.p, padded, [this, i = cur_] {
+      std::lock_guard<std::mutex> lk(mu_);
+      bufs_[i].busy = false;
+      cv_.notify_all();
+    });
+    cur_ = (cur_ + 1) % bufs_.size();
+    base_ += b_;
+    fill_ = 0;
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return !bufs_[cur_].busy; });
+  }
+  const std::string& path_;
+  Sink& sink_;
+  const uint64_t b_;
+  std::vector<AlignedBuf> bufs_;
+  size_t cur_ = 0;
+  uint64_t fill_ = 0, base_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+std::string unit_label(const std::string& path, const std::vector<WriterItem>& items, const WriterUnit& u) {
+  return path + ": tensor '" + items[u.item].e.name + "', chunk " + std::to_string(u.k);
+}
+
+// Checks a frame from outside the writer's own encoder.
+void check_frame(const std::string& label, const TensorEntry& e, const WriterUnit& u, const uint8_t* p, size_t size) {
+  tz_frame_info fi{};
+  const size_t r = tz_frame_inspect(p, size, &fi);
+  if (tz_is_error(r)) fail(ErrorKind::kUsage, label + ": not a valid frame: " + tz_get_error_name(r));
+  if (fi.frame_size != size) fail(ErrorKind::kUsage, label + ": frame size disagrees with its header");
+  if (fi.raw_size != u.n)
+    fail(ErrorKind::kUsage, label + ": frame holds " + std::to_string(fi.raw_size) + " raw bytes, the chunk " +
+                                std::to_string(u.n));
+  if (fi.dtype != e.codec_dtype) fail(ErrorKind::kUsage, label + ": frame dtype differs from the tensor's");
+  if (fi.dtype != TZ_DTYPE_BYTES && fi.block_elems != e.block_elems)
+    fail(ErrorKind::kUsage, label + ": frame block size differs from the tensor's");
+}
+
+bool all_zero(const uint8_t* p, size_t n) {
+  uint64_t acc = 0;
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) acc |= load_le64(p + k);
+  for (; k < n; ++k) acc |= p[k];
+  return acc == 0;
+}
+
+// The frame of unit u in dst (capacity cap); returns its size (0: an exact
+// prediction, section 12.2).
+size_t code_unit(const std::string& path, const std::vector<WriterItem>& items, const WriterUnit& u, Reader* dref,
+                 const RefOriginal* dref_orig, uint8_t* dst, size_t cap, tz_ctx* cx, Scratch& sc,
+                 std::atomic<uint64_t>& encode_ns) {
+  const WriterItem& it = items[u.item];
+  if (it.src == WriterSource::kFrames) {
+    const EncodedFrame& f = it.frames[u.k];
+    check_frame(unit_label(path, items, u), it.e, u, static_cast<const uint8_t*>(f.data), f.size);
+    std::memcpy(dst, f.data, f.size);
+    return f.size;
+  }
+  if (it.src == WriterSource::kEncoder) {
+    const size_t r = it.enc(u.k, dst, cap);
+    if (tz_is_error(r))
+      fail(ErrorKind::kInternal, unit_label(path, items, u) + ": encoder failed: " + tz_get_error_name(r));
+    if (r > cap) fail(ErrorKind::kInternal, unit_label(path, items, u) + ": encoder overflowed its buffer");
+    check_frame(unit_label(path, items, u), it.e, u, dst, r);
+    return r;
+  }
+  const uint8_t* src = it.data + u.off;
+  if (it.cast_from >= 0) {
+    // Residual = value XOR cast(source), formed in a thread's buffer.
+    sc.resid.assign(src, src + u.n);
+    tz::predict::cast_xor(items[(size_t)it.cast_from].data + u.off * 2, sc.resid.data(), u.n / 2,
+                          it.e.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
+    if (all_zero(sc.resid.data(), u.n)) return 0;
+    src = sc.resid.data();
+  } else if (it.delta_of >= 0) {
+    // Residual = value XOR the reference's bytes of this chunk (decoded,
+    // or read from ref_original and checked against its block checksums).
+    sc.pred.resize(u.n);
+    if (dref_orig)
+      dref_orig->read_checked(*dref, (size_t)it.delta_of, u.off, u.n, sc.pred.data());
+    else
+      dref->read_range((size_t)it.delta_of, u.off, u.n, sc.pred.data());
+    sc.resid.assign(src, src + u.n);
+    tz::predict::xor_bytes(sc.pred.data(), sc.resid.data(), u.n);
+    if (all_zero(sc.resid.data(), u.n)) return 0;
+    src = sc.resid.data();
+  }
+  tz_params p{};
+  p.dtype = it.e.codec_dtype;
+  p.level = it.e.level;
+  p.block_elems = it.e.block_elems;
+  p.threads = 1;
+  const auto t0 = Clock::now();
+  const size_t r = tz_ctx_compress(cx, dst, cap, src, u.n, &p);
+  encode_ns += (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  if (tz_is_error(r))
+    fail(ErrorKind::kInternal, unit_label(path, items, u) + ": compression failed: " + tz_get_error_name(r) + " " +
+                                   tz_last_error_detail());
+  return r;
+}
+
+}  // namespace
+
+FramesWritten write_frames(const std::string& path, const uint8_t* pre, const std::vector<WriterItem>& items,
+                           const std::vector<WriterUnit>& units, Reader* dref, const RefOriginal* dref_orig,
+                           const TensorWriterOptions& opt, Sink& sink, bool direct, XXH64_state_t* fh,
+                           std::vector<TensorEntry>& tensors) {
+  // opt.threads in total, the calling thread included.
+  const unsigned threads =
+      std::max<unsigned>(1, (unsigned)std::min<size_t>(resolve_threads(opt.threads), std::max<size_t>(1, units.size())));
+  const size_t n_slots = std::max<size_t>(2, opt.slots ? opt.slots : threads + 4);
+  std::vector<Slot> slots(n_slots);
+  const uint64_t chunk = opt.chunk_bytes;
+  const size_t cap = tz_compress_bound(chunk) + kAlign;
+  CtxSet ctx(threads);
+  std::vector<Scratch> scratch(threads);
+  std::atomic<uint64_t> encode_ns{0};
+
+  std::unique_ptr<DirectStage> stage;
+  if (direct) stage = std::make_unique<DirectStage>(path, sink, opt.direct_buffer_bytes, opt.direct_buffers);
+  // Every queued write has completed before the buffers above go away, on
+  // any path out of here.
+  struct DrainGuard {
+    Sink& s;
+    ~DrainGuard() { s.drain(); }
+  } drain_guard{sink};
+
+  XXH64_update(fh, pre, kAlign);
+  if (direct)
+    stage->put(pre, kAlign);
+  else
+    sink.write(0, pre, kAlign, nullptr);
+
+  uint64_t pos = kAlign, done_raw = 0, total_raw = 0;
+  for (const auto& u : units) total_raw += u.n;
+  if (opt.progress) opt.progress(0, total_raw);
+
+  tz::cpu::OrderedPipeline* pipe = nullptr;
+  tz::cpu::OrderedPipeline::Stages st;
+  st.work = [&](size_t ui, size_t si, unsigned w) {
+    Slot& s = slots[si];
+    uint8_t* dst = s.comp.reserve(cap);
+    const size_t r = code_unit(path, items, units[ui], dref, dref_orig, dst, cap - kAlign, ctx.v[w], scratch[w],
+                                 encode_ns);
+    std::memset(dst + r, 0, align_up(r) - r);
+    s.frame_size = r;
+    s.hash = XXH64(dst, r, 0);
+  };
+  st.commit = [&](size_t ui, size_t si) {
+    Slot& s = slots[si];
+    if (const int e = sink.error()) fail_io(path, "write failed", e);
+    const size_t padded = align_up(s.frame_size);
+    FrameRef f;
+    f.offset = pos;
+    f.size = s.frame_size;
+    f.raw_size = units[ui].n;
+    f.xxh64 = s.hash;
+    tensors[units[ui].item].frames.push_back(f);
+    XXH64_update(fh, s.comp.p.get(), padded);
+    if (direct) {
+      stage->put(s.comp.p.get(), padded);
+      pipe->release(ui);
+    } else {
+      sink.write(pos, s.comp.p.get(), padded, [pipe, ui] { pipe->release(ui); });
+    }
+    pos += padded;
+    done_raw += units[ui].n;
+    if (opt.progress) opt.progress(done_raw, total_raw);
+  };
+  st.commit_releases_later = true;
+  st.poll = check_cancel;
+  tz::cpu::OrderedPipeline p(units.size(), n_slots, std::move(st));
+  pipe = &p;
+  p.run(threads);
+  if (direct) stage->finish();
+  if (const int werr = sink.drain()) fail_io(path, "write failed", werr);
+  return FramesWritten{pos, encode_ns.load()};
+}
+
+}  // namespace tz::container::detail

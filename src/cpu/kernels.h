@@ -1,0 +1,91 @@
+// The frame codec's CPU kernels, one table per SIMD path.
+//
+// How a kernel set is added (the rule every CPU component follows):
+//   1. Write the path's kernels in their own file (simd_avx2.cpp,
+//      simd_avx512.cpp, simd_neon.cpp; target attributes on the functions, so
+//      the rest of the build stays baseline) and define one CodecKernels
+//      table there. Every entry must give exactly the result (bytes and
+//      status) of the portable entry: tests/test_simd.cpp compares them.
+//   2. Return it from codec_kernels_for() (kernels.cpp) for its SimdPath.
+//   3. Once every entry is the path's own, list the path in built_with()
+//      (simd_path.cpp): only then may active_simd_path() choose it.
+// Callers take codec_kernels() once per call and use its entries; they never
+// test the CPU themselves. A component with kernels of its own (src/runtime)
+// keeps its own table of the same shape, chosen by the same
+// active_simd_path().
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/rans.h"
+#include "cpu/simd_path.h"
+
+namespace tz::cpu {
+
+// Encoder tables of one stream (ctx.n tables of 256 entries each, table c
+// at +256 c) in the two forms the kernels use.
+struct EncTables {
+  const RansEncSym* sym;       // portable encoder (tz::rans_encode_ctx)
+  const uint32_t* freq_start;  // SIMD encoders: freq | start << 13 (0 if absent)
+};
+// freq_start form of one table.
+void build_freq_start(const uint32_t* freq, uint32_t* freq_start);
+
+// One stream to decode (for the two-stream entries).
+struct RansStream {
+  const uint8_t* in;
+  size_t size;
+  uint32_t n;
+  const uint32_t* dec;
+  uint8_t* out;
+  RansCtx ctx{};  // lane contexts of the stream (n = 1: none)
+};
+
+struct CodecKernels {
+  SimdPath path;
+  // As tz::rans_encode_ctx (ctx.n == 1: tz::rans_encode).
+  size_t (*rans_encode)(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
+                        uint8_t* out, size_t limit);
+  // As tz::rans_decode_ctx.
+  int (*rans_decode)(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
+                     uint8_t* out);
+  // BF16 with the exponent stream coded and sign|mantissa raw: decodes the
+  // exponents and merges them with `mant` into n LE16 values in one pass.
+  // Status as tz::rans_decode_ctx of the exponents.
+  int (*rans_decode_bf16)(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
+                          const uint8_t* mant, uint8_t* out);
+  // Two independent streams (or BF16 blocks) in lockstep; each its own status.
+  void (*rans_decode2)(const RansStream& a, int* st_a, const RansStream& b, int* st_b);
+  void (*rans_decode2_bf16)(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
+                            const uint8_t* mant_b, int* st_b);
+  // Adds the histogram of field stream k of n elements at src to hist[256].
+  void (*histogram)(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
+  // Smallest and largest byte of field stream k of n elements (255, 0 if n = 0).
+  void (*minmax)(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi);
+  // As tz::split_fields / tz::merge_fields.
+  void (*split)(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams);
+  void (*merge)(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst);
+};
+
+// The table of path p in this build, or nullptr when the build has none.
+// (Whether the CPU can run it: simd_path_cpu_has.)
+const CodecKernels* codec_kernels_for(SimdPath p);
+// The table of active_simd_path().
+const CodecKernels& codec_kernels();
+
+// Per-path tables (defined in the path's file; declared for kernels.cpp and
+// the tests).
+extern const CodecKernels kPortableKernels;
+#if defined(__x86_64__)
+extern const CodecKernels kAvx2Kernels;
+extern const CodecKernels kAvx512Kernels;
+// Kernels one table borrows from another (simd_avx2.cpp; the AVX-512 table
+// encodes with it).
+size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
+                   uint8_t* out, size_t limit);
+#endif
+#if defined(__aarch64__)
+extern const CodecKernels kNeonKernels;
+#endif
+
+}  // namespace tz::cpu

@@ -1,0 +1,48 @@
+// Pieces shared by the SIMD kernel files (no intrinsics here: what is inlined
+// into a function with a target attribute must not need one itself).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace tz::cpu {
+
+// Views of caller buffers for element loads and stores: the C API accepts
+// any address, so these must not assume 2- or 4-byte alignment.
+typedef uint16_t u16_unaligned __attribute__((aligned(1), may_alias));
+typedef uint32_t u32_unaligned __attribute__((aligned(1), may_alias));
+
+// Elements per chunk when a histogram extracts stream bytes with SIMD first.
+inline constexpr uint32_t kHistChunk = 1024;
+
+// Byte counts in eight sub-histograms: runs of equal symbols (common in
+// exponents) would otherwise serialise on one counter's load-add-store.
+// Holds up to 2^32 - 1 counts per symbol: callers flush per call (blocks
+// are at most 2^20 elements).
+struct HistogramCounter {
+  uint32_t h[8][256] = {};
+  inline void add(const uint8_t* b, uint32_t n) {
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {  // one 8-byte load, bytes by shifts
+      uint64_t w;
+      __builtin_memcpy(&w, b + i, 8);
+      ++h[0][w & 0xFF];
+      ++h[1][(w >> 8) & 0xFF];
+      ++h[2][(w >> 16) & 0xFF];
+      ++h[3][(w >> 24) & 0xFF];
+      ++h[4][(w >> 32) & 0xFF];
+      ++h[5][(w >> 40) & 0xFF];
+      ++h[6][(w >> 48) & 0xFF];
+      ++h[7][w >> 56];
+    }
+    for (; i < n; ++i) ++h[0][b[i]];
+  }
+  inline void flush(uint64_t* hist) const {
+    for (int s = 0; s < 256; ++s) {
+      uint64_t t = 0;
+      for (int j = 0; j < 8; ++j) t += h[j][s];
+      hist[s] += t;
+    }
+  }
+};
+
+}  // namespace tz::cpu
