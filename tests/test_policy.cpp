@@ -410,4 +410,42 @@ TEST(Policy, CpuEncoderFollowsThePolicy) {
   EXPECT_TRUE(saw_ctx) << "no case used lane contexts";
 }
 
+
+// policy_ctx_search takes the estimate of each run of joint rows once; the
+// result must equal summing the estimate of policy_ctx_counts over the
+// contexts of every candidate (the definition), best candidate and bits.
+TEST(Policy, ContextSearchEqualsPerContextSums) {
+  std::mt19937 rng(5);
+  for (uint32_t lo : {0u, 1u, 5u, 100u, 244u}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<uint64_t> joint((size_t)kCtxJointRows * 256, 0);
+      // Sparse, skewed rows: a few symbols per row, some rows empty.
+      for (uint32_t r = 0; r < kCtxJointRows; ++r) {
+        if (rng() % 5 == 0) continue;
+        for (int j = 0; j < 6; ++j) joint[(size_t)r * 256 + (rng() % 24 + lo) % 256] += rng() % (1000 << (trial % 4));
+      }
+      uint64_t tmp[256];
+      RansCtx best{};
+      const unsigned __int128 bits = policy_ctx_search(joint.data(), lo, &best, tmp);
+      unsigned __int128 ref_bits = ~(unsigned __int128)0;
+      RansCtx ref{0, 1};
+      for (uint32_t n = 2; n <= kMaxContexts; ++n)
+        for (uint32_t base = lo > 0 ? lo - 1 : 0; base <= lo + kCtxWindowRows + 1 - n && base + n <= 256; ++base) {
+          unsigned __int128 b = 0;
+          for (uint32_t c = 0; c < n; ++c) {
+            policy_ctx_counts(joint.data(), lo, base, n, c, tmp);
+            uint32_t present = 0;
+            b += entropy_bits_q16(tmp, &present);
+            b += (unsigned __int128)(8 * policy_table_estimate(present)) << 16;
+          }
+          if (b < ref_bits) ref_bits = b, ref = RansCtx{base, n};
+        }
+      SCOPED_TRACE("lo " + std::to_string(lo) + " trial " + std::to_string(trial));
+      EXPECT_EQ(best.base, ref.base);
+      EXPECT_EQ(best.n, ref.n);
+      EXPECT_TRUE(bits == ref_bits);
+    }
+  }
+}
+
 }  // namespace

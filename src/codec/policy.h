@@ -391,20 +391,43 @@ TZ_HD void policy_ctx_counts(const uint64_t* joint, uint32_t lo, uint32_t base, 
 // in 2..kMaxContexts and every base that keeps the rows below and above the
 // window in the first and last context. Returns its estimated bits (16.16)
 // and fills *best; tmp is 256-entry scratch.
+//
+// Every context of a candidate is a run of joint rows (policy_ctx_counts):
+// context 0 rows 0..x, a middle context one row of the window, the last
+// context rows x..kCtxJointRows-1. The estimate of each such run is taken
+// once (rows added one at a time), and a candidate sums those of its
+// contexts: the same integers as summing policy_ctx_counts per context.
 TZ_HD unsigned __int128 policy_ctx_search(const uint64_t* joint, uint32_t lo, RansCtx* best, uint64_t* tmp) {
+  constexpr uint32_t R = kCtxJointRows;
+  unsigned __int128 first_runs[R], last_runs[R], single[R];  // [x]: rows 0..x, rows x..R-1, row x
+  auto estimate = [&](const uint64_t* c) {
+    uint32_t present = 0;
+    const unsigned __int128 e = entropy_bits_q16(c, &present);
+    return e + ((unsigned __int128)(8 * policy_table_estimate(present)) << 16);
+  };
+  for (int s = 0; s < 256; ++s) tmp[s] = 0;
+  for (uint32_t x = 0; x < R; ++x) {
+    for (int s = 0; s < 256; ++s) tmp[s] += joint[(size_t)x * 256 + s];
+    first_runs[x] = estimate(tmp);
+  }
+  for (int s = 0; s < 256; ++s) tmp[s] = 0;
+  for (uint32_t x = R; x-- > 0;) {
+    for (int s = 0; s < 256; ++s) tmp[s] += joint[(size_t)x * 256 + s];
+    last_runs[x] = estimate(tmp);
+  }
+  for (uint32_t x = 2; x + 1 < R; ++x) single[x] = estimate(joint + (size_t)x * 256);
   unsigned __int128 best_bits = ~(unsigned __int128)0;
   *best = RansCtx{0, 1};
   for (uint32_t n = 2; n <= kMaxContexts; ++n) {
     const uint32_t b_lo = lo > 0 ? lo - 1 : 0;
     const uint32_t b_hi = lo + kCtxWindowRows + 1 - n;  // base + n - 1 <= lo + kCtxWindowRows
     for (uint32_t base = b_lo; base <= b_hi && base + n <= 256; ++base) {
-      unsigned __int128 bits = 0;
-      for (uint32_t c = 0; c < n; ++c) {
-        policy_ctx_counts(joint, lo, base, n, c, tmp);
-        uint32_t present = 0;
-        bits += entropy_bits_q16(tmp, &present);
-        bits += (unsigned __int128)(8 * policy_table_estimate(present)) << 16;
-      }
+      // Rows of context 0: up to the row of prev = base; of the last
+      // context: from the row of prev = base + n - 1.
+      const uint32_t x0 = base + 2 - lo;         // >= 1 (base >= lo - 1)
+      const uint32_t xl = base + n + 1 - lo;     // <= R - 1
+      unsigned __int128 bits = first_runs[x0 < R - 2 ? x0 : R - 2] + last_runs[xl];
+      for (uint32_t c = 1; c + 1 < n; ++c) bits += single[base + c + 2 - lo];
       if (bits < best_bits) {
         best_bits = bits;
         *best = RansCtx{base, n};
