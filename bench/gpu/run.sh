@@ -56,7 +56,7 @@ cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DTZ_CUDA=ON -DCMA
   { tail -30 "$OUT/configure.txt"; exit 1; }
 grep -i nvcomp "$OUT/configure.txt"
 stamp "build (sm_90, -j$JOBS)"
-cmake --build "$BUILD" -j"$JOBS" --target tz_cuda_tests tz_gpu_bench tz_checkpoint_gpu_tests tz_io_bench >"$OUT/build.txt" 2>&1 ||
+cmake --build "$BUILD" -j"$JOBS" --target tz_cuda_tests tz_gpu_bench tz_checkpoint_gpu_tests tz_io_bench tz_kv_cuda_gpu_tests >"$OUT/build.txt" 2>&1 ||
   { grep -E "error|FAILED" "$OUT/build.txt" | head -40; exit 1; }
 
 if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then
@@ -74,6 +74,14 @@ if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then
   else
     echo "compute-sanitizer not found: skipped"
   fi
+fi
+
+if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then
+  stamp "KV page codec on the GPU (pages equal the CPU's; throughput of ~1 GiB batches)"
+  timeout 120 "$BUILD/tests/runtime/kv/tz_kv_cuda_gpu_tests" >/tmp/tz_kv_gpu_tests.txt 2>&1
+  echo "tz_kv_cuda_gpu_tests exit code $?"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|kv gpu:|Expected|Which is" /tmp/tz_kv_gpu_tests.txt | head -20
+  cat /tmp/tz_kv_gpu_tests.txt >>"$OUT/tests.txt"  # $OUT holds 8 files at most
 fi
 
 if [ "${TZ_SKIP_TESTS:-0}" != 1 ]; then

@@ -7,7 +7,7 @@
 //   manifest.json         written last, atomically (temp + fsync + rename +
 //                         fsync dir): a directory without it is an
 //                         incomplete save and is never opened.
-// Every failure throws tz::checkpoint::Error.
+// Every failure throws tz::checkpoint::Error (out of memory included: kInternal).
 #pragma once
 
 #include <cstddef>
@@ -86,7 +86,8 @@ struct SaveOptions {
   // min_gain rule). The rank file then records the previous rank file (path
   // relative to it + checksum) and the manifest records "depends_on": the
   // previous folder's name; restoring needs that folder, unchanged, at the
-  // same relative place. Empty: self-contained checkpoint.
+  // same relative place. It must be a folder beside the one saved (same
+  // parent folder): kUsage otherwise. Empty: self-contained checkpoint.
   std::string ref;
   // O_DIRECT writes: frames gathered into 4 KiB-aligned staging buffers and
   // written bypassing the page cache; buffered where the file system refuses
@@ -122,17 +123,19 @@ void commit(const std::string& dir, int world_size);
 // Asynchronous saves: save() copies the tensors into a staging area owned by
 // the saver (reused by the next save; only one save in flight: a new save()
 // first waits for the previous one), returns, and encodes + writes in the
-// background.
+// background. A failed background save is always reported: by wait(), or,
+// if nobody waited, by the next save(), which then throws it (an Error of
+// the same kind, naming that save's folder) and starts nothing.
 class AsyncSaver {
  public:
   AsyncSaver();
-  ~AsyncSaver();  // waits for the save in flight (errors are dropped)
+  ~AsyncSaver();  // waits for the save in flight; an error nobody was told of goes to its SaveOptions::log
   AsyncSaver(const AsyncSaver&) = delete;
   AsyncSaver& operator=(const AsyncSaver&) = delete;
 
   void save(const std::string& dir, std::span<const TensorView> tensors, const SaveOptions& opt = {});
   bool done() const;           // poll
-  SaveStats wait();            // blocks; rethrows the save's error
+  SaveStats wait();            // blocks; rethrows the save's error (every time, until the next save)
   std::exception_ptr error() const;  // null while running or on success
 
  private:
@@ -157,7 +160,10 @@ struct LoadRequest {
   Memory memory = Memory::kHost;
 };
 
-// A complete checkpoint opened for reading (reads the manifest only).
+// A complete checkpoint opened for reading: reads and validates the
+// manifest (doc/checkpoint.md, "Manifest validation") and checks each rank
+// file's size by fstat; before the first read from a rank file, its own
+// index (the container Reader's) must agree with the manifest.
 class Checkpoint {
  public:
   // direct_io: read frames with O_DIRECT (4 KiB-aligned ranges around each
@@ -194,10 +200,13 @@ class Checkpoint {
   std::unique_ptr<Impl> impl_;
 };
 
-// True if dir holds a complete checkpoint: a manifest that parses and
-// matches its checksum, and, for a delta checkpoint (SaveOptions::ref), the
-// same for every checkpoint it depends on (manifest "depends_on", a sibling
-// folder), so that a checkpoint whose previous one was deleted does not count.
+// True if dir holds a complete checkpoint: a manifest that parses, matches
+// its checksum and passes validation, every rank file a regular file of the
+// recorded size, and, for a delta checkpoint (SaveOptions::ref), the same for
+// every checkpoint it depends on (manifest "depends_on", a sibling folder; a
+// cycle or a chain of more than 64 is not complete), so that a checkpoint
+// whose previous one was deleted does not count. Reads manifests and stats
+// files only.
 bool is_complete(const std::string& dir);
 // The last complete checkpoint folder directly under `root` (by name order),
 // or "" if none: after a crash, restart from this one. Retention: delete a

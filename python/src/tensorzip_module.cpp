@@ -301,7 +301,13 @@ std::string python_terms(std::string msg) {
     case tc::ErrorKind::kInternal: type = g_error; break;
     case tc::ErrorKind::kInterrupted: type = g_error; break;
   }
-  const std::string msg = python_terms(e.what());
+  std::string msg = python_terms(e.what());
+  // An existing output says how to replace it, in the Python API's terms
+  // (the tzip CLI adds its own advice to the same message).
+  const std::string exists = ": already exists";
+  if (e.kind() == tc::ErrorKind::kExists && msg.size() >= exists.size() &&
+      msg.compare(msg.size() - exists.size(), exists.size(), exists) == 0)
+    msg += " (pass overwrite=True to replace it)";
   if (e.kind() != tc::ErrorKind::kIO && e.kind() != tc::ErrorKind::kExists) throw PyErrorOf(type, msg);
   const int err = e.kind() == tc::ErrorKind::kExists ? EEXIST : e.sys_errno();
   if (err == ENOENT) type = g_not_found;

@@ -21,6 +21,12 @@ classes (``AutoModel``, ``AutoModelForCausalLM``, ...) are resolved to the model
 folder's config first. A folder without ``.tzip`` weights is passed to ``from_pretrained``
 unchanged.
 
+To have transformers' own ``from_pretrained`` open compressed folders (code that calls
+``AutoModel.from_pretrained(folder)`` unchanged), call :func:`enable` once: it wraps the public
+classmethod ``transformers.PreTrainedModel.from_pretrained`` so that a local folder with ``.tzip``
+weights (and no safetensors weights of its own) goes through :func:`from_pretrained`; everything
+else reaches transformers unchanged. :func:`disable` undoes it.
+
 Supported: transformers 5.x (tested in CI with the version pinned in
 python/requirements-test.txt and its lowest supported version; doc/python.md). Limits:
 local folders only (not Hub repository ids); ``device_map`` entries ``"disk"`` (offload to
@@ -29,6 +35,7 @@ refused with a clear error.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -46,7 +53,8 @@ from ._core import UsageError
 from ._file import compress_safetensors
 from ._open import SafeOpen, TensorSlice
 
-__all__ = ["from_pretrained", "save_pretrained", "weight_files", "SUPPORTED_TRANSFORMERS"]
+__all__ = ["from_pretrained", "save_pretrained", "weight_files", "enable", "disable", "is_enabled",
+           "SUPPORTED_TRANSFORMERS"]
 
 #: The transformers versions this module is written and tested for (major versions).
 SUPPORTED_TRANSFORMERS = (5,)
@@ -293,3 +301,65 @@ def _remove_stale_shards(out: str, written: set) -> None:
         if stem and name not in written and _SHARD.fullmatch(stem) and os.path.isfile(os.path.join(out, name)):
             os.unlink(os.path.join(out, name))
 
+
+
+# ---- enable(): transformers' own from_pretrained opens compressed folders ----
+
+_original_from_pretrained: Any = None  # the classmethod object enable() replaced, None when not enabled
+
+
+def _is_compressed_folder(path: Any, kwargs: Dict[str, Any]) -> bool:
+    """A local folder whose weights are .tzip files and that transformers itself could not load
+    (no model.safetensors of its own), and the call does not bring its own weights."""
+    if kwargs.get("state_dict") is not None or kwargs.get("gguf_file"):
+        return False
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        return False
+    base = os.path.join(os.fspath(path), kwargs.get("subfolder", "") or "")
+    variant = kwargs.get("variant")
+    if os.path.isfile(os.path.join(base, _add_variant("model.safetensors", variant))):
+        return False
+    files = weight_files(base, variant)
+    return files is not None
+
+
+def enable() -> None:
+    """Let ``transformers``' own ``from_pretrained`` (``AutoModel.from_pretrained(folder)``,
+    ``BertModel.from_pretrained(folder)``, ...) load compressed model folders.
+
+    Wraps the public classmethod ``transformers.PreTrainedModel.from_pretrained`` (Auto classes
+    resolve the model class and call it): a local folder with ``.tzip`` weights and no
+    safetensors weights of its own is loaded by :func:`from_pretrained` with the same arguments;
+    any other call is passed to transformers unchanged. Calling it again does nothing. Model
+    classes that define their own ``from_pretrained`` are not covered; use :func:`from_pretrained`.
+    """
+    global _original_from_pretrained
+    _check_version()
+    if _original_from_pretrained is not None:
+        return
+    base = transformers.PreTrainedModel
+    original = base.__dict__["from_pretrained"]
+    plain = original.__func__
+
+    @functools.wraps(plain)
+    def from_pretrained_or_tzip(cls: Any, pretrained_model_name_or_path: Any, *model_args: Any, **kwargs: Any) -> Any:
+        if _is_compressed_folder(pretrained_model_name_or_path, kwargs):
+            return from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs)
+        return plain(cls, pretrained_model_name_or_path, *model_args, **kwargs)
+
+    base.from_pretrained = classmethod(from_pretrained_or_tzip)
+    _original_from_pretrained = original
+
+
+def disable() -> None:
+    """Undo :func:`enable` (transformers' ``from_pretrained`` as it was)."""
+    global _original_from_pretrained
+    if _original_from_pretrained is None:
+        return
+    transformers.PreTrainedModel.from_pretrained = _original_from_pretrained
+    _original_from_pretrained = None
+
+
+def is_enabled() -> bool:
+    """Whether :func:`enable` is in effect."""
+    return _original_from_pretrained is not None

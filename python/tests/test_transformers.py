@@ -194,6 +194,50 @@ def test_causal_lm_tied_weights_generation_config(tmp_path):
         assert torch.equal(model(ids).logits, loaded(ids).logits)
 
 
+def test_enable_makes_transformers_own_from_pretrained_open_compressed_folders(minilm, tmp_path):
+    src, tz = minilm
+    tzt.disable()
+    with pytest.raises(OSError, match="model.safetensors"):  # transformers alone cannot open it
+        transformers.AutoModel.from_pretrained(tz)
+    plain_method = transformers.PreTrainedModel.__dict__["from_pretrained"]
+    tzt.enable()
+    try:
+        tzt.enable()  # twice is once
+        assert tzt.is_enabled()
+        ref = transformers.AutoModel.from_pretrained(src, dtype=torch.bfloat16)
+        model = transformers.AutoModel.from_pretrained(tz, dtype=torch.bfloat16)
+        assert type(model) is type(ref) and next(model.parameters()).dtype == torch.bfloat16
+        assert model.config.name_or_path == str(tz)
+        same_state(ref, model)
+        same_outputs(ref, model)
+        m2, info = transformers.BertModel.from_pretrained(tz, output_loading_info=True)
+        _, ref_info = transformers.BertModel.from_pretrained(src, output_loading_info=True)
+        assert info == ref_info and not info["missing_keys"]
+        same_outputs(transformers.BertModel.from_pretrained(src), m2)
+        # plain folders and explicit state dicts are transformers' own business, as before
+        same_outputs(transformers.AutoModel.from_pretrained(src), transformers.AutoModel.from_pretrained(src))
+        plain = transformers.AutoModel.from_pretrained(src)
+        same_state(plain, transformers.BertModel.from_pretrained(None, config=str(tz), state_dict=plain.state_dict()))
+        # a folder with both kinds of weights: transformers' own safetensors file wins
+        both = tmp_path / "both"
+        shutil.copytree(tz, both)
+        shutil.copy(src / "model.safetensors", both / "model.safetensors")
+        (both / "model.tzip").write_bytes(b"not a tzip file")
+        same_outputs(transformers.AutoModel.from_pretrained(src), transformers.AutoModel.from_pretrained(both))
+        # damage is reported as tensorzip's error, not as a missing file
+        broken = tmp_path / "broken.tzip"
+        shutil.copytree(tz, broken)
+        (broken / "model.tzip").write_bytes(b"TZIP" + b"\0" * 100)
+        with pytest.raises(tensorzip.CorruptDataError):
+            transformers.AutoModel.from_pretrained(broken)
+    finally:
+        tzt.disable()
+    assert not tzt.is_enabled()
+    assert transformers.PreTrainedModel.__dict__["from_pretrained"] is plain_method
+    with pytest.raises(OSError, match="model.safetensors"):
+        transformers.AutoModel.from_pretrained(tz)
+
+
 def test_plain_folder_is_passed_through(minilm):
     src, _tz = minilm
     assert tzt.weight_files(str(src)) is None
@@ -232,6 +276,8 @@ def test_readme_transformers_example_runs(tmp_path, monkeypatch):
     same_state(ref, scope["model"])
     same_outputs(ref, scope["model"])
     same_outputs(ref, tzt.from_pretrained(transformers.AutoModel, tmp_path / "my-model-2.tzip"))
+    assert tzt.is_enabled()  # the example ends with enable() and transformers' own call
+    tzt.disable()
     # compress_folder / decompress_folder: the folder comes back byte for byte
     tensorzip.decompress_folder(tmp_path / "my-model.tzip", tmp_path / "restored")
     names = sorted(os.listdir(tmp_path / "my-model"))

@@ -1,7 +1,10 @@
 // A small fixed-size thread pool for data-parallel loops over blocks.
+// Exceptions of tasks reach the caller of parallel_for (the C API turns
+// std::bad_alloc into TZ_ERROR_ALLOCATION); none ends the process.
 #pragma once
 #include <condition_variable>
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -22,12 +25,15 @@ class ThreadPool {
 
   // Runs fn(task, worker) for task in [0, n_tasks); worker in [0, size()).
   // Tasks are handed out in increasing order. Blocks until all are done.
-  // fn must not throw.
+  // If fn throws (e.g. std::bad_alloc in a worker), no further task starts,
+  // the running ones finish, and the first exception is rethrown here, on
+  // the calling thread (never std::terminate in a worker).
   void parallel_for(size_t n_tasks, const std::function<void(size_t, unsigned)>& fn);
 
  private:
   void worker_loop(unsigned worker);
   void run_tasks(unsigned worker);
+  void stop_and_join();
 
   unsigned n_workers_;
   std::vector<std::thread> threads_;
@@ -39,6 +45,7 @@ class ThreadPool {
   unsigned busy_ = 0;
   unsigned long generation_ = 0;
   bool stop_ = false;
+  std::exception_ptr error_;  // first exception of the current loop's tasks
 };
 
 }  // namespace tz::cpu

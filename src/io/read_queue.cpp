@@ -28,11 +28,9 @@ ReadQueue::ReadQueue(Backend backend, unsigned threads, unsigned depth)
     : backend_(backend), depth_(depth ? depth : 16) {
   // one entry more than reads in flight: room for the wake-up no-op
   backend_ = detail::open_ring(backend_, depth_ + 1, &ring_);
-  if (backend_ == Backend::kPosix) {
-    for (unsigned i = 0; i < (threads ? threads : 1); ++i) threads_.emplace_back([this] { posix_loop(); });
-  } else {
-    threads_.emplace_back([this] { uring_loop(); });
-  }
+  detail::start_threads(backend_ == Backend::kPosix ? (threads ? threads : 1) : 1,
+                        [this] { backend_ == Backend::kPosix ? posix_loop() : uring_loop(); }, mu_, cv_, &stop_,
+                        &ring_, &threads_);
 }
 
 ReadQueue::~ReadQueue() {
@@ -50,18 +48,32 @@ void ReadQueue::finish(Req& r, int err, size_t got) {
 void ReadQueue::submit(int fd, uint64_t off, void* p, size_t n, std::function<void(int, size_t)> done) {
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [&] { return in_flight_ < depth_; });
-  ++in_flight_;
-  if (ring_) {
-    Req r{fd, off, p, n, std::move(done)};
-    if (ring_->submit(Uring::Op::kRead, fd, p, n, off, r)) return;
-    lk.unlock();  // no free entry (cannot happen with in_flight_ <= depth_): read inline
-    size_t got = 0;
-    const int e = pread_upto(fd, p, n, off, &got);
-    finish(r, e, got);
+  Req r{fd, off, p, n, std::move(done)};
+  if (!ring_) {
+    q_.push_back(std::move(r));  // may throw (no memory): nothing was counted yet
+    ++in_flight_;
+    cv_.notify_all();
     return;
   }
-  q_.push_back(Req{fd, off, p, n, std::move(done)});
-  cv_.notify_all();
+  ++in_flight_;
+  int rc = 0;
+  try {
+    rc = ring_->submit(Uring::Op::kRead, fd, p, n, off, r);
+  } catch (...) {  // no memory for the table of requests: nothing was submitted
+    --in_flight_;
+    cv_.notify_all();
+    throw;
+  }
+  if (rc > 0) return;
+  lk.unlock();
+  if (rc < 0) {  // the ring refused it: the request fails (never waits forever)
+    finish(r, -rc, 0);
+    return;
+  }
+  // No free entry (cannot happen with in_flight_ <= depth_): read inline.
+  size_t got = 0;
+  const int e = pread_upto(fd, p, n, off, &got);
+  finish(r, e, got);
 }
 
 void ReadQueue::posix_loop() {

@@ -48,11 +48,9 @@ struct WriteQueue::Uring : detail::UringRing<Req> {};
 WriteQueue::WriteQueue(int fd, Backend backend, unsigned threads, unsigned depth)
     : fd_(fd), backend_(backend), depth_(depth ? depth : 8) {
   backend_ = detail::open_ring(backend_, depth_, &ring_);
-  if (backend_ == Backend::kPosix) {
-    for (unsigned i = 0; i < (threads ? threads : 1); ++i) threads_.emplace_back([this] { posix_loop(); });
-  } else {
-    threads_.emplace_back([this] { uring_loop(); });
-  }
+  detail::start_threads(backend_ == Backend::kPosix ? (threads ? threads : 1) : 1,
+                        [this] { backend_ == Backend::kPosix ? posix_loop() : uring_loop(); }, mu_, cv_, &stop_,
+                        &ring_, &threads_);
 }
 
 WriteQueue::~WriteQueue() {
@@ -71,23 +69,36 @@ void WriteQueue::finish(Req& r, int err) {
 void WriteQueue::submit(uint64_t off, const void* p, size_t n, std::function<void()> done) {
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [&] { return in_flight_ < depth_; });
-  ++in_flight_;
+  Req r{off, p, n, std::move(done)};
   if (err_) {  // a previous write failed: do not touch the disk any more
+    ++in_flight_;
     lk.unlock();
-    Req r{off, p, n, std::move(done)};
     finish(r, 0);
     return;
   }
-  if (ring_) {
-    Req r{off, p, n, std::move(done)};
-    if (ring_->submit(Uring::Op::kWrite, fd_, const_cast<void*>(p), n, off, r)) return;
-    // Ring full (cannot happen with in_flight_ <= depth_): write inline.
-    lk.unlock();
-    finish(r, pwrite_full(fd_, p, n, off));
+  if (!ring_) {
+    q_.push_back(std::move(r));  // may throw (no memory): nothing was counted yet
+    ++in_flight_;
+    cv_.notify_all();
     return;
   }
-  q_.push_back(Req{off, p, n, std::move(done)});
-  cv_.notify_all();
+  ++in_flight_;
+  int rc = 0;
+  try {
+    rc = ring_->submit(Uring::Op::kWrite, fd_, const_cast<void*>(p), n, off, r);
+  } catch (...) {  // no memory for the table of requests: nothing was submitted
+    --in_flight_;
+    cv_.notify_all();
+    throw;
+  }
+  if (rc > 0) return;
+  lk.unlock();
+  if (rc < 0) {  // the ring refused it: the write fails (never waits forever)
+    finish(r, -rc);
+    return;
+  }
+  // Ring full (cannot happen with in_flight_ <= depth_): write inline.
+  finish(r, pwrite_full(fd_, p, n, off));
 }
 
 void WriteQueue::posix_loop() {

@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "read_queue.hpp"
+#include "uring_ring.hpp"  // fault injection
 #include "write_queue.hpp"
 
 namespace io = tz::io;
@@ -227,6 +231,175 @@ TEST_P(Queues, IdleShutdown) {
     io::WriteQueue w(1, GetParam(), 1, 1);
     EXPECT_EQ(w.drain(), 0);
   }
+}
+
+
+// ---- io_uring faults: a refused submission or a failing wait ends in an
+// error of the requests concerned, never in a drain() that waits forever.
+namespace fault = tz::io::testing;
+
+// Fails the test (and ends the process) if the scope takes longer than
+// `seconds`: a hang here is the bug under test.
+struct Watchdog {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread th;
+  explicit Watchdog(const char* what, int seconds = 30)
+      : th([this, what, seconds] {
+          std::unique_lock<std::mutex> lk(mu);
+          if (!cv.wait_for(lk, std::chrono::seconds(seconds), [&] { return done; })) {
+            std::fprintf(stderr, "hang: %s did not finish in %d s\n", what, seconds);
+            std::_Exit(3);
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      done = true;
+    }
+    cv.notify_all();
+    th.join();
+  }
+};
+
+struct FaultGuard {
+  ~FaultGuard() { fault::clear_uring_faults(); }
+};
+
+bool uring_available() {
+  io::ReadQueue q(io::Backend::kUring, 1, 1);
+  return q.backend() == io::Backend::kUring;
+}
+
+// Every write submission refused (ENOMEM) after two went through: those two
+// land, the rest fail, drain() returns the errno, every completion ran.
+TEST(UringFaults, RefusedSubmissionFailsTheWrite) {
+  if (!uring_available()) GTEST_SKIP() << "io_uring not available here";
+  FaultGuard g;
+  TempFile f;
+  const int fd = ::open(f.path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const auto data = random_bytes(6 * 4096, 5);
+  std::atomic<int> done{0};
+  {
+    Watchdog w("WriteQueue with refused submissions");
+    io::WriteQueue q(fd, io::Backend::kUring, 1, 4);
+    ASSERT_EQ(q.backend(), io::Backend::kUring);
+    fault::inject_uring_fault(fault::UringFault::kSubmit, ENOMEM, 2);
+    for (int i = 0; i < 6; ++i) q.submit(4096u * (unsigned)i, data.data() + 4096 * i, 4096, [&] { done.fetch_add(1); });
+    EXPECT_EQ(q.drain(), ENOMEM);
+    EXPECT_EQ(q.error(), ENOMEM);
+  }
+  EXPECT_EQ(done.load(), 6);
+  ::close(fd);
+  const auto back = [&] {
+    std::vector<uint8_t> b(2 * 4096);
+    const int rfd = ::open(f.path.c_str(), O_RDONLY);
+    EXPECT_EQ(::pread(rfd, b.data(), b.size(), 0), (ssize_t)b.size());
+    ::close(rfd);
+    return b;
+  }();
+  EXPECT_EQ(0, std::memcmp(back.data(), data.data(), back.size()));
+}
+
+// Reads: a refused submission fails that read with the errno, and the ring
+// stays refused (later reads fail at once); reads before it succeed.
+TEST(UringFaults, RefusedSubmissionFailsTheRead) {
+  if (!uring_available()) GTEST_SKIP() << "io_uring not available here";
+  FaultGuard g;
+  TempFile f;
+  const auto data = random_bytes(8 * 4096, 6);
+  write_all(f.path, data, 4096, io::Backend::kPosix);
+  const int fd = ::open(f.path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> back(data.size());
+  std::vector<int> err(8, -1);
+  std::mutex mu;
+  {
+    Watchdog w("ReadQueue with refused submissions");
+    io::ReadQueue q(io::Backend::kUring, 1, 4);
+    fault::inject_uring_fault(fault::UringFault::kSubmit, EBADF, 3, 1);  // one hard refusal
+    for (int i = 0; i < 8; ++i)
+      q.submit(fd, 4096u * (unsigned)i, back.data() + 4096 * i, 4096, [&, i](int e, size_t) {
+        std::lock_guard<std::mutex> lk(mu);
+        err[(size_t)i] = e;
+      });
+    q.drain();
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(err[(size_t)i], 0) << i;
+    EXPECT_EQ(0, std::memcmp(back.data() + 4096 * i, data.data() + 4096 * i, 4096)) << i;
+  }
+  for (int i = 3; i < 8; ++i) EXPECT_EQ(err[(size_t)i], EBADF) << i;
+  ::close(fd);
+}
+
+// Transient refusals (EAGAIN) are retried: every read succeeds.
+TEST(UringFaults, TransientRefusalsAreRetried) {
+  if (!uring_available()) GTEST_SKIP() << "io_uring not available here";
+  FaultGuard g;
+  TempFile f;
+  const auto data = random_bytes(4 * 4096, 7);
+  write_all(f.path, data, 4096, io::Backend::kPosix);
+  const int fd = ::open(f.path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> back(data.size());
+  std::atomic<int> ok{0};
+  {
+    io::ReadQueue q(io::Backend::kUring, 1, 4);
+    fault::inject_uring_fault(fault::UringFault::kSubmit, EAGAIN, 1, 5);
+    for (int i = 0; i < 4; ++i)
+      q.submit(fd, 4096u * (unsigned)i, back.data() + 4096 * i, 4096, [&](int e, size_t got) {
+        if (e == 0 && got == 4096) ok.fetch_add(1);
+      });
+    q.drain();
+  }
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_TRUE(back == data);
+  ::close(fd);
+}
+
+// The wait for completions fails (the reaper cannot learn what happened):
+// every request in flight fails with that errno, drain() and the
+// destructors return, later requests fail at once. The reaper's first wait
+// works (one completion), every later one fails.
+TEST(UringFaults, FailingWaitFailsTheRequestsInFlight) {
+  if (!uring_available()) GTEST_SKIP() << "io_uring not available here";
+  FaultGuard g;
+  TempFile f;
+  const auto data = random_bytes(4 * 4096, 8);
+  write_all(f.path, data, 4096, io::Backend::kPosix);
+  const int fd = ::open(f.path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> back(data.size());
+  std::atomic<int> failed{0}, ok{0};
+  {
+    Watchdog w("ReadQueue with a failing wait");
+    fault::inject_uring_fault(fault::UringFault::kWait, EFAULT, 1);
+    io::ReadQueue q(io::Backend::kUring, 1, 4);
+    for (int i = 0; i < 4; ++i)
+      q.submit(fd, 4096u * (unsigned)i, back.data() + 4096 * i, 4096, [&](int e, size_t got) {
+        if (e == EFAULT) failed.fetch_add(1);
+        else if (e == 0 && got == 4096) ok.fetch_add(1);
+      });
+    q.drain();
+  }
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(failed.load(), 3);
+  ::close(fd);
+  std::atomic<int> wdone{0};
+  {
+    Watchdog w("WriteQueue with a failing wait");
+    fault::inject_uring_fault(fault::UringFault::kWait, EIO);
+    TempFile g2;
+    const int wfd = ::open(g2.path.c_str(), O_WRONLY);
+    io::WriteQueue q(wfd, io::Backend::kUring, 1, 4);
+    for (int i = 0; i < 4; ++i) q.submit(4096u * (unsigned)i, data.data() + 4096 * i, 4096, [&] { wdone.fetch_add(1); });
+    EXPECT_EQ(q.drain(), EIO);
+    ::close(wfd);
+  }
+  EXPECT_EQ(wdone.load(), 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Queues, ::testing::Values(io::Backend::kPosix, io::Backend::kUring),
