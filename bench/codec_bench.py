@@ -203,8 +203,8 @@ def load_tz_lib(lib_path: Path):
 class TensorZip:
     multithreaded = True
 
-    def __init__(self, lib_path: Path, level: int, threads: int, simd: str | None = None):
-        self.name = ("tensorzip" if level == 0 else f"tensorzip L{level}") + (f" [{simd}]" if simd else "")
+    def __init__(self, lib_path: Path, level: int, threads: int, simd: str | None = None, label: str = "tensorzip"):
+        self.name = (label if level == 0 else f"{label} L{level}") + (f" [{simd}]" if simd else "")
         lib = load_tz_lib(lib_path)
         # The kernel set is one per process: a codec that names one switches
         # to it before each call (runs are interleaved across codecs).
@@ -340,14 +340,18 @@ class ZipNN:
         pass
 
 
-CODECS = ["tz", "tz2", "tz3", "zstd3", "zstd19", "lz4", "zipnn"]
+CODECS = ["tz", "tz2", "tz3", "zstd3", "zstd19", "lz4", "zipnn", "base", "base2", "base3"]
 QUICK_CODECS = ["tz", "tz2", "zstd3", "lz4", "zipnn"]  # zstd -19 (~2-4 MB/s) alone would take minutes
 
 
-def make_codec(key: str, threads: int, lib: Path):
+def make_codec(key: str, threads: int, lib: Path, base_lib: Path | None = None, base_label: str = "baseline"):
     base, _, simd = key.partition("@")  # "tz@avx2": tensorzip on the AVX2 kernels
     if base in ("tz", "tz2", "tz3"):
         return TensorZip(lib, {"tz": 0, "tz2": 2, "tz3": 3}[base], threads, simd or None)
+    if base in ("base", "base2", "base3"):  # the same codec from another build (--base-lib)
+        if base_lib is None:
+            raise SystemExit(f"codec {base} needs --base-lib")
+        return TensorZip(base_lib, {"base": 0, "base2": 2, "base3": 3}[base], threads, simd or None, base_label)
     if key == "zstd3":
         return Zstd(3, threads)
     if key == "zstd19":
@@ -543,6 +547,10 @@ def main() -> int:
     ap.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD, help="CMake build folder for libtensorzip.so")
     ap.add_argument("--lib", type=Path, help="use this libtensorzip.so instead of building one")
     ap.add_argument("--no-build", action="store_true", help="do not (re)build libtensorzip.so")
+    ap.add_argument("--base-lib", type=Path,
+                    help="a second libtensorzip.so (e.g. built from an earlier commit) for the codecs base, base2, "
+                         "base3: the same levels side by side in one interleaved run")
+    ap.add_argument("--base-label", default="baseline", help="name of the --base-lib codecs in the table")
     ap.add_argument("--simd", help="comma list of SIMD paths (portable, avx2, avx512, neon): every tensorzip codec "
                                    "runs once per path, interleaved (default: the path the CPU picks)")
     args = ap.parse_args()
@@ -558,8 +566,8 @@ def main() -> int:
         if c not in CODECS:
             ap.error(f"unknown codec {c}")
     if args.simd:
-        codecs = [f"{c}@{p}" if c.startswith("tz") else c for c in codecs
-                  for p in (args.simd.split(",") if c.startswith("tz") else [None])]
+        codecs = [f"{c}@{p}" if c.startswith(("tz", "base")) else c for c in codecs
+                  for p in (args.simd.split(",") if c.startswith(("tz", "base")) else [None])]
     threads = max(1, args.threads)
     thread_modes = [1] if threads == 1 else [1, threads]
 
@@ -588,7 +596,7 @@ def main() -> int:
     configs = []  # (codec key, threads, codec object)
     for c in codecs:
         for th in thread_modes:
-            codec = make_codec(c, th, lib)
+            codec = make_codec(c, th, lib, args.base_lib, args.base_label)
             names[c] = codec.name
             mt_ok[c] = codec.multithreaded
             if th > 1 and not codec.multithreaded:
