@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# AArch64 check: cross-builds the codec library and its test binary (CUDA
-# off, nothing else) with Debian's g++-aarch64-linux-gnu and runs the codec
-# tests under qemu-aarch64: the NEON kernels against the portable code, and
-# the round-trip, corruption and lane-context suites on an AArch64 build.
+# AArch64 check: cross-builds the codec and KV page codec libraries and their
+# test binaries (CUDA off, nothing else) with Debian's g++-aarch64-linux-gnu
+# and runs them under qemu-aarch64: the NEON kernels against the portable
+# code, the round-trip, corruption and lane-context suites on an AArch64
+# build, and the KV page codec's kernel, checksum and escape suites.
 # Correctness only: speed under an emulator means nothing.
 # Called by scripts/test.sh; needs what scripts/deps.sh installs
 # (TZ_AARCH64=1, the default there).
@@ -15,7 +16,7 @@ for tool in aarch64-linux-gnu-g++ qemu-aarch64; do
 done
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" -DTZ_CODEC_ONLY=ON >/dev/null
-cmake --build "$BUILD" --target tz_tests -j "$JOBS"
+cmake --build "$BUILD" --target tz_tests tz_kv_tests fuzz_replay_kv_page -j "$JOBS"
 # The suites that exercise architecture-specific code (every kernel against
 # the portable one, round trips of every dtype and level, lane contexts, real
 # data, random access, the corruption checks that decode) and stay within a
@@ -26,3 +27,10 @@ DEFAULT_FILTER+=":Corruption.TruncationAtEveryLength:Corruption.HeaderFieldsVali
 FILTER="${TZ_AARCH64_FILTER:-$DEFAULT_FILTER}"
 echo "qemu-aarch64 $BUILD/tests/tz_tests --gtest_filter=$FILTER"  # loader and libc: multiarch arm64 (cmake/aarch64-linux-gnu.cmake)
 time qemu-aarch64 "$BUILD/tests/tz_tests" --gtest_filter="$FILTER" --gtest_brief=1
+# The KV page codec: its NEON kernels against the portable ones (real pages of
+# every dtype and mode, every fixed width, damaged pages), checksums, escapes,
+# the C API; and the page decoder's fuzz corpus.
+KV_FILTER="${TZ_AARCH64_KV_FILTER:-KvPaths.*:KvChecksum.*:KvUnseenValues.*:KvCApi.*}"
+echo "qemu-aarch64 $BUILD/tests/runtime/kv/tz_kv_tests --gtest_filter=$KV_FILTER"
+time qemu-aarch64 "$BUILD/tests/runtime/kv/tz_kv_tests" --gtest_filter="$KV_FILTER" --gtest_brief=1
+time qemu-aarch64 "$BUILD/tests/runtime/kv/fuzz_replay_kv_page" tests/fuzz/corpus/kv_page

@@ -99,6 +99,9 @@ struct ReadOptions {
   // and every predictor range read from it is checked against refs[i]'s
   // stored block checksums (Reader::check_bytes; kUsage if it differs).
   std::vector<std::string> ref_originals;
+  // Follow recorded reference paths that are not contained (absolute, or
+  // climbing above the file's folder tree; doc/container.md 12.3).
+  bool any_reference_location = false;
   bool force = false;         // replace an existing output (a regular file, or a folder of the same output)
   int output_fd = -1;         // as WriteOptions::output_fd (export of one file)
   ProgressFn progress;
@@ -138,6 +141,11 @@ struct Prediction {
 struct Reference {
   std::string file;
   uint64_t xxh64 = 0;
+  // The referenced file's header_xxh64 (trailer): what the reader checks
+  // against the header bytes it verified, so the identity rests on checked
+  // data (doc/container.md 12.3). Absent in files of earlier writers.
+  bool has_header_xxh64 = false;
+  uint64_t header_xxh64 = 0;
 };
 
 // A tensor, or a gap (bytes of the safetensors data section that no tensor
@@ -233,6 +241,13 @@ PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::
 PassStats rebase(const std::string& in, const std::string& out, const WriteOptions& opt,
                  const ReadOptions& ropt = {});
 
+namespace detail {
+struct ReaderAccess;  // the references module's access (src/container/tzip_refs.hpp)
+}
+namespace refs {
+class Chain;
+}
+
 class Reader {
  public:
   // Opens a .tzip file: reads the preamble, trailer and header only.
@@ -255,6 +270,7 @@ class Reader {
   const std::string& created_by() const;
   uint16_t version_major() const;
   uint64_t file_checksum() const;                   // trailer file_xxh64 (what references record)
+  uint64_t header_checksum() const;                 // trailer header_xxh64, checked against the header bytes
   const std::vector<Reference>& references() const; // other .tzip files predicted tensors need
   // Uses `path` for whichever recorded reference has that file's checksum.
   // Throws kBadInput if it matches none ("is not a reference of this file").
@@ -274,6 +290,10 @@ class Reader {
   // Opens every reference (recursively) and checks its checksum; throws a
   // one-line error naming this file and the missing or wrong reference.
   void check_references();
+  // Also follows recorded reference paths that are not contained (absolute,
+  // or climbing above this file's folder tree; doc/container.md 12.3) for
+  // this file and the references it opens. Off by default.
+  void allow_references_anywhere(bool allow);
 
   // Index into tensors(), or -1.
   long find(const std::string& name) const;
@@ -316,6 +336,8 @@ class Reader {
   PassStats verify(const std::string& original, const ReadOptions& opt);
 
  private:
+  friend struct detail::ReaderAccess;
+  Reader(const std::string& path, unsigned threads, const refs::Chain& via);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -278,8 +278,8 @@ namespace tc = tz::container;
 // command-line advice is given in the Python API's terms.
 std::string python_terms(std::string msg) {
   static const std::pair<const char*, const char*> kTerms[] = {
-      {"(use -f to overwrite)", "(pass overwrite=True to replace it)"},
       {"give its location (tzip --ref, Python refs=)", "give its location with refs="},
+      {"given explicitly (tzip --ref, Python refs=)", "given explicitly (refs=)"},
       {"(--ref-original pairs with --ref)", "(ref_original pairs with ref)"},
       {"ref_original (--ref-original) needs a previous checkpoint (--ref)", "ref_original needs ref"},
       {"a previous checkpoint (--ref) needs prediction (drop --no-predict)", "ref needs predict=True"},

@@ -233,10 +233,12 @@ class SafeOpen:
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         self._r = _open_backend(path, self._threads, refs)
-        self._entries: Dict[str, Tuple[int, str, Tuple[int, ...], int]] = {}
-        for i, (name, dtype, shape, raw, _comp) in enumerate(self._r.tensors()):
-            self._entries[name] = (i, dtype, tuple(int(s) for s in shape), int(raw))
-        self._offset_order = [t[0] for t in self._r.tensors()]
+        # One pass over the table (a file may hold 10^5 tensors); both backends give shapes as
+        # tuples of ints and sizes as ints.
+        table = self._r.tensors()
+        self._entries: Dict[str, Tuple[int, str, Tuple[int, ...], int]] = {
+            name: (i, dtype, shape, raw) for i, (name, dtype, shape, raw, _comp) in enumerate(table)}
+        self._offset_order = [t[0] for t in table]
 
     # -- context manager ---------------------------------------------------
     def __enter__(self) -> "SafeOpen":

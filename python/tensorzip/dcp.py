@@ -502,7 +502,8 @@ class StorageReader(FileSystemReader):
         super().__init__(path)
         self.threads = threads
         self.partial_reads = partial_reads
-        self._tzip_table: Dict[str, Tuple[int, int]] = {}  # tensors of the .tzip file being read
+        # tensors of the .tzip file being read: name -> (index, raw bytes, dtype, shape), from its validated header
+        self._tzip_table: Dict[str, Tuple[int, int, str, Tuple[int, ...]]] = {}
         _check_finished(os.fspath(self.path))  # here, in the caller's code: DCP would wrap the error
 
     def reset(self, checkpoint_id: Optional[Union[str, os.PathLike]] = None) -> None:
@@ -546,8 +547,9 @@ class StorageReader(FileSystemReader):
                                    f"cannot be opened: {e}") from e
         try:
             cache: Dict[Any, Any] = {}  # storage_index -> decoded chunk, for several reads of one chunk
-            # name -> (index, raw bytes), once per file
-            self._tzip_table = {t[0]: (i, int(t[3])) for i, t in enumerate(reader.tensors())}
+            # name -> (index, raw bytes, dtype, shape), once per file
+            self._tzip_table = {t[0]: (i, int(t[3]), t[1], tuple(int(x) for x in t[2]))
+                                for i, t in enumerate(reader.tensors())}
             together = self._tzip_targets_together(reader, reqs, planner)
             for k, req in enumerate(reqs):
                 if k in together:
@@ -569,7 +571,16 @@ class StorageReader(FileSystemReader):
         entry = self._tzip_table.get(info.tensor)
         if entry is None:
             raise CorruptDataError(f"tensor {info.tensor!r} is not in the file")
-        return entry
+        idx, raw, dtype, shape = entry
+        # The DCP metadata (a pickle) is checked against the file's validated
+        # header before anything is allocated from it.
+        if info.shape is not None and (info.dtype != dtype or tuple(info.shape) != shape):
+            raise CorruptDataError(f"tensor {info.tensor!r}: the metadata says {info.dtype}{list(info.shape)}, "
+                                   f"the file holds {dtype}{list(shape)}")
+        if info.block_bytes and info.n_blocks != -(-raw // info.block_bytes):
+            raise CorruptDataError(f"tensor {info.tensor!r}: the metadata's block layout ({info.n_blocks} blocks of "
+                                   f"{info.block_bytes} bytes) does not match its {raw} bytes")
+        return idx, raw
 
     def _tzip_index(self, reader: Any, info: _TzStorageInfo) -> int:
         return self._tzip_entry(info)[0]
@@ -646,10 +657,14 @@ class StorageReader(FileSystemReader):
             info = self.storage_data[req.storage_index]
             if req.type == LoadItemType.BYTE_IO or info.codec != _CODEC_TZIP:
                 continue
-            entry = self._tzip_table.get(info.tensor)
-            target = self._whole_target(info, req, planner) if entry is not None else None
-            if target is not None:
-                picked.append((k, req, target, entry[0]))
+            target = self._whole_target(info, req, planner)
+            if target is None:
+                continue
+            try:  # the metadata checked against the file's validated header, as for one item
+                idx = self._tzip_index(reader, info)
+            except CorruptDataError:
+                continue  # read alone below, which reports it
+            picked.append((k, req, target, idx))
         if len(picked) < 2:
             return set()
         try:
@@ -685,6 +700,7 @@ class StorageReader(FileSystemReader):
         shape = info.shape
         if shape is None or len(shape) == 0 or not info.block_bytes or not info.n_blocks:
             return None
+        idx = self._tzip_index(reader, info)  # metadata checked against the file before anything else
         offs = [int(x) for x in req.storage_offsets]
         lens = [int(x) for x in req.lengths]
         if len(offs) != len(shape) or lens == list(shape):
@@ -697,7 +713,6 @@ class StorageReader(FileSystemReader):
         ranges = _block_ranges(runs, _dtypes.lookup(info.dtype).itemsize, info.block_bytes, info.n_blocks)
         if ranges is None:
             return None
-        idx = self._tzip_index(reader, info)
         out = torch.empty(tuple(shape), dtype=_dtypes.torch_dtype(info.dtype))
         flat = out.reshape(-1).view(torch.uint8).numpy()
         raw_size = flat.size

@@ -888,3 +888,27 @@ def test_refuses_entries_of_the_unreleased_tzdcp_layout(tmp_path):
     with open(tmp_path / ".metadata", "wb") as f:
         pickle.dump(md, f)
     assert "not a .tzip rank file" in _load_error({"w": torch.zeros(64)}, tzdcp.StorageReader(tmp_path))
+
+
+@pytest.mark.parametrize("edit", ["shape", "huge_shape", "dtype", "n_blocks"])
+@pytest.mark.parametrize("partial_reads", [True, False])
+def test_metadata_checked_against_the_file_before_allocating(tmp_path, edit, partial_reads):
+    # .metadata is a pickle outside the .tzip's checksums: an edited entry must be refused against
+    # the rank file's validated table (naming the item) before anything is allocated from it,
+    # on the batched path (several whole items at once) as on the one-item paths.
+    state = {"a": torch.randn(64, 64), "b": torch.randn(32, 32), "c": torch.randn(16)}
+    dcp.save(state, storage_writer=tzdcp.StorageWriter(tmp_path))
+    with open(tmp_path / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    (index, info), = [(i, s) for i, s in md.storage_data.items() if i.fqn == "b"]
+    changed = {"shape": {"shape": (64, 16)}, "huge_shape": {"shape": (1 << 20, 1 << 20)},
+               "dtype": {"dtype": "BF16"}, "n_blocks": {"n_blocks": info.n_blocks + 5}}[edit]
+    for k, v in changed.items():
+        setattr(info, k, v)
+    md.storage_data[index] = info
+    with open(tmp_path / ".metadata", "wb") as f:
+        pickle.dump(md, f)
+    blank = {"a": torch.empty(64, 64), "b": torch.empty(32, 32), "c": torch.empty(16)}
+    msg = _load_error(blank, tzdcp.StorageReader(tmp_path, partial_reads=partial_reads))
+    assert "CorruptDataError" in msg and "'b'" in msg, msg
+    assert ("block layout" if edit == "n_blocks" else "the metadata says") in msg, msg

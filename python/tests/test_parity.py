@@ -250,6 +250,15 @@ def test_python_messages_have_no_temp_names_or_cli_flags(tmp_path):
     with pytest.raises(tensorzip.TensorZipIOError) as ei:
         tzt.load_file(b)
     assert "--ref" not in str(ei.value) and "refs=" in str(ei.value)
+    # a recorded reference path that climbs out of the file's folder tree: Python's advice too
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b" / "c").mkdir(parents=True)
+    tzt.save_file(d1, tmp_path / "a" / "r1.tzip")
+    tzt.save_file(d1, tmp_path / "b" / "c" / "r2.tzip", ref=tmp_path / "a" / "r1.tzip")
+    with pytest.raises(tensorzip.CorruptDataError) as ei:
+        tzt.load_file(tmp_path / "b" / "c" / "r2.tzip")
+    assert "climbs above" in str(ei.value) and "--ref" not in str(ei.value) and "refs=" in str(ei.value)
+    assert tzt.load_file(tmp_path / "b" / "c" / "r2.tzip", refs=[tmp_path / "a" / "r1.tzip"])["w"].equal(d1["w"])
 
 
 def test_user_metadata_is_visible(tmp_path, rng, run_tzip):

@@ -2,8 +2,6 @@
 // entry point catches and converts to an error code.
 #include <algorithm>
 #include <new>
-#include <string>
-#include <system_error>
 
 #include "cpu/frame.h"
 #include "cpu/simd_path.h"
@@ -17,21 +15,7 @@ struct tz_ctx_s {
 
 namespace {
 
-template <class F>
-size_t guarded(F&& f) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {  // here or in a pool task (ThreadPool rethrows on the caller)
-    return make_error(TZ_ERROR_ALLOCATION, "out of memory");
-  } catch (const std::system_error& e) {  // a worker thread could not start
-    return make_error(e.code() == std::errc::resource_unavailable_try_again ? TZ_ERROR_ALLOCATION : TZ_ERROR_GENERIC,
-                      std::string("cannot start a thread: ") + e.what());
-  } catch (const std::exception& e) {
-    return make_error(TZ_ERROR_GENERIC, e.what());
-  } catch (...) {
-    return make_error(TZ_ERROR_GENERIC, "unknown error");
-  }
-}
+using tz::cpu::guarded;
 
 tz::cpu::Context& one_shot(unsigned threads, tz::cpu::ContextPtr& holder) {
   holder = tz::cpu::make_context(threads);

@@ -14,6 +14,8 @@
 
 #include "../io/write_queue.hpp"  // pread_full
 #include "container/tzc_internal.hpp"  // the container's strict JSON parser and checked arithmetic
+#include "container/tzc_json.hpp"       // the container's strict JSON reader
+#include "container/tzip_refs.hpp"      // is_complete: depends_on chains
 
 namespace tz::checkpoint::detail {
 
@@ -60,7 +62,11 @@ json rank_entry_json(const RankFileFacts& r) {
                   {"tensors", jt}};
   if (!r.references.empty()) {
     json jrefs = json::array();
-    for (const auto& x : r.references) jrefs.push_back({{"file", x.file}, {"xxh64", hex64(x.xxh64)}});
+    for (const auto& x : r.references) {
+      json jr = {{"file", x.file}, {"xxh64", hex64(x.xxh64)}};
+      if (x.has_header_xxh64) jr["header_xxh64"] = hex64(x.header_xxh64);
+      jrefs.push_back(std::move(jr));
+    }
     out["references"] = jrefs;
     out["depends_on"] = r.depends_on;
   }
@@ -134,7 +140,12 @@ struct Ctx {
   }
   uint64_t u64(const json& v, const char* k) const {
     uint64_t x = 0;
-    if (!tcd::get_u64(v, &x)) bad(std::string("'") + k + "' is not a non-negative integer");
+    if (v.is_number_unsigned())
+      x = v.get<uint64_t>();
+    else if (v.is_number_integer() && v.get<int64_t>() >= 0)
+      x = (uint64_t)v.get<int64_t>();
+    else
+      bad(std::string("'") + k + "' is not a non-negative integer");
     return x;
   }
   uint64_t u64_at(const json& o, const char* k) const { return u64(need(o, k), k); }
@@ -302,6 +313,10 @@ ManifestRank parse_rank_entry(const json& j, int expect_rank, const std::string&
     for (const auto& x : refs) {
       if (!x.is_object()) c.bad("reference is not an object");
       ManifestReference mr{c.str_at(x, "file"), c.hex_at(x, "xxh64")};
+      if (x.contains("header_xxh64")) {
+        mr.has_header_xxh64 = true;
+        mr.header_xxh64 = c.hex_at(x, "header_xxh64");
+      }
       if (mr.file != expect) c.bad("reference '" + mr.file + "' is not '" + expect + "'");
       r.references.push_back(mr);
     }
@@ -328,11 +343,21 @@ ManifestRank parse_rank_entry(const json& j, int expect_rank, const std::string&
   return r;
 }
 
+// The container's strict JSON reader validates the text first (RFC 8259
+// syntax, UTF-8, no duplicate key in any object, nesting depth: the rules of
+// .tzip headers, one validator); only then is the DOM built.
 json parse_json_text(const std::string& text, const std::string& what, const std::string& part) {
   try {
-    return tcd::parse_json_strict(text.data(), text.data() + text.size(), what, part);
+    tcd::JsonReader r(text.data(), text.size(), what, part);
+    r.skip();
+    r.finish();
   } catch (const tz::container::Error& e) {
     fail(ErrorKind::kCorrupt, e.what());
+  }
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(ErrorKind::kCorrupt, what + ": " + part + " is not valid JSON");
   }
 }
 
@@ -399,30 +424,33 @@ using namespace detail;
 bool is_complete(const std::string& dir) {
   // A valid manifest, every rank file a regular file of the recorded size,
   // and the same for each checkpoint of the depends_on chain (sibling
-  // folders; a cycle or a chain longer than kMaxDependsOnChain counts as
+  // folders followed with the references module's chain rules: a cycle,
+  // by device and inode, or more than refs::kMaxDepth links counts as
   // damage). Rank-file checksums are checked when the checkpoint is opened.
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
-  std::set<std::string> seen;
-  for (int depth = 0; depth <= kMaxDependsOnChain; ++depth) {
-    if (!seen.insert(std::filesystem::path(d).lexically_normal().string()).second) return false;
-    Manifest m;
-    try {
-      m = read_manifest(d);
-    } catch (const Error&) {
-      return false;
-    } catch (const std::bad_alloc&) {
-      return false;
+  tz::container::refs::Chain chain;
+  try {
+    while (true) {
+      struct stat dst {};
+      if (::stat(d.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode)) return false;
+      chain = chain.then(d, dst);
+      const Manifest m = read_manifest(d);
+      for (const auto& r : m.ranks) {
+        struct stat st {};
+        if (::stat((d + "/" + r.file).c_str(), &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != r.file_size)
+          return false;
+      }
+      if (m.depends_on.empty()) return true;
+      d = tz::container::refs::sibling_folder(d, m.depends_on);
     }
-    for (const auto& r : m.ranks) {
-      struct stat st {};
-      if (::stat((d + "/" + r.file).c_str(), &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != r.file_size)
-        return false;
-    }
-    if (m.depends_on.empty()) return true;
-    d = (std::filesystem::path(d).parent_path() / m.depends_on).string();
+  } catch (const Error&) {
+    return false;
+  } catch (const tz::container::Error&) {
+    return false;
+  } catch (const std::bad_alloc&) {
+    return false;
   }
-  return false;
 }
 
 std::string latest(const std::string& root) {

@@ -22,7 +22,6 @@ namespace tz::checkpoint::detail {
 // Bounds (a manifest past them is refused before it is parsed).
 inline constexpr uint64_t kMaxManifestBytes = 256ull << 20;  // manifest.json and rank-NNNNN.json
 inline constexpr int kMaxWorldSize = 1 << 20;
-inline constexpr int kMaxDependsOnChain = 64;  // is_complete: depends_on links followed
 
 struct ManifestFrame {
   uint64_t offset = 0;    // in the rank file
@@ -48,6 +47,11 @@ struct ManifestTensor {
 struct ManifestReference {
   std::string file;  // "../<depends_on>/rank-NNNNN.tzip", relative to the rank file's folder
   uint64_t xxh64 = 0;
+  // The reference's header checksum (its trailer's header_xxh64), which the
+  // container Reader checks against the header bytes it verified; absent in
+  // manifests of earlier writers (then the whole-file checksum identifies it).
+  bool has_header_xxh64 = false;
+  uint64_t header_xxh64 = 0;
 };
 
 struct ManifestRank {

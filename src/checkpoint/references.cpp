@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "container/tzip_refs.hpp"
+
 namespace tz::checkpoint::detail {
 
 namespace fs = std::filesystem;
@@ -37,25 +39,36 @@ SaveReference resolve_save_reference(const std::string& ref, const std::string& 
 std::vector<std::unique_ptr<tz::container::Reader>> open_rank_references(const std::string& dir,
                                                                          const ManifestRank& r,
                                                                          const std::string& depends_on) {
+  namespace refs = tz::container::refs;
   std::vector<std::unique_ptr<tz::container::Reader>> out;
   const std::string self = dir + "/" + r.file;
-  for (const auto& ref : r.references) {
-    // parse_rank_entry checked the form "../<depends_on>/rank-NNNNN.tzip".
-    const std::string rp = (fs::path(dir) / ref.file).lexically_normal().string();
-    const std::string who = self + ": needs " + rp + (depends_on.empty() ? std::string() : " (previous checkpoint '" + depends_on + "')");
+  for (const auto& mr : r.references) {
+    // parse_rank_entry checked the form "../<depends_on>/rank-NNNNN.tzip";
+    // resolved, opened (regular files only, never blocking) and identified
+    // by the references module, as the container Reader does.
+    tz::container::Reference ref;
+    ref.file = mr.file;
+    ref.xxh64 = mr.xxh64;
+    ref.has_header_xxh64 = mr.has_header_xxh64;
+    ref.header_xxh64 = mr.header_xxh64;
+    std::string rp;
+    try {
+      rp = refs::resolve(self, ref.file, {});
+    } catch (const tz::container::Error& e) {
+      fail(ErrorKind::kCorrupt, self + ": " + e.what());
+    }
+    const std::string who = self + ": needs " + fs::path(rp).lexically_normal().string() +
+                            (depends_on.empty() ? std::string() : " (previous checkpoint '" + depends_on + "')");
     struct stat st {};
     if (::stat(rp.c_str(), &st) != 0)
       fail(ErrorKind::kNotFound, who + ", which is missing: the checkpoint depends on it; restore it there");
     if (!S_ISREG(st.st_mode)) fail(ErrorKind::kCorrupt, who + ", which is not a regular file");
     std::unique_ptr<tz::container::Reader> rd;
     try {
-      rd = std::make_unique<tz::container::Reader>(rp, 1);
+      rd = refs::open_reference(self, ref, rp, {}, 1, {});
     } catch (const tz::container::Error& e) {
-      fail(ErrorKind::kCorrupt, who + ", which cannot be read: " + e.what());
+      fail(ErrorKind::kCorrupt, who + ", which has changed or cannot be read: " + e.what());
     }
-    if (rd->file_checksum() != ref.xxh64)
-      fail(ErrorKind::kCorrupt, who + ", which has changed (checksum " + hex64(rd->file_checksum()) + ", recorded " +
-                                    hex64(ref.xxh64) + ")");
     try {
       rd->check_references();
     } catch (const tz::container::Error& e) {

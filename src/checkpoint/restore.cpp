@@ -162,7 +162,10 @@ void Checkpoint::Impl::check_rank_file(size_t i) {
   const auto& xs = rd->references();
   if (xs.size() != r.references.size()) bad("references differ");
   for (size_t k = 0; k < xs.size(); ++k)
-    if (xs[k].file != r.references[k].file || xs[k].xxh64 != r.references[k].xxh64) bad("references differ");
+    if (xs[k].file != r.references[k].file || xs[k].xxh64 != r.references[k].xxh64 ||
+        xs[k].has_header_xxh64 != r.references[k].has_header_xxh64 ||
+        (xs[k].has_header_xxh64 && xs[k].header_xxh64 != r.references[k].header_xxh64))
+      bad("references differ");
   if (rd->tensors().size() != r.tensors.size())
     bad(std::to_string(rd->tensors().size()) + " tensors, the manifest lists " + std::to_string(r.tensors.size()));
   for (const auto& mt : r.tensors) {

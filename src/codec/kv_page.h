@@ -169,6 +169,31 @@ TZ_HD size_t kv_fixed_codes(const KvCodecTables& c, const uint8_t* s, uint32_t n
   return n_esc;
 }
 
+// The bit planes of groups g0.. (4 * bits bytes each, group after group) at
+// planes + 4 * bits * g0; the stream-0 bytes of their escaped elements, in
+// order, at lit. (g0 > 0: the tail after a SIMD coder's full groups.)
+TZ_HD void kv_fixed_planes_from(const KvCodecTables& c, const uint8_t* codes, const uint8_t* s0, uint32_t n,
+                                uint32_t g0, uint8_t* planes, uint8_t* lit) {
+  const uint32_t bits = c.t.fixed_bits, esc = fixed_escape_code(bits);
+  for (uint32_t g = g0; g * kGroup < n; ++g) {
+    uint32_t plane[kMaxFixedBits];
+    const uint32_t here = n - g * kGroup < kGroup ? n - g * kGroup : kGroup;
+    kv_fixed_planes(codes + g * kGroup, here, bits, plane);
+    for (uint32_t b = 0; b < bits; ++b) store_le32(planes + 4 * ((size_t)g * bits + b), plane[b]);
+  }
+  for (uint32_t i = g0 * kGroup; i < n; ++i)
+    if (codes[i] == esc) *lit++ = s0[i];
+}
+
+// Whether none of the count bytes at p has a fixed-mode code (what every
+// literal of a fixed page must be).
+TZ_HD bool kv_all_uncoded(const KvCodecTables& c, const uint8_t* p, size_t count) {
+  const uint32_t esc = fixed_escape_code(c.t.fixed_bits);
+  for (size_t i = 0; i < count; ++i)
+    if (c.fixed_code[p[i]] != esc) return false;
+  return true;
+}
+
 // The reference coder of kv_encode_page_with: the portable pieces. A SIMD
 // coder supplies the same five operations with the same results.
 struct KvScalarCoder {
@@ -186,18 +211,9 @@ struct KvScalarCoder {
   }
   // kv_fixed_codes
   TZ_HD size_t fixed_codes(const uint8_t* s, uint32_t n, uint8_t* codes) const { return kv_fixed_codes(*c, s, n, codes); }
-  // The bit planes of every group, group after group (4 * bits bytes each),
-  // at planes; the stream-0 bytes of the escaped elements, in order, at lit.
+  // kv_fixed_planes_from group 0.
   TZ_HD void fixed_planes(const uint8_t* codes, const uint8_t* s0, uint32_t n, uint8_t* planes, uint8_t* lit) const {
-    const uint32_t bits = c->t.fixed_bits, esc = fixed_escape_code(bits);
-    for (uint32_t g = 0; g * kGroup < n; ++g) {
-      uint32_t plane[kMaxFixedBits];
-      const uint32_t here = n - g * kGroup < kGroup ? n - g * kGroup : kGroup;
-      kv_fixed_planes(codes + g * kGroup, here, bits, plane);
-      for (uint32_t b = 0; b < bits; ++b) store_le32(planes + 4 * ((size_t)g * bits + b), plane[b]);
-    }
-    for (uint32_t i = 0; i < n; ++i)
-      if (codes[i] == esc) *lit++ = s0[i];
+    kv_fixed_planes_from(*c, codes, s0, n, 0, planes, lit);
   }
 };
 

@@ -1,23 +1,22 @@
 // safetensors header parsing with strict validation (doc/container.md,
 // "safetensors import"). The file is untrusted: every size is checked with
 // overflow-safe arithmetic before use.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <set>
+#include <string_view>
 
 #include "tensorzip/container.hpp"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
+#include "tzc_json.hpp"
 
 namespace tz::container {
 
 using detail::fail;
-using nlohmann::json;
 
 namespace {
 struct DTypeRow {
-  const char* name;
+  std::string_view name;  // compared length first: a header of 10^5 tensors looks its dtypes up 3x each
   unsigned bits;
   tz_dtype codec;
 };
@@ -88,130 +87,126 @@ std::string shape_string(const std::vector<uint64_t>& shape) {
   return s + "]";
 }
 
-// Parses JSON and rejects duplicate keys in any object (nlohmann keeps the
-// last one silently; two readers could then disagree on a tensor).
-json parse_json_strict(const char* begin, const char* end, const std::string& what, const std::string& part) {
-  std::vector<std::set<std::string>> keys;
-  std::string dup;
-  struct TooDeep {};
-  // Both formats nest 3 levels; a cap stops hostile headers from costing
-  // gigabytes of DOM nodes.
-  constexpr int kMaxDepth = 32;
-  json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-    if (depth > kMaxDepth) throw TooDeep{};
-    switch (ev) {
-      case json::parse_event_t::object_start: keys.emplace_back(); break;
-      case json::parse_event_t::object_end: if (!keys.empty()) keys.pop_back(); break;
-      case json::parse_event_t::key:
-        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second && dup.empty())
-          dup = parsed.get<std::string>();
-        break;
-      default: break;
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(begin, end, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const TooDeep&) {
-    fail(ErrorKind::kBadInput, what + ": " + part + " nests deeper than " + std::to_string(kMaxDepth) + " levels");
-  } catch (const json::exception& e) {
-    std::string msg = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> keep the part after "] "
-    const auto p = msg.find("] ");
-    if (p != std::string::npos) msg = msg.substr(p + 2);
-    fail(ErrorKind::kBadInput, what + ": " + part + " is not valid JSON (" + msg + ")");
-  }
-  if (!dup.empty()) fail(ErrorKind::kBadInput, what + ": " + part + " has duplicate key '" + dup + "'");
-  return j;
-}
-
-bool get_u64(const json& v, uint64_t* out) {
-  if (v.is_number_unsigned()) {
-    *out = v.get<uint64_t>();
-    return true;
-  }
-  if (v.is_number_integer()) {
-    const int64_t s = v.get<int64_t>();
-    if (s < 0) return false;
-    *out = (uint64_t)s;
-    return true;
-  }
-  return false;
-}
-
 }  // namespace detail
 
 using namespace detail;
 
-SafetensorsInfo parse_safetensors_header(const uint8_t* header, size_t header_len, uint64_t file_size,
-                                         const std::string& what) {
-  SafetensorsInfo info;
-  info.file_size = file_size;
-  info.header_len = header_len;
-  info.data_start = 8 + (uint64_t)header_len;
-  if (info.data_start > file_size)
-    fail(ErrorKind::kBadInput, what + ": not a safetensors file (header length " + std::to_string(header_len) +
-                                   " larger than the file, " + std::to_string(file_size) + " bytes)");
-  info.data_size = file_size - info.data_start;
+namespace detail {
+
+namespace {
+
+// One tensor entry of the header (the value of key `name`), checked on its
+// own: types, dtype, shape x dtype = data_offsets span, inside the data section.
+TensorEntry read_entry(JsonReader& r, std::string_view name, uint64_t data_size, const std::string& what) {
+  TensorEntry t;
+  t.name = std::string(name);
+  const std::string tw = what + ": tensor '" + t.name + "'";
+  if (t.name.empty()) fail(ErrorKind::kBadInput, what + ": tensor with an empty name");
+  if (r.peek() != JsonReader::Kind::kObject) {
+    r.skip();  // a syntax or depth error in it is reported first
+    fail(ErrorKind::kBadInput, tw + ": entry is not an object");
+  }
+  bool has_dtype = false, has_shape = false, shape_ok = true, offsets_array = false, offsets_ok = true;
+  size_t n_offsets = 0;
+  uint64_t offs[2] = {0, 0};
+  r.for_each_member([&](std::string_view k) {
+    if (k == "dtype") {
+      if (r.peek() != JsonReader::Kind::kString) fail(ErrorKind::kBadInput, tw + ": missing or non-string dtype");
+      t.dtype = std::string(r.read_string());
+      has_dtype = true;
+    } else if (k == "shape") {
+      if (r.peek() != JsonReader::Kind::kArray) fail(ErrorKind::kBadInput, tw + ": missing or non-array shape");
+      has_shape = true;
+      r.for_each_element([&] {
+        if (t.shape.size() >= 64) fail(ErrorKind::kBadInput, tw + ": shape has more than 64 dimensions");
+        uint64_t dim = 0;
+        if (!r.read_u64(&dim)) shape_ok = false;
+        t.shape.push_back(dim);
+      });
+    } else if (k == "data_offsets") {
+      if (r.peek() != JsonReader::Kind::kArray) {
+        r.skip();
+        return;
+      }
+      offsets_array = true;
+      r.for_each_element([&] {
+        uint64_t v = 0;
+        if (!r.read_u64(&v)) offsets_ok = false;
+        if (n_offsets < 2) offs[n_offsets] = v;
+        ++n_offsets;
+      });
+    } else {
+      r.skip();  // extra keys are kept in the verbatim header
+    }
+  });
+  if (!has_dtype) fail(ErrorKind::kBadInput, tw + ": missing or non-string dtype");
+  if (!has_shape) fail(ErrorKind::kBadInput, tw + ": missing or non-array shape");
+  if (!offsets_array || n_offsets != 2)
+    fail(ErrorKind::kBadInput, tw + ": data_offsets is not an array of two integers");
+  if (!codec_dtype_for(t.dtype, &t.codec_dtype)) fail(ErrorKind::kBadInput, tw + ": unknown dtype '" + t.dtype + "'");
+  if (!shape_ok) fail(ErrorKind::kBadInput, tw + ": shape holds a non-integer or negative value");
+  if (!offsets_ok) fail(ErrorKind::kBadInput, tw + ": data_offsets hold a non-integer or negative value");
+  t.data_begin = offs[0];
+  t.data_end = offs[1];
+  if (t.data_begin > t.data_end)
+    fail(ErrorKind::kBadInput, tw + ": data_offsets [" + std::to_string(t.data_begin) + ", " +
+                                   std::to_string(t.data_end) + "] are reversed");
+  if (t.data_end > data_size)
+    fail(ErrorKind::kBadInput, tw + ": data_offsets [" + std::to_string(t.data_begin) + ", " +
+                                   std::to_string(t.data_end) + "] out of range (data section is " +
+                                   std::to_string(data_size) + " bytes)");
+  const uint64_t nbytes = tensor_nbytes(t.dtype, t.shape, what, t.name);
+  if (nbytes != t.data_end - t.data_begin)
+    fail(ErrorKind::kBadInput, tw + ": shape " + shape_string(t.shape) + " x " + t.dtype + " is " +
+                                   std::to_string(nbytes) + " bytes but data_offsets span " +
+                                   std::to_string(t.data_end - t.data_begin));
+  return t;
+}
+
+}  // namespace
+
+void parse_safetensors_json(const char* header, size_t header_len, uint64_t data_size, const std::string& what,
+                            SafetensorsInfo* out, const std::function<void(TensorEntry&&)>& on_tensor) {
+  SafetensorsInfo& info = *out;
+  info.data_size = data_size;
   if (header_len < 2 || header[0] != '{')
     fail(ErrorKind::kBadInput, what + ": not a safetensors file (header does not start with '{')");
-  info.header_bytes.assign(reinterpret_cast<const char*>(header), header_len);
-  const json j = parse_json_strict(info.header_bytes.data(), info.header_bytes.data() + header_len, what,
-                                   "safetensors header");
-  if (!j.is_object()) fail(ErrorKind::kBadInput, what + ": safetensors header is not a JSON object");
-  if (j.size() > kMaxTensors) fail(ErrorKind::kBadInput, what + ": too many tensors (limit " + std::to_string(kMaxTensors) + ")");
-
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) fail(ErrorKind::kBadInput, what + ": __metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string())
-          fail(ErrorKind::kBadInput, what + ": __metadata__ value of '" + m.key() + "' is not a string");
-        info.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
+  JsonReader r(header, header_len, what, "safetensors header");
+  // Entries are read in file order, validated as each one closes, and kept
+  // as TensorEntry only: memory is linear in what is kept, within
+  // kMaxTableBytes. The table is reserved from a count of the entries' keys
+  // (untouched capacity costs no memory; growth by doubling would briefly
+  // hold two copies).
+  uint64_t table_bytes = 0;
+  size_t n_tensors = 0;
+  if (!on_tensor) info.tensors.reserve(count_occurrences(std::string_view(header, header_len), "\"data_offsets\"", kMaxTensors));
+  r.for_each_member([&](std::string_view key) {
+    if (key == "__metadata__") {
+      if (r.peek() != JsonReader::Kind::kObject) fail(ErrorKind::kBadInput, what + ": __metadata__ is not an object");
+      r.for_each_member([&](std::string_view mk) {
+        if (r.peek() != JsonReader::Kind::kString)
+          fail(ErrorKind::kBadInput, what + ": __metadata__ value of '" + std::string(mk) + "' is not a string");
+        std::string k(mk);
+        info.metadata[std::move(k)] = std::string(r.read_string());
+      });
+      return;
     }
-    const std::string tw = what + ": tensor '" + name + "'";
-    if (name.empty()) fail(ErrorKind::kBadInput, what + ": tensor with an empty name");
-    if (!v.is_object()) fail(ErrorKind::kBadInput, tw + ": entry is not an object");
-    const auto d = v.find("dtype");
-    const auto s = v.find("shape");
-    const auto o = v.find("data_offsets");
-    if (d == v.end() || !d->is_string()) fail(ErrorKind::kBadInput, tw + ": missing or non-string dtype");
-    if (s == v.end() || !s->is_array()) fail(ErrorKind::kBadInput, tw + ": missing or non-array shape");
-    if (o == v.end() || !o->is_array() || o->size() != 2)
-      fail(ErrorKind::kBadInput, tw + ": data_offsets is not an array of two integers");
-    TensorEntry t;
-    t.name = name;
-    t.dtype = d->get<std::string>();
-    if (!codec_dtype_for(t.dtype, &t.codec_dtype)) fail(ErrorKind::kBadInput, tw + ": unknown dtype '" + t.dtype + "'");
-    if (s->size() > 64) fail(ErrorKind::kBadInput, tw + ": shape has more than 64 dimensions");
-    for (const json& e : *s) {
-      uint64_t dim;
-      if (!get_u64(e, &dim)) fail(ErrorKind::kBadInput, tw + ": shape holds a non-integer or negative value");
-      t.shape.push_back(dim);
-    }
-    if (!get_u64((*o)[0], &t.data_begin) || !get_u64((*o)[1], &t.data_end))
-      fail(ErrorKind::kBadInput, tw + ": data_offsets hold a non-integer or negative value");
-    if (t.data_begin > t.data_end)
-      fail(ErrorKind::kBadInput, tw + ": data_offsets [" + std::to_string(t.data_begin) + ", " +
-                                     std::to_string(t.data_end) + "] are reversed");
-    if (t.data_end > info.data_size)
-      fail(ErrorKind::kBadInput, tw + ": data_offsets [" + std::to_string(t.data_begin) + ", " +
-                                     std::to_string(t.data_end) + "] out of range (data section is " +
-                                     std::to_string(info.data_size) + " bytes)");
-    const uint64_t nbytes = tensor_nbytes(t.dtype, t.shape, what, name);
-    if (nbytes != t.data_end - t.data_begin)
-      fail(ErrorKind::kBadInput, tw + ": shape " + shape_string(t.shape) + " x " + t.dtype + " is " +
-                                     std::to_string(nbytes) + " bytes but data_offsets span " +
-                                     std::to_string(t.data_end - t.data_begin));
-    info.tensors.push_back(std::move(t));
-  }
-  std::stable_sort(info.tensors.begin(), info.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
-    return a.data_begin != b.data_begin ? a.data_begin < b.data_begin : a.data_end < b.data_end;
+    if (++n_tensors > kMaxTensors)
+      fail(ErrorKind::kBadInput, what + ": too many tensors (limit " + std::to_string(kMaxTensors) + ")");
+    TensorEntry t = read_entry(r, key, info.data_size, what);
+    table_bytes += sizeof(TensorEntry) + t.name.size() + t.dtype.size() + 8 * t.shape.size();
+    if (table_bytes > kMaxTableBytes)
+      fail(ErrorKind::kBadInput, what + ": tensor table larger than " + std::to_string(kMaxTableBytes >> 20) + " MiB");
+    if (on_tensor) on_tensor(std::move(t));
+    else info.tensors.push_back(std::move(t));
+  });
+  r.finish();
+  if (on_tensor) return;
+  // Data order; ties (zero-size tensors) by end offset, then name.
+  std::sort(info.tensors.begin(), info.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    if (a.data_begin != b.data_begin) return a.data_begin < b.data_begin;
+    if (a.data_end != b.data_end) return a.data_end < b.data_end;
+    return a.name < b.name;
   });
   // Non-overlapping; uncovered bytes become gaps so that export is byte-identical.
   uint64_t pos = 0;
@@ -240,7 +235,33 @@ SafetensorsInfo parse_safetensors_header(const uint8_t* header, size_t header_le
     g.data_end = info.data_size;
     info.gaps.push_back(g);
   }
+}
+
+}  // namespace detail
+
+namespace {
+// The header bytes become info.header_bytes (no second copy).
+SafetensorsInfo parse_owned_header(std::string&& header, uint64_t file_size, const std::string& what) {
+  SafetensorsInfo info;
+  const size_t header_len = header.size();
+  info.file_size = file_size;
+  info.header_len = header_len;
+  info.data_start = 8 + (uint64_t)header_len;
+  if (info.data_start > file_size)
+    fail(ErrorKind::kBadInput, what + ": not a safetensors file (header length " + std::to_string(header_len) +
+                                   " larger than the file, " + std::to_string(file_size) + " bytes)");
+  info.header_bytes = std::move(header);
+  parse_safetensors_json(info.header_bytes.data(), header_len, file_size - info.data_start, what, &info);
   return info;
+}
+}  // namespace
+
+SafetensorsInfo parse_safetensors_header(const uint8_t* header, size_t header_len, uint64_t file_size,
+                                         const std::string& what) {
+  if (8 + (uint64_t)header_len > file_size)
+    fail(ErrorKind::kBadInput, what + ": not a safetensors file (header length " + std::to_string(header_len) +
+                                   " larger than the file, " + std::to_string(file_size) + " bytes)");
+  return parse_owned_header(std::string(reinterpret_cast<const char*>(header), header_len), file_size, what);
 }
 
 SafetensorsInfo read_safetensors_info(const std::string& path) {
@@ -264,7 +285,7 @@ SafetensorsInfo read_safetensors_info(const std::string& path) {
                                    " larger than the file, " + std::to_string(f.size()) + " bytes)");
   std::string h(n, '\0');
   f.pread_exact(8, h.data(), n);
-  return parse_safetensors_header(reinterpret_cast<const uint8_t*>(h.data()), n, f.size(), path);
+  return parse_owned_header(std::move(h), f.size(), path);
 }
 
 }  // namespace tz::container

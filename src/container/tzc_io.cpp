@@ -1,4 +1,5 @@
 #include "tzc_io.hpp"
+#include "tzip_refs.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -43,26 +44,9 @@ CtxSet::~CtxSet() {
 
 // ---- InFile ------------------------------------------------------------
 InFile::InFile(const std::string& path) : path_(path) {
-  fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) {
-    const int err = errno;
-    fail_errno(path, err == ENOENT ? "cannot open" : "cannot open for reading", err);
-  }
-  struct stat st;
-  if (fstat(fd_, &st) != 0) {
-    const int err = errno;
-    close(fd_);
-    fail_errno(path, "cannot stat", err);
-  }
-  if (S_ISDIR(st.st_mode)) {
-    close(fd_);
-    fail(ErrorKind::kUsage, path + ": is a directory, expected a file");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd_);
-    fail(ErrorKind::kUsage, path + ": not a regular file");
-  }
-  size_ = (uint64_t)st.st_size;
+  // Never blocks (a FIFO given as input or as a reference), regular files only.
+  fd_ = refs::open_regular(path, &st_);
+  size_ = (uint64_t)st_.st_size;
 }
 
 InFile::~InFile() {

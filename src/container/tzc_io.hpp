@@ -3,6 +3,8 @@
 // error text.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +28,7 @@ class InFile {
   InFile& operator=(const InFile&) = delete;
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  const struct stat& status() const { return st_; }  // fstat at open (device, inode)
   // Reads exactly n bytes at off; a short file is reported as truncated
   // (kBadInput), a read error as kIO.
   void pread_exact(uint64_t off, void* buf, size_t n) const;
@@ -35,6 +38,7 @@ class InFile {
   std::string path_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  struct stat st_ {};
 };
 
 // An output file. Written to a registered temporary beside the final path

@@ -10,12 +10,39 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "cpu/ordered_pipeline.h"
 #include "tzc_io.hpp"
 
 namespace tz::container::detail {
+
+// Consecutive items that go through run_pipeline as one: a file of 10^5
+// small tensors would otherwise spend most of its time handing single
+// frames between threads (a sleep and a wake-up each). Items are grouped in
+// order until a group holds kGroupBytes or kGroupItems; an item of
+// kGroupBytes or more travels alone, so memory stays slots x one chunk.
+constexpr uint64_t kGroupBytes = 1u << 20;
+constexpr size_t kGroupItems = 4096;
+struct ItemGroup {
+  size_t first = 0, count = 0;
+};
+template <class SizeOf>
+std::vector<ItemGroup> group_items(size_t n, SizeOf&& size_of) {
+  std::vector<ItemGroup> g;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t b = size_of(i);
+    if (g.empty() || bytes + b > kGroupBytes || g.back().count == kGroupItems) {
+      g.push_back(ItemGroup{i, 0});
+      bytes = 0;
+    }
+    ++g.back().count;
+    bytes += b;
+  }
+  return g;
+}
 
 template <class Slot, class Produce, class Work, class Consume>
 void run_pipeline(size_t n_items, std::vector<Slot>& slots, unsigned threads, Produce&& produce, Work&& work,

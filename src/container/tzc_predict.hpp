@@ -21,7 +21,8 @@ struct CastSourceFile {
   std::string st_path;
   SafetensorsInfo st;
   std::string tzip_path;
-  uint64_t xxh64 = 0;  // the .tzip's whole-file checksum
+  uint64_t xxh64 = 0;         // the .tzip's whole-file checksum
+  uint64_t header_xxh64 = 0;  // and its header checksum (what readers verify)
 };
 
 PassStats compress_file_ex(const std::string& in, const std::string& out, const WriteOptions& opt,

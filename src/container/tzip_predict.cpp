@@ -335,7 +335,9 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
       c.st_path = ins[i];
       c.st = infos[i];
       c.tzip_path = outs[i];  // recorded by its final name (same folder as the staged file)
-      c.xxh64 = Reader(it.stage.path(), 1).file_checksum();
+      const Reader staged_reader(it.stage.path(), 1);
+      c.xxh64 = staged_reader.file_checksum();
+      c.header_xxh64 = staged_reader.header_checksum();
       written.push_back(std::move(c));
     }
   }

@@ -320,6 +320,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
   if (!opt.ref.empty()) {
     check_not_same_file(opt.ref, path);  // the new file would replace its own reference
     dref = std::make_unique<Reader>(opt.ref, 1);
+    ReaderAccess::verify_frames_on_use(*dref);  // its header checksum is recorded
     if (!opt.ref_original.empty()) dref_orig = std::make_unique<RefOriginal>(opt.ref_original, *dref, opt.ref);
     int ref_index = -1;
     std::vector<uint8_t> cur, blk;
@@ -340,7 +341,8 @@ TensorWriterStats TensorWriter::Impl::finish() {
       if (!delta_pays(cur.data(), blk.data(), dw.elems, esz, opt.min_gain)) continue;
       if (ref_index < 0) {
         ref_index = (int)h.references.size();
-        h.references.push_back(Reference{relative_path(opt.ref, path), dref->file_checksum()});
+        h.references.push_back(Reference{relative_path(opt.ref, path), dref->file_checksum(), true,
+                                         dref->header_checksum()});
       }
       t.delta_of = ri;
       t.e.predict.kind = PredictKind::kDelta;

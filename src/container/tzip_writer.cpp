@@ -48,9 +48,8 @@ struct PredSrc {
 };
 
 struct Slot {
-  Buf raw, comp;
-  size_t comp_size = 0;
-  uint64_t hash = 0;
+  Buf raw, comp;  // the group's source bytes; its frames, each at comp_off[k]
+  std::vector<uint64_t> comp_off, comp_size, hash;
 };
 
 std::string seg_label(const TensorEntry& t) {
@@ -130,6 +129,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
     if (!opt.ref.empty()) {
       check_not_same_file(opt.ref, out_path);  // the new file would replace its own reference
       delta_ref = std::make_unique<Reader>(opt.ref, opt.threads);
+      // Its header checksum is recorded: the frames read must be the ones it lists.
+      ReaderAccess::verify_frames_on_use(*delta_ref);
       if (!opt.ref_original.empty())  // fast path: the reference's raw bytes from its safetensors original
         ref_orig = std::make_unique<RefOriginal>(opt.ref_original, *delta_ref, opt.ref);
     } else if (!opt.ref_original.empty()) {
@@ -223,7 +224,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
       if (t.predict.ref == -2) {
         if (delta_ref_index < 0) {
           delta_ref_index = (int)h.references.size();
-          h.references.push_back(Reference{relative_path(opt.ref, out_path), delta_ref->file_checksum()});
+          h.references.push_back(Reference{relative_path(opt.ref, out_path), delta_ref->file_checksum(), true,
+                                           delta_ref->header_checksum()});
         }
         t.predict.ref = delta_ref_index;
       } else {
@@ -231,7 +233,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
         auto it = other_ref_index.find(oi);
         if (it == other_ref_index.end()) {
           it = other_ref_index.emplace(oi, (int)h.references.size()).first;
-          h.references.push_back(Reference{relative_path(others[oi].tzip_path, out_path), others[oi].xxh64});
+          h.references.push_back(Reference{relative_path(others[oi].tzip_path, out_path), others[oi].xxh64, true,
+                                           others[oi].header_xxh64});
         }
         t.predict.ref = it->second;
       }
@@ -280,11 +283,9 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   uint64_t done = st.data_start;
   if (opt.progress) opt.progress(done, st.file_size);
 
-  run_pipeline(
-      units.size(), slots, workers,
-      [&](size_t i, Slot& s) { src.pread_exact(units[i].src_off, s.raw.reserve(units[i].raw), units[i].raw); },
-      [&](size_t i, Slot& s, unsigned w) {
-        const Unit& u = units[i];
+  // Codes one unit: raw (modified in place for a residual) -> dst.
+  auto code_unit = [&](const Unit& u, uint8_t* raw, uint8_t* dst, size_t cap, unsigned w, uint64_t* comp_size,
+                       uint64_t* hash) {
         if (u.seg->predict.kind != PredictKind::kNone) {
           // Residual = value XOR prediction, formed in place before coding.
           const PredSrc& ps = *pred_of.at(u.seg);
@@ -292,14 +293,14 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
           if (u.seg->predict.kind == PredictKind::kCast) {
             tmp.resize(u.raw * 2);
             ps.file->pread_exact(ps.abs_off + u.seg_off * 2, tmp.data(), tmp.size());
-            tz::predict::cast_xor(tmp.data(), s.raw.p.get(), u.raw / 2,
+            tz::predict::cast_xor(tmp.data(), raw, u.raw / 2,
                                   u.seg->dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
           } else if (ps.orig) {
             // From ref_original, checked against the reference's stored block
             // checksums (CRC32C, no decoding).
             tmp.resize(u.raw);
             ps.orig->read_checked(*ps.reader, ps.index, u.seg_off, u.raw, tmp.data());
-            tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
+            tz::predict::xor_bytes(tmp.data(), raw, u.raw);
           } else {
             // Decode the reference's bytes of this chunk, except the block
             // already decoded for the sample.
@@ -323,18 +324,18 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
             } else {
               read_ref(a, u.raw, tmp.data());
             }
-            tz::predict::xor_bytes(tmp.data(), s.raw.p.get(), u.raw);
+            tz::predict::xor_bytes(tmp.data(), raw, u.raw);
           }
           // An exact prediction: the chunk's residual is all zero and is
           // stored as a frame of size 0 (section 12.2), no codec call.
-          const uint8_t* r = s.raw.p.get();
+          const uint8_t* r = raw;
           uint64_t acc = 0;
           size_t k = 0;
           for (; k + 8 <= u.raw; k += 8) acc |= load_le64(r + k);
           for (; k < u.raw; ++k) acc |= r[k];
           if (acc == 0) {
-            s.comp_size = 0;
-            s.hash = XXH64(r, 0, 0);
+            *comp_size = 0;
+            *hash = XXH64(r, 0, 0);
             return;
           }
         }
@@ -343,24 +344,55 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
         p.level = u.seg->level;
         p.block_elems = u.seg->block_elems;
         p.threads = 1;
-        uint8_t* dst = s.comp.reserve(tz_compress_bound(u.raw));
-        const size_t r = tz_ctx_compress(ctx.v[w], dst, s.comp.cap, s.raw.p.get(), u.raw, &p);
+        const size_t r = tz_ctx_compress(ctx.v[w], dst, cap, raw, u.raw, &p);
         if (tz_is_error(r))
           fail(ErrorKind::kInternal, in + ": " + seg_label(*u.seg) + ": compression failed: " +
                                          tz_get_error_name(r) + " " + tz_last_error_detail());
-        s.comp_size = r;
-        s.hash = XXH64(dst, r, 0);
+        *comp_size = r;
+        *hash = XXH64(dst, r, 0);
+  };
+
+  // Consecutive units, whose source bytes are contiguous (segments tile the
+  // data section), are read, coded and written as groups.
+  const std::vector<ItemGroup> groups = group_items(units.size(), [&](size_t i) { return units[i].raw; });
+  run_pipeline(
+      groups.size(), slots, workers,
+      [&](size_t gi, Slot& s) {
+        const ItemGroup& g = groups[gi];
+        const Unit& a = units[g.first];
+        const Unit& z = units[g.first + g.count - 1];
+        const uint64_t n = z.src_off + z.raw - a.src_off;
+        src.pread_exact(a.src_off, s.raw.reserve(n), n);
       },
-      [&](size_t i, Slot& s) {
-        pad();
-        FrameRef f;
-        f.offset = out.offset();
-        f.size = s.comp_size;
-        f.raw_size = units[i].raw;
-        f.xxh64 = s.hash;
-        emit(s.comp.p.get(), s.comp_size);
-        units[i].seg->frames.push_back(f);
-        done += units[i].raw;
+      [&](size_t gi, Slot& s, unsigned w) {
+        const ItemGroup& g = groups[gi];
+        s.comp_off.resize(g.count);
+        s.comp_size.resize(g.count);
+        s.hash.resize(g.count);
+        uint64_t cap = 0;
+        for (size_t k = 0; k < g.count; ++k) s.comp_off[k] = cap, cap += tz_compress_bound(units[g.first + k].raw);
+        uint8_t* comp = s.comp.reserve(cap);
+        for (size_t k = 0; k < g.count; ++k) {
+          const Unit& u = units[g.first + k];
+          const uint64_t end = k + 1 < g.count ? s.comp_off[k + 1] : cap;
+          code_unit(u, s.raw.p.get() + (u.src_off - units[g.first].src_off), comp + s.comp_off[k],
+                    end - s.comp_off[k], w, &s.comp_size[k], &s.hash[k]);
+        }
+      },
+      [&](size_t gi, Slot& s) {
+        const ItemGroup& g = groups[gi];
+        for (size_t k = 0; k < g.count; ++k) {
+          Unit& u = units[g.first + k];
+          pad();
+          FrameRef f;
+          f.offset = out.offset();
+          f.size = s.comp_size[k];
+          f.raw_size = u.raw;
+          f.xxh64 = s.hash[k];
+          emit(s.comp.p.get() + s.comp_off[k], s.comp_size[k]);
+          u.seg->frames.push_back(f);
+          done += u.raw;
+        }
         if (opt.progress) opt.progress(done, st.file_size);
       });
   slots.clear();

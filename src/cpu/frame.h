@@ -4,8 +4,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <new>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "codec/frame_prefix.h"
@@ -17,6 +20,25 @@ namespace tz::cpu {
 size_t make_error(int code, std::string detail);
 const std::string& last_error_detail();
 inline bool is_error(size_t r) { return r > (size_t)-TZ_ERROR_MAX_CODE; }
+
+// f() (a size or an error) with no exception escaping: what every C entry
+// point runs its body in. Out of memory, a thread that could not start and
+// any other exception become error codes with a detail.
+template <class F>
+size_t guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {  // here or in a pool task (ThreadPool rethrows on the caller)
+    return make_error(TZ_ERROR_ALLOCATION, "out of memory");
+  } catch (const std::system_error& e) {  // a worker thread could not start
+    return make_error(e.code() == std::errc::resource_unavailable_try_again ? TZ_ERROR_ALLOCATION : TZ_ERROR_GENERIC,
+                      std::string("cannot start a thread: ") + e.what());
+  } catch (const std::exception& e) {
+    return make_error(TZ_ERROR_GENERIC, e.what());
+  } catch (...) {
+    return make_error(TZ_ERROR_GENERIC, "unknown error");
+  }
+}
 
 // Parsed frame prefix: header, per-stream kinds and frequencies, block index
 // (codec/frame_prefix.h, the validator shared with the CUDA decoder).

@@ -21,21 +21,7 @@ namespace tz::cpu {
 
 namespace {
 
-// Decoder: for lane mask m (bit i: lane i takes a word), byte i of
-// kTakeIndex[m] is the index among the vector's words of the word lane i
-// takes: the number of lanes below i that take one.
-constexpr std::array<std::array<uint8_t, 8>, 256> make_take_index() {
-  std::array<std::array<uint8_t, 8>, 256> t{};
-  for (int m = 0; m < 256; ++m) {
-    int c = 0;
-    for (int i = 0; i < 8; ++i) {
-      t[m][i] = (uint8_t)c;
-      c += (m >> i) & 1;
-    }
-  }
-  return t;
-}
-alignas(64) constexpr std::array<std::array<uint8_t, 8>, 256> kTakeIndex = make_take_index();
+// Decoder word placement: kTakeIndex (cpu/simd_common.h).
 
 // Encoder: for lane mask m (bit i: lane i emits a word), kEmitShuffle[m] is
 // the byte shuffle of the 8 lanes' low 16-bit halves that puts the emitting

@@ -1,10 +1,28 @@
 // Pieces shared by the SIMD kernel files (no intrinsics here: what is inlined
 // into a function with a target attribute must not need one itself).
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
 namespace tz::cpu {
+
+// 8-lane rANS decoders (AVX2: the frame codec's and the KV page codec's):
+// for lane mask m (bit i: lane i takes a word), byte i of kTakeIndex[m] is
+// the index among the vector's words of the word lane i takes: the number of
+// lanes below i that take one.
+constexpr std::array<std::array<uint8_t, 8>, 256> make_take_index() {
+  std::array<std::array<uint8_t, 8>, 256> t{};
+  for (int m = 0; m < 256; ++m) {
+    int c = 0;
+    for (int i = 0; i < 8; ++i) {
+      t[m][i] = (uint8_t)c;
+      c += (m >> i) & 1;
+    }
+  }
+  return t;
+}
+alignas(64) inline constexpr std::array<std::array<uint8_t, 8>, 256> kTakeIndex = make_take_index();
 
 // Views of caller buffers for element loads and stores: the C API accepts
 // any address, so these must not assume 2- or 4-byte alignment.

@@ -13,6 +13,9 @@
 #include <fstream>
 #include <iterator>
 
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
 #include "tz_test_checkpoint.hpp"  // tests/common
@@ -274,4 +277,54 @@ TEST(CheckpointDelta, FixtureStep200ToStep400) {
   EXPECT_GT(master_deltas, 0u);
   ck::Checkpoint c(d.path + "/step400", 2);
   expect_identical(c, s400);
+}
+
+// depends_on chains follow the references module's rules: a cycle of
+// checkpoint folders, or a chain of more than 64 links, is not complete (and
+// is found without reading a manifest more than once per folder).
+TEST(CheckpointDelta, DependsOnCycleAndOverlongChainsAreNotComplete) {
+  TempDir d;
+  // Valid manifests (the strict parser accepts them) of one rank whose file
+  // is a placeholder of the recorded size: is_complete checks the chain and
+  // the files' presence and sizes, not their content.
+  auto manifest = [&](const std::string& dir, const std::string& dep) {
+    fs::create_directories(dir);
+    const std::string placeholder(4096, 'x');
+    std::ofstream(dir + "/rank-00000.tzip", std::ios::binary) << placeholder;
+    nlohmann::json rank = {{"rank", 0},
+                           {"file", "rank-00000.tzip"},
+                           {"file_size", placeholder.size()},
+                           {"file_xxh64", "0123456789abcdef"},
+                           {"chunk_bytes", 1u << 20},
+                           {"tensors", nlohmann::json::array()}};
+    if (!dep.empty()) {
+      rank["depends_on"] = dep;
+      rank["references"] = {{{"file", "../" + dep + "/rank-00000.tzip"}, {"xxh64", "0123456789abcdef"}}};
+    }
+    nlohmann::json body = {{"world_size", 1}, {"ranks", nlohmann::json::array({rank})}};
+    if (!dep.empty()) body["depends_on"] = dep;
+    const std::string b = body.dump();
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH64(b.data(), b.size(), 0));
+    std::ofstream(dir + "/manifest.json") << nlohmann::json{{"format", "tensorzip-checkpoint"}, {"version", 3},
+                                                            {"body_xxh64", hex}, {"body", body}}
+                                                 .dump();
+  };
+  manifest(d.path + "/A", "B");
+  manifest(d.path + "/B", "A");
+  EXPECT_FALSE(ck::is_complete(d.path + "/A"));
+  manifest(d.path + "/S", "S");  // itself
+  EXPECT_FALSE(ck::is_complete(d.path + "/S"));
+  // A chain: c0 <- c1 <- ... <- c70.
+  manifest(d.path + "/c0", "");
+  ASSERT_TRUE(ck::is_complete(d.path + "/c0"));  // the placeholder manifests are valid ones
+  for (int i = 1; i <= 70; ++i) manifest(d.path + "/c" + std::to_string(i), "c" + std::to_string(i - 1));
+  EXPECT_TRUE(ck::is_complete(d.path + "/c64"));  // 64 links
+  EXPECT_FALSE(ck::is_complete(d.path + "/c65"));
+  EXPECT_FALSE(ck::is_complete(d.path + "/c70"));
+  // depends_on naming anything but a sibling folder.
+  manifest(d.path + "/up", "../c0");
+  EXPECT_FALSE(ck::is_complete(d.path + "/up"));
+  // Newest by name first: "up" (broken), then "c9" (a chain of 9 links).
+  EXPECT_EQ(ck::latest(d.path), d.path + "/c9");
 }

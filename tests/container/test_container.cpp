@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -203,6 +204,55 @@ TEST_F(Container, OutputIdenticalForEveryThreadCount) {
     tc::Reader(p("1.tzip"), t).export_safetensors(back, ro);
     EXPECT_EQ(read_all(back), orig) << t << " threads";
     tc::Reader(p("1.tzip"), t).verify(src, ro);
+  }
+}
+
+// Export and verify on several threads (frames decoded in parallel, read,
+// hashed and written in order by the ordered pipeline): damage anywhere in
+// or between frames is found as on one thread, and an export leaves nothing.
+TEST_F(Container, DamageFoundWhenWorkersReadFramesInParallel) {
+  const std::string src = make_mixed("m.safetensors");
+  tc::compress_file(src, p("m.tzip"), small_chunks());
+  const Bytes good = read_all(p("m.tzip"));
+  std::vector<std::pair<uint64_t, uint64_t>> frames;  // offset, size
+  {
+    tc::Reader ok(p("m.tzip"));
+    for (const auto& t : ok.tensors())
+      for (const auto& f : t.frames)
+        if (f.size) frames.emplace_back(f.offset, f.size);
+  }
+  std::sort(frames.begin(), frames.end());
+  ASSERT_GE(frames.size(), 6u);
+  std::vector<uint64_t> at;  // first, middle and last byte of each frame; a padding byte before it
+  uint64_t prev_end = 0;
+  size_t pads = 0;
+  for (const auto& [off, size] : frames) {
+    at.insert(at.end(), {off, off + size / 2, off + size - 1});
+    if (prev_end && off > prev_end) at.push_back(off - 1), ++pads;
+    prev_end = off + size;
+  }
+  EXPECT_GT(pads, 0u);
+  for (uint64_t i : at) {
+    Bytes bad = good;
+    bad[i] ^= 0x10;
+    write_all(p("bad.tzip"), bad);
+    for (unsigned t : {2u, 4u}) {
+      tc::ReadOptions ro;
+      ro.threads = t;
+      try {
+        tc::Reader(p("bad.tzip"), t).export_safetensors(p("out.safetensors"), ro);
+        ADD_FAILURE() << "flip at byte " << i << " not found by export on " << t << " threads";
+      } catch (const tc::Error& e) {
+        EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << i << ": " << e.what();
+      }
+      EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"bad.tzip", "m.safetensors", "m.tzip"})) << i;
+      try {
+        tc::Reader(p("bad.tzip"), t).verify(src, ro);
+        ADD_FAILURE() << "flip at byte " << i << " not found by verify on " << t << " threads";
+      } catch (const tc::Error& e) {
+        EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << i << ": " << e.what();
+      }
+    }
   }
 }
 

@@ -16,20 +16,8 @@ const Codec* codec_of(const tz_kv_codec* c) { return c ? c->c.get() : nullptr; }
 
 namespace {
 
+using tz::cpu::guarded;
 using tz::cpu::make_error;
-
-template <class F>
-size_t guarded(F&& f) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return make_error(TZ_ERROR_ALLOCATION, "out of memory");
-  } catch (const std::exception& e) {
-    return make_error(TZ_ERROR_GENERIC, e.what());
-  } catch (...) {
-    return make_error(TZ_ERROR_GENERIC, "unknown error");
-  }
-}
 
 size_t no_codec() { return make_error(TZ_ERROR_BAD_PARAMETER, "KV: null codec"); }
 

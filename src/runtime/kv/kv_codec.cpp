@@ -115,11 +115,15 @@ const PageKernels* page_kernels(cpu::SimdPath p) {
   if (!cpu::simd_path_cpu_has(p)) return nullptr;
   switch (p) {
     case cpu::SimdPath::kPortable: return portable_kernels();
+#if defined(__x86_64__)
     case cpu::SimdPath::kAvx2: return avx2_kernels();
     case cpu::SimdPath::kAvx512: return avx512_kernels();
+#endif
+#if defined(__aarch64__)
     case cpu::SimdPath::kNeon: return neon_kernels();
+#endif
+    default: return nullptr;
   }
-  return nullptr;
 }
 
 const PageKernels& active_page_kernels() {

@@ -29,11 +29,16 @@ const PageKernels* page_kernels(cpu::SimdPath p);
 // dispatch rule), the portable ones where that path has none.
 const PageKernels& active_page_kernels();
 
-// Per-path kernel tables (kv_portable.cpp, kv_avx2.cpp, kv_avx512.cpp, kv_neon.cpp).
+// Per-path kernel tables (kv_portable.cpp, kv_avx2.cpp, kv_avx512.cpp,
+// kv_neon.cpp; the SIMD ones built from kv_kernel_set.inc).
 const PageKernels* portable_kernels();
-const PageKernels* avx2_kernels();    // nullptr unless x86-64
-const PageKernels* avx512_kernels();  // nullptr unless x86-64
-const PageKernels* neon_kernels();    // nullptr unless aarch64
+#if defined(__x86_64__)
+const PageKernels* avx2_kernels();
+const PageKernels* avx512_kernels();
+#endif
+#if defined(__aarch64__)
+const PageKernels* neon_kernels();
+#endif
 
 class Codec {
  public:

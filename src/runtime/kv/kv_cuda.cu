@@ -251,23 +251,6 @@ __device__ size_t encode_page(const KvCodecTables& c, const Item& it, const uint
   return pos;
 }
 
-__global__ void __launch_bounds__(kWarps * 32) encode_kernel(const KvCodecTables* tabs, const Batch b,
-                                                             size_t* out_sizes, int* status) {
-  __shared__ uint32_t crc_t[256];
-  build_crc_table(crc_t);
-  __syncthreads();
-  const uint32_t w = blockIdx.x * kWarps + threadIdx.x / 32;
-  if (w >= b.count) return;
-  const Item it = b.items[w];
-  size_t size = 0;
-  int st = it.status0;
-  if (st == kOk) size = encode_page(*tabs, it, crc_t);
-  if (lane_id() == 0) {
-    out_sizes[b.base + w] = st == kOk ? size : 0;
-    status[b.base + w] = st;
-  }
-}
-
 // ------------------------------------------------------------ decode --
 __device__ int decode_page(const KvCodecTables& c, const Item& it, const uint32_t* crc_t, size_t* out) {
   const uint32_t lane = lane_id();
@@ -344,8 +327,12 @@ __device__ int decode_page(const KvCodecTables& c, const Item& it, const uint32_
   return kOk;
 }
 
-__global__ void __launch_bounds__(kWarps * 32) decode_kernel(const KvCodecTables* tabs, const Batch b,
-                                                             size_t* out_sizes, int* status) {
+// ------------------------------------------------------------ kernel --
+// One warp per item of the batch: its page encoded (Encode) or decoded, and
+// its size (0 on error) and status stored by lane 0.
+template <bool Encode>
+__global__ void __launch_bounds__(kWarps * 32) page_kernel(const KvCodecTables* tabs, const Batch b, size_t* out_sizes,
+                                                           int* status) {
   __shared__ uint32_t crc_t[256];
   build_crc_table(crc_t);
   __syncthreads();
@@ -354,7 +341,12 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(const KvCodecTables
   const Item it = b.items[w];
   size_t size = 0;
   int st = it.status0;
-  if (st == kOk) st = decode_page(*tabs, it, crc_t, &size);
+  if (st == kOk) {
+    if constexpr (Encode)
+      size = encode_page(*tabs, it, crc_t);
+    else
+      st = decode_page(*tabs, it, crc_t, &size);
+  }
   if (lane_id() == 0) {
     out_sizes[b.base + w] = st == kOk ? size : 0;
     status[b.base + w] = st;
@@ -381,9 +373,29 @@ size_t decode_scratch(const tz::kv::Codec& c, const tz_kv_cuda_item& it) {
   return align256(2 * align4(n) + 64);
 }
 
-template <class Scratch, class Launch>
-size_t run(const tz::kv::Codec& c, const tz_kv_cuda_item* items, size_t n_items, void* temp, size_t temp_size,
-           bool encode, const Scratch& scratch, const Launch& launch) {
+// Temp bytes of one item.
+template <bool Encode>
+size_t item_scratch(const tz::kv::Codec& c, const tz_kv_cuda_item& it) {
+  return Encode ? encode_scratch(c, it) : decode_scratch(c, it);
+}
+
+template <bool Encode>
+size_t temp_size(const tz_kv_codec* codec, const tz_kv_cuda_item* items, size_t n_items) {
+  if (!codec || (n_items && !items)) return err(kErrBadParam);
+  size_t s = 0;
+  for (size_t i = 0; i < n_items; ++i) s += item_scratch<Encode>(*codec_of(codec), items[i]);
+  return s;
+}
+
+// tz_kv_cuda_encode (Encode) / tz_kv_cuda_decode: the items in batches of
+// kBatch, each checked on the host (status0) and launched one warp per item.
+template <bool Encode>
+size_t run(const tz_kv_codec* codec, const void* d_tables, const tz_kv_cuda_item* items, size_t n_items, void* temp,
+           size_t temp_size, size_t* d_out_sizes, int* d_status, cudaStream_t stream) {
+  const size_t e = check_call(codec, d_tables, items, n_items, temp, d_out_sizes, d_status);
+  if (e) return e;
+  const tz::kv::Codec& c = *codec_of(codec);
+  const auto* tabs = (const KvCodecTables*)d_tables;
   const size_t es = dtype_elem_size(c.tables().t.dtype);
   size_t off = 0;
   for (size_t base = 0; base < n_items; base += kBatch) {
@@ -398,11 +410,11 @@ size_t run(const tz::kv::Codec& c, const tz_kv_cuda_item* items, size_t n_items,
       it.src_size = in.src_size;
       it.dst_cap = in.dst_capacity;
       it.status0 = kOk;
-      const size_t s = scratch(in);
+      const size_t s = item_scratch<Encode>(c, in);
       if (off + s > temp_size) return err(kErrBadParam);
       it.temp = (uint8_t*)temp + off;
       off += s;
-      if (encode) {
+      if (Encode) {
         if (!s || !in.src || !in.dst) {
           it.status0 = kErrBadParam;
         } else {
@@ -414,16 +426,15 @@ size_t run(const tz::kv::Codec& c, const tz_kv_cuda_item* items, size_t n_items,
         if (!in.src || !in.dst) it.status0 = kErrBadParam;
       }
     }
-    const cudaError_t e = launch(b, (b.count + kWarps - 1) / kWarps);
-    if (e != cudaSuccess) return err(kErrGeneric);
+    TZ_LAUNCH((b.count + kWarps - 1) / kWarps, kWarps * 32, 0, stream, page_kernel<Encode>)(tabs, b, d_out_sizes,
+                                                                                             d_status);
+    if (cudaGetLastError() != cudaSuccess) return err(kErrGeneric);
   }
   return 0;
 }
 
 }  // namespace
 }  // namespace tz::kv::gpu
-
-using tz::kv::gpu::Batch;
 
 extern "C" size_t tz_kv_cuda_tables_size(void) { return sizeof(tz::kv::KvCodecTables); }
 
@@ -439,48 +450,22 @@ extern "C" size_t tz_kv_cuda_upload_tables(const tz_kv_codec* codec, void* d_tab
 
 extern "C" size_t tz_kv_cuda_encode_temp_size(const tz_kv_codec* codec, const tz_kv_cuda_item* items,
                                               size_t n_items) {
-  if (!codec || (n_items && !items)) return tz::kv::gpu::err(tz::kErrBadParam);
-  size_t s = 0;
-  for (size_t i = 0; i < n_items; ++i) s += tz::kv::gpu::encode_scratch(*tz::kv::codec_of(codec), items[i]);
-  return s;
+  return tz::kv::gpu::temp_size<true>(codec, items, n_items);
 }
 
 extern "C" size_t tz_kv_cuda_decode_temp_size(const tz_kv_codec* codec, const tz_kv_cuda_item* items,
                                               size_t n_items) {
-  if (!codec || (n_items && !items)) return tz::kv::gpu::err(tz::kErrBadParam);
-  size_t s = 0;
-  for (size_t i = 0; i < n_items; ++i) s += tz::kv::gpu::decode_scratch(*tz::kv::codec_of(codec), items[i]);
-  return s;
+  return tz::kv::gpu::temp_size<false>(codec, items, n_items);
 }
 
 extern "C" size_t tz_kv_cuda_encode(const tz_kv_codec* codec, const void* d_tables, const tz_kv_cuda_item* items,
                                     size_t n_items, void* temp, size_t temp_size, size_t* d_out_sizes, int* d_status,
                                     cudaStream_t stream) {
-  using namespace tz::kv::gpu;
-  const size_t e = check_call(codec, d_tables, items, n_items, temp, d_out_sizes, d_status);
-  if (e) return e;
-  const tz::kv::Codec& c = *tz::kv::codec_of(codec);
-  const auto* tabs = (const tz::kv::KvCodecTables*)d_tables;
-  return run(c, items, n_items, temp, temp_size, true,
-             [&](const tz_kv_cuda_item& it) { return encode_scratch(c, it); },
-             [&](const Batch& b, uint32_t grid) {
-               TZ_LAUNCH(grid, kWarps * 32, 0, stream, encode_kernel)(tabs, b, d_out_sizes, d_status);
-               return cudaGetLastError();
-             });
+  return tz::kv::gpu::run<true>(codec, d_tables, items, n_items, temp, temp_size, d_out_sizes, d_status, stream);
 }
 
 extern "C" size_t tz_kv_cuda_decode(const tz_kv_codec* codec, const void* d_tables, const tz_kv_cuda_item* items,
                                     size_t n_items, void* temp, size_t temp_size, size_t* d_out_sizes, int* d_status,
                                     cudaStream_t stream) {
-  using namespace tz::kv::gpu;
-  const size_t e = check_call(codec, d_tables, items, n_items, temp, d_out_sizes, d_status);
-  if (e) return e;
-  const tz::kv::Codec& c = *tz::kv::codec_of(codec);
-  const auto* tabs = (const tz::kv::KvCodecTables*)d_tables;
-  return run(c, items, n_items, temp, temp_size, false,
-             [&](const tz_kv_cuda_item& it) { return decode_scratch(c, it); },
-             [&](const Batch& b, uint32_t grid) {
-               TZ_LAUNCH(grid, kWarps * 32, 0, stream, decode_kernel)(tabs, b, d_out_sizes, d_status);
-               return cudaGetLastError();
-             });
+  return tz::kv::gpu::run<false>(codec, d_tables, items, n_items, temp, temp_size, d_out_sizes, d_status, stream);
 }

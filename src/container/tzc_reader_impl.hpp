@@ -1,0 +1,251 @@
+// The Reader's state, shared by its sources: tzip_reader.cpp (open, header,
+// random access), tzip_reader_refs.cpp (references, predictions) and
+// tzip_reader_pass.cpp (the whole-file pass of export and verify).
+#pragma once
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "tzc_internal.hpp"
+#include "tzc_io.hpp"
+#include "tzip_refs.hpp"
+
+namespace tz::container {
+
+using namespace detail;
+
+// A frame of the whole-file pass, and one item of its pipeline (a group of
+// consecutive frames).
+struct PassUnit {
+  const TensorEntry* seg;
+  size_t c;
+  uint64_t read_from;  // previous frame end: padding is read (and checked) too
+};
+struct PassSlot {
+  Buf comp, raw;  // a group of frames as read (with the padding before each); their decoded bytes
+  std::vector<uint64_t> raw_off;
+};
+
+struct Reader::Impl {
+  std::string path;
+  std::unique_ptr<InFile> f;
+  unsigned threads = 0;
+  uint16_t minor = 0;
+  uint64_t header_offset = 0;
+  uint64_t header_size = 0;  // stored bytes (read again by pass(): no copy is kept)
+  uint8_t trailer[kTrailerSize] = {};
+  uint64_t file_hash = 0;
+  uint64_t header_hash = 0;  // trailer header_xxh64, equal to xxh64 of the stored header
+  TzipHeader h;
+  // References: the chain that led to this file (itself included), and
+  // whether recorded paths may point anywhere (tzip_refs.hpp).
+  refs::Chain chain;
+  refs::Policy policy;
+  // Opened as a reference whose identity is its verified header: each frame
+  // is checked against the header's xxh64 on first use (frame_ok, indexed
+  // by frame_base[tensor index] + frame).
+  bool verify_frames = false;
+  std::vector<size_t> frame_base;
+  std::unique_ptr<std::atomic<uint8_t>[]> frame_ok;
+  // Codec contexts for random-access reads, one per concurrent caller (the
+  // read functions are thread-safe; export/verify workers read predictors).
+  std::mutex mu;
+  std::vector<tz_ctx*> pool;
+  // References (section 12), opened on first use.
+  std::vector<std::string> ref_paths;         // given or opened path per reference ("" until then)
+  std::vector<std::unique_ptr<Reader>> refs;  // opened and checksum-checked
+  struct Original {                           // verified export of a reference
+    std::unique_ptr<InFile> f;
+    SafetensorsInfo st;
+    std::unordered_map<std::string, size_t> by_name;  // tensor name -> index in st.tensors
+    bool verify = false;                      // check its bytes against the reference's block checksums
+  };
+  std::vector<std::unique_ptr<Original>> originals;
+  // add_reference_paths: paths (with their checksums) not matching a direct
+  // reference, passed on to each reference when it is opened.
+  std::vector<std::pair<std::string, uint64_t>> chain_paths;
+  std::vector<std::pair<std::string, uint64_t>> given_paths;  // all of them, checked by check_references
+
+  // Uses each (path, checksum) for the direct reference it matches, else
+  // keeps it for the references (opened ones get it now).
+  void add_paths(const std::vector<std::pair<std::string, uint64_t>>& v) {
+    std::vector<std::pair<std::string, uint64_t>> deeper;
+    std::vector<bool> fresh(refs.size(), false);
+    for (const auto& ps : v) {
+      bool direct = false;
+      for (size_t i = 0; i < h.references.size() && !direct; ++i)
+        if (h.references[i].xxh64 == ps.second) {
+          std::unique_ptr<Reader> rd = refs::open_reference(path, h.references[i], ps.first, policy, threads, chain);
+          rd->impl_->policy = policy;
+          std::lock_guard<std::mutex> lk(mu);
+          ref_paths[i] = ps.first;
+          refs[i] = std::move(rd);
+          fresh[i] = true;
+          direct = true;
+        }
+      if (!direct) deeper.push_back(ps);
+    }
+    chain_paths.insert(chain_paths.end(), deeper.begin(), deeper.end());
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (!refs[i]) continue;
+      const auto& give = fresh[i] ? chain_paths : deeper;
+      if (!give.empty()) refs[i]->impl_->add_paths(give);
+    }
+  }
+  void pass_chain(Reader& rd) {
+    if (!chain_paths.empty()) rd.impl_->add_paths(chain_paths);
+  }
+  // Checksums of every reference reachable from this file (opens them).
+  void collect_sums(std::vector<uint64_t>* out);
+
+  ~Impl() {
+    for (auto* c : pool) tz_ctx_free(c);
+  }
+  struct CtxLease {
+    Impl* m;
+    tz_ctx* c;
+    ~CtxLease() {
+      std::lock_guard<std::mutex> lk(m->mu);
+      m->pool.push_back(c);
+    }
+  };
+  CtxLease lease() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!pool.empty()) {
+        tz_ctx* c = pool.back();
+        pool.pop_back();
+        return CtxLease{this, c};
+      }
+    }
+    tz_ctx* c = tz_ctx_create(1);
+    if (!c) fail(ErrorKind::kInternal, path + ": cannot create a codec context (out of memory)");
+    return CtxLease{this, c};
+  }
+
+  Reader& reference(size_t i) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!refs[i]) {
+      // Resolved (path rule), opened (regular file, non-blocking, chain) and
+      // identified by the references module.
+      std::unique_ptr<Reader> rd = refs::open_reference(path, h.references[i], "", policy, threads, chain);
+      rd->impl_->policy = policy;
+      pass_chain(*rd);
+      ref_paths[i] = rd->path();
+      refs[i] = std::move(rd);
+    }
+    return *refs[i];
+  }
+  // Path of reference i for messages: where it was opened, else as recorded.
+  std::string ref_name(size_t i) const {
+    return ref_paths[i].empty() ? dir_of(path) + "/" + h.references[i].file : ref_paths[i];
+  }
+  // Before frame c of tensor `index` is used: with verify_frames, its bytes
+  // must have the xxh64 the (verified) header lists; checked once.
+  void check_frame_on_use(const TensorEntry& t, size_t index, size_t c) {
+    if (!verify_frames || t.frames[c].size == 0) return;
+    std::atomic<uint8_t>& ok = frame_ok[frame_base[index] + c];
+    if (ok.load(std::memory_order_acquire)) return;
+    const FrameRef& fr = t.frames[c];
+    Buf b;
+    uint8_t* p = b.reserve(fr.size);
+    f->pread_exact(fr.offset, p, fr.size);
+    if (XXH64(p, fr.size, 0) != fr.xxh64)
+      corrupt(t, "frame " + std::to_string(c) + ": checksum mismatch (data corrupted)");
+    ok.store(1, std::memory_order_release);
+  }
+
+  // value = residual XOR prediction, for raw bytes [off, off+n) of t held in io.
+  void apply_prediction(const TensorEntry& t, uint64_t off, uint8_t* io, uint64_t n);
+  // The tensor at index (kUsage if out of range).
+  const TensorEntry& tensor_at(size_t index) const {
+    if (index >= h.tensors.size()) fail(ErrorKind::kUsage, path + ": tensor index out of range");
+    return h.tensors[index];
+  }
+  // tensor_at(index), checking that bytes [offset, offset + size) lie in it; *end = offset + size.
+  const TensorEntry& byte_range(size_t index, uint64_t offset, uint64_t size, uint64_t* end) const {
+    const TensorEntry& t = tensor_at(index);
+    if (!checked_add(offset, size, end) || *end > t.raw_size())
+      fail(ErrorKind::kUsage, path + ": " + label(t) + ": byte range outside the tensor");
+    return t;
+  }
+  void read_blocks_into(const TensorEntry& t, size_t index, uint64_t first, uint64_t count, uint8_t* out,
+                        size_t capacity, size_t* written);
+  std::string label(const TensorEntry& t) const {
+    return t.is_gap ? "gap at data offset " + std::to_string(t.data_begin) : "tensor '" + t.name + "'";
+  }
+  [[noreturn]] void corrupt(const TensorEntry& t, const std::string& msg) const {
+    fail(ErrorKind::kBadInput, path + ": " + label(t) + ": " + msg);
+  }
+  uint64_t blocks_per_chunk(const TensorEntry& t) const { return h.chunk_bytes / t.block_bytes(); }
+
+  // Reads the prefix of frame c of t; checks it against the header.
+  void read_prefix(const TensorEntry& t, size_t c, std::vector<uint8_t>* prefix) {
+    const FrameRef& fr = t.frames[c];
+    const size_t first = (size_t)std::min<uint64_t>(fr.size, 64 * 1024);
+    prefix->resize(first);
+    f->pread_exact(fr.offset, prefix->data(), first);
+    const size_t ps = tz_frame_prefix_size(prefix->data(), prefix->size());
+    if (tz_is_error(ps) || ps > fr.size)
+      corrupt(t, "frame " + std::to_string(c) + " header: " + (tz_is_error(ps) ? tz_get_error_name(ps) : "too large") +
+                     " (data corrupted)");
+    if (ps > prefix->size()) {
+      prefix->resize(ps);
+      f->pread_exact(fr.offset + first, prefix->data() + first, ps - first);
+    } else {
+      prefix->resize(ps);
+    }
+    tz_frame_info info;
+    const size_t r = tz_frame_inspect(prefix->data(), prefix->size(), &info);
+    if (tz_is_error(r))
+      corrupt(t, "frame " + std::to_string(c) + " header: " + tz_get_error_name(r) + " " + tz_last_error_detail() +
+                     " (data corrupted)");
+    check_frame_info(t, c, info);
+  }
+
+  void check_frame_info(const TensorEntry& t, size_t c, const tz_frame_info& info) const {
+    if (info.dtype != t.codec_dtype || info.block_elems != t.block_elems || info.raw_size != t.frames[c].raw_size)
+      corrupt(t, "frame " + std::to_string(c) + " does not match the header (data corrupted)");
+  }
+
+  // Decodes a whole frame already in memory (checks its xxh64 first).
+  void decode_frame(tz_ctx* cx, const TensorEntry& t, size_t c, const uint8_t* src, uint8_t* dst) const {
+    const FrameRef& fr = t.frames[c];
+    const uint64_t bpc = blocks_per_chunk(t);
+    if (XXH64(src, fr.size, 0) != fr.xxh64) {
+      // Locate the damage: the codec's per-block checksums name the block.
+      unsigned bad = 0;
+      const size_t v = tz_ctx_verify(cx, src, fr.size, &bad);
+      if (tz_is_error(v) && tz_get_error_code(v) != TZ_ERROR_CORRUPT_HEADER &&
+          tz_get_error_code(v) != TZ_ERROR_BAD_MAGIC && tz_get_error_code(v) != TZ_ERROR_BAD_VERSION &&
+          tz_get_error_code(v) != TZ_ERROR_SRC_TRUNCATED)
+        corrupt(t, "block " + std::to_string(c * bpc + bad) + ": " + tz_get_error_name(v) + " (data corrupted)");
+      corrupt(t, "frame " + std::to_string(c) + " (blocks " + std::to_string(c * bpc) + "..): checksum mismatch" +
+                     (tz_is_error(v) ? std::string(" in frame header: ") + tz_get_error_name(v) : std::string()) +
+                     " (data corrupted)");
+    }
+    size_t r;
+    unsigned bad = 0;
+    if (dst) {
+      r = tz_ctx_decompress(cx, dst, fr.raw_size, src, fr.size);
+      if (tz_is_error(r)) tz_ctx_verify(cx, src, fr.size, &bad);
+    } else {
+      r = tz_ctx_verify(cx, src, fr.size, &bad);
+    }
+    if (tz_is_error(r))
+      corrupt(t, "block " + std::to_string(c * bpc + bad) + ": " + tz_get_error_name(r) + " (" + tz_last_error_detail() + ")");
+    if (r != fr.raw_size) corrupt(t, "frame " + std::to_string(c) + " decodes to the wrong size (data corrupted)");
+  }
+
+  PassStats pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink, const ReadOptions& opt);
+  void decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx);
+  static void apply_ref_options(Reader& self, const ReadOptions& opt);
+};
+
+}  // namespace tz::container

@@ -1,0 +1,198 @@
+// Reader: the whole-file pass (doc/container.md section 6, items 8-9): export
+// writes what it decodes, verify is the same pass with a null sink.
+#include "codec/predict.h"
+#include "tzc_pipeline.hpp"
+#include "tzc_reader_impl.hpp"
+
+namespace tz::container {
+
+
+// Decodes the group's frames (read into s.comp from the first one's
+// read_from) into s.raw, predictions applied: what export writes and verify
+// discards.
+void Reader::Impl::decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx) {
+  const uint64_t base = units[0].read_from;
+  s.raw_off.resize(count);
+  uint64_t raw_n = 0;
+  for (size_t k = 0; k < count; ++k) s.raw_off[k] = raw_n, raw_n += units[k].seg->frames[units[k].c].raw_size;
+  uint8_t* raw = s.raw.reserve(raw_n);
+  for (size_t k = 0; k < count; ++k) {
+    const PassUnit& u = units[k];
+    const FrameRef& fr = u.seg->frames[u.c];
+    const uint8_t* src = s.comp.p.get() + (fr.offset - base);
+    uint8_t* dst = raw + s.raw_off[k];
+    if (fr.size == 0) {  // all-zero residual chunk (section 12.2)
+      std::memset(dst, 0, fr.raw_size);
+      apply_prediction(*u.seg, u.c * h.chunk_bytes, dst, fr.raw_size);
+      continue;
+    }
+    tz_frame_info info;
+    const size_t r = tz_frame_inspect(src, fr.size, &info);
+    if (tz_is_error(r)) {
+      decode_frame(cx, *u.seg, u.c, src, nullptr);  // names the damage
+      corrupt(*u.seg, std::string("frame header: ") + tz_get_error_name(r) + " (data corrupted)");
+    }
+    check_frame_info(*u.seg, u.c, info);
+    decode_frame(cx, *u.seg, u.c, src, dst);
+    apply_prediction(*u.seg, u.c * h.chunk_bytes, dst, fr.raw_size);
+  }
+}
+
+PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink,
+                             const ReadOptions& opt) {
+  std::vector<PassUnit> units;
+  uint64_t pos = kPreambleSize;
+  for (const TensorEntry* s : h.segments)
+    for (size_t c = 0; c < s->frames.size(); ++c) {
+      units.push_back(PassUnit{s, c, pos});
+      pos = s->frames[c].offset + s->frames[c].size;
+    }
+  XXH64_state_t* fh = XXH64_createState();
+  if (!fh) fail(ErrorKind::kInternal, "out of memory");
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> guard(fh, &XXH64_freeState);
+  XXH64_reset(fh, 0);
+  uint8_t pre[kPreambleSize];
+  f->pread_exact(0, pre, kPreambleSize);
+  XXH64_update(fh, pre, kPreambleSize);
+  f->advise_sequential();
+
+  auto check_pad = [&](const uint8_t* p, size_t n, const std::string& where) {
+    for (size_t i = 0; i < n; ++i)
+      if (p[i] != 0) fail(ErrorKind::kBadInput, path + ": non-zero padding byte " + where + " (data corrupted)");
+  };
+
+  const unsigned workers = resolve_threads(opt.threads);
+  CtxSet ctxs(workers);
+  std::vector<PassSlot> slots(workers + 3);
+  // verify is this pass with a null sink: every frame is decoded and every
+  // prediction applied (references read, predictors checked) exactly as for
+  // an export, so both fail on the same input with the same message.
+  uint64_t done = 8 + h.safetensors_header.size();
+  const uint64_t total = done + h.data_size;
+  if (opt.progress) opt.progress(done, total);
+  // Consecutive frames are contiguous in the file: read, decoded and passed
+  // on as groups (one hand-off between threads per group).
+  const std::vector<ItemGroup> groups =
+      group_items(units.size(), [&](size_t i) { return units[i].seg->frames[units[i].c].raw_size; });
+  auto frame_of = [&](const PassUnit& u) -> const FrameRef& { return u.seg->frames[u.c]; };
+  run_pipeline(
+      groups.size(), slots, workers,
+      [&](size_t gi, PassSlot& s) {
+        const ItemGroup& g = groups[gi];
+        const uint64_t base = units[g.first].read_from;
+        const FrameRef& last = frame_of(units[g.first + g.count - 1]);
+        const uint64_t n = last.offset + last.size - base;
+        uint8_t* p = s.comp.reserve(n);
+        f->pread_exact(base, p, n);
+        for (size_t k = 0; k < g.count; ++k) {
+          const PassUnit& u = units[g.first + k];
+          check_pad(p + (u.read_from - base), frame_of(u).offset - u.read_from, "before " + label(*u.seg));
+        }
+        XXH64_update(fh, p, n);
+      },
+      [&](size_t gi, PassSlot& s, unsigned w) { decode_group(&units[groups[gi].first], groups[gi].count, s, ctxs.v[w]); },
+      [&](size_t gi, PassSlot& s) {
+        const ItemGroup& g = groups[gi];
+        for (size_t k = 0; k < g.count; ++k) {
+          const PassUnit& u = units[g.first + k];
+          const FrameRef& fr = frame_of(u);
+          if (sink) sink(s.raw.p.get() + s.raw_off[k], fr.raw_size, u.seg->data_begin + u.c * h.chunk_bytes);
+          done += fr.raw_size;
+        }
+        if (opt.progress) opt.progress(done, total);
+      });
+  // The same check for verify and export: the frames produced exactly the
+  // data section the header declares.
+  if (done != total)
+    fail(ErrorKind::kBadInput, path + ": frames decode to " + std::to_string(done - (total - h.data_size)) +
+                                   " bytes of data, the header declares " + std::to_string(h.data_size) +
+                                   " (data corrupted)");
+  slots.clear();
+  // Padding before the header, the header and the hashed part of the trailer.
+  const uint64_t pad_n = header_offset - pos;
+  std::vector<uint8_t> padbuf(pad_n);
+  f->pread_exact(pos, padbuf.data(), pad_n);
+  check_pad(padbuf.data(), pad_n, "before the header");
+  XXH64_update(fh, padbuf.data(), pad_n);
+  {
+    std::vector<uint8_t>().swap(padbuf);
+    Buf hb;
+    uint8_t* hp = hb.reserve((size_t)std::min<uint64_t>(header_size, 1 << 20));
+    for (uint64_t off = 0; off < header_size;) {
+      const size_t k = (size_t)std::min<uint64_t>(1 << 20, header_size - off);
+      f->pread_exact(header_offset + off, hp, k);
+      XXH64_update(fh, hp, k);
+      off += k;
+    }
+  }
+  XXH64_update(fh, trailer, kTrailerHashedSize);
+  if (XXH64_digest(fh) != file_hash)
+    fail(ErrorKind::kBadInput, path + ": whole-file checksum mismatch (the trailer is damaged)");
+  return PassStats{total, f->size()};
+}
+
+void Reader::Impl::apply_ref_options(Reader& self, const ReadOptions& opt) {
+  if (opt.any_reference_location) self.impl_->policy.any_location = true;
+  if (!opt.ref_originals.empty() && opt.ref_originals.size() != opt.refs.size())
+    fail(ErrorKind::kUsage, "reference originals: give one per reference file (--ref-original pairs with --ref)");
+  if (!opt.refs.empty()) self.add_reference_paths(opt.refs);
+  for (size_t i = 0; i < opt.ref_originals.size(); ++i) {
+    if (opt.ref_originals[i].empty()) continue;
+    self.add_reference_original(opt.refs[i], opt.ref_originals[i]);
+    // Given by the caller: every predictor range read from it is checked
+    // against the reference's block checksums (apply_prediction).
+    Impl& m = *self.impl_;
+    const uint64_t sum = Reader(opt.refs[i], 1).file_checksum();
+    for (size_t k = 0; k < m.h.references.size(); ++k)
+      if (m.h.references[k].xxh64 == sum && m.originals[k]) m.originals[k]->verify = true;
+  }
+}
+
+PassStats Reader::export_safetensors(const std::string& out_path, const ReadOptions& opt) {
+  Impl& m = *impl_;
+  m.apply_ref_options(*this, opt);
+  check_references();
+  check_not_same_file(m.path, out_path);
+  OutFile out(out_path, opt.force, m.path, opt.output_fd);
+  uint8_t len[8];
+  put_le64(len, m.h.safetensors_header.size());
+  out.write(len, 8);
+  out.write(m.h.safetensors_header.data(), m.h.safetensors_header.size());
+  const PassStats st = m.pass([&](const uint8_t* p, size_t n, uint64_t) { out.write(p, n); }, opt);
+  if (out.offset() != original_size()) fail(ErrorKind::kInternal, out_path + ": exported size differs from the original");
+  out.commit();
+  return st;
+}
+
+PassStats Reader::verify(const std::string& original, const ReadOptions& opt) {
+  Impl& m = *impl_;
+  m.apply_ref_options(*this, opt);
+  check_references();
+  if (original.empty()) return m.pass(nullptr, opt);
+  InFile orig(original);
+  orig.advise_sequential();
+  if (orig.size() != original_size())
+    fail(ErrorKind::kBadInput, m.path + ": differs from " + original + " (sizes " + std::to_string(original_size()) +
+                                   " and " + std::to_string(orig.size()) + ")");
+  std::vector<uint8_t> buf(std::max<size_t>(8 + m.h.safetensors_header.size(), 1));
+  orig.pread_exact(0, buf.data(), 8 + m.h.safetensors_header.size());
+  uint8_t len[8];
+  put_le64(len, m.h.safetensors_header.size());
+  if (std::memcmp(buf.data(), len, 8) != 0 ||
+      std::memcmp(buf.data() + 8, m.h.safetensors_header.data(), m.h.safetensors_header.size()) != 0)
+    fail(ErrorKind::kBadInput, m.path + ": differs from " + original + " in the safetensors header");
+  const uint64_t base = 8 + m.h.safetensors_header.size();
+  return m.pass(
+      [&](const uint8_t* p, size_t n, uint64_t data_off) {
+        buf.resize(n);
+        orig.pread_exact(base + data_off, buf.data(), n);
+        if (std::memcmp(buf.data(), p, n) != 0) {
+          size_t k = 0;
+          while (buf[k] == p[k]) ++k;
+          fail(ErrorKind::kBadInput, m.path + ": differs from " + original + " at byte " + std::to_string(base + data_off + k));
+        }
+      },
+      opt);
+}
+
+}  // namespace tz::container

@@ -1,0 +1,114 @@
+// Header handling is linear in the tensor count (issue 14): parsing a
+// safetensors header, compressing, opening a .tzip (what inspect and
+// safe_open do), looking tensors up and decompressing, for 5,000 and 50,000
+// one-element tensors. The test compares the scaling, not absolute times:
+// 10x the tensors must cost well under 30x the CPU time (linear is ~10x; the
+// quadratic DOM parse this replaces took ~100x: 20,000 tensors 3.9 s,
+// 200,000 more than 650 s). CPU time of this thread or process, so waiting
+// on a loaded machine does not count.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tensorzip/container.hpp"
+#include "tz_test_files.hpp"  // tests/common
+
+namespace tc = tz::container;
+using namespace tz_test;
+
+namespace {
+
+double cpu_seconds() {  // this process, all threads
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
+std::string header_of(size_t n) {
+  std::string h = "{\"__metadata__\":{\"format\":\"pt\"}";
+  for (size_t i = 0; i < n; ++i)
+    h += ",\"layers." + std::to_string(i) + ".scale\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
+         std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+  return h + "}";
+}
+
+void write_many(const std::string& path, size_t n) {
+  const std::string h = header_of(n);
+  Bytes b(8);
+  for (int i = 0; i < 8; ++i) b[i] = (uint8_t)((uint64_t)h.size() >> (8 * i));
+  b.insert(b.end(), h.begin(), h.end());
+  for (size_t i = 0; i < n; ++i) {
+    const float v = (float)(i % 97);
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    b.insert(b.end(), p, p + 4);
+  }
+  write_all(path, b);
+}
+
+// Least CPU time of `reps` runs of f.
+template <class F>
+double timed(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = cpu_seconds();
+    f();
+    best = std::min(best, cpu_seconds() - t0);
+  }
+  return best;
+}
+
+void expect_linear(const char* what, double small, double large) {
+  std::printf("%-28s 5,000: %.4f s   50,000: %.4f s   ratio %.1f\n", what, small, large, large / std::max(small, 1e-6));
+  // Below ~2 ms the small case is in the clock's noise: only the large one is checked then.
+  if (small < 0.002) {
+    EXPECT_LT(large, 0.06) << what;
+    return;
+  }
+  EXPECT_LT(large / small, 30.0) << what << ": 10x the tensors cost " << large / small << "x";
+}
+
+}  // namespace
+
+TEST(ManyTensors, HeaderHandlingIsLinearInTheTensorCount) {
+  TempDir d;
+  const size_t kSmall = 5000, kLarge = 50000;
+  double t[2][6] = {};
+  for (int k = 0; k < 2; ++k) {
+    const size_t n = k ? kLarge : kSmall;
+    const std::string st = d.path + "/many-" + std::to_string(n) + ".safetensors";
+    const std::string tz = d.path + "/many-" + std::to_string(n) + ".tzip";
+    write_many(st, n);
+    const std::string h = header_of(n);
+    t[k][0] = timed(3, [&] {
+      const auto info = tc::parse_safetensors_header(reinterpret_cast<const uint8_t*>(h.data()), h.size(),
+                                                     8 + h.size() + 4 * n, "many");
+      ASSERT_EQ(info.tensors.size(), n);
+    });
+    tc::WriteOptions wo;
+    wo.threads = 1;
+    wo.force = true;
+    t[k][1] = timed(1, [&] { tc::compress_file(st, tz, wo); });
+    t[k][2] = timed(3, [&] {
+      tc::Reader r(tz, 1);
+      ASSERT_EQ(r.tensors().size(), n);
+    });
+    tc::Reader r(tz, 1);
+    t[k][3] = timed(3, [&] {
+      for (size_t i = 0; i < n; i += 7) ASSERT_EQ(r.find("layers." + std::to_string(i) + ".scale"), (long)i);
+    });
+    tc::ReadOptions ro;
+    ro.threads = 1;
+    ro.force = true;
+    t[k][4] = timed(1, [&] { r.export_safetensors(d.path + "/back.safetensors", ro); });
+    EXPECT_TRUE(read_all(d.path + "/back.safetensors") == read_all(st));
+    t[k][5] = timed(1, [&] { r.verify("", ro); });
+  }
+  const char* names[] = {"parse safetensors header", "compress", "open .tzip (inspect)", "find by name", "decompress",
+                         "verify"};
+  for (int i = 0; i < 6; ++i) expect_linear(names[i], t[0][i], t[1][i]);
+}
