@@ -267,15 +267,17 @@ Bytes policy_table_section(uint8_t dt, const Bytes& data, int level, uint32_t bl
     for (int k = 0; k < K && n_wanted; ++k) {
       if (!want[k]) continue;
       std::vector<uint8_t> set_of(B, 0);
-      const uint32_t ms = policy_max_sets(B, n_wanted);
-      const uint32_t n = ms > 1 ? policy_segment_blocks(&H[(size_t)k * 256], (size_t)K * 256, B, ms, n_elems,
-                                                        counted, &seg, set_of.data())
-                                : 1;
-      std::vector<uint32_t> f1(256), fn((size_t)n * 256);
+      const uint32_t ms = policy_max_sets(B, n_wanted, level);
+      std::vector<uint32_t> f1(256);
       uint64_t c1 = 0, cn = ~UINT64_C(0);
       if (!policy_set_tables(&H[(size_t)k * 256], (size_t)K * 256, C.data(), B, block_elems, n_elems, nullptr, 1,
                              fast, &mm[2 * k], 2 * kMaxStreams, f1.data(), &c1, &ts))
         continue;
+      const uint32_t n = ms > 1 && policy_tries_sets(level, stream_pays(level, c1, n_elems))
+                             ? policy_segment_blocks(&H[(size_t)k * 256], (size_t)K * 256, B, ms, n_elems, counted,
+                                                     &seg, set_of.data())
+                             : 1;
+      std::vector<uint32_t> fn((size_t)n * 256);
       if (n > 1 && !policy_set_tables(&H[(size_t)k * 256], (size_t)K * 256, C.data(), B, block_elems, n_elems,
                                       set_of.data(), n, fast, &mm[2 * k], 2 * kMaxStreams, fn.data(), &cn, &ts))
         cn = ~UINT64_C(0);
@@ -446,6 +448,58 @@ TEST(Policy, ContextSearchEqualsPerContextSums) {
       EXPECT_TRUE(bits == ref_bits);
     }
   }
+}
+
+// Level 1 searches table sets only on streams one table already codes, and
+// at most kMaxTableSetsLevel1 of them; higher levels every wanted stream.
+TEST(Policy, SetSearchByLevel) {
+  EXPECT_TRUE(policy_tries_sets(1, true));
+  EXPECT_FALSE(policy_tries_sets(1, false));
+  for (int level : {2, 3}) EXPECT_TRUE(policy_tries_sets(level, false)) << level;
+  EXPECT_EQ(policy_max_sets(200, 1, 1), kMaxTableSetsLevel1);
+  EXPECT_EQ(policy_max_sets(200, 1, 2), kMaxTableSets);
+  EXPECT_EQ(policy_max_sets(200, 4, 1), std::min(kMaxTableSetsLevel1, kMaxFrameTablesV3 / 4));
+  EXPECT_EQ(policy_max_sets(5, 1, 1), 5u);
+  EXPECT_EQ(policy_max_sets(1, 1, 2), 1u);
+}
+
+// policy_ctx_promising skips the search where the rows' own entropies bound
+// every candidate above the 0.5%: its answer is the search's on joints that
+// do and do not pay (including near the threshold).
+TEST(Policy, ContextBoundKeepsTheSearchAnswer) {
+  std::mt19937 rng(11);
+  int promising = 0, not_promising = 0, skipped = 0;
+  for (uint32_t lo : {0u, 3u, 100u, 244u}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<uint64_t> joint((size_t)kCtxJointRows * 256, 0);
+      // Rows share one distribution, shifted by up to `shift` symbols per
+      // row: no shift, no gain from contexts; larger shifts gain more.
+      const uint32_t shift = (uint32_t)(trial % 8);
+      for (uint32_t r = 0; r < kCtxJointRows; ++r)
+        for (int j = 0; j < 12; ++j)
+          joint[(size_t)r * 256 + (lo + j + (r * shift) / 4) % 256] += (uint64_t)(1000 + 300 * j + rng() % (1 + 50 * (trial % 5)));
+      uint64_t first[256] = {}, tmp[256];
+      for (uint32_t r = 0; r < kCtxJointRows; ++r)
+        for (int s = 0; s < 256; ++s) first[s] += joint[(size_t)r * 256 + s];
+      RansCtx ref{};
+      const unsigned __int128 ctx_bits = policy_ctx_search(joint.data(), lo, &ref, tmp);
+      uint32_t present = 0;
+      const unsigned __int128 plain =
+          entropy_bits_q16(first, &present) + ((unsigned __int128)(8 * policy_table_estimate(present)) << 16);
+      const bool want = ref.n >= 2 && ctx_bits * 1000 < plain * 995;
+      unsigned __int128 bound = 0;
+      for (uint32_t r = 0; r < kCtxJointRows; ++r) bound += entropy_bits_q16(joint.data() + (size_t)r * 256, nullptr);
+      skipped += bound * 1000 >= plain * 995;
+      RansCtx got{};
+      SCOPED_TRACE("lo " + std::to_string(lo) + " trial " + std::to_string(trial));
+      EXPECT_EQ(policy_ctx_promising(joint.data(), lo, first, &got, tmp), want);
+      if (want) EXPECT_TRUE(got.base == ref.base && got.n == ref.n);
+      (want ? promising : not_promising)++;
+    }
+  }
+  EXPECT_GT(promising, 0);
+  EXPECT_GT(not_promising, 0);
+  EXPECT_GT(skipped, 0);  // the bound does decide some of them
 }
 
 }  // namespace

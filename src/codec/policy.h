@@ -138,13 +138,16 @@ TZ_HD bool lane_contexts_pay(uint64_t ctx_coded, uint64_t plain_coded) {
 // and per-block min/max where fast tables apply. With them:
 //   a. policy_segment_blocks cuts the blocks of a wanted stream into runs
 //      (table sets) where the statistics change (greedy splitting on an
-//      integer entropy estimate, at most policy_max_sets runs);
+//      integer entropy estimate, at most policy_max_sets runs; level 1 only
+//      for streams one table codes, policy_tries_sets);
 //   b. each run gets a table (policy_set_counts: exact counts, or fast-table
 //      counts from the sample), and the sets are kept only if their exact
 //      estimate, compact tables included, beats one table for the stream;
 //   c. stream 0 may get lane contexts (policy_ctx_window, policy_ctx_search)
 //      from a joint histogram of (row of the previous lane symbol, symbol)
-//      over the same elements; it then has one set.
+//      over the same elements; it then has one set. The CPU counts the
+//      exact joint histogram in the exact pass (stream 0's block histograms
+//      are its row sums); the numbers, and so the frames, are the same.
 // Every step is integer arithmetic on the same inputs on the CPU and the GPU.
 
 constexpr uint32_t kCtxWindowRows = 12;                  // previous-symbol values with a row of their own
@@ -192,13 +195,21 @@ TZ_HD unsigned __int128 entropy_bits_q16(const uint64_t* c, uint32_t* present) {
 TZ_HD uint64_t policy_table_estimate(uint32_t present) { return 3 + present; }
 
 // Most table sets a stream may get: the frame's 32 tables shared by the
-// wanted streams, at most kMaxTableSets each; one below 2 blocks.
-TZ_HD uint32_t policy_max_sets(uint32_t n_blocks, int n_wanted) {
+// wanted streams, at most kMaxTableSets each (kMaxTableSetsLevel1 at level
+// 1: every split searched costs the default level time); one below 2 blocks.
+constexpr uint32_t kMaxTableSetsLevel1 = 8;
+TZ_HD uint32_t policy_max_sets(uint32_t n_blocks, int n_wanted, int level) {
   if (n_blocks < 2 || n_wanted < 1) return 1;
   uint32_t m = kMaxFrameTablesV3 / (uint32_t)n_wanted;
-  if (m > kMaxTableSets) m = kMaxTableSets;
+  const uint32_t cap = level <= 1 ? kMaxTableSetsLevel1 : kMaxTableSets;
+  if (m > cap) m = cap;
   return m < n_blocks ? m : n_blocks;
 }
+// Whether a wanted stream is searched for table sets, given whether it
+// pays with one table. Level 1 searches only streams that one table codes:
+// a stream that sets alone would make codable costs a whole rANS pass more
+// for a small gain. Higher levels search every wanted stream.
+TZ_HD bool policy_tries_sets(int level, bool one_table_pays) { return level >= 2 || one_table_pays; }
 
 // Working memory of policy_segment_blocks (global memory on the GPU).
 struct SegScratch {
@@ -460,13 +471,26 @@ TZ_HD bool policy_ctx_tables(const uint64_t* joint, uint32_t wlo, const RansCtx&
 // best candidate's estimate (tables estimated) is at least 0.5% below one
 // table's over the same elements (first: stream 0's first-pass histogram,
 // the joint histogram's row sum). tmp is 256-entry scratch.
+//
+// Every candidate's contexts merge whole joint rows, so its estimate is at
+// least the sum of the rows' own entropies (merging never lowers a code
+// length; tables cost >= 0), less the fixed-point log2's error (< 2^-12
+// per term: 32 units of 2^-16 bits per counted symbol in each of the two
+// sums). Where that bound already misses the 0.5%, no candidate can pass
+// and the search is skipped (the same answer, cheaper).
 TZ_HD bool policy_ctx_promising(const uint64_t* joint, uint32_t wlo, const uint64_t* first, RansCtx* best,
                                 uint64_t* tmp) {
-  const unsigned __int128 ctx_bits = policy_ctx_search(joint, wlo, best, tmp);
-  if (best->n < 2) return false;
+  *best = RansCtx{0, 1};
   uint32_t present = 0;
   const unsigned __int128 plain =
       entropy_bits_q16(first, &present) + ((unsigned __int128)(8 * policy_table_estimate(present)) << 16);
+  unsigned __int128 bound = 0, n = 0;
+  for (uint32_t r = 0; r < kCtxJointRows; ++r) bound += entropy_bits_q16(joint + (size_t)r * 256, nullptr);
+  for (int s = 0; s < 256; ++s) n += first[s];
+  const unsigned __int128 slack = 64 * n;
+  if (bound > slack && (bound - slack) * 1000 >= plain * 995) return false;
+  const unsigned __int128 ctx_bits = policy_ctx_search(joint, wlo, best, tmp);
+  if (best->n < 2) return false;
   return ctx_bits * 1000 < plain * 995;
 }
 // Whether stream 0 is searched for lane contexts on the window (v3, every

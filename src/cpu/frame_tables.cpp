@@ -167,8 +167,42 @@ bool choose_lane_contexts(ThreadPool& pool, uint8_t dtype, const uint8_t* src, u
 }
 
 
+// Joint counts of stream 0 over n symbols (row of the lane predecessor,
+// policy_ctx_row with window lo; row 0 for a block's first step) added to
+// J (kCtxJointRows x 256, u32: n < 2^32). The rows are computed in chunks
+// by clamping (vectorised), then counted into two tables taken in turn so
+// that runs of equal pairs do not wait on one counter.
+void joint_counts(const uint8_t* sym, uint32_t n, uint32_t lo, uint32_t (*J)[kCtxJointRows * 256]) {
+  constexpr uint32_t kChunk = 1024;
+  for (uint32_t i = 0; i < n && i < (uint32_t)kLanes; ++i) ++J[i & 1][sym[i]];
+  alignas(64) uint16_t idx[kChunk];
+  for (uint32_t i = kLanes; i < n; i += kChunk) {
+    const uint32_t m = std::min(kChunk, n - i);
+    const uint8_t* cur = sym + i;
+    const uint8_t* prev = cur - kLanes;
+    const int16_t base = (int16_t)(2 - (int)lo);
+    for (uint32_t j = 0; j < m; ++j) {
+      // policy_ctx_row: below the window 1, inside 2 + prev - lo, above it
+      // kCtxJointRows - 1 (16-bit lanes: prev - lo + 2 lies in [-253, 257]).
+      int16_t r = (int16_t)(prev[j] + base);
+      r = r < 1 ? (int16_t)1 : r;
+      r = r > (int16_t)(kCtxJointRows - 1) ? (int16_t)(kCtxJointRows - 1) : r;
+      idx[j] = (uint16_t)((uint16_t)r << 8 | cur[j]);
+    }
+    uint32_t j = 0;
+    for (; j + 2 <= m; j += 2) {
+      ++J[0][idx[j]];
+      ++J[1][idx[j + 1]];
+    }
+    if (j < m) ++J[0][idx[j]];
+  }
+}
+
 // Per-block statistics of the tensor: histograms of every stream (u32, 256
 // per stream per block) over the first `limit` elements of each block.
+// With a joint request, stream 0 is counted jointly instead (joint_counts,
+// window lo): its block histograms are the joint rows' sums, and the joint
+// counts of all blocks are added into *joint.
 struct BlockHists {
   uint32_t K = 0;
   std::vector<uint32_t> h;        // (b * K + k) * 256
@@ -176,30 +210,61 @@ struct BlockHists {
   const uint32_t* of(uint32_t b, int k) const { return h.data() + ((size_t)b * K + k) * 256; }
   size_t stride() const { return (size_t)K * 256; }
 };
+struct JointRequest {
+  uint32_t lo = 0;
+  std::vector<uint64_t>* joint = nullptr;  // kCtxJointRows x 256, receives the sum
+};
 
 void block_histograms(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
-                      uint32_t n_blocks, uint32_t limit, const bool* want, int K, BlockHists* out) {
+                      uint32_t n_blocks, uint32_t limit, const bool* want, int K, BlockHists* out,
+                      const JointRequest* jr = nullptr) {
+  constexpr size_t kJ = (size_t)kCtxJointRows * 256;
   out->K = (uint32_t)K;
   out->h.assign((size_t)n_blocks * K * 256, 0);
   out->counted.assign(n_blocks, 0);
-  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (pool.size() * 4));
+  const unsigned W = pool.size();
+  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
   const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
-  pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
+  const uint32_t es = dtype_elem_size(dtype);
+  std::vector<uint64_t> acc(jr ? (size_t)W * kJ : 0, 0);
+  pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
     const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
     uint64_t hist[256];
+    std::vector<uint8_t> sym;
+    std::vector<uint32_t> jbuf;
     for (uint64_t b = t * per_task; b < b1; ++b) {
       const uint64_t e0 = b * block_elems;
       const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
       out->counted[b] = e1 - e0;
       for (int k = 0; k < K; ++k) {
         if (!want[k]) continue;
+        uint32_t* o = out->h.data() + ((size_t)b * K + k) * 256;
+        if (k == 0 && jr) {
+          const uint32_t n = (uint32_t)(e1 - e0);
+          sym.resize(n);
+          jbuf.assign(2 * kJ, 0);
+          stream0_fields(dtype, src + e0 * es, n, sym.data());
+          auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data());
+          joint_counts(sym.data(), n, jr->lo, J);
+          uint64_t* A = acc.data() + (size_t)w * kJ;
+          for (size_t i = 0; i < kJ; ++i) {
+            const uint32_t c = J[0][i] + J[1][i];
+            A[i] += c;
+            o[i & 255] += c;
+          }
+          continue;
+        }
         std::fill(hist, hist + 256, 0);
         histogram_stream(dtype, k, src, e0, e1, hist);
-        uint32_t* o = out->h.data() + ((size_t)b * K + k) * 256;
         for (int s = 0; s < 256; ++s) o[s] = (uint32_t)hist[s];
       }
     }
   });
+  if (jr) {
+    jr->joint->assign(kJ, 0);
+    for (unsigned w = 0; w < W; ++w)
+      for (size_t i = 0; i < kJ; ++i) (*jr->joint)[i] += acc[(size_t)w * kJ + i];
+  }
 }
 
 // Per-block minimum and maximum of the wanted streams (fast tables).
@@ -223,33 +288,38 @@ void block_minmax(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t 
   });
 }
 
-// Joint histogram of stream 0 for the lane-context search (policy.h): row
-// of the lane predecessor (policy_ctx_row, row 0 for a block's first step)
-// x symbol, over the first `limit` elements of every block.
-void joint_histogram(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
-                     uint32_t n_blocks, uint32_t limit, uint32_t lo, std::vector<uint64_t>* joint) {
+// Joint histogram of stream 0 (joint_counts, window lo) over the first
+// `limit` elements of every block, for the lane-context search.
+void sample_joint_histogram(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems,
+                            uint32_t block_elems, uint32_t n_blocks, uint32_t limit, uint32_t lo,
+                            std::vector<uint64_t>* joint) {
   constexpr size_t kJ = (size_t)kCtxJointRows * 256;
   const unsigned W = pool.size();
   std::vector<uint64_t> acc((size_t)W * kJ, 0);
   const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
   const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
   const uint32_t es = dtype_elem_size(dtype);
-  uint8_t row_of[256];
-  for (uint32_t p = 0; p < 256; ++p) row_of[p] = (uint8_t)policy_ctx_row(p, lo);
-  std::vector<std::vector<uint8_t>> bufs(W);
   pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
-    uint64_t* J = acc.data() + (size_t)w * kJ;
+    std::vector<uint32_t> jbuf(2 * kJ, 0);  // u32 counts, flushed before they could overflow
+    auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data());
+    uint64_t* A = acc.data() + (size_t)w * kJ;
+    auto flush = [&] {
+      for (size_t i = 0; i < kJ; ++i) A[i] += (uint64_t)J[0][i] + J[1][i];
+      std::fill(jbuf.begin(), jbuf.end(), 0);
+    };
+    std::vector<uint8_t> sym;
+    uint64_t pending = 0;
     const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
     for (uint64_t b = t * per_task; b < b1; ++b) {
       const uint64_t e0 = b * block_elems;
       const uint32_t n = (uint32_t)(std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit}) - e0);
-      std::vector<uint8_t>& buf = bufs[w];
-      if (buf.size() < n) buf.resize(n);
-      stream0_fields(dtype, src + e0 * es, n, buf.data());
-      const uint8_t* sym = buf.data();
-      for (uint32_t i = 0; i < n && i < (uint32_t)kLanes; ++i) ++J[sym[i]];
-      for (uint32_t i = kLanes; i < n; ++i) ++J[(size_t)row_of[sym[i - kLanes]] * 256 + sym[i]];
+      if (pending + n > UINT32_MAX) flush(), pending = 0;
+      sym.resize(n);
+      stream0_fields(dtype, src + e0 * es, n, sym.data());
+      joint_counts(sym.data(), n, lo, J);
+      pending += n;
     }
+    flush();
   });
   joint->assign(kJ, 0);
   for (unsigned w = 0; w < W; ++w)
@@ -290,10 +360,31 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   //    keep the sample and add per-block min/max; otherwise exact per-block
   //    histograms (a second pass when sampled).
   const bool fast = policy_fast_tables(block_elems, level, n_blocks);
+  // Lane contexts of stream 0 are searched on the first-pass elements'
+  // joint histogram (policy_ctx_promising) wherever stream 0 may end up
+  // rANS coded (step 4 uses the result only then). Where that search is
+  // promising and the tables are exact, the exact pass counts stream 0
+  // jointly, so that its block histograms and the exact joint histogram
+  // come from one pass.
+  const bool ctx_tried = want[0] && policy_tries_window_contexts(level, kKindRans, n_elems);
+  const uint32_t wlo = policy_ctx_window(tot[0]);
+  std::vector<uint64_t> joint;
+  RansCtx rc;
+  bool ctx_promising = false;
+  if (ctx_tried) {
+    sample_joint_histogram(pool, dtype, src, n_elems, block_elems, n_blocks, policy_first_pass_elems(block_elems),
+                           wlo, &joint);
+    ctx_promising = policy_ctx_promising(joint.data(), wlo, tot[0], &rc, norm);
+  }
   BlockHists exact;
   std::vector<uint8_t> mm;
-  if (fast) block_minmax(pool, dtype, src, n_elems, block_elems, n_blocks, want, K, &mm);
-  else if (sampled) block_histograms(pool, dtype, src, n_elems, block_elems, n_blocks, block_elems, want, K, &exact);
+  if (fast) {
+    block_minmax(pool, dtype, src, n_elems, block_elems, n_blocks, want, K, &mm);
+  } else if (sampled) {
+    const JointRequest jr{wlo, &joint};
+    block_histograms(pool, dtype, src, n_elems, block_elems, n_blocks, block_elems, want, K, &exact,
+                     ctx_promising ? &jr : nullptr);
+  }
   const BlockHists& H = (fast || !sampled) ? first : exact;
   uint64_t counted = 0;
   for (uint32_t b = 0; b < n_blocks; ++b) counted += H.counted[b];
@@ -307,10 +398,6 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
     if (!want[k]) continue;
     StreamTables& st = out->s[k];
     std::vector<uint8_t> set_of(n_blocks, 0);
-    const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted);
-    const uint32_t n_sets = max_sets > 1 ? policy_segment_blocks(H.of(0, k), H.stride(), n_blocks, max_sets, n_elems,
-                                                                 counted, &seg, set_of.data())
-                                         : 1;
     auto evaluate = [&](uint32_t sets, const uint8_t* sof, std::vector<uint32_t>* freq, uint64_t* coded) {
       freq->assign((size_t)sets * 256, 0);
       return policy_set_tables(H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems, n_elems, sof, sets,
@@ -319,6 +406,11 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
     std::vector<uint32_t> freq1, freqN;
     uint64_t coded1 = 0, codedN = ~UINT64_C(0);
     if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
+    const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
+    const uint32_t n_sets = max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
+                                ? policy_segment_blocks(H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted,
+                                                        &seg, set_of.data())
+                                : 1;
     if (n_sets > 1 && !evaluate(n_sets, set_of.data(), &freqN, &codedN)) codedN = ~UINT64_C(0);
     const bool use_sets = n_sets > 1 && codedN < coded1;
     const uint64_t coded = use_sets ? codedN : coded1;
@@ -333,31 +425,23 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   // 4. Lane contexts of stream 0: searched on the first-pass elements;
   //    tables from the same elements with fast tables, else exact.
   StreamTables& s0 = out->s[0];
-  if (policy_tries_window_contexts(level, s0.kind, n_elems)) {
-    const uint32_t wlo = policy_ctx_window(tot[0]);
-    std::vector<uint64_t> joint;
-    joint_histogram(pool, dtype, src, n_elems, block_elems, n_blocks, policy_first_pass_elems(block_elems), wlo, &joint);
-    RansCtx rc;
-    if (policy_ctx_promising(joint.data(), wlo, tot[0], &rc, tsc.counts)) {
-      if (!fast && sampled)
-        joint_histogram(pool, dtype, src, n_elems, block_elems, n_blocks, block_elems, wlo, &joint);
-      uint32_t lo = 255, hi = 0;
-      if (fast)
-        for (uint32_t b = 0; b < n_blocks; ++b) {
-          lo = std::min<uint32_t>(lo, mm[(size_t)b * kMaxStreams * 2]);
-          hi = std::max<uint32_t>(hi, mm[(size_t)b * kMaxStreams * 2 + 1]);
-        }
-      StreamTables cs;
-      cs.kind = kKindRansCtx;
-      cs.ctx = rc;
-      cs.freq.assign((size_t)rc.n * 256, 0);
-      uint64_t coded = 0;
-      if (policy_ctx_tables(joint.data(), wlo, rc, fast, lo, hi, counted, n_elems, n_blocks, cs.freq.data(), &coded,
-                            &tsc) &&
-          lane_contexts_pay(coded, stream_coded[0])) {
-        s0 = cs;
-        stream_coded[0] = coded;
+  if (policy_tries_window_contexts(level, s0.kind, n_elems) && ctx_promising) {
+    uint32_t lo = 255, hi = 0;
+    if (fast)
+      for (uint32_t b = 0; b < n_blocks; ++b) {
+        lo = std::min<uint32_t>(lo, mm[(size_t)b * kMaxStreams * 2]);
+        hi = std::max<uint32_t>(hi, mm[(size_t)b * kMaxStreams * 2 + 1]);
       }
+    StreamTables cs;
+    cs.kind = kKindRansCtx;
+    cs.ctx = rc;
+    cs.freq.assign((size_t)rc.n * 256, 0);
+    uint64_t coded = 0;
+    if (policy_ctx_tables(joint.data(), wlo, rc, fast, lo, hi, counted, n_elems, n_blocks, cs.freq.data(), &coded,
+                          &tsc) &&
+        lane_contexts_pay(coded, stream_coded[0])) {
+      s0 = cs;
+      stream_coded[0] = coded;
     }
   }
   // Level 3: the exhaustive search over exact joint histograms.

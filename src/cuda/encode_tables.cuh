@@ -241,7 +241,7 @@ __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlo
   const uint64_t n_elems = it.n_bytes / dtype_elem_size(it.dtype);
   const uint32_t B = it.n_blocks;
   const int n_wanted = __popc(tab.want);
-  const uint32_t max_sets = policy_max_sets(B, n_wanted);
+  const uint32_t max_sets = policy_max_sets(B, n_wanted, level);
   const bool fast = tab.fast;
   if ((int)lane < K && ((tab.want >> lane) & 1u)) {
     const uint32_t k = lane;
@@ -252,13 +252,14 @@ __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlo
     uint8_t* set_of = bs.set + (uint64_t)k * bs.total_blocks + it.first_block;
     uint64_t cnt = 0;
     for (uint32_t b = 0; b < B; ++b) cnt += counted[b];
-    const uint32_t n_sets =
-        max_sets > 1 ? policy_segment_blocks(hist, kMaxStreams * 256, B, max_sets, n_elems, cnt, &W.seg, set_of) : 1;
     uint64_t coded1 = 0, codedN = ~UINT64_C(0);
     uint32_t* region = tab.freq[tab.region[k]];
     const bool ok1 = policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, nullptr, 1, fast,
                                        mm, 2 * kMaxStreams, W.freq1, &coded1, &W.ts);
-    if (ok1 && n_sets > 1 &&
+    const uint32_t n_sets = ok1 && max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
+                                ? policy_segment_blocks(hist, kMaxStreams * 256, B, max_sets, n_elems, cnt, &W.seg, set_of)
+                                : 1;
+    if (n_sets > 1 &&
         !policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of, n_sets, fast, mm,
                            2 * kMaxStreams, region, &codedN, &W.ts))
       codedN = ~UINT64_C(0);
@@ -337,7 +338,7 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
       tab.ctx_n = 1;
       tab.ctx_base = 0;
       uint32_t r = 0;  // lane k's candidate region: the max_sets tables of its rank among the wanted
-      const uint32_t ms = policy_max_sets(it.n_blocks, __popc(wmask));
+      const uint32_t ms = policy_max_sets(it.n_blocks, __popc(wmask), level);
       for (int k = 0; k < K; ++k) {
         tab.kind[k] = kKindRaw;
         tab.n_sets[k] = 0;
