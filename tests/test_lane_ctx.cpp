@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "codec/format.h"
+#include "codec/policy.h"
 #include "codec/rans.h"
 #include "common/crc32c.h"
 #include "cpu/kernels.h"
@@ -161,16 +162,28 @@ TEST(LaneCtx, RealOptimizerStateSlice) {
   const auto ts = tzt::read_safetensors(TZ_TEST_DATA_DIR "/fixture-slice-adam-v-q.safetensors");
   ASSERT_EQ(ts.size(), 1u);
   const Bytes& src = ts[0].data;
-  // Every level from the default on finds the contexts: stream 0 ends
-  // well below its order-0 code length (which bounds any single table).
+  // Levels 2 and 3 find the contexts: stream 0 ends well below its order-0
+  // code length (which bounds any single table). Level 1 searches frames of
+  // kCtxMinBytesLevel1 bytes on only (the slice is smaller): one table.
+  ASSERT_LT(src.size(), tz::kCtxMinBytesLevel1);
   for (int level : {1, 2, 3}) {
     SCOPED_TRACE("level " + std::to_string(level));
     const Bytes f = compress(src, TZ_DTYPE_F32, level);
+    EXPECT_EQ(decompress(f, src.size()), src);
+    if (level == 1) {
+      EXPECT_EQ(stream0_kind(f), tz::kKindRans);
+      continue;
+    }
     EXPECT_EQ(stream0_kind(f), tz::kKindRansCtx);
     EXPECT_LT((double)stream0_bytes(f), 0.92 * exponent_h0_bytes(src))
         << stream0_bytes(f) << " vs " << exponent_h0_bytes(src);
-    EXPECT_EQ(decompress(f, src.size()), src);
   }
+  // The same rows twice over (above the level-1 size) get them at level 1 too.
+  Bytes twice = src;
+  while (twice.size() < tz::kCtxMinBytesLevel1) twice.insert(twice.end(), src.begin(), src.end());
+  const Bytes f1 = compress(twice, TZ_DTYPE_F32, 1);
+  EXPECT_EQ(stream0_kind(f1), tz::kKindRansCtx);
+  EXPECT_EQ(decompress(f1, twice.size()), twice);
   // Other optimizer tensors of the slice: level 3 never worse than level 2.
   for (const auto& t : tzt::fp32_slice()) {
     SCOPED_TRACE(t.name);

@@ -149,10 +149,17 @@ TEST(Policy, LaneContextGates) {
   EXPECT_FALSE(policy_tries_lane_contexts(3, 0, kKindRaw, kCtxMinElems));
   EXPECT_FALSE(policy_tries_lane_contexts(3, 0, kKindRans, kCtxMinElems - 1));
   EXPECT_TRUE(policy_tries_lane_contexts(3, 0, kKindRansCtx, kCtxMinElems));  // after the window search
-  for (int level : {1, 2, 3}) EXPECT_TRUE(policy_tries_window_contexts(level, kKindRans, kCtxMinElems));
-  EXPECT_FALSE(policy_tries_window_contexts(-1, kKindRans, kCtxMinElems));
-  EXPECT_FALSE(policy_tries_window_contexts(1, kKindRaw, kCtxMinElems));
-  EXPECT_FALSE(policy_tries_window_contexts(1, kKindRans, kCtxMinElems - 1));
+  for (int level : {1, 2, 3}) EXPECT_TRUE(policy_tries_window_contexts(level, kKindRans, kCtxMinBytesLevel1, 1, false));
+  EXPECT_FALSE(policy_tries_window_contexts(-1, kKindRans, kCtxMinBytesLevel1, 1, false));
+  EXPECT_FALSE(policy_tries_window_contexts(1, kKindRaw, kCtxMinBytesLevel1, 1, false));
+  EXPECT_FALSE(policy_tries_window_contexts(2, kKindRans, kCtxMinElems - 1, 4, false));
+  // Level 1: frames of kCtxMinBytesLevel1 bytes on; level 2 from kCtxMinElems elements.
+  EXPECT_TRUE(policy_tries_window_contexts(1, kKindRans, kCtxMinBytesLevel1 / 4, 4, false));
+  EXPECT_FALSE(policy_tries_window_contexts(1, kKindRans, kCtxMinBytesLevel1 / 4 - 1, 4, false));
+  EXPECT_TRUE(policy_tries_window_contexts(2, kKindRans, kCtxMinElems, 1, false));
+  // Level 1 not on fast tables; level 2 on them too.
+  EXPECT_FALSE(policy_tries_window_contexts(1, kKindRans, kCtxMinBytesLevel1, 1, true));
+  EXPECT_TRUE(policy_tries_window_contexts(2, kKindRans, kCtxMinBytesLevel1, 1, true));
   EXPECT_TRUE(lane_contexts_pay(994, 1000));
   EXPECT_FALSE(lane_contexts_pay(995, 1000));
 }
@@ -274,21 +281,21 @@ Bytes policy_table_section(uint8_t dt, const Bytes& data, int level, uint32_t bl
                              fast, &mm[2 * k], 2 * kMaxStreams, f1.data(), &c1, &ts))
         continue;
       const uint32_t n = ms > 1 && policy_tries_sets(level, stream_pays(level, c1, n_elems))
-                             ? policy_segment_blocks(&H[(size_t)k * 256], (size_t)K * 256, B, ms, n_elems, counted,
+                             ? policy_segment_blocks(level, &H[(size_t)k * 256], (size_t)K * 256, B, ms, n_elems, counted,
                                                      &seg, set_of.data())
                              : 1;
       std::vector<uint32_t> fn((size_t)n * 256);
       if (n > 1 && !policy_set_tables(&H[(size_t)k * 256], (size_t)K * 256, C.data(), B, block_elems, n_elems,
                                       set_of.data(), n, fast, &mm[2 * k], 2 * kMaxStreams, fn.data(), &cn, &ts))
         cn = ~UINT64_C(0);
-      const bool use = n > 1 && cn < c1;
+      const bool use = n > 1 && cn != ~UINT64_C(0) && policy_sets_pay(level, fast, cn, c1);
       if (!stream_pays(level, use ? cn : c1, n_elems)) continue;
       kind[k] = kKindRans;
       sets[k] = use ? n : 1;
       freq[k] = use ? fn : f1;
       coded[k] = use ? cn : c1;
     }
-    if (policy_tries_window_contexts(level, kind[0], n_elems)) {
+    if (policy_tries_window_contexts(level, kind[0], n_elems, es, fast)) {
       const uint32_t wlo = policy_ctx_window(tot[0]);
       auto joint = [&](uint32_t per_block) {
         std::vector<uint64_t> J((size_t)kCtxJointRows * 256, 0);

@@ -139,20 +139,24 @@ TZ_HD bool lane_contexts_pay(uint64_t ctx_coded, uint64_t plain_coded) {
 //   a. policy_segment_blocks cuts the blocks of a wanted stream into runs
 //      (table sets) where the statistics change (greedy splitting on an
 //      integer entropy estimate, at most policy_max_sets runs; level 1 only
-//      for streams one table codes, policy_tries_sets);
+//      for streams one table codes, policy_tries_sets, with fewer split
+//      points, policy_split_candidates);
 //   b. each run gets a table (policy_set_counts: exact counts, or fast-table
-//      counts from the sample), and the sets are kept only if their exact
-//      estimate, compact tables included, beats one table for the stream;
+//      counts from the sample), and the sets are kept only if their
+//      estimate, compact tables included, beats one table for the stream
+//      (policy_sets_pay);
 //   c. stream 0 may get lane contexts (policy_ctx_window, policy_ctx_search)
 //      from a joint histogram of (row of the previous lane symbol, symbol)
-//      over the same elements; it then has one set. The CPU counts the
+//      over the same elements (level 1: frames with exact tables of at
+//      least kCtxMinBytesLevel1 bytes); it then has one set. The CPU counts the
 //      exact joint histogram in the exact pass (stream 0's block histograms
 //      are its row sums); the numbers, and so the frames, are the same.
 // Every step is integer arithmetic on the same inputs on the CPU and the GPU.
 
 constexpr uint32_t kCtxWindowRows = 12;                  // previous-symbol values with a row of their own
 constexpr uint32_t kCtxJointRows = kCtxWindowRows + 3;   // + first step, below the window, above it
-constexpr uint32_t kSetSplitCandidates = 64;             // split points tried per run
+constexpr uint32_t kSetSplitCandidates = 64;             // split points tried per run (levels 2-3)
+constexpr uint32_t kSetSplitCandidatesLevel1 = 16;       // at level 1
 
 // Levels 1 and 2 write format version 3 (sets, compact tables, lane
 // contexts); level 3 adds the exhaustive CPU search for lane contexts.
@@ -210,6 +214,13 @@ TZ_HD uint32_t policy_max_sets(uint32_t n_blocks, int n_wanted, int level) {
 // a stream that sets alone would make codable costs a whole rANS pass more
 // for a small gain. Higher levels search every wanted stream.
 TZ_HD bool policy_tries_sets(int level, bool one_table_pays) { return level >= 2 || one_table_pays; }
+// Whether sets of estimated size sets_coded are kept over one table of
+// one_coded. Fast tables estimate from the sample the tables were made
+// from, which favours more tables: level 1 then wants a 0.5% margin.
+TZ_HD bool policy_sets_pay(int level, bool fast, uint64_t sets_coded, uint64_t one_coded) {
+  if (level <= 1 && fast) return (unsigned __int128)sets_coded * 1000 < (unsigned __int128)one_coded * 995;
+  return sets_coded < one_coded;
+}
 
 // Working memory of policy_segment_blocks (global memory on the GPU).
 struct SegScratch {
@@ -229,18 +240,22 @@ TZ_HD void policy_run_counts(const uint32_t* hist, size_t stride, uint32_t b0, u
     for (int s = 0; s < 256; ++s) out[s] += hist[(size_t)b * stride + s];
 }
 
-// Best split of run [b0, b1) at one of <= kSetSplitCandidates evenly spaced
+// Split points tried per run at this level (the search's cost).
+TZ_HD uint32_t policy_split_candidates(int level) {
+  return level <= 1 ? kSetSplitCandidatesLevel1 : kSetSplitCandidates;
+}
+// Best split of run [b0, b1) at one of <= `candidates` evenly spaced
 // points: the gain in coded bits (16.16, scaled from the counted elements to
 // the whole run by scale_num / scale_den) minus twice the new table's
 // estimated size. Sets *pos = 0 when no split gains.
-TZ_HD void policy_best_split(const uint32_t* hist, size_t stride, uint32_t b0, uint32_t b1, uint64_t scale_num,
-                             uint64_t scale_den, SegScratch* w, uint32_t* pos, uint64_t* gain) {
+TZ_HD void policy_best_split(const uint32_t* hist, size_t stride, uint32_t b0, uint32_t b1, uint32_t candidates,
+                             uint64_t scale_num, uint64_t scale_den, SegScratch* w, uint32_t* pos, uint64_t* gain) {
   *pos = 0;
   *gain = 0;
   if (b1 - b0 < 2) return;
   policy_run_counts(hist, stride, b0, b1, w->total);
   const unsigned __int128 whole = entropy_bits_q16(w->total, nullptr);
-  const uint32_t step = (b1 - b0 - 1 + kSetSplitCandidates - 1) / kSetSplitCandidates;
+  const uint32_t step = (b1 - b0 - 1 + candidates - 1) / candidates;
   for (int s = 0; s < 256; ++s) w->left[s] = 0;
   uint32_t next = b0;
   for (uint32_t j = b0 + step; j < b1; j += step) {
@@ -266,13 +281,14 @@ TZ_HD void policy_best_split(const uint32_t* hist, size_t stride, uint32_t b0, u
 // repeatedly splitting the run whose best split gains most (ties: the
 // lowest run). set_of_block[b] receives block b's run number (runs in block
 // order). Returns the number of runs.
-TZ_HD uint32_t policy_segment_blocks(const uint32_t* hist, size_t stride, uint32_t n_blocks, uint32_t max_sets,
+TZ_HD uint32_t policy_segment_blocks(int level, const uint32_t* hist, size_t stride, uint32_t n_blocks, uint32_t max_sets,
                                      uint64_t scale_num, uint64_t scale_den, SegScratch* w, uint8_t* set_of_block) {
+  const uint32_t cand = policy_split_candidates(level);
   uint32_t runs = 1;
   w->start[0] = 0;
   w->start[1] = n_blocks;
   if (max_sets > kMaxTableSets) max_sets = kMaxTableSets;
-  if (max_sets > 1) policy_best_split(hist, stride, 0, n_blocks, scale_num, scale_den, w, &w->best_pos[0], &w->best_gain[0]);
+  if (max_sets > 1) policy_best_split(hist, stride, 0, n_blocks, cand, scale_num, scale_den, w, &w->best_pos[0], &w->best_gain[0]);
   while (runs < max_sets) {
     uint32_t r = runs;
     for (uint32_t j = 0; j < runs; ++j)
@@ -286,9 +302,9 @@ TZ_HD uint32_t policy_segment_blocks(const uint32_t* hist, size_t stride, uint32
     }
     w->start[r + 1] = cut;
     ++runs;
-    policy_best_split(hist, stride, w->start[r], w->start[r + 1], scale_num, scale_den, w, &w->best_pos[r],
+    policy_best_split(hist, stride, w->start[r], w->start[r + 1], cand, scale_num, scale_den, w, &w->best_pos[r],
                       &w->best_gain[r]);
-    policy_best_split(hist, stride, w->start[r + 1], w->start[r + 2], scale_num, scale_den, w, &w->best_pos[r + 1],
+    policy_best_split(hist, stride, w->start[r + 1], w->start[r + 2], cand, scale_num, scale_den, w, &w->best_pos[r + 1],
                       &w->best_gain[r + 1]);
   }
   for (uint32_t j = 0; j < runs; ++j)
@@ -495,9 +511,14 @@ TZ_HD bool policy_ctx_promising(const uint64_t* joint, uint32_t wlo, const uint6
 }
 // Whether stream 0 is searched for lane contexts on the window (v3, every
 // level >= 1; level 3 then also tries the exhaustive CPU search, which
-// replaces this choice only where it pays more).
-TZ_HD bool policy_tries_window_contexts(int level, uint8_t kind, uint64_t n_elems) {
-  return policy_v3(level) && kind == kKindRans && n_elems >= kCtxMinElems;
+// replaces this choice only where it pays more). Level 1 searches frames
+// with exact tables (not fast, policy_fast_tables) of at least
+// kCtxMinBytesLevel1 bytes only: the search's cost is fixed per frame, and
+// on smaller ones, and on fast tables' samples, it outweighs the gain.
+constexpr uint64_t kCtxMinBytesLevel1 = 256 * 1024;
+TZ_HD bool policy_tries_window_contexts(int level, uint8_t kind, uint64_t n_elems, uint32_t elem_size, bool fast) {
+  return policy_v3(level) && kind == kKindRans && n_elems >= kCtxMinElems &&
+         (level >= 2 || (!fast && n_elems * elem_size >= kCtxMinBytesLevel1));
 }
 
 }  // namespace tz

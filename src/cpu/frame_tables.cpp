@@ -366,7 +366,7 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   // promising and the tables are exact, the exact pass counts stream 0
   // jointly, so that its block histograms and the exact joint histogram
   // come from one pass.
-  const bool ctx_tried = want[0] && policy_tries_window_contexts(level, kKindRans, n_elems);
+  const bool ctx_tried = want[0] && policy_tries_window_contexts(level, kKindRans, n_elems, dtype_elem_size(dtype), fast);
   const uint32_t wlo = policy_ctx_window(tot[0]);
   std::vector<uint64_t> joint;
   RansCtx rc;
@@ -408,11 +408,11 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
     if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
     const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
     const uint32_t n_sets = max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
-                                ? policy_segment_blocks(H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted,
+                                ? policy_segment_blocks(level, H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted,
                                                         &seg, set_of.data())
                                 : 1;
     if (n_sets > 1 && !evaluate(n_sets, set_of.data(), &freqN, &codedN)) codedN = ~UINT64_C(0);
-    const bool use_sets = n_sets > 1 && codedN < coded1;
+    const bool use_sets = n_sets > 1 && codedN != ~UINT64_C(0) && policy_sets_pay(level, fast, codedN, coded1);
     const uint64_t coded = use_sets ? codedN : coded1;
     if (!stream_pays(level, coded, n_elems)) continue;
     st.kind = kKindRans;
@@ -425,7 +425,7 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   // 4. Lane contexts of stream 0: searched on the first-pass elements;
   //    tables from the same elements with fast tables, else exact.
   StreamTables& s0 = out->s[0];
-  if (policy_tries_window_contexts(level, s0.kind, n_elems) && ctx_promising) {
+  if (policy_tries_window_contexts(level, s0.kind, n_elems, dtype_elem_size(dtype), fast) && ctx_promising) {
     uint32_t lo = 255, hi = 0;
     if (fast)
       for (uint32_t b = 0; b < n_blocks; ++b) {

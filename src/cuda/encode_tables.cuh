@@ -257,13 +257,13 @@ __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlo
     const bool ok1 = policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, nullptr, 1, fast,
                                        mm, 2 * kMaxStreams, W.freq1, &coded1, &W.ts);
     const uint32_t n_sets = ok1 && max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
-                                ? policy_segment_blocks(hist, kMaxStreams * 256, B, max_sets, n_elems, cnt, &W.seg, set_of)
+                                ? policy_segment_blocks(level, hist, kMaxStreams * 256, B, max_sets, n_elems, cnt, &W.seg, set_of)
                                 : 1;
     if (n_sets > 1 &&
         !policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of, n_sets, fast, mm,
                            2 * kMaxStreams, region, &codedN, &W.ts))
       codedN = ~UINT64_C(0);
-    const bool use_sets = ok1 && n_sets > 1 && codedN < coded1;
+    const bool use_sets = ok1 && n_sets > 1 && codedN != ~UINT64_C(0) && policy_sets_pay(level, fast, codedN, coded1);
     const uint64_t coded = use_sets ? codedN : coded1;
     uint8_t kind = kKindRaw;
     if (ok1 && stream_pays(level, coded, n_elems)) kind = kKindRans;
@@ -277,7 +277,7 @@ __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlo
   }
   __syncwarp();
   if (lane != 0) return;
-  if (policy_tries_window_contexts(level, tab.kind[0], n_elems)) {
+  if (policy_tries_window_contexts(level, tab.kind[0], n_elems, dtype_elem_size(it.dtype), fast)) {
     tab.wlo = policy_ctx_window((const uint64_t*)tab.total[0]);
     for (uint32_t j = 0; j < kCtxJointRows * 256; ++j) tab.joint[j] = 0;
     tab.stage = kStageJoint;
