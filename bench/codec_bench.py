@@ -203,8 +203,8 @@ def load_tz_lib(lib_path: Path):
 class TensorZip:
     multithreaded = True
 
-    def __init__(self, lib_path: Path, level: int, threads: int, simd: str | None = None, label: str = "tensorzip"):
-        self.name = (label if level == 0 else f"{label} L{level}") + (f" [{simd}]" if simd else "")
+    def __init__(self, lib_path: Path, level: int, threads: int, simd: str | None = None):
+        self.name = ("tensorzip" if level == 0 else f"tensorzip L{level}") + (f" [{simd}]" if simd else "")
         lib = load_tz_lib(lib_path)
         # The kernel set is one per process: a codec that names one switches
         # to it before each call (runs are interleaved across codecs).
@@ -340,18 +340,19 @@ class ZipNN:
         pass
 
 
-CODECS = ["tz", "tz2", "tz3", "zstd3", "zstd19", "lz4", "zipnn", "base", "base2", "base3"]
+CODECS = ["tz", "tz2", "tz3", "zstd3", "zstd19", "lz4", "zipnn"]
 QUICK_CODECS = ["tz", "tz2", "zstd3", "lz4", "zipnn"]  # zstd -19 (~2-4 MB/s) alone would take minutes
 
 
-def make_codec(key: str, threads: int, lib: Path, base_lib: Path | None = None, base_label: str = "baseline"):
+def make_codec(key: str, threads: int, lib: Path, base_lib: Path | None = None):
+    key, _, which = key.partition("~")  # "tz~base": tensorzip from --base-lib
     base, _, simd = key.partition("@")  # "tz@avx2": tensorzip on the AVX2 kernels
     if base in ("tz", "tz2", "tz3"):
-        return TensorZip(lib, {"tz": 0, "tz2": 2, "tz3": 3}[base], threads, simd or None)
-    if base in ("base", "base2", "base3"):  # the same codec from another build (--base-lib)
-        if base_lib is None:
-            raise SystemExit(f"codec {base} needs --base-lib")
-        return TensorZip(base_lib, {"base": 0, "base2": 2, "base3": 3}[base], threads, simd or None, base_label)
+        codec = TensorZip(base_lib if which == "base" else lib, {"tz": 0, "tz2": 2, "tz3": 3}[base], threads,
+                          simd or None)
+        if which == "base":
+            codec.name += " (base)"
+        return codec
     if key == "zstd3":
         return Zstd(3, threads)
     if key == "zstd19":
@@ -548,9 +549,8 @@ def main() -> int:
     ap.add_argument("--lib", type=Path, help="use this libtensorzip.so instead of building one")
     ap.add_argument("--no-build", action="store_true", help="do not (re)build libtensorzip.so")
     ap.add_argument("--base-lib", type=Path,
-                    help="a second libtensorzip.so (e.g. built from an earlier commit) for the codecs base, base2, "
-                         "base3: the same levels side by side in one interleaved run")
-    ap.add_argument("--base-label", default="baseline", help="name of the --base-lib codecs in the table")
+                    help="also run every tensorzip codec from this libtensorzip.so (rows marked 'base'), interleaved "
+                         "with the others: before/after comparisons of two builds in one run")
     ap.add_argument("--simd", help="comma list of SIMD paths (portable, avx2, avx512, neon): every tensorzip codec "
                                    "runs once per path, interleaved (default: the path the CPU picks)")
     args = ap.parse_args()
@@ -566,8 +566,12 @@ def main() -> int:
         if c not in CODECS:
             ap.error(f"unknown codec {c}")
     if args.simd:
-        codecs = [f"{c}@{p}" if c.startswith(("tz", "base")) else c for c in codecs
-                  for p in (args.simd.split(",") if c.startswith(("tz", "base")) else [None])]
+        codecs = [f"{c}@{p}" if c.startswith("tz") else c for c in codecs
+                  for p in (args.simd.split(",") if c.startswith("tz") else [None])]
+    if args.base_lib:
+        if not args.base_lib.exists():
+            raise SystemExit(f"{args.base_lib} not found")
+        codecs = [x for c in codecs for x in ([c, c + "~base"] if c.startswith("tz") else [c])]
     threads = max(1, args.threads)
     thread_modes = [1] if threads == 1 else [1, threads]
 
@@ -596,7 +600,7 @@ def main() -> int:
     configs = []  # (codec key, threads, codec object)
     for c in codecs:
         for th in thread_modes:
-            codec = make_codec(c, th, lib, args.base_lib, args.base_label)
+            codec = make_codec(c, th, lib, args.base_lib)
             names[c] = codec.name
             mt_ok[c] = codec.multithreaded
             if th > 1 and not codec.multithreaded:
@@ -647,7 +651,8 @@ def main() -> int:
         f"date: {now}; wall time {time.time() - t_begin:.0f} s",
         f"CPU: {cpu_model()}; {os.cpu_count()} logical CPUs; all-threads runs use {threads} threads; "
         f"load average {' '.join(load0)} before, {' '.join(load1)} after",
-        f"tensorzip: {lib} (git {git_state()}); {versions()}",
+        f"tensorzip: {lib} (git {git_state()}); {versions()}"
+        + (f"; rows marked (base): {args.base_lib}" if args.base_lib else ""),
         f"SIMD path: {simd_default} (what this CPU and build pick; TZ_SIMD={os.environ.get('TZ_SIMD', '')!r})"
         + (f"; rows marked [path] ran that path (--simd {args.simd})" if args.simd else "")
         + f"; CPU SIMD flags: {cpu_simd_flags()}",

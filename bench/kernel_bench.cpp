@@ -8,6 +8,7 @@
 // symbol. Every path this build and CPU have; TZ_SIMD is not needed.
 //
 //   build/bench/tz_kernel_bench [--ghz 2.596] [file.safetensors]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,10 @@
 #include "codec/rans.h"
 #include "cpu/kernels.h"
 #include "cpu/simd_path.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #ifndef TZ_BENCH_FIXTURES_DIR
 #define TZ_BENCH_FIXTURES_DIR "../shared/fixtures"
@@ -35,6 +40,34 @@ double cpu_seconds() {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+
+#if defined(__x86_64__)
+// Cycles of one 8-lane AVX2 gather (vpgatherdd) from a 16 KiB table, eight
+// independent chains in flight (so throughput, not latency): the floor under
+// the AVX2 rANS kernels, which gather once per 8 symbols (the decoder its
+// table entry, the encoder its freq | start).
+__attribute__((target("avx2"))) double gather_cycles(const uint32_t* table, double ghz) {
+  constexpr long kIters = 2000000;
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    __m256i v[8];
+    for (int c = 0; c < 8; ++c) v[c] = _mm256_setr_epi32(c, 9 * c + 1, 3, 77 * c, 5, 1000, 4095 - c, 2048);
+    const __m256i mask = _mm256_set1_epi32(kProbScale - 1);
+    const double t0 = cpu_seconds();
+    for (long i = 0; i < kIters; ++i)
+      for (int c = 0; c < 8; ++c)
+        v[c] = _mm256_add_epi32(v[c], _mm256_srli_epi32(
+                                          _mm256_i32gather_epi32((const int*)table, _mm256_and_si256(v[c], mask), 4), 20));
+    best = std::min(best, cpu_seconds() - t0);
+    __m256i all = v[0];
+    for (int c = 1; c < 8; ++c) all = _mm256_xor_si256(all, v[c]);
+    uint32_t sink[8];
+    _mm256_storeu_si256((__m256i*)sink, all);
+    if (sink[0] == 0x12345678u) std::printf(" ");  // keeps the chains alive
+  }
+  return best * ghz * 1e9 / (8.0 * kIters);
+}
+#endif
 
 }  // namespace
 
@@ -61,12 +94,13 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < v.size(); ++i) split_elem_bf16(v[i], sym[i], mant[i]);
   std::vector<uint64_t> counts(256, 0);
   for (uint8_t s : sym) ++counts[s];
-  std::vector<uint32_t> freq(256), fst(256), dec(kProbScale);
+  std::vector<uint32_t> freq(256), fst(256), dec(kProbScale), dec_copy(kProbScale);
   std::vector<RansEncSym> enc(256);
   rans_normalize(counts.data(), freq.data());
   rans_build_enc(freq.data(), enc.data());
   build_freq_start(freq.data(), fst.data());
   rans_build_dec(freq.data(), dec.data());
+  dec_copy = dec;  // a second table at another address (each block its own table)
   std::vector<std::vector<uint8_t>> payload(B);
   std::vector<uint16_t> words(n);
   for (int b = 0; b < B; ++b) {
@@ -77,8 +111,8 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> out(2 * (size_t)n * B), tmp(kRansStateBytes + 2 * (size_t)n);
   std::printf("kernel cost, cycles per symbol at %.3f GHz (CPU time, best of 9), %d distinct blocks of %u BF16 "
               "exponents of %s\n", ghz, B, n, file.c_str());
-  std::printf("%-9s %7s %7s %7s %8s %9s %7s %7s %7s\n", "path", "encode", "decode", "decode2", "dec_bf16",
-              "dec2_bf16", "hist", "split", "minmax");
+  std::printf("%-9s %7s %7s %7s %8s %9s %9s %7s %7s %7s\n", "path", "encode", "decode", "decode2", "dec_bf16",
+              "dec2_bf16", "dec2_2tab", "hist", "split", "minmax");
   for (SimdPath p : kAllSimdPaths) {
     const CodecKernels* k = codec_kernels_for(p);
     if (!k || !simd_path_cpu_has(p)) {
@@ -104,7 +138,9 @@ int main(int argc, char** argv) {
       for (int b = 0; b < B; ++b)
         bad |= k->rans_decode(payload[b].data(), payload[b].size(), n, dec.data(), RansCtx{}, out.data() + (size_t)b * n);
     });
-    auto stream = [&](int b, uint8_t* o) { return RansStream{payload[b].data(), payload[b].size(), n, dec.data(), o}; };
+    auto stream = [&](int b, uint8_t* o, const uint32_t* d = nullptr) {
+      return RansStream{payload[b].data(), payload[b].size(), n, d ? d : dec.data(), o};
+    };
     const double d2 = cost([&] {
       for (int b = 0; b < B; b += 2)
         k->rans_decode2(stream(b, out.data() + (size_t)b * n), &sa, stream(b + 1, out.data() + (size_t)(b + 1) * n), &sb);
@@ -122,6 +158,14 @@ int main(int argc, char** argv) {
                              &sb);
       bad |= sa | sb;
     });
+    // As dec2_bf16, the second block of each pair with its own table.
+    const double d2t = cost([&] {
+      for (int b = 0; b < B; b += 2)
+        k->rans_decode2_bf16(stream(b, out.data() + 2 * (size_t)b * n), mant.data() + (size_t)b * n, &sa,
+                             stream(b + 1, out.data() + 2 * (size_t)(b + 1) * n, dec_copy.data()),
+                             mant.data() + (size_t)(b + 1) * n, &sb);
+      bad |= sa | sb;
+    });
     if (bad || std::memcmp(out.data(), v.data(), out.size()) != 0) {
       std::fprintf(stderr, "%s: decoded data differs\n", simd_path_name(p));
       return 1;
@@ -133,8 +177,13 @@ int main(int argc, char** argv) {
     const double sp = cost([&] { k->split(kBF16, src, n * B, st); });
     uint8_t lo = 0, hh = 0;
     const double mm = cost([&] { k->minmax(kBF16, 0, src, n * B, &lo, &hh); });
-    std::printf("%-9s %7.2f %7.2f %7.2f %8.2f %9.2f %7.2f %7.2f %7.2f\n", simd_path_name(p), e, d, d2, db, d2b, hi,
-                sp, mm);
+    std::printf("%-9s %7.2f %7.2f %7.2f %8.2f %9.2f %9.2f %7.2f %7.2f %7.2f\n", simd_path_name(p), e, d, d2, db, d2b,
+                d2t, hi, sp, mm);
   }
+#if defined(__x86_64__)
+  if (simd_path_cpu_has(SimdPath::kAvx2))
+    std::printf("AVX2 gather of 8 table entries: %.2f cycles (throughput; the rANS kernels gather once per 8 symbols)\n",
+                gather_cycles(dec.data(), ghz));
+#endif
   return 0;
 }

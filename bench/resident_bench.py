@@ -14,8 +14,12 @@ holding the weights:
                memcpy: the lower bound of its cost)
   disk-tzip    the weights in a .tzip file, each block's tensors read and decoded from it by a
                pre-hook (tensorzip Reader; the file is in the page cache after writing it)
+  disk-cold    the same with the file dropped from the page cache before each forward
+               (fsync once, then posix_fadvise(POSIX_FADV_DONTNEED) on the whole file, outside
+               the timed forward; the Reader reads with pread, so every block is read from the
+               disk again: checked with fincore when present)
 
-Latency: forwards interleaved (plain, resident, resident-np, offload, disk-tzip, plain, ...),
+Latency: forwards interleaved (plain, resident, resident-np, offload, disk-tzip, disk-cold, plain, ...),
 medians of --runs; every row's output is checked bit-identical to plain first. Memory: each row
 in a fresh subprocess: the bytes the model holds for its weights (parameters + buffers; offload:
 plus its host copy), and RSS growth over the process before the model was built, after building
@@ -25,6 +29,7 @@ tensorzip.resident.from_pretrained from a .tzip), the others built as plain mode
 
     python3 bench/resident_bench.py [--threads 2] [--runs 15] [--models gpt,minilm] [--dtypes bfloat16,float32]
     python3 bench/resident_bench.py --thread-time    # one thread, main-thread CPU time (robust under load)
+    python3 bench/resident_bench.py --latency-only   # the wall-clock rows only (no memory subprocesses)
     python3 bench/resident_bench.py --device cuda    # latency rows on a GPU; --gpu-block: a 4096-wide block
 """
 from __future__ import annotations
@@ -44,7 +49,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python" / "tests"))
 
-MODES = ["plain", "resident", "resident-np", "offload", "disk-tzip"]
+MODES = ["plain", "resident", "resident-np", "offload", "disk-tzip", "disk-cold"]
+
+
+def drop_cache(path: Path) -> None:
+    """Evicts a (clean) file from the page cache: its next reads come from the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def cached_pages(path: Path) -> str:
+    """fincore's count of the file's pages in the page cache ('?' without fincore)."""
+    r = subprocess.run(["fincore", "--noheadings", "--output", "PAGES", str(path)], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "?"
 
 
 def build(model_name: str, dtype_name: str):
@@ -138,8 +158,11 @@ def make(mode: str, model_name: str, dtype_name: str, threads: int, tmp: Path, d
                 if p is not None and p.dim() >= 2 and p.numel() >= 4096:
                     m._parameters[a] = torch.nn.Parameter(torch.empty(0, dtype=p.dtype), requires_grad=False)
         return model, args, kwargs, weights
-    path = tmp / f"{model_name}-{dtype_name}.tzip"
+    path = tmp / f"{model_name}-{dtype_name}-{mode}.tzip"
     tzt.save_file(weights, path, threads=threads)
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)  # clean pages: what POSIX_FADV_DONTNEED can drop
+    os.close(fd)
     handle = tensorzip.safe_open(path, framework="pt", threads=threads)
     handle.__enter__()
     per_block_hooks(model, (lambda n: handle.get_tensor(n).to(device)) if device != "cpu" else handle.get_tensor)
@@ -148,7 +171,14 @@ def make(mode: str, model_name: str, dtype_name: str, threads: int, tmp: Path, d
             if p is not None and p.dim() >= 2 and p.numel() >= 4096:
                 m._parameters[a] = torch.nn.Parameter(torch.empty(0, dtype=p.dtype), requires_grad=False)
     del weights
+    handle.tz_path = path
     return model, args, kwargs, handle
+
+
+def before_forward(mode: str, keep) -> None:
+    """Untimed preparation of a round: disk-cold drops its file from the page cache."""
+    if mode == "disk-cold":
+        drop_cache(keep.tz_path)
 
 
 def build_inputs():
@@ -254,8 +284,11 @@ def latency(model_name: str, dtype_name: str, threads: int, runs: int, device: s
                     ref = out
                 elif not torch.equal(out.view(-1).view(torch.uint8), ref.view(-1).view(torch.uint8)):
                     raise SystemExit(f"{model_name} {dtype_name}: {m} output differs from plain")
+            drop_cache(built["disk-cold"][3].tz_path)
+            resident_pages = cached_pages(built["disk-cold"][3].tz_path)
             for _ in range(runs):
-                for m, (model, args, kwargs, _) in built.items():
+                for m, (model, args, kwargs, keep) in built.items():
+                    before_forward(m, keep)
                     sync()
                     c0, t0 = time.process_time(), time.perf_counter()
                     model(*args, **kwargs)
@@ -264,7 +297,7 @@ def latency(model_name: str, dtype_name: str, threads: int, runs: int, device: s
                     cpu[m].append(time.process_time() - c0)
         st = tzt.resident_stats(built["resident"][0])
         for m, (_, _, _, h) in built.items():
-            if m == "disk-tzip":
+            if m.startswith("disk-"):
                 h.__exit__(None, None, None)
     return {"median_ms": {m: statistics.median(v) * 1e3 for m, v in times.items()},
             "min_ms": {m: min(v) * 1e3 for m, v in times.items()},
@@ -272,7 +305,8 @@ def latency(model_name: str, dtype_name: str, threads: int, runs: int, device: s
             "pair_ratio": {m: statistics.median(a / b for a, b in zip(v, times["plain"])) for m, v in times.items()},
             "cpu_ms": {m: statistics.median(v) * 1e3 for m, v in cpu.items()},
             "ratio": st["ratio"], "plain_weight_bytes": st["plain_bytes"], "frame_bytes": st["compressed_bytes"],
-            "max_group_bytes": st["max_group_bytes"], "groups": len(st["groups"])}
+            "max_group_bytes": st["max_group_bytes"], "groups": len(st["groups"]),
+            "plan_bytes": st.get("plan_bytes", 0), "cold_pages_after_drop": resident_pages}
 
 
 def gpu_block(runs: int) -> None:
@@ -372,27 +406,34 @@ def thread_time_rows(models, dtypes, runs: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    print("| model | dtype | mode | main-thread CPU ms (median) | x plain (median of per-round ratios) | min ms |")
-    print("|---|---|---|---:|---:|---:|")
+    print("| model | dtype | mode | main-thread CPU ms (median) | x plain (median of per-round ratios) | min ms "
+          "| wall ms (median) | x plain (wall) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
     for model_name in models:
         for dtype_name in dtypes:
             with tempfile.TemporaryDirectory() as td:
-                modes = ["plain", "resident-np", "offload", "disk-tzip"]
+                modes = ["plain", "resident-np", "offload", "disk-tzip", "disk-cold"]
                 built = {m: make(m, model_name, dtype_name, 1, Path(td)) for m in modes}
                 times = {m: [] for m in modes}
+                wall = {m: [] for m in modes}
                 with torch.no_grad():
                     for model, args, kwargs, _ in built.values():
                         model(*args, **kwargs)
                     for _ in range(runs):
-                        for m, (model, args, kwargs, _) in built.items():
-                            t0 = time.thread_time()
+                        for m, (model, args, kwargs, keep) in built.items():
+                            before_forward(m, keep)
+                            t0, w0 = time.thread_time(), time.perf_counter()
                             model(*args, **kwargs)
                             times[m].append(time.thread_time() - t0)
+                            wall[m].append(time.perf_counter() - w0)
                 for m in modes:
                     r = statistics.median(a / b for a, b in zip(times[m], times["plain"]))
+                    rw = statistics.median(a / b for a, b in zip(wall[m], wall["plain"]))
                     print(f"| {model_name} | {dtype_name} | {m} (1 thread) | {statistics.median(times[m]) * 1e3:.1f} | "
-                          f"{r:.2f} | {min(times[m]) * 1e3:.1f} |", flush=True)
-                built["disk-tzip"][3].__exit__(None, None, None)
+                          f"{r:.2f} | {min(times[m]) * 1e3:.1f} | {statistics.median(wall[m]) * 1e3:.1f} | {rw:.2f} |",
+                          flush=True)
+                for m in ("disk-tzip", "disk-cold"):
+                    built[m][3].__exit__(None, None, None)
 
 
 def main() -> None:
@@ -404,6 +445,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (latency rows only)")
     ap.add_argument("--gpu-block", action="store_true", help="the 4096-wide block on the GPU, then exit")
     ap.add_argument("--thread-time", action="store_true", help="one-thread rows timed by main-thread CPU time, then exit")
+    ap.add_argument("--latency-only", action="store_true", help="wall-clock rows without the memory columns")
     ap.add_argument("--memory-row", nargs=4, metavar=("MODE", "MODEL", "DTYPE", "FOLDER"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.memory_row:
@@ -424,11 +466,15 @@ def main() -> None:
     simd = "?"
     if tzip.exists():
         v = subprocess.run([str(tzip), "--version"], capture_output=True, text=True).stdout
-        simd = v.split("CPU kernels:")[-1].strip(" )\n") if "CPU kernels:" in v else "?"
+        simd = v.split("CPU kernels:")[-1].strip(" )\n") + " (tzip --version)" if "CPU kernels:" in v else "?"
+    if simd == "?":
+        import tensorzip._tensorzip as _C
+
+        simd = f"{_C.simd_path()} (tensorzip._tensorzip.simd_path())"
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} UTC, load average {os.getloadavg()[0]:.1f}, {cpu}, {os.cpu_count()} vCPU, torch {torch.__version__} "
-          f"({a.threads} threads), tensorzip CPU kernels: {simd} (tzip --version)")
+          f"({a.threads} threads), tensorzip CPU kernels: {simd}")
     print("| model | dtype | mode | forward ms (median) | x plain (median of per-round ratios) | min ms | x plain "
           "| CPU ms (median, all threads) | x plain | weights held (MiB) | RSS model / peak (MiB) |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -443,6 +489,15 @@ def main() -> None:
                     print(f"| {model_name} | {dtype_name} | {mode} ({a.device}) | {ms:.2f} | {lat['pair_ratio'][mode]:.2f} | "
                           f"{mn:.2f} | {mn / lat['min_ms']['plain']:.2f} | | | | |",
                           flush=True)
+                continue
+            if a.latency_only:
+                for mode in MODES:
+                    print(f"| {model_name} | {dtype_name} | {mode} | {lat['median_ms'][mode]:.1f} | "
+                          f"{lat['pair_ratio'][mode]:.2f} | {lat['min_ms'][mode]:.1f} | "
+                          f"{lat['min_ms'][mode] / lat['min_ms']['plain']:.2f} | {lat['cpu_ms'][mode]:.1f} | "
+                          f"{lat['cpu_ms'][mode] / lat['cpu_ms']['plain']:.2f} | | |", flush=True)
+                print(f"<!-- load average now {os.getloadavg()[0]:.1f}; prepared plan {lat['plan_bytes']} B; "
+                      f"disk-cold file pages cached after a drop: {lat['cold_pages_after_drop']} -->", flush=True)
                 continue
             td = tempfile.TemporaryDirectory()
             save_compressed(model_name, dtype_name, Path(td.name))
@@ -461,7 +516,8 @@ def main() -> None:
             td.cleanup()
             print(f"<!-- load average now {os.getloadavg()[0]:.1f}; {model_name} {dtype_name}: frames {lat['frame_bytes']} B for {lat['plain_weight_bytes']} B "
                   f"of weights ({lat['frame_bytes'] / lat['plain_weight_bytes']:.4f}x), {lat['groups']} groups, "
-                  f"largest {lat['max_group_bytes']} B, scratch 2 x that -->", flush=True)
+                  f"largest {lat['max_group_bytes']} B, scratch 2 x that, prepared plan {lat['plan_bytes']} B; "
+                  f"disk-cold file pages cached after a drop: {lat['cold_pages_after_drop']} -->", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # AArch64 check: cross-builds the codec and KV page codec libraries and their
 # test binaries (CUDA off, nothing else) with Debian's g++-aarch64-linux-gnu
 # and runs them under qemu-aarch64: the NEON kernels against the portable
-# code, the round-trip, corruption and lane-context suites on an AArch64
+# code, the CRC32C (ARMv8 CRC instructions) and block checksum against the
+# table, the round-trip, corruption and lane-context suites on an AArch64
 # build, and the KV page codec's kernel, checksum and escape suites.
 # Correctness only: speed under an emulator means nothing.
 # Called by scripts/test.sh; needs what scripts/deps.sh installs
@@ -21,7 +22,7 @@ cmake --build "$BUILD" --target tz_tests tz_kv_tests fuzz_replay_kv_page -j "$JO
 # the portable one, round trips of every dtype and level, lane contexts, real
 # data, random access, the corruption checks that decode) and stay within a
 # few minutes under the emulator; TZ_AARCH64_FILTER overrides.
-DEFAULT_FILTER="Simd.*:SimdPath.*:LaneCtx.*:RansCoder.*:RansTable.*:Fields.*:FrameApi.*:Inspect.*:Errors.*"
+DEFAULT_FILTER="Crc32c.*:BlockChecksum.*:Simd.*:SimdPath.*:LaneCtx.*:RansCoder.*:RansTable.*:Fields.*:FrameApi.*:Inspect.*:Errors.*"
 DEFAULT_FILTER+=":CppApi.*:RoundTripOdd.*:AllDtypesAllLevels/RoundTrip.*:SpecialValues.*:RandomAccess.*:RealData.*"
 DEFAULT_FILTER+=":Corruption.TruncationAtEveryLength:Corruption.HeaderFieldsValidated:Corruption.VerifyReportsTheBadBlock"
 FILTER="${TZ_AARCH64_FILTER:-$DEFAULT_FILTER}"

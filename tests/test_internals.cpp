@@ -10,6 +10,7 @@
 #include "codec/fields.h"
 #include "codec/rans.h"
 #include "cpu/checksum_cpu.h"
+#include "cpu/checksum_fold.h"
 #include "tz_test_util.h"
 
 using namespace tzt;
@@ -72,6 +73,109 @@ TEST(Crc32c, ImplementationsAgree) {
       ASSERT_EQ(~st2, ref);
     }
   }
+}
+
+// The CRC32C paths this CPU can run (the table always).
+static std::vector<tz::cpu::Crc32cPath> crc32c_paths() {
+  std::vector<tz::cpu::Crc32cPath> v;
+  for (int i = 0; i <= 3; ++i)
+    if (tz::cpu::crc32c_path_supported((tz::cpu::Crc32cPath)i)) v.push_back((tz::cpu::Crc32cPath)i);
+  return v;
+}
+
+// Interleaved streams (the segment CRCs of a block or KV page in one pass):
+// every stream's state equals the table reference run on it alone, for every
+// stream count, lengths that differ (0, under 8, not multiples of 8, long),
+// misaligned starts and any initial state.
+TEST(Crc32c, StreamsEqualOneAtATime) {
+  const Bytes data = hash_stream(8 * 5000 + 64, 13);
+  std::printf("  CRC32C path: %s\n", tz::cpu::crc32c_path());
+  uint64_t seed = 0;
+  for (int k = 1; k <= tz::cpu::kCrc32cMaxStreams; ++k) {
+    for (int trial = 0; trial < 60; ++trial) {
+      uint32_t st[tz::cpu::kCrc32cMaxStreams], want[tz::cpu::kCrc32cMaxStreams];
+      const uint8_t* p[tz::cpu::kCrc32cMaxStreams];
+      size_t n[tz::cpu::kCrc32cMaxStreams];
+      for (int j = 0; j < k; ++j) {
+        const uint64_t r = splitmix64(seed++);
+        const size_t lens[] = {0, 1, 7, 8, 9, 1024, 1023, 4096, (size_t)(r % 5000)};
+        n[j] = trial < 9 ? lens[(trial + j) % 9] : (size_t)((r >> 20) % 5000);
+        p[j] = data.data() + (size_t)j * 5000 + (size_t)((r >> 40) % 64);
+        st[j] = trial % 2 ? ~0u : (uint32_t)(r >> 8);
+        want[j] = tz::crc32c_update(st[j], p[j], n[j], kTable.t);
+      }
+      for (tz::cpu::Crc32cPath path : crc32c_paths()) {
+        uint32_t got[tz::cpu::kCrc32cMaxStreams];
+        memcpy(got, st, sizeof got);
+        tz::cpu::crc32c_update_streams_on(path, got, p, n, k);
+        for (int j = 0; j < k; ++j)
+          ASSERT_EQ(got[j], want[j]) << tz::cpu::crc32c_path_name(path) << ", " << k << " streams, trial " << trial
+                                     << ", stream " << j;
+      }
+      tz::cpu::crc32c_update_streams(st, p, n, k);
+      for (int j = 0; j < k; ++j) ASSERT_EQ(st[j], want[j]) << k << " streams, trial " << trial << ", stream " << j;
+    }
+  }
+}
+
+// Every path (table, CRC instruction, PCLMULQDQ and VPCLMULQDQ folding where
+// this CPU has them) against the table: every length 0..5000 from every
+// start alignment 0..63 with a random initial state (the reference states
+// of all prefixes come from one incremental pass), then random lengths up to
+// 70 KB at random alignments and states (the 512-bit path's four-accumulator
+// loop and every tail length). A wrong folding constant fails here.
+TEST(Crc32c, EveryPathEqualsTableEveryLength) {
+  const Bytes data = hash_stream(72 * 1024 + 64, 17);
+  std::vector<uint32_t> want(5001);
+  for (tz::cpu::Crc32cPath path : crc32c_paths()) std::printf("  CRC32C path tested: %s\n", tz::cpu::crc32c_path_name(path));
+  for (size_t align = 0; align < 64; ++align) {
+    const uint8_t* p = data.data() + align;
+    const uint32_t s0 = align % 8 == 0 ? ~0u : (uint32_t)splitmix64(align + 1000);
+    want[0] = s0;
+    for (size_t n = 1; n <= 5000; ++n) want[n] = tz::crc32c_update(want[n - 1], p + n - 1, 1, kTable.t);
+    for (tz::cpu::Crc32cPath path : crc32c_paths())
+      for (size_t n = 0; n <= 5000; ++n)
+        ASSERT_EQ(tz::cpu::crc32c_update_on(path, s0, p, n), want[n])
+            << tz::cpu::crc32c_path_name(path) << ", length " << n << ", alignment " << align;
+  }
+  for (uint64_t t = 0; t < 300; ++t) {
+    const uint64_t r = splitmix64(t + 77);
+    const size_t n = (size_t)(r % (70 * 1000 + 1)), align = (size_t)(r >> 40) % 64;
+    const uint32_t s0 = (uint32_t)(r >> 7);
+    const uint32_t ref = tz::crc32c_update(s0, data.data() + align, n, kTable.t);
+    for (tz::cpu::Crc32cPath path : crc32c_paths())
+      ASSERT_EQ(tz::cpu::crc32c_update_on(path, s0, data.data() + align, n), ref)
+          << tz::cpu::crc32c_path_name(path) << ", length " << n << ", alignment " << align;
+  }
+}
+
+// The folding constants are x^e mod P (reflected, shifted into the high 32
+// bits) for the distances they are named with, recomputed here bit by bit
+// from the polynomial (scripts/crc32c_fold_constants.py documents the
+// derivation); and a wrong one (one bit flipped) makes folding differ from
+// the table, which the test above would then catch.
+TEST(Crc32c, FoldConstantsFromPolynomial) {
+  auto xpow_mod = [](size_t e) {
+    uint64_t r = 1;
+    for (size_t i = 0; i < e; ++i) {
+      r <<= 1;
+      if (r & (1ull << 32)) r ^= 0x11EDC6F41ull;
+    }
+    return (uint32_t)r;
+  };
+  auto reflect32 = [](uint32_t v) {
+    uint32_t o = 0;
+    for (int i = 0; i < 32; ++i) o |= ((v >> i) & 1u) << (31 - i);
+    return o;
+  };
+  namespace fold = tz::cpu::fold;
+  for (int i = 0; i < fold::kNumConst; ++i) {
+    const size_t d = 8 * fold::kConstBytes[i];
+    EXPECT_EQ(fold::kConst[i][0], (uint64_t)reflect32(xpow_mod(d + 63)) << 32) << fold::kConstBytes[i] << " bytes";
+    EXPECT_EQ(fold::kConst[i][1], (uint64_t)reflect32(xpow_mod(d - 1)) << 32) << fold::kConstBytes[i] << " bytes";
+  }
+  // x^(D-1), not x^D: the off-by-one the carry-less product's bit order asks for.
+  EXPECT_NE(fold::kConst[1][1], (uint64_t)reflect32(xpow_mod(512)) << 32);
 }
 
 // Block checksum = CRC32C of the LE32 CRC32Cs of 4096-byte segments

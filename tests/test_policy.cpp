@@ -48,10 +48,12 @@ TEST(Policy, PassesAndFastTables) {
   EXPECT_EQ(policy_bytes_kind(-1), kKindRaw);
   EXPECT_EQ(policy_bytes_kind(1), kKindZstd);
   EXPECT_EQ(policy_bytes_kind(3), kKindZstd);
-  EXPECT_FALSE(policy_codes_streams(-1, kBF16, 10));
-  EXPECT_FALSE(policy_codes_streams(1, kBytes, 10));
-  EXPECT_FALSE(policy_codes_streams(2, kF32, 0));
-  EXPECT_TRUE(policy_codes_streams(1, kF8E5M2, 1));
+  EXPECT_FALSE(policy_codes_streams(-1, kBF16, 10000, 1));
+  EXPECT_FALSE(policy_codes_streams(1, kBytes, 10000, 1));
+  EXPECT_FALSE(policy_codes_streams(2, kF32, 0, 0));
+  EXPECT_FALSE(policy_codes_streams(1, kF8E5M2, 1, 1));  // too small to pay (short path)
+  EXPECT_FALSE(policy_codes_streams(1, kF8E5M2, 139, 1));
+  EXPECT_TRUE(policy_codes_streams(1, kF8E5M2, 140, 1));
   EXPECT_FALSE(policy_sampled(kSampleElems));
   EXPECT_TRUE(policy_sampled(2 * kSampleElems));
   EXPECT_EQ(policy_first_pass_elems(4096), 4096u);
@@ -240,7 +242,9 @@ Bytes policy_table_section(uint8_t dt, const Bytes& data, int level, uint32_t bl
   RansCtx ctx0{};
   std::vector<uint32_t> freq[kMaxStreams];
   bool any = false;
-  if (policy_codes_streams(level, dt, n_elems)) {
+  // The full procedure: no short path (policy_size_can_pay), so that the
+  // encoder's frames of tiny tensors are checked against histograms.
+  if (level >= 1 && dt != kBytes && n_elems > 0) {
     std::vector<uint32_t> H1, H;
     std::vector<uint64_t> C1, C;
     block_hists(policy_first_pass_elems(block_elems), &H1, &C1);
@@ -500,13 +504,101 @@ TEST(Policy, ContextBoundKeepsTheSearchAnswer) {
       RansCtx got{};
       SCOPED_TRACE("lo " + std::to_string(lo) + " trial " + std::to_string(trial));
       EXPECT_EQ(policy_ctx_promising(joint.data(), lo, first, &got, tmp), want);
-      if (want) EXPECT_TRUE(got.base == ref.base && got.n == ref.n);
+      if (want) {
+        EXPECT_TRUE(got.base == ref.base && got.n == ref.n);
+      }
       (want ? promising : not_promising)++;
     }
   }
   EXPECT_GT(promising, 0);
   EXPECT_GT(not_promising, 0);
   EXPECT_GT(skipped, 0);  // the bound does decide some of them
+}
+
+// The short path (policy_size_can_pay) is exact: for every size it calls
+// hopeless, the full policy on the tensor's exact histograms stores every
+// stream raw, for real data (prefixes of real BF16 / FP32 / FP16 / FP8
+// tensors), for constant data (one symbol per stream: the cheapest stream
+// there is) and for two-valued data; and the bound is tight: at the first
+// size it lets through, a constant tensor is coded.
+TEST(Policy, TinyShortPathIsExact) {
+  const tz_dtype dts[] = {TZ_DTYPE_BF16, TZ_DTYPE_F32, TZ_DTYPE_F16, TZ_DTYPE_F8_E4M3};
+  for (const int level : {1, 2, 3}) {
+    uint64_t first_pays = 0;
+    for (uint64_t n = 1; n <= 400; ++n)
+      if (policy_size_can_pay(level, n, 1)) {
+        first_pays = n;
+        break;
+      }
+    ASSERT_EQ(first_pays, level == 1 ? 140u : 139u) << "level " << level;
+    for (const tz_dtype dt : dts) {
+      const uint8_t d = (uint8_t)dt;
+      const uint32_t es = dtype_elem_size(d);
+      const int K = dtype_stream_count(d);
+      const Bytes& real = tzt::real_data(dt);
+      ASSERT_GE(real.size(), first_pays * es);
+      for (uint64_t n = 1; n <= first_pays; ++n) {
+        SCOPED_TRACE("level " + std::to_string(level) + " dtype " + std::to_string(d) + " n " + std::to_string(n));
+        const bool short_path = !policy_codes_streams(level, d, n, 1);
+        EXPECT_EQ(short_path, n < first_pays);
+        Bytes constant(n * es, 0x3c), two(n * es);
+        for (size_t i = 0; i < two.size(); ++i) two[i] = (i / es) % 2 ? 0x3c : 0x3d;
+        const Bytes prefix(real.begin(), real.begin() + n * es);
+        bool constant_coded = false;
+        for (const Bytes* data : std::initializer_list<const Bytes*>{&prefix, &constant, &two}) {
+          std::vector<Bytes> streams(K, Bytes(n));
+          uint8_t* sp[kMaxStreams];
+          for (int k = 0; k < K; ++k) sp[k] = streams[k].data();
+          split_fields(d, data->data(), (uint32_t)n, sp);
+          for (int k = 0; k < K; ++k) {
+            // The version-3 decision of one block: one table's estimate
+            // (policy_set_tables) against the raw size.
+            uint32_t h[256] = {}, freq[256];
+            for (uint8_t x : streams[k]) ++h[x];
+            const uint64_t counted = n;
+            uint64_t coded = 0;
+            TableScratch ts;
+            const bool pays = policy_set_tables(h, 256, &counted, 1, kDefaultBlockElems, n, nullptr, 1, false, nullptr,
+                                                0, freq, &coded, &ts) &&
+                              stream_pays(level, coded, n);
+            if (short_path) {
+              EXPECT_FALSE(pays) << "stream " << k << " would have paid";
+            }
+            if (data == &constant && pays) constant_coded = true;
+          }
+        }
+        if (!short_path) {
+          EXPECT_TRUE(constant_coded) << "the bound is not tight";
+        }
+      }
+    }
+  }
+  // Two or more blocks (more than 4096 elements) can always pay.
+  for (const int level : {1, 2, 3}) EXPECT_TRUE(policy_size_can_pay(level, 4097, 2));
+}
+
+// The CPU encoder's frames of tiny tensors are those of the full policy: a
+// frame of every size 1..200 elements (both sides of the short path's
+// threshold) has the policy's table section, and decodes.
+TEST(Policy, CpuEncoderTinyFramesFollowThePolicy) {
+  for (const tz_dtype dt : {TZ_DTYPE_BF16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3}) {
+    const uint32_t es = dtype_elem_size((uint8_t)dt);
+    for (const Bytes* src : {&tzt::real_data(dt)}) {
+      for (const int level : {1, 2}) {
+        for (uint64_t n = 1; n <= 200; ++n) {
+          SCOPED_TRACE("dtype " + std::to_string(dt) + " level " + std::to_string(level) + " n " + std::to_string(n));
+          Bytes data(src->begin(), src->begin() + n * es);
+          if (n % 3 == 0) std::fill(data.begin(), data.end(), 0);  // constant: codes from 140 on
+          tz_params p = tzt::make_params(dt, level);
+          Bytes frame;
+          ASSERT_TRUE(tzt::round_trips(data, p, &frame));
+          const uint32_t ts = load_le32(&frame[24]);
+          const Bytes got(frame.begin() + 32, frame.begin() + 32 + ts);
+          EXPECT_TRUE(got == policy_table_section((uint8_t)dt, data, level, kDefaultBlockElems));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

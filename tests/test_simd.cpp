@@ -213,6 +213,60 @@ TEST(Simd, PortableCoderMatchesTheReference) {
   }
 }
 
+TEST(Simd, PortableCoderMatchesTheSharedCoder) {
+  // The portable table's coder (src/cpu/rans_portable.cpp: unrolled steps,
+  // context offsets from a table) against the shared host/device coder of
+  // src/codec/rans.h that the CUDA backend runs: same payload bytes and size
+  // limit, with and without lane contexts (every count, bases at the range's
+  // edges), and the same status and symbols on every corruption of them.
+  std::mt19937 rng(5);
+  for (uint32_t nc = 1; nc <= tz::kMaxContexts; ++nc)
+    for (uint32_t base : {0u, 7u, 254u, 255u}) {
+      if (nc == 1 && base != 0) continue;
+      std::vector<uint32_t> f;
+      for (uint32_t c = 0; c < nc; ++c) {
+        const auto tc = table_for((int)((3 * c + base) % kTables));
+        f.insert(f.end(), tc.begin(), tc.end());
+      }
+      const Tables t(f);
+      const tz::RansCtx ctx{base, nc};
+      for (uint32_t n : kSizes) {
+        const std::string tag = "contexts " + std::to_string(nc) + " base " + std::to_string(base) + " n " +
+                                std::to_string(n);
+        const Bytes sym = symbols_for(t.freq, ctx, n, nc * 100 + base + n);
+        std::vector<uint16_t> words(n + 1);
+        Bytes shared(tz::kRansStateBytes + 2 * (size_t)n + 8);
+        shared.resize(tz::rans_encode_ctx(sym.data(), n, t.enc.data(), ctx, words.data(), shared.data(), SIZE_MAX));
+        const Bytes got = encode_with(kPortableKernels, sym, t, ctx);
+        ASSERT_EQ(got, shared) << tag;
+        EXPECT_TRUE(encode_with(kPortableKernels, sym, t, ctx, got.size()).empty()) << tag;
+        EXPECT_EQ(encode_with(kPortableKernels, sym, t, ctx, got.size() + 1), got) << tag;
+        for (int trial = 0; trial < (n >= 64 ? 60 : 6); ++trial) {
+          Bytes c = got;
+          if (trial > 0) {
+            switch (trial % 4) {
+              case 0: c[rng() % c.size()] ^= (uint8_t)(1u << (rng() % 8)); break;
+              case 1: c.resize(c.size() - std::min<size_t>(c.size(), 1 + rng() % 70)); break;
+              case 2: c.resize(c.size() + 2 * (1 + rng() % 40), (uint8_t)rng()); break;
+              default: c[rng() % tz::kRansStateBytes] = (uint8_t)rng();
+            }
+          }
+          Bytes want(n, 0xAB), back(n, 0xAB);
+          const int st = tz::rans_decode_ctx(c.data(), c.size(), n, t.dec.data(), ctx, want.data());
+          ASSERT_EQ(kPortableKernels.rans_decode(c.data(), c.size(), n, t.dec.data(), ctx, back.data()), st)
+              << tag << " trial " << trial;
+          if (trial == 0) {
+            ASSERT_EQ(st, tz::kOk) << tag;
+            ASSERT_EQ(back, sym) << tag;
+          }
+          if (st == tz::kOk) {
+            ASSERT_EQ(back, want) << tag << " trial " << trial;
+          }
+        }
+      }
+    }
+}
+
 TEST(Simd, EncoderAndDecoderMatchPortableCode) {
   SIMD_KERNELS_OR_SKIP(ks);
   for (const CodecKernels* k : ks) {
@@ -235,6 +289,39 @@ TEST(Simd, EncoderAndDecoderMatchPortableCode) {
       }
     }
   }
+}
+
+TEST(Simd, EncoderOfConcentratedTablesMatchesPortable) {
+  // Exponent-like tables (nearly all probability in 16 adjacent symbols),
+  // where the SIMD encoders look the common symbols up without a gather:
+  // windows at both ends of the byte range, rare symbols outside them (0
+  // and 255 included) so that vectors take either lookup, tables whose
+  // window holds more (rare 0, 1, 40) and less (rare 400) than the 127/128
+  // of the probability the encoder asks for.
+  SIMD_KERNELS_OR_SKIP(ks);
+  const uint32_t sizes[] = {32, 33, 64, 1000, 4101, 65536};
+  for (const CodecKernels* k : ks)
+    for (int centre : {0, 7, 120, 248, 255})
+      for (uint64_t rare : {0, 1, 40, 400}) {  // weight of each symbol outside the window
+        std::vector<uint64_t> c(256, 0);
+        for (int v = std::max(0, centre - 7); v <= std::min(255, centre + 8); ++v) c[v] = 3000 + 97 * (uint64_t)(v % 5);
+        for (int v : {0, 1, 60, 200, 254, 255})
+          if (c[v] == 0) c[v] = rare;
+        std::vector<uint32_t> f(256);
+        tz::rans_normalize(c.data(), f.data());
+        const Tables t(f);
+        for (uint32_t n : sizes) {
+          const std::string tag = std::string(tz::cpu::simd_path_name(k->path)) + " centre " +
+                                  std::to_string(centre) + " rare " + std::to_string(rare) + " n " + std::to_string(n);
+          const Bytes sym = symbols_for(t.freq, tz::RansCtx{}, n, centre * 7 + n);
+          const Bytes p = encode_with(kPortableKernels, sym, t, tz::RansCtx{});
+          ASSERT_EQ(p, encode_with(*k, sym, t, tz::RansCtx{})) << tag;
+          EXPECT_TRUE(encode_with(*k, sym, t, tz::RansCtx{}, p.size()).empty()) << tag;
+          Bytes back(n);
+          ASSERT_EQ(k->rans_decode(p.data(), p.size(), n, t.dec.data(), tz::RansCtx{}, back.data()), tz::kOk) << tag;
+          ASSERT_EQ(back, sym) << tag;
+        }
+      }
 }
 
 TEST(Simd, LaneContextStreamsMatch) {
@@ -390,6 +477,53 @@ TEST(Simd, FieldKernelsMatchPortable) {
             ASSERT_EQ(h0, h1) << tag << " histogram of stream " << s;
             ASSERT_EQ(lo0, lo) << tag << " portable min of stream " << s;
             ASSERT_EQ(hi0, hi) << tag << " portable max of stream " << s;
+          }
+        }
+}
+
+TEST(Simd, HistogramOfConcentratedStreamsMatchesPortable) {
+  // Exponent-like streams (most bytes in a few adjacent values), where the
+  // SIMD histograms count a window of values in vectors and the rest one by
+  // one: windows at both ends of the byte range, outliers on both sides of
+  // the window (0 and 255 included), a stream whose values leave the window
+  // after the first chunk, sizes around chunk and vector widths, unaligned.
+  SIMD_KERNELS_OR_SKIP(ks);
+  std::mt19937 rng(14);
+  const uint32_t sizes[] = {1025, 1056, 2047, 2048, 3001, 65536 + 17};
+  const int centres[] = {3, 120, 250};
+  for (const CodecKernels* k : ks)
+    for (uint32_t n : sizes)
+      for (int centre : centres)
+        for (int outliers : {0, 1, 20, 300}) {  // per mille outside the window
+          for (int drift = 0; drift < 2; ++drift) {
+            const std::string tag = std::string(tz::cpu::simd_path_name(k->path)) + " n " + std::to_string(n) +
+                                    " centre " + std::to_string(centre) + " outliers " + std::to_string(outliers) +
+                                    " drift " + std::to_string(drift);
+            // BF16 elements whose exponent (stream 0) is centre +- 5, an
+            // outlier anywhere in 0..255, or (drift) centre + 40 past 1500.
+            Bytes buf(2 * (size_t)n + 1);
+            for (uint32_t i = 0; i < n; ++i) {
+              int e = centre + (int)(rng() % 11) - 5;
+              if ((int)(rng() % 1000) < outliers) e = (int)(rng() % 4 == 0 ? (rng() % 2) * 255 : rng() % 256);
+              if (drift && i >= 1500) e += 40;
+              e = std::clamp(e, 0, 255);
+              const uint16_t v = (uint16_t)((e << 7) | (rng() & 0x807F));
+              buf[1 + 2 * (size_t)i] = (uint8_t)v, buf[2 + 2 * (size_t)i] = (uint8_t)(v >> 8);
+            }
+            const uint8_t* src = buf.data() + 1;
+            for (int s = 0; s < 2; ++s) {
+              std::vector<uint64_t> h0(256, 7), h1(256, 7), want(256, 7);
+              for (uint32_t i = 0; i < n; ++i) ++want[tz::field_byte(tz::kBF16, src, i, s)];
+              kPortableKernels.histogram(tz::kBF16, s, src, n, h0.data());
+              k->histogram(tz::kBF16, s, src, n, h1.data());
+              ASSERT_EQ(h0, want) << tag << " portable histogram of stream " << s;
+              ASSERT_EQ(h1, want) << tag << " histogram of stream " << s;
+            }
+            // The same bytes as one-byte elements (FP8 / bytes streams).
+            std::vector<uint64_t> h0(256, 0), h1(256, 0);
+            kPortableKernels.histogram(tz::kF8E4M3, 0, src, 2 * n, h0.data());
+            k->histogram(tz::kF8E4M3, 0, src, 2 * n, h1.data());
+            ASSERT_EQ(h0, h1) << tag << " histogram of the bytes";
           }
         }
 }

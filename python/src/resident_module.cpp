@@ -64,7 +64,7 @@ void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
 class PyResidentPlan {
  public:
-  explicit PyResidentPlan(unsigned threads) : p_(threads) {}
+  PyResidentPlan(unsigned threads, uint64_t table_budget) : p_(threads, table_budget) {}
   uint64_t add(size_t group, const std::string& name, uintptr_t frame, size_t size, uint64_t dst_offset) {
     return translated([&] { return p_.add(group, name, as_ptr(frame), size, dst_offset); });
   }
@@ -82,6 +82,10 @@ class PyResidentPlan {
   void wait() {
     nb::gil_scoped_release nogil;
     translated([&] { p_.wait(); });
+  }
+  uint64_t decode_blocks(size_t group, size_t frame, uint32_t first, uint32_t count, uintptr_t dst, size_t capacity) {
+    nb::gil_scoped_release nogil;
+    return translated([&] { return p_.decode_blocks(group, frame, first, count, as_ptr(dst), capacity); });
   }
   bool busy() { return p_.busy(); }
   tz::runtime::ResidentPlan& plan() { return p_; }
@@ -209,18 +213,24 @@ void bind_resident(nb::module_& m) {
 
   nb::class_<PyResidentPlan>(m, "ResidentPlan",
                              "Prepared CPU decode plan of resident weights (tensorzip.resident); pointers are ints.")
-      .def(nb::init<unsigned>(), "threads"_a = 0u)
+      .def(nb::init<unsigned, uint64_t>(), "threads"_a = 0u,
+           "table_budget"_a = tz::runtime::ResidentPlan::kDefaultTableBudget)
       .def("add", &PyResidentPlan::add, "group"_a, "name"_a, "frame_ptr"_a, "frame_size"_a, "dst_offset"_a)
       .def("finalize", &PyResidentPlan::finalize)
       .def("decode", &PyResidentPlan::decode, "group"_a, "dst_ptr"_a, "capacity"_a)
       .def("start", &PyResidentPlan::start, "group"_a, "dst_ptr"_a, "capacity"_a)
       .def("wait", &PyResidentPlan::wait)
+      .def("decode_blocks", &PyResidentPlan::decode_blocks, "group"_a, "frame"_a, "first"_a, "count"_a, "dst_ptr"_a,
+           "capacity"_a)
       .def("busy", &PyResidentPlan::busy)
       .def_prop_ro("threads", [](PyResidentPlan& p) { return p.plan().threads(); })
       .def_prop_ro("groups", [](PyResidentPlan& p) { return p.plan().groups(); })
       .def("group_bytes", [](PyResidentPlan& p, size_t g) { return p.plan().group_bytes(g); }, "group"_a)
       .def("frames", [](PyResidentPlan& p, size_t g) { return p.plan().frames(g); }, "group"_a)
       .def("tasks", [](PyResidentPlan& p, size_t g) { return p.plan().tasks(g); }, "group"_a)
+      .def_prop_ro("prepared_frames", [](PyResidentPlan& p) { return p.plan().prepared_frames(); })
+      .def_prop_ro("prepared_bytes", [](PyResidentPlan& p) { return p.plan().prepared_bytes(); })
+      .def_prop_ro("table_budget", [](PyResidentPlan& p) { return p.plan().table_budget(); })
       .def_prop_ro("decoded_bytes", [](PyResidentPlan& p) { return p.plan().decoded_bytes(); })
       .def_prop_ro("decode_seconds", [](PyResidentPlan& p) { return p.plan().decode_seconds(); });
 

@@ -298,6 +298,11 @@ class Engine:
         return float(getattr(self.plan, "decode_seconds", 0.0))
 
     @property
+    def plan_bytes(self) -> int:
+        """Host bytes the CPU plan keeps per frame (decode tables built once, block index copies)."""
+        return int(getattr(self.plan, "prepared_bytes", 0))
+
+    @property
     def decoded_bytes(self) -> int:
         return int(getattr(self.plan, "decoded_bytes", 0))
 

@@ -3,13 +3,14 @@
 An ``nn.Embedding`` forward needs only the rows of the ids it is given; its
 table is often the model's largest tensor (vocabulary x width). For a table
 held in CPU memory, such a forward decodes only the codec blocks that cover
-those rows (every block of a frame decodes alone: ``tz_frame_block_range`` +
-``tz_ctx_decompress_blocks``) and gathers the rows from them: the same values
-``F.embedding`` reads from the plain table, bit for bit.
+those rows (every block of a frame decodes alone: through the CPU plan's
+``decode_blocks``, with the frame's prepared tables, or ``tz_frame_block_range`` +
+``tz_ctx_decompress_blocks`` without a plan) and gathers the rows from them: the
+same values ``F.embedding`` reads from the plain table, bit for bit.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
@@ -60,18 +61,24 @@ class TableIndex:
             first += len(blocks)
         self.n_blocks = first
 
-    def decode_run(self, g0: int, g1: int, out: Any, out_offset: int, threads: int) -> int:
-        """Decodes global blocks [g0, g1] into out[out_offset:]; returns the bytes written."""
+    def decode_run(self, g0: int, g1: int, out: Any, out_offset: int, threads: int,
+                   plan_blocks: Optional[Callable[[int, int, int, int, int], int]] = None) -> int:
+        """Decodes global blocks [g0, g1] into out[out_offset:] (a uint8 tensor); returns the bytes
+        written. plan_blocks(frame, first, count, dst_ptr, capacity): the plan's decode_blocks."""
         written = 0
-        for fr in self.frames:
+        for fi, fr in enumerate(self.frames):
             lo, hi = max(g0, fr.first_block), min(g1, fr.first_block + len(fr.blocks) - 1)
             if lo > hi:
                 continue
             a, b = lo - fr.first_block, hi - fr.first_block
+            pos = out_offset + written
+            if plan_blocks is not None:
+                written += plan_blocks(fi, a, b - a + 1, out.data_ptr() + pos, out.numel() - pos)
+                continue
             start = fr.blocks[a][0]
             end = fr.blocks[b][0] + fr.blocks[b][1]
-            written += _C.decompress_blocks_into(fr.prefix, fr.view[start:end], a, b - a + 1, out,
-                                                 out_offset + written, threads)
+            written += _C.decompress_blocks_into(fr.prefix, fr.view[start:end], a, b - a + 1, out.numpy(), pos,
+                                                 threads)
         return written
 
 
@@ -83,7 +90,8 @@ def table_index(rt: Any) -> Optional[TableIndex]:
     return idx if idx.usable else None
 
 
-def gather(rt: Any, ids: torch.Tensor, threads: int) -> Optional[Tuple[torch.Tensor, int]]:
+def gather(rt: Any, ids: torch.Tensor, threads: int,
+           plan_blocks: Optional[Callable[[int, int, int, int, int], int]] = None) -> Optional[Tuple[torch.Tensor, int]]:
     """(rows of the table for ids, shaped ids.shape + (width,), bytes decoded), or None to decode it whole."""
     idx = table_index(rt)
     if idx is None:
@@ -112,13 +120,15 @@ def gather(rt: Any, ids: torch.Tensor, threads: int) -> Optional[Tuple[torch.Ten
     run_len = torch.minimum((run_last + 1) * bb, torch.tensor(rt.nbytes)) - run_raw
     run_pos = torch.cumsum(run_len, 0) - run_len
     buf = torch.empty(int(run_len.sum()), dtype=torch.uint8)
-    out = buf.numpy()
     for g0, g1, pos in zip(run_first.tolist(), run_last.tolist(), run_pos.tolist()):
-        idx.decode_run(g0, g1, out, pos, threads)
+        idx.decode_run(g0, g1, buf, pos, threads, plan_blocks)
     run_of_row = torch.searchsorted(run_raw, start, right=True) - 1
     pos_bytes = run_pos[run_of_row] + (start - run_raw[run_of_row])
+    # Row r of the decoded runs starts at element pos_bytes[r] // es: one gather of every id's row
+    # from a view whose row e is the `dim` elements from element e on.
     table = buf.view(rt.dtype)
-    rows = table[(pos_bytes // es)[:, None] + torch.arange(dim)[None, :]]
+    starts = table.as_strided((table.numel() - dim + 1, dim), (1, 1))
+    rows = torch.index_select(starts, 0, (pos_bytes // es)[inv])
     for d in rt.casts:
         rows = rows.to(d)
-    return rows[inv].view(*ids.shape, dim), buf.numel()
+    return rows.view(*ids.shape, dim), buf.numel()

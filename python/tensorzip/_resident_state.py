@@ -132,7 +132,12 @@ class ResidentState:
         """An embedding lookup decoding only the blocks that hold the rows (None: decode it whole)."""
         from ._resident_rows import gather
 
-        got = gather(rt, ids, self.threads)
+        e = self._engine_for(rt)
+        plan_blocks = None
+        if not e.cuda:  # the frames' tables prepared once, in the plan (its group n_groups + t: rt alone)
+            gid = e.n_groups + self.index(rt)
+            plan_blocks = lambda fi, first, count, ptr, cap: e.plan.decode_blocks(gid, fi, first, count, ptr, cap)  # noqa: E731
+        got = gather(rt, ids, self.threads, plan_blocks)
         if got is None:
             return None
         out, nbytes = got

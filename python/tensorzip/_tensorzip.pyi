@@ -121,8 +121,9 @@ class TensorWriter:
 HAVE_RESIDENT_CUDA: bool
 
 class ResidentPlan:
-    """Prepared CPU decode plan: frames validated once, groups cut into block runs."""
-    def __init__(self, threads: int = 0) -> None: ...
+    """Prepared CPU decode plan: frames validated once (their decode tables kept within
+    table_budget bytes), groups cut into block runs."""
+    def __init__(self, threads: int = 0, table_budget: int = 64 << 20) -> None: ...
     def add(self, group: int, name: str, frame_ptr: int, frame_size: int, dst_offset: int) -> int:
         """Returns the frame's raw size; CorruptDataError naming `name` for a bad frame."""
     def finalize(self) -> None: ...
@@ -131,6 +132,9 @@ class ResidentPlan:
     def start(self, group: int, dst_ptr: int, capacity: int) -> None:
         """Decodes on the plan's own thread; wait() returns or raises its result."""
     def wait(self) -> None: ...
+    def decode_blocks(self, group: int, frame: int, first: int, count: int, dst_ptr: int, capacity: int) -> int:
+        """Blocks [first, first + count) of the group's frame `frame` alone, on the calling thread
+        (GIL released), with its prepared tables; returns the bytes written."""
     def busy(self) -> bool: ...
     @property
     def threads(self) -> int: ...
@@ -139,6 +143,14 @@ class ResidentPlan:
     def group_bytes(self, group: int) -> int: ...
     def frames(self, group: int) -> int: ...
     def tasks(self, group: int) -> int: ...
+    @property
+    def prepared_frames(self) -> int:
+        """Frames decoded with tables built once (the others build them per decode)."""
+    @property
+    def prepared_bytes(self) -> int:
+        """Bytes the prepared frames hold (decode tables, block index copies)."""
+    @property
+    def table_budget(self) -> int: ...
     @property
     def decoded_bytes(self) -> int: ...
     @property

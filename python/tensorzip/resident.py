@@ -116,7 +116,10 @@ def resident_stats(model: nn.Module) -> Dict[str, Any]:
 
     ``plain_bytes``: bytes the compressed weights take decoded; ``compressed_bytes``: their
     frames (what stays in memory); ``other_bytes``: every other parameter and buffer;
-    ``scratch_bytes``: decode slots allocated now: two of ``slot_bytes`` (the largest layer-list
+    ``plan_bytes``: what the CPU decode plan keeps so that a forward parses no frame header and
+    builds no decode table (per frame: its rANS decode tables, 16 KiB per frequency table, and a
+    copy of its block index; at most 64 MiB per device, frames past that build their tables per
+    decode); ``scratch_bytes``: decode slots allocated now: two of ``slot_bytes`` (the largest layer-list
     element) once a forward ran with prefetch, one without; a group larger than a slot (a big
     output head) is decoded into a buffer of its own, freed when it returns;
     ``decode_seconds`` / ``decoded_bytes``: CPU decode totals (groups and whole tensors);
@@ -145,6 +148,7 @@ def resident_stats(model: nn.Module) -> Dict[str, Any]:
         "max_group_bytes": state.layout.max_group_bytes,
         "slot_bytes": state.layout.slot_bytes,
         "scratch_bytes": sum(e.scratch_bytes() for e in state.engines.values()),
+        "plan_bytes": sum(e.plan_bytes for e in state.engines.values()),
         "decode_seconds": sum(e.decode_seconds for e in state.engines.values()),
         "decoded_bytes": sum(e.decoded_bytes for e in state.engines.values()),
         "on_demand_decodes": state.on_demand_decodes,

@@ -114,6 +114,11 @@ def test_memory_accounting_bf16(path):
     m1 = tzt.compress_model(gpt(path), prefetch=False)
     run(m1, real_text_ids())
     assert tzt.resident_stats(m1)["scratch_bytes"] == layer
+    # The CPU plan's prepared frames (decode tables built once, block index copies): counted, bounded.
+    plan = R._state(model).engine(torch.device("cpu")).plan
+    assert plan.prepared_frames == st["tensors"]  # every frame within the 64 MiB budget
+    assert st["plan_bytes"] == plan.prepared_bytes <= plan.table_budget == 64 << 20
+    assert st["plan_bytes"] >= 16384 * st["tensors"]  # at least one 4096-entry table of 4 bytes each
 
 
 # ---- MiniLM through transformers (real fp32 weights, real text) -------------------------------
@@ -273,6 +278,41 @@ def test_corrupt_frame_in_memory_detected():
     rt.data[rt.data.numel() // 2] ^= 0x40  # a bit flip in resident memory
     with pytest.raises(tensorzip.CorruptDataError, match="blocks.0.fc2.weight"):
         run(model, real_text_ids())
+
+
+def test_corrupt_frame_found_after_the_plan_prepared_its_tables():
+    """The plan keeps each frame's validated tables; block data corrupted in memory afterwards is still
+    caught by the block checksums, in a group's decode and in an embedding's row decode; the model
+    works again once the bytes are back."""
+    x = real_text_ids()
+    ref = run(gpt(), x)
+    model = tzt.compress_model(gpt())
+    assert same(run(model, x), ref)  # plan built, tables prepared
+    assert R._state(model).engine(torch.device("cpu")).plan.prepared_frames == len(R._state(model).tensors)
+    for name in ("blocks.0.fc2.weight", "tok.weight"):
+        rt = next(t for t in R._state(model).tensors if t.name == name)
+        at = rt.data.numel() - 64  # in the last block's data
+        rt.data[at] ^= 0x40
+        with pytest.raises(tensorzip.CorruptDataError, match=name.replace(".", r"\.")):
+            run(model, x)
+        rt.data[at] ^= 0x40
+        assert same(run(model, x), ref)
+
+
+def test_plan_rebuilt_when_frames_change():
+    """New frames (load_state_dict re-encodes) get a new plan: its tables come from the new frames, and
+    outputs are the plain model's with the new values, in blocks and embedding rows alike."""
+    x = real_text_ids()
+    model = tzt.compress_model(gpt())
+    run(model, x)
+    old_plan = R._state(model).engine(torch.device("cpu")).plan
+    new = {k: (v * 2 if v.dim() >= 2 else v) for k, v in gpt().state_dict().items()}
+    plain = gpt()
+    plain.load_state_dict(new)
+    model.load_state_dict(new)
+    assert same(run(model, x), run(plain, x))
+    plan = R._state(model).engine(torch.device("cpu")).plan
+    assert plan is not old_plan and plan.prepared_frames == len(R._state(model).tensors)
 
 
 # ---- module behaviour: .to(), state_dict, modes, autograd -------------------------------------

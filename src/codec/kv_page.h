@@ -489,19 +489,11 @@ struct KvScalarDecoder {
   }
 };
 
-// Decoder of one page: its elements into dst (n_elems * elem_size bytes;
-// the caller checked dst capacity against the header), with the checksum
-// verified through sum (KvRefPageSum or an equal one). scratch:
-// kv_page_scratch_size(n). Returns kOk or the first failed check; dst may then
-// hold partial output.
-template <class PageSum, class Decoder>
-TZ_HD int kv_decode_page_with(const KvCodecTables& c, const uint8_t* p, size_t size, uint8_t* dst, uint8_t* scratch,
-                              const PageSum& crc, const Decoder& d) {
-  KvPageView v;
-  int st = kv_view_page(c, p, size, &v);
-  if (st != kOk) return st;
-  st = kv_check_page(c, p, size, v, crc);
-  if (st != kOk) return st;
+// The payload of a page whose view kv_view_page accepted, decoded into dst.
+template <class Decoder>
+TZ_HD int kv_decode_payload(const KvCodecTables& c, const uint8_t* p, const KvPageView& v, uint8_t* dst,
+                            uint8_t* scratch, const Decoder& d) {
+  int st = kOk;
   const KvTables& t = c.t;
   const uint32_t n = v.h.n_elems;
   const int K = t.n_streams;
@@ -514,7 +506,7 @@ TZ_HD int kv_decode_page_with(const KvCodecTables& c, const uint8_t* p, size_t s
   if (v.h.mode == kPageFixed) return d.fixed(v.payload[0], n, v.lit, v.n_lit, streams, scratch, dst);
   // A decoder may fuse the common rANS page (stream 0 coded, stream 1 raw) into
   // one pass: decode, merge, patch (same result and status as the steps below).
-  if constexpr (requires { d.rans_merge(p, size, n, p, p, size, scratch, dst); }) {
+  if constexpr (requires { d.rans_merge(p, v.n_lit, n, p, p, v.n_lit, scratch, dst); }) {
     if (K == 2 && v.smode[0] == kModeRans && v.smode[1] == kModeRaw)
       return d.rans_merge(v.payload[0], v.size[0], n, v.payload[1], v.lit, v.n_lit, scratch, dst);
   }
@@ -528,6 +520,45 @@ TZ_HD int kv_decode_page_with(const KvCodecTables& c, const uint8_t* p, size_t s
     streams[k] = coded[k];
   }
   return d.finish(coded, streams, n, v.lit, v.n_lit, dst);
+}
+
+// A decoder that declares kChecksumAfterPayload = true has the checksum
+// verified after the payload is decoded rather than before (see below).
+template <class Decoder>
+TZ_HD constexpr bool kv_checksum_after_payload() {
+  if constexpr (requires { Decoder::kChecksumAfterPayload; })
+    return Decoder::kChecksumAfterPayload;
+  else
+    return false;
+}
+
+// Decoder of one page: its elements into dst (n_elems * elem_size bytes;
+// the caller checked dst capacity against the header), with the checksum
+// verified through sum (KvRefPageSum or an equal one). scratch:
+// kv_page_scratch_size(n). Returns kOk or the first failed check of
+// doc/kv.md 5; dst may then hold partial output.
+// Checksum after the payload (a CPU decoder's choice): the payload decoder
+// then reads the page from memory at its own pace, the loads overlapped
+// with its work, and the CRC runs over bytes already in the caches (the
+// CRC first would wait for memory alone). The status is the same: a
+// checksum mismatch is reported whatever the payload decoding returned
+// (the payload decoders are safe on any page the layout checks accept,
+// doc/kv.md 5), else the payload's status.
+template <class PageSum, class Decoder>
+TZ_HD int kv_decode_page_with(const KvCodecTables& c, const uint8_t* p, size_t size, uint8_t* dst, uint8_t* scratch,
+                              const PageSum& crc, const Decoder& d) {
+  KvPageView v;
+  int st = kv_view_page(c, p, size, &v);
+  if (st != kOk) return st;
+  if constexpr (kv_checksum_after_payload<Decoder>()) {
+    st = kv_decode_payload(c, p, v, dst, scratch, d);
+    const int sum = kv_check_page(c, p, size, v, crc);
+    return sum != kOk ? sum : st;
+  } else {
+    st = kv_check_page(c, p, size, v, crc);
+    if (st != kOk) return st;
+    return kv_decode_payload(c, p, v, dst, scratch, d);
+  }
 }
 
 template <class PageSum>

@@ -8,6 +8,9 @@
 // histograms and min/max (threads, SIMD, warps), never in what they decide.
 //
 // The decision for a float tensor at level >= 1 with elements:
+//   0. Short path (policy_size_can_pay): a tensor too small for any stream
+//      to pay even with the smallest table and a zero-bit payload is all
+//      raw, from its size alone (no histogram).
 //   1. First pass (policy_first_pass_elems): a histogram of every stream over
 //      the first kSampleElems elements of every block when blocks are larger
 //      than that ("sampled"), else of whole blocks.
@@ -60,9 +63,39 @@ TZ_HD bool encode_block_count(uint64_t n_elems, uint32_t block_elems, uint32_t* 
 
 // Dtype bytes: one stream, zstd coded per block from level 1 on (CPU only).
 TZ_HD uint8_t policy_bytes_kind(int level) { return level >= 1 ? (uint8_t)kKindZstd : (uint8_t)kKindRaw; }
-// Whether any stream of a float tensor can be entropy coded (else all raw).
-TZ_HD bool policy_codes_streams(int level, uint8_t dtype, uint64_t n_elems) {
-  return level >= 1 && dtype != kBytes && n_elems > 0;
+// The smallest coded size any stream of n_blocks blocks can have in the
+// estimate levels >= 1 decide by (format version 3, policy_set_tables; for
+// lane contexts policy_ctx_tables, larger): one payload byte (a single
+// symbol of frequency kProbScale costs 0 bits), the lane states and 2 bytes
+// per block, and the smallest table entry: the kind and set-count bytes and
+// one compact table of 3 header bytes and at least 2 bytes of codes. A
+// table's codes take more than 8 bits: a code takes at least one bit, and
+// c <= 8 coded symbols hold frequencies summing to kProbScale, so the
+// largest value (mode 0) is at least 512 (>= 10 bits), or the largest
+// difference (mode 1) at least 4096 / c^2 (a zigzag code of >= 8 bits, plus
+// the other codes; c = 1: the value 8192); mode 2 needs a second table,
+// whose stream then has a first one. A constant tensor reaches this
+// minimum (a 7-byte table entry).
+constexpr uint64_t kMinStreamTableBytes = 2 + 3 + 2;
+static_assert(kProbScale == 4096, "kMinStreamTableBytes assumes frequencies summing to 4096");
+TZ_HD uint64_t policy_min_coded_bytes(uint64_t n_blocks) {
+  return 1 + n_blocks * (kRansStateBytes + 2) + kMinStreamTableBytes;
+}
+// Short path (the "tiny frame" rule): whether a stream of n_elems symbols
+// (its raw size in bytes) in n_blocks blocks could pay at this level at
+// all, from sizes alone. False means that no histogram can make any stream
+// of the tensor pay (policy_set_tables and policy_ctx_tables estimate at
+// least policy_min_coded_bytes, and stream_pays is monotone in the coded
+// size), so every stream is raw without a histogram being taken: the same
+// frame the full policy writes. At level 1 this is n_elems <= 139 with one
+// block (levels >= 2: <= 138); a tensor of 2 or more blocks can always pay.
+TZ_HD bool policy_size_can_pay(int level, uint64_t n_elems, uint64_t n_blocks) {
+  return stream_pays(level, policy_min_coded_bytes(n_blocks), n_elems);
+}
+// Whether any stream of a float tensor can be entropy coded (else all raw,
+// and no histogram is taken).
+TZ_HD bool policy_codes_streams(int level, uint8_t dtype, uint64_t n_elems, uint64_t n_blocks) {
+  return level >= 1 && dtype != kBytes && n_elems > 0 && policy_size_can_pay(level, n_elems, n_blocks);
 }
 TZ_HD bool policy_sampled(uint32_t block_elems) { return block_elems > kSampleElems; }
 // Elements per block of the first histogram pass.

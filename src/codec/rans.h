@@ -350,6 +350,16 @@ TZ_HD uint32_t rans_lowest_bit(uint32_t m) {
   return (uint32_t)__builtin_ctz(m);
 #endif
 }
+// The renormalisation of a decode step: the lanes whose bit is set in low
+// (those that fell below L) take their next 16-bit word from p, in
+// ascending lane order, as the format reads them.
+TZ_HD void rans_refill_lanes(uint32_t* x, uint32_t low, const uint8_t*& p) {
+  for (; low; low &= low - 1) {
+    const uint32_t l = rans_lowest_bit(low);
+    x[l] = (x[l] << 16) | load_le16(p);
+    p += 2;
+  }
+}
 // One step of the decoders' fast path (at least 2 * kLanes bytes left at p,
 // all 32 lanes present): the lanes decode independently, noting in a mask
 // which fell below L; then only those take their words, in ascending lane
@@ -369,11 +379,7 @@ TZ_HD void rans_decode_step(uint32_t* x, uint32_t* cx, const uint8_t*& p, uint32
     low |= (xl < kRansL ? 1u : 0u) << l;
     x[l] = xl;
   }
-  for (; low; low &= low - 1) {
-    const uint32_t l = rans_lowest_bit(low);
-    x[l] = (x[l] << 16) | load_le16(p);
-    p += 2;
-  }
+  rans_refill_lanes(x, low, p);
 }
 
 // Decodes n symbols from a payload of `size` bytes; emit(i, symbol) stores

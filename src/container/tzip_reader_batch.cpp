@@ -1,5 +1,6 @@
 // Reader::read_tensors: many tensors decoded together. Every frame of every
-// requested tensor is an item of the ordered pipeline (cpu/ordered_pipeline.h)
+// requested tensor is an item of the ordered pipeline (cpu/ordered_pipeline.h),
+// consecutive small frames grouped into one (group_items, tzc_pipeline.hpp),
 // and goes, on any of the threads, straight into its place in its tensor's
 // destination (Reader::read_blocks: the frame's blocks, checksums and
 // prediction exactly as read_tensor). Items are taken in file order, so the
@@ -9,6 +10,7 @@
 #include "cpu/ordered_pipeline.h"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
+#include "tzc_pipeline.hpp"
 
 namespace tz::container {
 
@@ -35,16 +37,25 @@ void Reader::read_tensors(const std::vector<TensorRead>& reads, unsigned threads
     }
   }
   std::stable_sort(jobs.begin(), jobs.end(), [](const FrameJob& a, const FrameJob& b) { return a.file_off < b.file_off; });
-  const unsigned n = (unsigned)std::min<size_t>(resolve_threads(threads), std::max<size_t>(1, jobs.size()));
+  // Consecutive small frames are one item (group_items, as in the
+  // container's passes): a file of many small tensors is not handed
+  // between threads frame by frame.
+  const std::vector<ItemGroup> groups = group_items(jobs.size(), [&](size_t i) {
+    const TensorEntry& t = tensors()[jobs[i].r->index];
+    return std::min<uint64_t>(chunk, t.raw_size() - jobs[i].raw_off);
+  });
+  const unsigned n = (unsigned)std::min<size_t>(resolve_threads(threads), std::max<size_t>(1, groups.size()));
   tz::cpu::OrderedPipeline::Stages st;
-  st.work = [&](size_t i, size_t, unsigned) {
-    const FrameJob& j = jobs[i];
-    const TensorEntry& t = tensors()[j.r->index];
-    read_blocks(j.r->index, j.first_block, j.blocks, static_cast<uint8_t*>(j.r->dst) + j.raw_off,
-                (size_t)(t.raw_size() - j.raw_off));
+  st.work = [&](size_t gi, size_t, unsigned) {
+    for (size_t i = groups[gi].first; i < groups[gi].first + groups[gi].count; ++i) {
+      const FrameJob& j = jobs[i];
+      const TensorEntry& t = tensors()[j.r->index];
+      read_blocks(j.r->index, j.first_block, j.blocks, static_cast<uint8_t*>(j.r->dst) + j.raw_off,
+                  (size_t)(t.raw_size() - j.raw_off));
+    }
   };
   st.poll = check_cancel;
-  tz::cpu::OrderedPipeline p(jobs.size(), 2 * (size_t)n, std::move(st));
+  tz::cpu::OrderedPipeline p(groups.size(), 2 * (size_t)n, std::move(st));
   p.run(n);
 }
 

@@ -1,11 +1,14 @@
-// TensorWriter's frames (tzc_tensor_frames.hpp). Each chunk is an item of
-// the ordered pipeline (cpu/ordered_pipeline.h): work codes it (or checks a
+// TensorWriter's frames (tzc_tensor_frames.hpp). Each chunk, or group of
+// consecutive small chunks (group_items), is an item of the ordered
+// pipeline (cpu/ordered_pipeline.h): work codes it (or checks a
 // caller's pre-encoded frame) into the item's slot, on any of the writer's
 // threads; commit, in file order, assigns its offset, hashes it and hands
 // it to the Sink (the I/O back end); the slot is reused once that write
 // completed. So coding of chunks k+1.. overlaps the write of chunk k, every
-// thread count writes the same bytes, and memory is slots x
-// tz_compress_bound(chunk_bytes) whatever the file size. With O_DIRECT the
+// thread count writes the same bytes, and memory is slots x the larger of
+// tz_compress_bound(chunk_bytes) and a group's bound (the sum of its
+// chunks' tz_compress_bound; pages of it that no frame fills are never
+// touched) whatever the file size. With O_DIRECT the
 // frames are gathered into aligned staging buffers first.
 #include "tzc_tensor_frames.hpp"
 
@@ -22,6 +25,7 @@
 #include "cpu/ordered_pipeline.h"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
+#include "tzc_pipeline.hpp"
 #include "tzc_predict.hpp"
 
 namespace tz::container::detail {
@@ -36,10 +40,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kDirectAlign = 4096;
 
+// A group of consecutive units (group_items, tzc_pipeline.hpp): their
+// frames lie in comp as they will in the file, each at a multiple of 64.
 struct Slot {
   Buf comp;
-  size_t frame_size = 0;
-  uint64_t hash = 0;
+  std::vector<size_t> at, frame_size;
+  std::vector<uint64_t> hash;
+  size_t bytes = 0;
 };
 
 // Per-thread buffers for residuals.
@@ -197,13 +204,22 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
                            const std::vector<WriterUnit>& units, Reader* dref, const RefOriginal* dref_orig,
                            const TensorWriterOptions& opt, Sink& sink, bool direct, XXH64_state_t* fh,
                            std::vector<TensorEntry>& tensors) {
+  // Consecutive chunks the writer codes itself travel as one pipeline item
+  // (group_items: up to kGroupBytes raw bytes, kGroupItems chunks), so a file
+  // of many small tensors is not handed between threads frame by frame. A
+  // chunk whose frame comes from the caller (frames, encoder) travels alone
+  // with the chunk size's bound, as before.
+  const uint64_t chunk = opt.chunk_bytes;
+  auto codes_itself = [&](const WriterUnit& u) { return items[u.item].src == WriterSource::kHost; };
+  auto unit_cap = [&](const WriterUnit& u) { return codes_itself(u) ? tz_compress_bound(u.n) : tz_compress_bound(chunk); };
+  const std::vector<ItemGroup> groups = group_items(units.size(), [&](size_t i) {
+    return codes_itself(units[i]) ? units[i].n : kGroupBytes;
+  });
   // opt.threads in total, the calling thread included.
-  const unsigned threads =
-      std::max<unsigned>(1, (unsigned)std::min<size_t>(resolve_threads(opt.threads), std::max<size_t>(1, units.size())));
+  const unsigned threads = std::max<unsigned>(
+      1, (unsigned)std::min<size_t>(resolve_threads(opt.threads), std::max<size_t>(1, groups.size())));
   const size_t n_slots = std::max<size_t>(2, opt.slots ? opt.slots : threads + 4);
   std::vector<Slot> slots(n_slots);
-  const uint64_t chunk = opt.chunk_bytes;
-  const size_t cap = tz_compress_bound(chunk) + kAlign;
   CtxSet ctx(threads);
   std::vector<Scratch> scratch(threads);
   std::atomic<uint64_t> encode_ns{0};
@@ -229,39 +245,55 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
 
   tz::cpu::OrderedPipeline* pipe = nullptr;
   tz::cpu::OrderedPipeline::Stages st;
-  st.work = [&](size_t ui, size_t si, unsigned w) {
+  st.work = [&](size_t gi, size_t si, unsigned w) {
     Slot& s = slots[si];
+    const ItemGroup& g = groups[gi];
+    size_t cap = 0;
+    for (size_t k = 0; k < g.count; ++k) cap += unit_cap(units[g.first + k]) + kAlign;
     uint8_t* dst = s.comp.reserve(cap);
-    const size_t r = code_unit(path, items, units[ui], dref, dref_orig, dst, cap - kAlign, ctx.v[w], scratch[w],
+    s.at.resize(g.count);
+    s.frame_size.resize(g.count);
+    s.hash.resize(g.count);
+    size_t at = 0;
+    for (size_t k = 0; k < g.count; ++k) {
+      const WriterUnit& u = units[g.first + k];
+      const size_t r = code_unit(path, items, u, dref, dref_orig, dst + at, unit_cap(u), ctx.v[w], scratch[w],
                                  encode_ns);
-    std::memset(dst + r, 0, align_up(r) - r);
-    s.frame_size = r;
-    s.hash = XXH64(dst, r, 0);
-  };
-  st.commit = [&](size_t ui, size_t si) {
-    Slot& s = slots[si];
-    if (const int e = sink.error()) fail_io(path, "write failed", e);
-    const size_t padded = align_up(s.frame_size);
-    FrameRef f;
-    f.offset = pos;
-    f.size = s.frame_size;
-    f.raw_size = units[ui].n;
-    f.xxh64 = s.hash;
-    tensors[units[ui].item].frames.push_back(f);
-    XXH64_update(fh, s.comp.p.get(), padded);
-    if (direct) {
-      stage->put(s.comp.p.get(), padded);
-      pipe->release(ui);
-    } else {
-      sink.write(pos, s.comp.p.get(), padded, [pipe, ui] { pipe->release(ui); });
+      std::memset(dst + at + r, 0, align_up(r) - r);
+      s.at[k] = at;
+      s.frame_size[k] = r;
+      s.hash[k] = XXH64(dst + at, r, 0);
+      at += align_up(r);
     }
-    pos += padded;
-    done_raw += units[ui].n;
-    if (opt.progress) opt.progress(done_raw, total_raw);
+    s.bytes = at;
+  };
+  st.commit = [&](size_t gi, size_t si) {
+    Slot& s = slots[si];
+    const ItemGroup& g = groups[gi];
+    if (const int e = sink.error()) fail_io(path, "write failed", e);
+    for (size_t k = 0; k < g.count; ++k) {
+      const WriterUnit& u = units[g.first + k];
+      FrameRef f;
+      f.offset = pos + s.at[k];
+      f.size = s.frame_size[k];
+      f.raw_size = u.n;
+      f.xxh64 = s.hash[k];
+      tensors[u.item].frames.push_back(f);
+      done_raw += u.n;
+      if (opt.progress) opt.progress(done_raw, total_raw);
+    }
+    XXH64_update(fh, s.comp.p.get(), s.bytes);
+    if (direct) {
+      stage->put(s.comp.p.get(), s.bytes);
+      pipe->release(gi);
+    } else {
+      sink.write(pos, s.comp.p.get(), s.bytes, [pipe, gi] { pipe->release(gi); });
+    }
+    pos += s.bytes;
   };
   st.commit_releases_later = true;
   st.poll = check_cancel;
-  tz::cpu::OrderedPipeline p(units.size(), n_slots, std::move(st));
+  tz::cpu::OrderedPipeline p(groups.size(), n_slots, std::move(st));
   pipe = &p;
   p.run(threads);
   if (direct) stage->finish();

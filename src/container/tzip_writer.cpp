@@ -370,13 +370,18 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
         s.comp_size.resize(g.count);
         s.hash.resize(g.count);
         uint64_t cap = 0;
-        for (size_t k = 0; k < g.count; ++k) s.comp_off[k] = cap, cap += tz_compress_bound(units[g.first + k].raw);
+        for (size_t k = 0; k < g.count; ++k) cap += tz_compress_bound(units[g.first + k].raw);
         uint8_t* comp = s.comp.reserve(cap);
+        // Frames are packed one after the other (each with its own bound
+        // as room), so a group of small frames touches only the pages its
+        // frames fill, not one page per frame.
+        uint64_t at = 0;
         for (size_t k = 0; k < g.count; ++k) {
           const Unit& u = units[g.first + k];
-          const uint64_t end = k + 1 < g.count ? s.comp_off[k + 1] : cap;
-          code_unit(u, s.raw.p.get() + (u.src_off - units[g.first].src_off), comp + s.comp_off[k],
-                    end - s.comp_off[k], w, &s.comp_size[k], &s.hash[k]);
+          s.comp_off[k] = at;
+          code_unit(u, s.raw.p.get() + (u.src_off - units[g.first].src_off), comp + at,
+                    tz_compress_bound(u.raw), w, &s.comp_size[k], &s.hash[k]);
+          at += s.comp_size[k];
         }
       },
       [&](size_t gi, Slot& s) {

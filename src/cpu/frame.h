@@ -63,6 +63,30 @@ size_t decompress_blocks(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* 
                          const uint8_t* blocks, size_t blocks_size, uint32_t first, uint32_t count,
                          unsigned* bad_block);
 
+// A frame's prefix parsed and validated once (parse_prefix: header CRC,
+// tables, block index), with its block index copied and its rANS decode
+// tables built from the validated frequencies: a decode of its blocks with
+// decompress_blocks_prepared parses nothing and builds no table (resident
+// weights, src/runtime/resident). Block data is checked as in
+// decompress_blocks (block headers, checksums).
+struct PreparedFrame;
+struct PreparedFrameDeleter {
+  void operator()(PreparedFrame* f) const;
+};
+using PreparedFramePtr = std::unique_ptr<PreparedFrame, PreparedFrameDeleter>;
+// Returns the prefix size (and sets *out) or an error.
+size_t prepare_frame(const uint8_t* prefix, size_t prefix_size, PreparedFramePtr* out);
+// Heap bytes one prepared frame holds (its tables and index copy).
+size_t prepared_frame_bytes(const PreparedFrame& f);
+// Blocks [first, first + count) of f: their byte range from the frame's start
+// (offset, size) and their decoded size; 0 or an error (range outside).
+size_t prepared_block_range(const PreparedFrame& f, uint32_t first, uint32_t count, uint64_t* offset,
+                            uint64_t* size, uint64_t* raw_size);
+// decompress_blocks with the prefix and tables of f.
+size_t decompress_blocks_prepared(Context& ctx, const PreparedFrame& f, uint8_t* dst, size_t cap,
+                                  const uint8_t* blocks, size_t blocks_size, uint32_t first, uint32_t count,
+                                  unsigned* bad_block);
+
 size_t compress_bound(size_t n);
 
 }  // namespace tz::cpu

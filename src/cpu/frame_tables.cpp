@@ -332,7 +332,6 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
                    uint32_t block_elems, uint32_t n_blocks, TensorTables* out) {
   const int K = dtype_stream_count(dtype);
   *out = TensorTables{};
-  if (!policy_codes_streams(level, dtype, n_elems)) return;
   // 1. First pass: per-block histograms of every stream over the sample (or
   //    whole blocks), the screening of codec/policy.h.
   const bool sampled = policy_sampled(block_elems);
@@ -460,8 +459,9 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   out->version = any ? kFormatVersionSets : kFormatVersion;
 }
 
-std::vector<uint8_t> write_table_section(const TensorTables& t, int K) {
-  std::vector<uint8_t> tables;
+void write_table_section(const TensorTables& t, int K, std::vector<uint8_t>* out) {
+  std::vector<uint8_t>& tables = *out;
+  tables.clear();
   for (int k = 0; k < K; ++k) {
     const StreamTables& st = t.s[k];
     const size_t at = tables.size();
@@ -473,7 +473,6 @@ std::vector<uint8_t> write_table_section(const TensorTables& t, int K) {
     tables.resize(at + n);
   }
   tables.resize(align4(tables.size()), 0);
-  return tables;
 }
 
 }  // namespace tz::cpu

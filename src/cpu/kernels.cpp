@@ -3,6 +3,7 @@
 #include "cpu/kernels.h"
 
 #include "codec/fields.h"
+#include "cpu/rans_portable.h"
 #include "cpu/simd_common.h"
 
 namespace tz::cpu {
@@ -19,12 +20,12 @@ namespace {
 
 size_t encode_portable(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                        uint8_t* out, size_t limit) {
-  return rans_encode_ctx(sym, n, t.sym, ctx, words, out, limit);
+  return rans_encode_portable(sym, n, t.sym, ctx, words, out, limit);
 }
 
 int decode_portable(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
                     uint8_t* out) {
-  return rans_decode_ctx(in, size, n, dec, ctx, out);
+  return rans_decode_portable(in, size, n, dec, ctx, out);
 }
 
 // BF16: the exponents decode into the upper half of out, then merge with
@@ -36,7 +37,7 @@ int decode_portable(const uint8_t* in, size_t size, uint32_t n, const uint32_t* 
 int decode_bf16_portable(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
                          const uint8_t* mant, uint8_t* out) {
   uint8_t* const exps = out + n;
-  const int st = rans_decode_ctx(in, size, n, dec, ctx, exps);
+  const int st = rans_decode_portable(in, size, n, dec, ctx, exps);
   if (st != kOk) return st;
   constexpr uint32_t kChunk = 2048;
   uint8_t e[kChunk];
@@ -50,8 +51,8 @@ int decode_bf16_portable(const uint8_t* in, size_t size, uint32_t n, const uint3
 }
 
 void decode2_portable(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
-  *st_a = rans_decode_ctx(a.in, a.size, a.n, a.dec, a.ctx, a.out);
-  *st_b = rans_decode_ctx(b.in, b.size, b.n, b.dec, b.ctx, b.out);
+  *st_a = rans_decode_portable(a.in, a.size, a.n, a.dec, a.ctx, a.out);
+  *st_b = rans_decode_portable(b.in, b.size, b.n, b.dec, b.ctx, b.out);
 }
 
 void decode2_bf16_portable(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,

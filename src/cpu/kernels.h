@@ -80,9 +80,10 @@ extern const CodecKernels kPortableKernels;
 extern const CodecKernels kAvx2Kernels;
 extern const CodecKernels kAvx512Kernels;
 // Kernels one table borrows from another (simd_avx2.cpp; the AVX-512 table
-// encodes with it).
+// encodes and counts histograms with them).
 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                    uint8_t* out, size_t limit);
+void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
 #endif
 #if defined(__aarch64__)
 extern const CodecKernels kNeonKernels;

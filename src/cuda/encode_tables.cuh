@@ -146,6 +146,9 @@ __global__ void __launch_bounds__(kCtaThreads) c_hist_kernel(const CItem* items,
   uint32_t limit = it.block_elems, want = 0xFu;
   bool minmax = false, totals = false;
   if (phase == 1) {
+    // Short path (policy_codes_streams: e.g. too small for any stream to
+    // pay): every stream raw, decided by c_table_kernel from sizes alone.
+    if (!policy_codes_streams(level, it.dtype, it.n_bytes / dtype_elem_size(it.dtype), it.n_blocks)) return;
     limit = policy_first_pass_elems(it.block_elems);
     minmax = policy_fast_tables(it.block_elems, level, it.n_blocks);
     totals = true;
@@ -324,7 +327,7 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
   const int K = it.n_streams;
   const uint64_t n_elems = it.n_bytes / dtype_elem_size(it.dtype);
   if (phase == 1) {
-    const bool codes = policy_codes_streams(level, it.dtype, n_elems) && it.n_blocks > 0;
+    const bool codes = policy_codes_streams(level, it.dtype, n_elems, it.n_blocks);
     bool want = false;
     if ((int)lane < K && codes) {
       CTab::Scratch& W = tab.scratch[lane];

@@ -55,15 +55,7 @@ void ReadQueue::submit(int fd, uint64_t off, void* p, size_t n, std::function<vo
     cv_.notify_all();
     return;
   }
-  ++in_flight_;
-  int rc = 0;
-  try {
-    rc = ring_->submit(Uring::Op::kRead, fd, p, n, off, r);
-  } catch (...) {  // no memory for the table of requests: nothing was submitted
-    --in_flight_;
-    cv_.notify_all();
-    throw;
-  }
+  const int rc = detail::submit_counted(*ring_, Uring::Op::kRead, fd, p, n, off, r, &in_flight_, cv_);
   if (rc > 0) return;
   lk.unlock();
   if (rc < 0) {  // the ring refused it: the request fails (never waits forever)

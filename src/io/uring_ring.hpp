@@ -175,6 +175,24 @@ void stop_and_join(std::mutex& mu, std::condition_variable& cv, bool* stop, std:
   ring->reset();  // io_uring_queue_exit
 }
 
+// A queue's submission of one request to its ring, counted in *in_flight
+// (under the queue's mutex): if the ring cannot take it for want of memory
+// for its table of requests, nothing was submitted, so the count is undone,
+// the waiters on cv are woken and the exception goes on. Returns the ring's
+// result (> 0 submitted, 0 no free entry, < 0 refused: -errno).
+template <class Ring, class Req>
+int submit_counted(Ring& ring, UringCore::Op op, int fd, void* p, size_t n, uint64_t off, Req& r,
+                   size_t* in_flight, std::condition_variable& cv) {
+  ++*in_flight;
+  try {
+    return ring.submit(op, fd, p, n, off, r);
+  } catch (...) {
+    --*in_flight;
+    cv.notify_all();
+    throw;
+  }
+}
+
 // Starts a queue's n threads running loop; if one cannot start, stops and
 // joins those that did (stop_and_join) and rethrows, so that no joinable
 // thread is left to be destroyed.

@@ -82,15 +82,7 @@ void WriteQueue::submit(uint64_t off, const void* p, size_t n, std::function<voi
     cv_.notify_all();
     return;
   }
-  ++in_flight_;
-  int rc = 0;
-  try {
-    rc = ring_->submit(Uring::Op::kWrite, fd_, const_cast<void*>(p), n, off, r);
-  } catch (...) {  // no memory for the table of requests: nothing was submitted
-    --in_flight_;
-    cv_.notify_all();
-    throw;
-  }
+  const int rc = detail::submit_counted(*ring_, Uring::Op::kWrite, fd_, const_cast<void*>(p), n, off, r, &in_flight_, cv_);
   if (rc > 0) return;
   lk.unlock();
   if (rc < 0) {  // the ring refused it: the write fails (never waits forever)

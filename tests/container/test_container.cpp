@@ -293,7 +293,7 @@ TEST_F(Container, ReadTensorsTogetherEqualsOneByOne) {
     r.read_tensor(i, want[i].data(), want[i].size());
   }
   EXPECT_EQ(r.tensors()[n - 1].frames.size(), 3u);
-  for (unsigned t : {1u, 2u, 8u}) {
+  for (unsigned t : {1u, 2u, 4u, 8u}) {
     std::vector<Bytes> got(n);
     std::vector<tc::Reader::TensorRead> reads;
     for (size_t i = n; i-- > 0;) {  // any request order

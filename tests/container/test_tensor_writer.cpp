@@ -115,9 +115,10 @@ TEST(TensorWriter, RoundTripHostTensors) {
 }
 
 // Any thread count (and any number of slots) writes the same bytes.
-TEST(TensorWriter, SameBytesForEveryThreadCount) {
-  const auto data = mixed_tensors();
-  TempDir d;
+// Writes DIR/tTsS.tzip for 1/2/4/8 threads and 0/2 slots (1 MiB chunks),
+// add(w) adding the tensors, and expects the same bytes every time.
+template <class Add>
+void expect_same_bytes_for_every_thread_count(const std::string& dir, Add&& add) {
   std::vector<uint8_t> first;
   for (unsigned t : {1u, 2u, 4u, 8u}) {
     for (unsigned slots : {0u, 2u}) {
@@ -125,9 +126,9 @@ TEST(TensorWriter, SameBytesForEveryThreadCount) {
       o.threads = t;
       o.slots = slots;
       o.chunk_bytes = 1u << 20;
-      const std::string file = d.path + "/t" + std::to_string(t) + "s" + std::to_string(slots) + ".tzip";
+      const std::string file = dir + "/t" + std::to_string(t) + "s" + std::to_string(slots) + ".tzip";
       tc::TensorWriter w(file, o);
-      for (const auto& x : data) w.add(x.name, x.dtype, x.shape, x.bytes.data(), x.bytes.size());
+      add(w);
       w.finish();
       const auto bytes = read_all(file);
       if (first.empty())
@@ -136,7 +137,79 @@ TEST(TensorWriter, SameBytesForEveryThreadCount) {
         EXPECT_TRUE(bytes == first) << t << " threads, " << slots << " slots";
     }
   }
+}
+
+TEST(TensorWriter, SameBytesForEveryThreadCount) {
+  const auto data = mixed_tensors();
+  TempDir d;
+  expect_same_bytes_for_every_thread_count(d.path, [&](tc::TensorWriter& w) {
+    for (const auto& x : data) w.add(x.name, x.dtype, x.shape, x.bytes.data(), x.bytes.size());
+  });
   expect_file_holds(d.path + "/t8s2.tzip", data);
+}
+
+// Many small tensors (grouped into one pipeline item per <= 1 MiB or 4096
+// chunks, group_items) with pre-encoded frames and encoders between them
+// (those travel alone), and a tensor of several chunks: any thread count and
+// any number of slots writes the same bytes, and the file holds the tensors.
+TEST(TensorWriter, ManySmallTensorsSameBytesForEveryThreadCount) {
+  const auto real = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors");
+  std::vector<uint8_t> pool;
+  for (const auto& t : real) pool.insert(pool.end(), t.bytes.begin(), t.bytes.end());
+  std::vector<Owned> data;
+  std::mt19937 rng(5);
+  size_t at = 0;
+  for (int i = 0; i < 9000; ++i) {
+    const size_t n = 1 + rng() % 400;  // both sides of the codec's short path (140 elements)
+    if (at + 2 * n > pool.size()) at = 0;
+    std::vector<uint8_t> b(pool.begin() + (long)at, pool.begin() + (long)(at + 2 * n));
+    at += 2 * n;
+    if (i % 5 == 0) std::fill(b.begin(), b.end(), 0);  // constant: coded from 140 elements on
+    data.push_back({"t" + std::to_string(i), i % 7 == 0 ? "I16" : "BF16", {n}, b});
+  }
+  Owned big{"big", "BF16", {3u << 19}, std::vector<uint8_t>(3u << 20)};  // 3 chunks of 1 MiB
+  for (size_t i = 0; i < big.bytes.size(); ++i) big.bytes[i] = pool[i % pool.size()];
+  data.insert(data.begin() + 4500, big);
+  tz_params p{};
+  p.dtype = TZ_DTYPE_BF16;
+  std::vector<uint8_t> pre(tz_compress_bound(data[100].bytes.size()));
+  pre.resize(tz_compress(pre.data(), pre.size(), data[100].bytes.data(), data[100].bytes.size(), &p));
+  ASSERT_FALSE(tz_is_error(pre.size()));
+  const Owned* enc_t = &data[6001];  // t6000, BF16
+  TempDir d;
+  expect_same_bytes_for_every_thread_count(d.path, [&](tc::TensorWriter& w) {
+    for (size_t i = 0; i < data.size(); ++i) {
+      const Owned& x = data[i];
+      if (i == 100) {
+        w.add_frames(x.name, x.dtype, x.shape, x.bytes.size(), {{pre.data(), pre.size()}}, 1);
+      } else if (&x == enc_t) {
+        w.add_encoder(x.name, x.dtype, x.shape, x.bytes.size(),
+                      [enc_t, p](uint64_t, uint8_t* dst, size_t cap) {
+                        return tz_compress(dst, cap, enc_t->bytes.data(), enc_t->bytes.size(), &p);
+                      },
+                      1);
+      } else {
+        w.add(x.name, x.dtype, x.shape, x.bytes.data(), x.bytes.size());
+      }
+    }
+  });
+  expect_file_holds(d.path + "/t8s2.tzip", data);
+  // Reader::read_tensors groups the small frames the same way (more than
+  // 4096 of them: several groups), on any thread count.
+  tc::Reader r(d.path + "/t1s0.tzip", 1);
+  ASSERT_EQ(r.tensors().size(), data.size());
+  for (unsigned t : {1u, 2u, 4u, 8u}) {
+    std::vector<std::vector<uint8_t>> got(data.size());
+    std::vector<tc::Reader::TensorRead> reads;
+    for (size_t i = 0; i < data.size(); ++i) {
+      got[i].assign(data[i].bytes.size(), 0xAB);
+      reads.push_back({i, got[i].data(), got[i].size()});
+    }
+    r.read_tensors(reads, t);
+    size_t bad = 0;
+    for (size_t i = 0; i < data.size(); ++i) bad += got[i] != data[i].bytes;
+    EXPECT_EQ(bad, 0u) << t << " threads";
+  }
 }
 
 // Frames encoded outside the writer (as the GPU codec produces them), given
@@ -527,7 +600,9 @@ TEST(TensorWriter, DeltaAgainstPreviousFile) {
       // with the reference's header and size, but its bytes differ (kUsage)
       EXPECT_EQ(e.kind(), bad == other ? tc::ErrorKind::kUsage : tc::ErrorKind::kBadInput) << e.what();
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
-      if (bad == other) EXPECT_NE(std::string(e.what()).find("differs from"), std::string::npos) << e.what();
+      if (bad == other) {
+        EXPECT_NE(std::string(e.what()).find("differs from"), std::string::npos) << e.what();
+      }
     }
     EXPECT_FALSE(fs::exists(d.path + "/next/bad.tzip"));
   }

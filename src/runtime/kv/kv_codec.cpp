@@ -4,9 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
+#include <cstring>
 #include <string>
 
 #include "cpu/checksum_cpu.h"
@@ -41,60 +39,16 @@ const uint32_t* crc_table() {
 
 uint32_t CpuCrc::operator()(uint32_t s, const uint8_t* p, size_t n) const { return cpu::crc32c_update(s, p, n); }
 
-#if defined(__x86_64__)
-namespace {
-const bool g_sse42 = __builtin_cpu_supports("sse4.2");
-
-// Up to four segments at once: the crc32 instruction has a latency of three
-// cycles and a throughput of one, so four chains keep it busy. Segment 0 of
-// the page starts with its first 16 bytes, checksum field zeroed.
-__attribute__((target("sse4.2"))) uint32_t page_checksum_sse42(const uint8_t* p, size_t size) {
+// The segments of a page are hashed kCrc32cMaxStreams at a time by the
+// frame codec's segment-list CRC (cpu::crc32c_segment_list: folded or
+// chained CRC32C instructions where present). Segment 0 starts with the
+// page's first 16 bytes, checksum field zeroed.
+uint32_t page_checksum_cpu(const uint8_t* p, size_t size) {
+  if (size < kPageHeaderSize) return kv_page_checksum(p, size, CpuCrc{});
   uint8_t head[16];
   memcpy(head, p, 16);
   memset(head + 12, 0, 4);
-  uint32_t acc = ~0u;
-  for (size_t off = 0; off < size; off += 4 * kKvChecksumSegment) {
-    const size_t left = size - off;
-    const int m = (int)std::min<size_t>(4, (left + kKvChecksumSegment - 1) / kKvChecksumSegment);
-    const uint8_t* sp[4];
-    size_t len[4];
-    uint64_t c[4];
-    size_t common = SIZE_MAX;
-    for (int j = 0; j < m; ++j) {
-      sp[j] = p + off + (size_t)j * kKvChecksumSegment;
-      len[j] = std::min(kKvChecksumSegment, left - (size_t)j * kKvChecksumSegment);
-      c[j] = ~0u;
-      if (off == 0 && j == 0) {
-        uint64_t a, b;
-        memcpy(&a, head, 8);
-        memcpy(&b, head + 8, 8);
-        c[0] = _mm_crc32_u64(_mm_crc32_u64(c[0], a), b);
-        sp[0] += 16;
-        len[0] -= 16;
-      }
-      common = std::min(common, len[j] & ~(size_t)7);
-    }
-    for (size_t i = 0; i < common; i += 8)
-      for (int j = 0; j < m; ++j) {
-        uint64_t v;
-        memcpy(&v, sp[j] + i, 8);
-        c[j] = _mm_crc32_u64(c[j], v);
-      }
-    uint8_t le[16];
-    for (int j = 0; j < m; ++j)
-      store_le32(le + 4 * j, ~cpu::crc32c_update((uint32_t)c[j], sp[j] + common, len[j] - common));
-    acc = cpu::crc32c_update(acc, le, 4 * (size_t)m);
-  }
-  return ~acc;
-}
-}  // namespace
-#endif
-
-uint32_t page_checksum_cpu(const uint8_t* p, size_t size) {
-#if defined(__x86_64__)
-  if (g_sse42 && size >= kPageHeaderSize) return page_checksum_sse42(p, size);
-#endif
-  return kv_page_checksum(p, size, CpuCrc{});
+  return cpu::crc32c_segment_list(p, size, kKvChecksumSegment, head);
 }
 
 const char* page_status_text(int st) {

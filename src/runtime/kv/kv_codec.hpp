@@ -73,9 +73,9 @@ class Codec {
   mutable std::unique_ptr<cpu::ThreadPool> pool_;
 };
 
-// The reference CRC table; the CPU's CRC32C (SSE4.2 where present) as the
-// raw state update of kv_page.h; the page checksum with it, four segments
-// at a time (same value as KvRefPageSum).
+// The reference CRC table; the CPU's CRC32C (SSE4.2 or ARMv8 CRC where
+// present) as the raw state update of kv_page.h; the page checksum with it,
+// up to six segments interleaved (same value as KvRefPageSum).
 const uint32_t* crc_table();
 struct CpuCrc {
   uint32_t operator()(uint32_t s, const uint8_t* p, size_t n) const;

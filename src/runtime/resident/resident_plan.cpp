@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "cpu/frame.h"
 #include "cpu/thread_pool.h"
 #include "tensorzip/tensorzip.h"
 
@@ -19,15 +20,11 @@ std::string codec_message(size_t code) {
 
 }  // namespace
 
-ResidentPlan::ResidentPlan(unsigned threads) : pool_(std::make_unique<tz::cpu::ThreadPool>(threads)) {
-  ctx_.resize(pool_->size(), nullptr);
-  for (auto& c : ctx_) {
-    c = tz_ctx_create(1);
-    if (!c) {
-      for (auto* d : ctx_) tz_ctx_free(d);
-      throw std::bad_alloc();
-    }
-  }
+ResidentPlan::ResidentPlan(unsigned threads, uint64_t table_budget)
+    : pool_(std::make_unique<tz::cpu::ThreadPool>(threads)), table_budget_(table_budget) {
+  ctx_.reserve(pool_->size());
+  for (unsigned w = 0; w < pool_->size(); ++w) ctx_.push_back(tz::cpu::make_context(1));
+  blocks_ctx_ = tz::cpu::make_context(1);
   bg_thread_ = std::thread([this] { background_loop(); });
 }
 
@@ -38,7 +35,6 @@ ResidentPlan::~ResidentPlan() {
   }
   bg_cv_.notify_all();
   bg_thread_.join();
-  for (auto* c : ctx_) tz_ctx_free(c);
 }
 
 unsigned ResidentPlan::threads() const { return pool_->size(); }
@@ -57,10 +53,24 @@ uint64_t ResidentPlan::add(size_t group, const std::string& name, const void* fr
   if (groups_.size() <= group) groups_.resize(group + 1);
   Group& g = groups_[group];
   if (g.frames.size() >= UINT32_MAX) throw ResidentFrameError("resident plan: too many frames in one group");
-  g.frames.push_back(Frame{name, static_cast<const uint8_t*>(frame), frame_size, (size_t)info.prefix_size,
-                           dst_offset, info.raw_size, info.n_blocks});
+  const auto* data = static_cast<const uint8_t*>(frame);
+  g.frames.push_back(Frame{name, data, frame_size, (size_t)info.prefix_size, dst_offset, info.raw_size,
+                           info.n_blocks, prepare(name, data, (size_t)info.prefix_size)});
   g.bytes = std::max(g.bytes, dst_offset + info.raw_size);
   return info.raw_size;
+}
+
+const tz::cpu::PreparedFrame* ResidentPlan::prepare(const std::string& name, const uint8_t* frame,
+                                                    size_t prefix_size) {
+  if (auto it = prepared_of_.find(frame); it != prepared_of_.end()) return it->second;
+  tz::cpu::PreparedFramePtr p;
+  const size_t r = tz::cpu::prepare_frame(frame, prefix_size, &p);
+  if (tz_is_error(r)) throw ResidentFrameError("tensor '" + name + "': invalid frame: " + codec_message(r));
+  const uint64_t bytes = tz::cpu::prepared_frame_bytes(*p);
+  if (prepared_bytes_ + bytes > table_budget_) return nullptr;  // decoded with per-call tables
+  prepared_bytes_ += bytes;
+  prepared_.push_back(std::move(p));
+  return prepared_of_[frame] = prepared_.back().get();
 }
 
 void ResidentPlan::finalize() {
@@ -122,9 +132,14 @@ void ResidentPlan::run(size_t group, uint8_t* dst, size_t capacity) {
     const Task& t = g.tasks[ti];
     const Frame& f = g.frames[t.frame];
     unsigned bad = 0;
-    const size_t r = tz_ctx_decompress_blocks_ex(ctx_[w], dst + f.dst_offset + t.raw_offset, t.raw_size, f.data,
-                                                 f.prefix_size, f.data + t.blocks_offset, t.blocks_size, t.first,
-                                                 t.count, &bad);
+    uint8_t* out = dst + f.dst_offset + t.raw_offset;
+    const uint8_t* blocks = f.data + t.blocks_offset;
+    const size_t r = tz::cpu::guarded([&] {
+      return f.prepared ? tz::cpu::decompress_blocks_prepared(*ctx_[w], *f.prepared, out, t.raw_size, blocks,
+                                                              t.blocks_size, t.first, t.count, &bad)
+                        : tz::cpu::decompress_blocks(*ctx_[w], out, t.raw_size, f.data, f.prefix_size, blocks,
+                                                     t.blocks_size, t.first, t.count, &bad);
+    });
     if (tz_is_error(r) || r != t.raw_size) {
       std::string m = "tensor '" + f.name + "': block " + std::to_string(bad) + " of " +
                       std::to_string(f.n_blocks) + ": " +
@@ -139,6 +154,38 @@ void ResidentPlan::run(size_t group, uint8_t* dst, size_t capacity) {
   decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (err_task != SIZE_MAX) throw ResidentDecodeError("resident weights: " + err);
   decoded_bytes_ += g.bytes;
+}
+
+uint64_t ResidentPlan::decode_blocks(size_t group, size_t frame, uint32_t first, uint32_t count, void* dst,
+                                     size_t capacity) {
+  check_group(group);
+  const Group& g = groups_[group];
+  if (frame >= g.frames.size())
+    throw std::out_of_range("resident plan: group " + std::to_string(group) + " has no frame " + std::to_string(frame));
+  const Frame& f = g.frames[frame];
+  uint64_t off = 0, size = 0, raw = 0;
+  size_t r = f.prepared ? tz::cpu::prepared_block_range(*f.prepared, first, count, &off, &size, &raw)
+                        : tz_frame_block_range(f.data, f.prefix_size, first, count, &off, &size, nullptr, &raw);
+  if (tz_is_error(r))
+    throw std::out_of_range("resident plan: tensor '" + f.name + "': blocks " + std::to_string(first) + "+" +
+                            std::to_string(count) + ": " + codec_message(r));
+  if (off + size > f.size) throw ResidentDecodeError("resident weights: tensor '" + f.name + "': block range outside the frame");
+  if (capacity < raw)
+    throw std::invalid_argument("resident plan: destination holds " + std::to_string(capacity) + " bytes, blocks need " +
+                                std::to_string(raw));
+  auto* out = static_cast<uint8_t*>(dst);
+  unsigned bad = 0;
+  std::lock_guard<std::mutex> lk(blocks_mu_);
+  r = tz::cpu::guarded([&] {
+    return f.prepared ? tz::cpu::decompress_blocks_prepared(*blocks_ctx_, *f.prepared, out, capacity, f.data + off, size,
+                                                            first, count, &bad)
+                      : tz::cpu::decompress_blocks(*blocks_ctx_, out, capacity, f.data, f.prefix_size, f.data + off,
+                                                   size, first, count, &bad);
+  });
+  if (tz_is_error(r))
+    throw ResidentDecodeError("resident weights: tensor '" + f.name + "': block " + std::to_string(bad) + " of " +
+                              std::to_string(f.n_blocks) + ": " + codec_message(r));
+  return r;
 }
 
 void ResidentPlan::decode(size_t group, void* dst, size_t capacity) {

@@ -5,6 +5,7 @@
 // OS thread per CUDA thread.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -210,6 +211,45 @@ TEST(CudaEmu, ManySmallItems) {
   tz_params p{};
   p.block_elems = 4096;
   roundtrip_batch(batch, p);
+}
+
+// Tiny tensors on both sides of the policy's short path (policy_size_can_pay:
+// at level 1 up to 139 elements, at level 2 up to 138, every stream raw
+// without a histogram): the emulated GPU encoder takes the same decision as
+// the CPU's, byte for byte. Constant tensors code from the threshold on, so
+// the frames just above it carry frequency tables.
+TEST(CudaEmu, TinyFramesShortPath) {
+  for (int level : {1, 2}) {
+    std::vector<std::pair<tz_dtype, Bytes>> batch;
+    uint32_t seed = 50;
+    for (tz_dtype dt : kFloatTypes)
+      for (size_t n : {1, 100, 138, 139, 140, 168, 240}) {
+        batch.push_back({dt, make_tensor(dt, n, seed++)});
+        batch.push_back({dt, float_bytes(dt, std::vector<float>(n, 0.0f))});
+      }
+    SCOPED_TRACE("level " + std::to_string(level));
+    tz_params p{};
+    p.level = level;
+    roundtrip_batch(batch, p);
+    // The constant tensors above the threshold are coded (a table), those
+    // below are not: the batch covers both decisions.
+    size_t coded = 0, raw = 0;
+    for (auto& [dt, data] : batch) {
+      if (data.empty() || std::any_of(data.begin(), data.end(), [](uint8_t b) { return b != 0; })) continue;
+      tz_params cp = p;
+      cp.dtype = dt;
+      const Bytes f = cpu_compress(data, cp);
+      tz_frame_info info{};
+      ASSERT_FALSE(tz_is_error(tz_frame_inspect(f.data(), f.size(), &info)));
+      bool any = false;
+      for (unsigned k = 0; k < info.n_streams; ++k) any |= info.stream_kind[k] != 0;
+      const size_t n = data.size() / float_bytes(dt, {0.0f}).size();
+      EXPECT_EQ(any, n >= (level == 1 ? 168u : 167u)) << "dtype " << dt << " n " << n;
+      (any ? coded : raw) += 1;
+    }
+    EXPECT_GT(coded, 0u);
+    EXPECT_GT(raw, 0u);
+  }
 }
 
 TEST(CudaEmu, DefaultBlockSize) {

@@ -271,7 +271,27 @@ TEST(KvCApi, EncodeDecodeBatchAndErrors) {
   tz_kv_codec_free(c);
 }
 
-// The page checksum of the CPU (SSE4.2, four chains) equals the reference
+// The page checksum of the CPU (SSE4.2 or ARMv8 CRC, up to six chains)
+// equals the reference at every length up to thirteen segments and at longer
+// random ones (several groups of six segments), from any alignment.
+TEST(KvChecksum, CpuEqualsReferenceAtEveryLengthAndAlignment) {
+  const Bytes data = kvt::sequence("v", 1);
+  ASSERT_GE(data.size(), 70000u);
+  std::vector<size_t> lengths;
+  for (size_t n = 16; n <= 13 * 1024 + 40; ++n) lengths.push_back(n);
+  for (uint64_t i = 0; i < 200; ++i) lengths.push_back(16 + (size_t)((i * 0x9E3779B97F4A7C15ull) >> 40) % 69000);
+  size_t checked = 0;
+  for (size_t n : lengths) {
+    const size_t misalign = (n * 7) % 8;  // every alignment, spread over the lengths
+    const uint8_t* p = data.data() + misalign;
+    ASSERT_EQ(tz::kv::page_checksum_cpu(p, n), (tz::kv::KvRefPageSum{tz::kv::crc_table()}(p, n)))
+        << "length " << n << " misaligned by " << misalign;
+    ++checked;
+  }
+  EXPECT_EQ(checked, lengths.size());
+}
+
+// The page checksum of the CPU equals the reference
 // (table) one and an independent computation from doc/kv.md 3.4: CRC32C of
 // the list of CRC32C of 1 KiB segments, checksum field read as zero.
 TEST(KvChecksum, CpuEqualsReference) {

@@ -3,13 +3,16 @@
 // decode byte for byte into their place in a group buffer, with any thread
 // count and block size, synchronously and in the background; tasks are cut
 // as documented; bad frames are refused when added and corrupt blocks are
-// reported with the tensor named, leaving the plan usable.
+// reported with the tensor named, leaving the plan usable; frames are
+// prepared once (tables within the budget, counted), a corrupt block is still
+// found with prepared tables, and a prepared frame's prefix is not read again.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "codec/format.h"
 #include "resident_plan.hpp"
 #include "tensorzip/tensorzip.h"
 #include "tz_test_data.h"
@@ -180,6 +183,116 @@ TEST(ResidentPlan, CorruptBlockNamesTensorAndPlanStaysUsable) {
   EXPECT_EQ(0, memcmp(ok.data(), ws[0].raw.data(), ws[0].raw.size()));
   Bytes small(plan.group_bytes(1) - 1);
   EXPECT_THROW(plan.decode(1, small.data(), small.size()), std::invalid_argument);
+}
+
+// The same decode whether a frame's tables are prepared (within the budget)
+// or built per call (past it); a frame in two groups is prepared once; the
+// budget bounds prepared_bytes().
+TEST(ResidentPlan, PreparedTablesWithinBudgetOthersPerCall) {
+  const std::vector<Weight> ws = weights(TZ_DTYPE_BF16, 4096);
+  uint64_t all_bytes = 0, first_bytes = 0;
+  {
+    ResidentPlan plan(2);
+    add_group(plan, 0, ws);
+    plan.add(1, ws[1].name, ws[1].frame.data(), ws[1].frame.size(), 0);  // the same frame again: prepared once
+    plan.finalize();
+    EXPECT_EQ(plan.prepared_frames(), 3u);
+    // at least the decode table of each frame (4096 entries of 4 bytes) and its index copy
+    EXPECT_GE(plan.prepared_bytes(), 3u * 16384u + 4u * (16 + 48 + 16));
+    all_bytes = plan.prepared_bytes();
+    Bytes buf(plan.group_bytes(1));
+    plan.decode(1, buf.data(), buf.size());
+    EXPECT_EQ(0, memcmp(buf.data(), ws[1].raw.data(), ws[1].raw.size()));
+  }
+  {
+    ResidentPlan plan(1);
+    plan.add(0, ws[0].name, ws[0].frame.data(), ws[0].frame.size(), 0);
+    first_bytes = plan.prepared_bytes();
+  }
+  // budget for the first frame only (tok, 16 blocks): qkv (48 blocks) and proj (16) do not fit after it
+  for (uint64_t budget : {uint64_t{0}, first_bytes, all_bytes}) {
+    ResidentPlan plan(2, budget);
+    const auto off = add_group(plan, 0, ws);
+    plan.finalize();
+    EXPECT_LE(plan.prepared_bytes(), budget);
+    EXPECT_EQ(plan.prepared_frames(), budget == 0 ? 0u : budget == all_bytes ? 3u : 1u) << budget;
+    Bytes buf(plan.group_bytes(0), 0xEE);
+    plan.decode(0, buf.data(), buf.size());
+    expect_group(buf, ws, off);
+  }
+}
+
+// Block data corrupted after the frame was prepared is found by its block
+// checksum on the next decode, with prepared tables as without them; the plan
+// decodes again once the bytes are back.
+TEST(ResidentPlan, CorruptBlockFoundWithPreparedTables) {
+  const std::vector<Weight> ws = weights(TZ_DTYPE_BF16, 4096);
+  for (uint64_t budget : {ResidentPlan::kDefaultTableBudget, uint64_t{0}}) {
+    Bytes frame = ws[1].frame;
+    ResidentPlan plan(2, budget);
+    plan.add(0, ws[1].name, frame.data(), frame.size(), 0);
+    plan.finalize();
+    EXPECT_EQ(plan.prepared_frames(), budget ? 1u : 0u);
+    Bytes buf(plan.group_bytes(0));
+    plan.decode(0, buf.data(), buf.size());
+    EXPECT_EQ(0, memcmp(buf.data(), ws[1].raw.data(), ws[1].raw.size()));
+    const size_t at = frame.size() - 100;  // in the last block's data
+    frame[at] ^= 0x20;
+    try {
+      plan.decode(0, buf.data(), buf.size());
+      FAIL() << "no error, budget " << budget;
+    } catch (const ResidentDecodeError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("blocks.2.qkv.weight"), std::string::npos) << m;
+      EXPECT_NE(m.find("block 47 of 48"), std::string::npos) << m;
+    }
+    frame[at] ^= 0x20;
+    plan.decode(0, buf.data(), buf.size());
+    EXPECT_EQ(0, memcmp(buf.data(), ws[1].raw.data(), ws[1].raw.size()));
+  }
+}
+
+// A prepared frame's prefix is read once, when added: the decode uses the
+// tables and block index validated then, so prefix bytes overwritten later
+// (frequencies, index) change nothing and cannot steer a read outside the
+// frame. Without prepared tables the per-call check (header CRC) refuses them.
+TEST(ResidentPlan, PreparedFramePrefixIsNotReadAgain) {
+  const std::vector<Weight> ws = weights(TZ_DTYPE_BF16, 4096);
+  tz_frame_info info{};
+  ASSERT_FALSE(tz_is_error(tz_frame_inspect(ws[1].frame.data(), ws[1].frame.size(), &info)));
+  for (uint64_t budget : {ResidentPlan::kDefaultTableBudget, uint64_t{0}}) {
+    Bytes frame = ws[1].frame;
+    ResidentPlan plan(1, budget);
+    plan.add(0, ws[1].name, frame.data(), frame.size(), 0);
+    plan.finalize();
+    // everything after the fixed header up to the first block: tables and index
+    for (size_t i = tz::kFrameHeaderSize; i < info.prefix_size; ++i) frame[i] = 0xFF;
+    Bytes buf(plan.group_bytes(0));
+    if (budget) {
+      plan.decode(0, buf.data(), buf.size());
+      EXPECT_EQ(0, memcmp(buf.data(), ws[1].raw.data(), ws[1].raw.size()));
+    } else {
+      EXPECT_THROW(plan.decode(0, buf.data(), buf.size()), ResidentDecodeError);
+    }
+  }
+}
+
+// decode_blocks: a run of one frame's blocks alone, byte for byte, with and
+// without prepared tables; ranges outside the frame and short destinations
+// refused.
+TEST(ResidentPlan, DecodeBlocksOfOneFrame) {
+  const std::vector<Weight> ws = weights(TZ_DTYPE_BF16, 4096);  // qkv: 48 blocks of 8 KiB
+  for (uint64_t budget : {ResidentPlan::kDefaultTableBudget, uint64_t{0}}) {
+    ResidentPlan plan(2, budget);
+    add_group(plan, 0, ws);
+    plan.finalize();
+    Bytes out(3 * 8192, 0xEE);
+    EXPECT_EQ(plan.decode_blocks(0, 1, 5, 3, out.data(), out.size()), out.size());
+    EXPECT_EQ(0, memcmp(out.data(), ws[1].raw.data() + 5 * 8192, out.size())) << budget;
+    EXPECT_THROW(plan.decode_blocks(0, 1, 46, 3, out.data(), out.size()), std::out_of_range);
+    EXPECT_THROW(plan.decode_blocks(0, 3, 0, 1, out.data(), out.size()), std::out_of_range);
+    EXPECT_THROW(plan.decode_blocks(0, 1, 5, 3, out.data(), out.size() - 1), std::invalid_argument);
+  }
 }
 
 }  // namespace
