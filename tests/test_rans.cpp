@@ -3,8 +3,10 @@
 #include <cmath>
 #include <array>
 #include <numeric>
+#include <random>
 
 #include "codec/rans.h"
+#include "cpu/frame_internal.h"
 #include "tz_test_util.h"
 
 using namespace tzt;
@@ -297,6 +299,40 @@ TEST(RansTable, LayoutFollowsTheFormat) {
   EXPECT_EQ(buf[32], 100);
   EXPECT_EQ(buf[33], 0x80 | (3996 & 0x7F));
   EXPECT_EQ(buf[34], 3996 >> 7);
+}
+
+// The CPU decoder's table builder (8 entries at a time, runs overwritten by
+// the next symbol's) writes rans_build_dec's tables exactly, for tables of
+// one symbol, of every symbol, of runs of every length mod 8 and random
+// ones, built back to back into one buffer as the decoder does; and it
+// writes nothing past the slack.
+TEST(RansTable, CpuDecodeTableBuilderMatchesTheReference) {
+  using tz::kProbScale;
+  std::mt19937 rng(23);
+  std::vector<std::array<uint32_t, 256>> tables;
+  std::array<uint32_t, 256> t{};
+  t[7] = kProbScale;  // one symbol
+  tables.push_back(t);
+  t.fill(kProbScale / 256);  // every symbol, 16 each
+  tables.push_back(t);
+  t.fill(0);
+  t[255] = kProbScale;  // the last symbol only
+  tables.push_back(t);
+  for (int trial = 0; trial < 40; ++trial) {
+    uint64_t counts[256] = {};
+    const int present = 1 + (int)(rng() % 256);
+    for (int j = 0; j < present; ++j) counts[rng() % 256] += 1 + rng() % (trial % 2 ? 9 : 100000);
+    ASSERT_GT(tz::rans_normalize(counts, t.data()), 0u);
+    tables.push_back(t);
+  }
+  const size_t n = tables.size();
+  std::vector<uint32_t> got(n * kProbScale + tz::cpu::kDecTableSlack + 8, 0xA5A5A5A5u), want(n * kProbScale);
+  for (size_t j = 0; j < n; ++j) {
+    tz::cpu::build_dec_table(tables[j].data(), got.data() + j * kProbScale);
+    tz::rans_build_dec(tables[j].data(), want.data() + j * kProbScale);
+  }
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "entry " << i;
+  for (size_t i = n * kProbScale + tz::cpu::kDecTableSlack; i < got.size(); ++i) EXPECT_EQ(got[i], 0xA5A5A5A5u) << i;
 }
 
 TEST(RansTable, RejectsMalformedTables) {

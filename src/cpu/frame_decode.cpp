@@ -3,6 +3,7 @@
 // validated by the shared parse_block (codec/block.h) and decoded through
 // the kernel table of the CPU's SIMD path (cpu/kernels.h).
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -27,17 +28,19 @@ namespace {
 
 struct DecTables {
   BlockDecTables t{};
-  std::vector<uint32_t> dec;
+  std::unique_ptr<uint32_t[]> dec;  // n_tables x kProbScale entries (+ slack), every one written
+  size_t entries = 0;
   explicit DecTables(const FramePrefix& fp) {
     const FrameTables& ft = fp.t;
-    dec.resize((size_t)ft.n_tables * kProbScale);
-    for (uint32_t j = 0; j < ft.n_tables; ++j) rans_build_dec(ft.freq[j], dec.data() + (size_t)j * kProbScale);
+    entries = ft.n_tables ? (size_t)ft.n_tables * kProbScale + kDecTableSlack : 0;  // all raw: nothing
+    if (entries) dec.reset(new uint32_t[entries]);  // not cleared: the tables are built in order over all of it
+    for (uint32_t j = 0; j < ft.n_tables; ++j) build_dec_table(ft.freq[j], dec.get() + (size_t)j * kProbScale);
     t.v3 = fp.h.version >= kFormatVersionSets;
     for (int k = 0; k < fp.h.n_streams; ++k) {
       t.kind[k] = ft.kind[k];
       t.ctx[k] = ft.ctx[k];
       t.n_sets[k] = ft.n_sets[k];
-      if (kind_is_rans(ft.kind[k])) t.dec[k] = dec.data() + (size_t)ft.first_table[k] * kProbScale;
+      if (kind_is_rans(ft.kind[k])) t.dec[k] = dec.get() + (size_t)ft.first_table[k] * kProbScale;
     }
   }
 };
@@ -307,7 +310,7 @@ size_t prepare_frame(const uint8_t* prefix, size_t prefix_size, PreparedFramePtr
 }
 
 size_t prepared_frame_bytes(const PreparedFrame& f) {
-  return sizeof(PreparedFrame) + f.index.capacity() + f.tables.dec.capacity() * sizeof(uint32_t);
+  return sizeof(PreparedFrame) + f.index.capacity() + f.tables.entries * sizeof(uint32_t);
 }
 
 size_t prepared_block_range(const PreparedFrame& f, uint32_t first, uint32_t count, uint64_t* offset,
