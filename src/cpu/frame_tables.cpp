@@ -226,12 +226,15 @@ void block_histograms(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint6
   const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
   const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
   const uint32_t es = dtype_elem_size(dtype);
+  // Per worker (joint requests only): the sum of its blocks' joint counts,
+  // a block's two count tables (cleared as they are added up, so cleared
+  // once per frame) and stream 0's symbols of a block.
   std::vector<uint64_t> acc(jr ? (size_t)W * kJ : 0, 0);
+  std::vector<uint32_t> jbuf(jr ? (size_t)W * 2 * kJ : 0, 0);
+  std::vector<uint8_t> syms(jr ? (size_t)W * std::min<uint64_t>(limit, block_elems) : 0);
   pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
     const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
     uint64_t hist[256];
-    std::vector<uint8_t> sym;
-    std::vector<uint32_t> jbuf;
     for (uint64_t b = t * per_task; b < b1; ++b) {
       const uint64_t e0 = b * block_elems;
       const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
@@ -241,14 +244,14 @@ void block_histograms(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint6
         uint32_t* o = out->h.data() + ((size_t)b * K + k) * 256;
         if (k == 0 && jr) {
           const uint32_t n = (uint32_t)(e1 - e0);
-          sym.resize(n);
-          jbuf.assign(2 * kJ, 0);
-          stream0_fields(dtype, src + e0 * es, n, sym.data());
-          auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data());
-          joint_counts(sym.data(), n, jr->lo, J);
+          uint8_t* sym = syms.data() + (size_t)w * std::min<uint64_t>(limit, block_elems);
+          stream0_fields(dtype, src + e0 * es, n, sym);
+          auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data() + (size_t)w * 2 * kJ);
+          joint_counts(sym, n, jr->lo, J);
           uint64_t* A = acc.data() + (size_t)w * kJ;
           for (size_t i = 0; i < kJ; ++i) {
             const uint32_t c = J[0][i] + J[1][i];
+            J[0][i] = J[1][i] = 0;
             A[i] += c;
             o[i & 255] += c;
           }
@@ -295,35 +298,43 @@ void sample_joint_histogram(ThreadPool& pool, uint8_t dtype, const uint8_t* src,
                             std::vector<uint64_t>* joint) {
   constexpr size_t kJ = (size_t)kCtxJointRows * 256;
   const unsigned W = pool.size();
-  std::vector<uint64_t> acc((size_t)W * kJ, 0);
   const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
   const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
   const uint32_t es = dtype_elem_size(dtype);
-  pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
-    std::vector<uint32_t> jbuf(2 * kJ, 0);  // u32 counts, flushed before they could overflow
-    auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data());
+  const size_t max_n = (size_t)std::min<uint64_t>(limit, block_elems);
+  // Per worker, over all of its tasks: u32 counts (two tables), added to
+  // its u64 sum before they could overflow and at the end; its symbols.
+  std::vector<uint64_t> acc((size_t)W * kJ, 0);
+  std::vector<uint32_t> jbuf((size_t)W * 2 * kJ, 0);
+  std::vector<uint64_t> pending(W, 0);
+  std::vector<uint8_t> syms((size_t)W * max_n);
+  auto flush = [&](unsigned w) {
+    uint32_t* J = jbuf.data() + (size_t)w * 2 * kJ;
     uint64_t* A = acc.data() + (size_t)w * kJ;
-    auto flush = [&] {
-      for (size_t i = 0; i < kJ; ++i) A[i] += (uint64_t)J[0][i] + J[1][i];
-      std::fill(jbuf.begin(), jbuf.end(), 0);
-    };
-    std::vector<uint8_t> sym;
-    uint64_t pending = 0;
+    for (size_t i = 0; i < kJ; ++i) {
+      A[i] += (uint64_t)J[i] + J[kJ + i];
+      J[i] = J[kJ + i] = 0;
+    }
+    pending[w] = 0;
+  };
+  pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+    auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data() + (size_t)w * 2 * kJ);
+    uint8_t* sym = syms.data() + (size_t)w * max_n;
     const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
     for (uint64_t b = t * per_task; b < b1; ++b) {
       const uint64_t e0 = b * block_elems;
       const uint32_t n = (uint32_t)(std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit}) - e0);
-      if (pending + n > UINT32_MAX) flush(), pending = 0;
-      sym.resize(n);
-      stream0_fields(dtype, src + e0 * es, n, sym.data());
-      joint_counts(sym.data(), n, lo, J);
-      pending += n;
+      if (pending[w] + n > UINT32_MAX) flush(w);
+      stream0_fields(dtype, src + e0 * es, n, sym);
+      joint_counts(sym, n, lo, J);
+      pending[w] += n;
     }
-    flush();
   });
   joint->assign(kJ, 0);
-  for (unsigned w = 0; w < W; ++w)
+  for (unsigned w = 0; w < W; ++w) {
+    flush(w);
     for (size_t i = 0; i < kJ; ++i) (*joint)[i] += acc[(size_t)w * kJ + i];
+  }
 }
 
 }  // namespace

@@ -244,7 +244,7 @@ TEST(CudaEmu, TinyFramesShortPath) {
       bool any = false;
       for (unsigned k = 0; k < info.n_streams; ++k) any |= info.stream_kind[k] != 0;
       const size_t n = data.size() / float_bytes(dt, {0.0f}).size();
-      EXPECT_EQ(any, n >= (level == 1 ? 168u : 167u)) << "dtype " << dt << " n " << n;
+      EXPECT_EQ(any, n >= (level == 1 ? 140u : 139u)) << "dtype " << dt << " n " << n;
       (any ? coded : raw) += 1;
     }
     EXPECT_GT(coded, 0u);
