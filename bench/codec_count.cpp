@@ -6,7 +6,9 @@
 //   build/bench/tz_codec_count bf16w 3
 //   TZ_SIMD=avx2 valgrind --tool=callgrind --toggle-collect=tz_ctx_decompress build/bench/tz_codec_count bf16w
 //
-// Kinds: bf16w (BF16 weights), master, adam_m, adam_v (FP32, step 400).
+// Kinds: bf16w (BF16 weights), master, adam_m, adam_v (FP32, step 400), or
+// FILE.safetensors:DTYPE for the tensors of one dtype of any file (DTYPE as
+// safetensors spells it: BF16, F16, F32, F8_E4M3, F8_E5M2).
 // Valgrind does not run AVX-512: under it the CPU reports no AVX-512, so the
 // best path it can count is avx2.
 #include <algorithm>
@@ -42,13 +44,23 @@ std::vector<Tensor> load(const std::string& kind, tz_dtype* dt) {
   } else if (kind == "master" || kind == "adam_m" || kind == "adam_v") {
     file = "gpt-small-step400-optim-fp32.safetensors", want = "F32", *dt = TZ_DTYPE_F32;
     prefix = kind == "master" ? "master." : kind == "adam_m" ? "exp_avg." : "exp_avg_sq.";
+  } else if (const size_t colon = kind.rfind(':'); colon != std::string::npos) {
+    // FILE.safetensors:DTYPE (BF16, F16, F32, F8_E4M3, F8_E5M2): every tensor of that dtype in the file.
+    file = kind.substr(0, colon), want = kind.substr(colon + 1);
+    *dt = want == "BF16" ? TZ_DTYPE_BF16 : want == "F16" ? TZ_DTYPE_F16 : want == "F32" ? TZ_DTYPE_F32
+        : want == "F8_E4M3" ? TZ_DTYPE_F8_E4M3 : want == "F8_E5M2" ? TZ_DTYPE_F8_E5M2 : TZ_DTYPE_BYTES;
+    if (*dt == TZ_DTYPE_BYTES) {
+      std::fprintf(stderr, "unknown dtype %s in %s\n", want.c_str(), kind.c_str());
+      std::exit(2);
+    }
   } else {
-    std::fprintf(stderr, "unknown kind %s (bf16w, master, adam_m, adam_v)\n", kind.c_str());
+    std::fprintf(stderr, "unknown kind %s (bf16w, master, adam_m, adam_v, FILE.safetensors:DTYPE)\n", kind.c_str());
     std::exit(2);
   }
-  std::ifstream f(dir + "/" + file, std::ios::binary);
+  if (file.find('/') == std::string::npos) file = dir + "/" + file;
+  std::ifstream f(file, std::ios::binary);
   if (!f) {
-    std::fprintf(stderr, "cannot open %s/%s (set TZ_FIXTURES)\n", dir.c_str(), file.c_str());
+    std::fprintf(stderr, "cannot open %s (set TZ_FIXTURES)\n", file.c_str());
     std::exit(2);
   }
   uint8_t len8[8];

@@ -11,6 +11,10 @@ Outputs go to --out-dir (default /dev/shm: a tmpfs, so the disk and tzip's fsync
 the same folder for every tool) and are deleted before each timed run, so no run pays for freeing
 the previous output. Inputs are read once before timing (page cache warm). Every tzip output is
 checked byte for byte against the -T1 output and against the original after decompression.
+The Python rows run torch on one thread (its spinning OpenMP workers would take a vCPU from the
+timed calls) and start each round's loads after an untimed one (same allocator state for both).
+On a loaded shared machine, `chrt -f 1 python3 bench/thread_scaling.py ...` gives the timed
+commands both vCPUs (bench/RESULTS.md, "buffer reuse").
 
 Data: the fixture optimizer file (../shared/fixtures/gpt-small-step400-optim-fp32.safetensors), the
 whole fixture checkpoint (its BF16 model file and that optimizer file, copied into one folder under
@@ -173,6 +177,10 @@ def bench_python(name, src, out, threads, rounds):
     import torch
     import tensorzip.torch as tzt
 
+    # torch's own OpenMP workers spin-wait after each parallel torch operation of this script
+    # (the comparisons below) and would take the second vCPU from the next timed threads=2 call
+    # (their spinning is counted in its CPU time too): torch runs on one thread here.
+    torch.set_num_threads(1)
     files = sorted(src.glob("*.safetensors")) if src.is_dir() else [src]
     state = {}
     for f in files:
@@ -193,6 +201,11 @@ def bench_python(name, src, out, threads, rounds):
                 ref = data
             elif data != ref:
                 sys.exit(f"save_file threads={t}: file differs from threads=1")
+        # An untimed load first: each timed load then follows a load of the same file whose
+        # tensors were freed, so both thread counts find the allocator in the same state (else the
+        # first one after the saves pays first-touch faults for its tensors and the second not).
+        del_me = tzt.load_file(path, threads=threads)
+        del del_me
         for t in (1, threads):
             c0, w0 = time.process_time(), time.perf_counter()
             got = tzt.load_file(path, threads=t)
@@ -200,6 +213,7 @@ def bench_python(name, src, out, threads, rounds):
             if set(got) != set(state) or not all(torch.equal(got[k].view(torch.uint8), state[k].view(torch.uint8))
                                                  for k in state if state[k].numel()):
                 sys.exit(f"load_file threads={t}: tensors differ")
+            del got  # nothing of this load is alive during the next one
     size = path.stat().st_size
     return [(name, label, raw / size, statistics.median(x[0] for x in v), min(x[0] for x in v),
              statistics.median(x[1] for x in v), raw / statistics.median(x[0] for x in v) / 1e6)

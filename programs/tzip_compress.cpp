@@ -181,8 +181,8 @@ int cmd_compress(const Args& a) {
     uint64_t raw, comp;
     if (dir) {
       tc::compress_folder(in, out, o);
-      raw = tree_size(in);
-      comp = tree_size(out);
+      raw = verbosity >= 1 ? tree_size(in) : 0;  // for the message only
+      comp = verbosity >= 1 ? tree_size(out) : 0;
     } else {
       const tc::PassStats st = tc::compress_file(in, out, o);
       raw = st.raw_bytes;
@@ -255,8 +255,8 @@ int cmd_decompress(const Args& a) {
     uint64_t raw, comp;
     if (dir) {
       tc::decompress_folder(in, out, o);
-      raw = tree_size(out);
-      comp = tree_size(in);
+      raw = verbosity >= 1 ? tree_size(out) : 0;  // for the message only
+      comp = verbosity >= 1 ? tree_size(in) : 0;
     } else {
       tc::Reader r(in, a.threads);
       const tc::PassStats st = r.export_safetensors(out, o);

@@ -233,6 +233,14 @@ TEST(CostModel, Log2Fix16WithinTwoToMinus15) {
   for (uint64_t i = 0; i < 100000; ++i) check((uint32_t)(splitmix64(i) | 1));
 }
 
+// The host's table of symbol costs holds exactly what the device computes.
+TEST(CostModel, SymbolCostTableEqualsTheComputedCost) {
+  for (uint32_t f = 0; f <= tz::kProbScale; ++f)
+    ASSERT_EQ(tz::symbol_cost_fix16(f), (tz::kProbBits << 16) - (f ? tz::log2_fix16(f) : 0u)) << "f = " << f;
+  EXPECT_EQ(tz::symbol_cost_fix16(tz::kProbScale), 0u);
+  EXPECT_EQ(tz::symbol_cost_fix16(1), tz::kProbBits << 16);
+}
+
 TEST(CostModel, EstimateTracksActualCodedSize) {
   // The cost model decides whether a stream is coded: its estimate must be
   // close to what rans_encode actually produces.

@@ -601,4 +601,43 @@ TEST(Policy, CpuEncoderTinyFramesFollowThePolicy) {
   }
 }
 
+// A tensor whose sample is the whole tensor (one block of <= kSampleElems
+// elements: policy_sample_is_whole) gets from the CPU encoder, which then
+// skips the screening pass, the table section of the full sampled
+// procedure, on real data of every float dtype at every coding level, on
+// both sides of kSampleElems; and the frames decode.
+TEST(Policy, WholeSampleTakesTheUnsampledPath) {
+  EXPECT_TRUE(policy_sample_is_whole(kDefaultBlockElems, kSampleElems));
+  EXPECT_FALSE(policy_sample_is_whole(kDefaultBlockElems, kSampleElems + 1));
+  EXPECT_FALSE(policy_sample_is_whole(kSampleElems, 100));  // unsampled already
+  const uint64_t sizes[] = {168, 169, 200, 256, 311, 512, 1000, 1024, 2048, 3001, 4095, 4096, 4097, 6000};
+  int coded_frames = 0;
+  for (const tz_dtype dt : {TZ_DTYPE_BF16, TZ_DTYPE_F16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3, TZ_DTYPE_F8_E5M2}) {
+    const uint32_t es = dtype_elem_size((uint8_t)dt);
+    for (const int level : {1, 2, 3}) {
+      for (const uint64_t n : sizes) {
+        SCOPED_TRACE("dtype " + std::to_string(dt) + " level " + std::to_string(level) + " n " + std::to_string(n));
+        for (const uint64_t offset : {(uint64_t)0, (uint64_t)7 * n}) {  // two windows of the real data
+          const Bytes data = tzt::real_bytes(dt, (offset + n) * es);
+          const Bytes window(data.begin() + offset * es, data.end());
+          tz_params p = tzt::make_params(dt, level);
+          Bytes frame;
+          ASSERT_TRUE(tzt::round_trips(window, p, &frame));
+          const uint32_t ts = load_le32(&frame[24]);
+          const Bytes got(frame.begin() + 32, frame.begin() + 32 + ts);
+          EXPECT_TRUE(got == policy_table_section((uint8_t)dt, window, level, kDefaultBlockElems));
+          tz_frame_info info{};
+          ASSERT_FALSE(tz_is_error(tz_frame_inspect(frame.data(), frame.size(), &info)));
+          for (unsigned k = 0; k < info.n_streams; ++k)
+            if (info.stream_kind[k] == kKindRans) {
+              ++coded_frames;
+              break;
+            }
+        }
+      }
+    }
+  }
+  EXPECT_GT(coded_frames, 100) << "the cases should code streams, not only store them";
+}
+
 }  // namespace

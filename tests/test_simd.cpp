@@ -421,6 +421,46 @@ TEST(Simd, CorruptStreamsGiveTheSameStatus) {
   }
 }
 
+TEST(Simd, PortableFieldLoopsMatchTheSharedFields) {
+  // The portable table splits and merges with its own vectorisable loops
+  // (simd_field_loops.inc); they must equal tz::split_fields /
+  // tz::merge_fields (the shared host/device code) for every dtype, size
+  // and alignment, and never write past the end.
+  const uint8_t dtypes[] = {tz::kBytes, tz::kBF16, tz::kF16, tz::kF32, tz::kF8E4M3, tz::kF8E5M2};
+  for (uint8_t dt : dtypes)
+    for (uint32_t n : {0u, 1u, 2u, 3u, 7u, 15u, 16u, 17u, 31u, 33u, 63u, 65u, 129u, 1025u, 4097u})
+      for (int off = 0; off < 4; ++off) {
+        const std::string tag = "dtype " + std::to_string(dt) + " n " + std::to_string(n) + " offset " +
+                                std::to_string(off);
+        const uint32_t es = tz::dtype_elem_size(dt);
+        const int K = tz::dtype_stream_count(dt);
+        const Bytes buf = tzt::hash_stream((size_t)n * es + off, 3 * n + dt + off);
+        const uint8_t* src = buf.data() + off;
+        Bytes want[4], got[4];
+        uint8_t* wp[4];
+        uint8_t* gp[4];
+        for (int s = 0; s < 4; ++s) {
+          want[s].assign(n + 1, 0xEE), got[s].assign(n + 1 + off, 0xEE);
+          wp[s] = want[s].data(), gp[s] = got[s].data() + off;
+        }
+        tz::split_fields(dt, src, n, wp);
+        kPortableKernels.split(dt, src, n, gp);
+        for (int s = 0; s < K; ++s)
+          ASSERT_TRUE(std::equal(want[s].begin(), want[s].end(), gp[s])) << tag << " split " << s;
+        // Merge streams that are not a split of anything (independent bytes).
+        Bytes in[4];
+        const uint8_t* ip[4];
+        for (int s = 0; s < 4; ++s) {
+          in[s] = tzt::hash_stream((size_t)n + off, 77 * s + n + off);
+          ip[s] = in[s].data() + off;
+        }
+        Bytes mw((size_t)n * es + 1, 0xEE), mg((size_t)n * es + 1 + off, 0xEE);
+        tz::merge_fields(dt, ip, n, mw.data());
+        kPortableKernels.merge(dt, ip, n, mg.data() + off);
+        ASSERT_TRUE(std::equal(mw.begin(), mw.end(), mg.begin() + off)) << tag << " merge";
+      }
+}
+
 TEST(Simd, FieldKernelsMatchPortable) {
   // split, merge, min/max and histogram of every dtype and stream, odd sizes
   // around every vector width, unaligned buffers.

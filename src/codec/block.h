@@ -67,7 +67,15 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
   uint8_t* streams[kMaxStreams];
   for (int k = 0; k < K; ++k) streams[k] = scratch + (size_t)k * align4(n);
   uint16_t* words = (uint16_t*)(scratch + (size_t)K * align4(n));
-  coder.split(dtype, src, n, streams);
+  // One stream (FP8): the elements are its bytes (split_fields would only
+  // copy them), so it is coded from src.
+  const uint8_t* sym[kMaxStreams];
+  if (K == 1) {
+    sym[0] = src;
+  } else {
+    coder.split(dtype, src, n, streams);
+    for (int k = 0; k < K; ++k) sym[k] = streams[k];
+  }
 
   store_le32(out, checksum);
   size_t pos = block_header_size(K);
@@ -75,11 +83,11 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
     size_t size = 0;
     uint8_t mode = kModeRaw;
     if (kind_is_rans(t.kind[k])) {
-      size = coder(k, streams[k], n, words, out + pos, n);
+      size = coder(k, sym[k], n, words, out + pos, n);
       if (size) mode = kModeRans;
     }
     if (mode == kModeRaw) {
-      memcpy(out + pos, streams[k], n);
+      memcpy(out + pos, sym[k], n);
       size = n;
     }
     store_le32(out + 4 + 4 * k, t.v3 ? stream_word_v3((uint32_t)size, mode, mode == kModeRans ? t.set[k] : 0u)

@@ -21,14 +21,41 @@ TZ_HD uint32_t log2_fix16(uint32_t v) {
   return (ip << 16) | frac;
 }
 
+// The cost in bits (16.16 fixed point) of one symbol of frequency f
+// (0..kProbScale): kProbBits - log2(f), log2(0) taken as 0.
+TZ_HD uint32_t symbol_cost_fix16_of(uint32_t f) { return (kProbBits << 16) - (f ? log2_fix16(f) : 0u); }
+
+#if !defined(__CUDA_ARCH__)
+// The host keeps every value of symbol_cost_fix16_of in a table (16 KiB):
+// the 16 squarings per symbol were most of the encoder's set-up on small
+// tensors. The device computes them (no per-thread table).
+struct SymbolCostTable {
+  uint32_t v[kProbScale + 1];
+  SymbolCostTable() {
+    for (uint32_t f = 0; f <= kProbScale; ++f) v[f] = symbol_cost_fix16_of(f);
+  }
+};
+inline const SymbolCostTable& symbol_cost_table() {
+  static const SymbolCostTable t;
+  return t;
+}
+#endif
+
+TZ_HD uint32_t symbol_cost_fix16(uint32_t f) {
+#if defined(__CUDA_ARCH__)
+  return symbol_cost_fix16_of(f);
+#else
+  return symbol_cost_table().v[f];
+#endif
+}
+
 // Estimated rANS payload bits (16.16 fixed point) of a histogram coded with
 // freq, as a 128-bit value split into hi:lo to stay portable.
 TZ_HD void coded_bits_fix16(const uint64_t* counts, const uint32_t* freq, uint64_t* hi, uint64_t* lo) {
   unsigned __int128 acc = 0;
   for (int s = 0; s < 256; ++s) {
     if (!counts[s]) continue;
-    const uint32_t cost = (kProbBits << 16) - log2_fix16(freq[s]);
-    acc += (unsigned __int128)counts[s] * cost;
+    acc += (unsigned __int128)counts[s] * symbol_cost_fix16(freq[s]);
   }
   *hi = (uint64_t)(acc >> 64);
   *lo = (uint64_t)acc;

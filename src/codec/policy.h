@@ -14,7 +14,8 @@
 //   1. First pass (policy_first_pass_elems): a histogram of every stream over
 //      the first kSampleElems elements of every block when blocks are larger
 //      than that ("sampled"), else of whole blocks.
-//   2. Unsampled: that histogram is exact; policy_exact_kind decides.
+//   2. Unsampled: that histogram is exact; policy_exact_kind decides. (So
+//      is a sample that is the whole tensor: policy_sample_is_whole.)
 //   3. Sampled: policy_sample_wants screens each stream on its sample. If no
 //      stream is wanted, every stream is raw. Otherwise
 //      - policy_fast_tables (level 1, >= kFastTablesMinBlocks blocks): the
@@ -98,6 +99,18 @@ TZ_HD bool policy_codes_streams(int level, uint8_t dtype, uint64_t n_elems, uint
   return level >= 1 && dtype != kBytes && n_elems > 0 && policy_size_can_pay(level, n_elems, n_blocks);
 }
 TZ_HD bool policy_sampled(uint32_t block_elems) { return block_elems > kSampleElems; }
+// Whether the sample of a sampled tensor is the whole tensor (one block of
+// at most kSampleElems elements). Its first-pass histogram is then exact,
+// and deciding every stream with policy_exact_kind straight away (the
+// unsampled path: one pass, one decision per stream) gives the same kinds
+// and tables as screening first: policy_sample_wants estimates the same
+// table's payload without the lane states and table bytes, so never more
+// than policy_exact_kind, and stream_pays is monotone in the size, so a
+// stream the screening drops would not have paid either. The CPU encoder
+// takes that path (Policy.WholeSampleTakesTheUnsampledPath checks it).
+TZ_HD bool policy_sample_is_whole(uint32_t block_elems, uint64_t n_elems) {
+  return policy_sampled(block_elems) && n_elems <= kSampleElems;
+}
 // Elements per block of the first histogram pass.
 TZ_HD uint32_t policy_first_pass_elems(uint32_t block_elems) {
   return policy_sampled(block_elems) ? kSampleElems : block_elems;

@@ -73,6 +73,9 @@ void InFile::pread_exact(uint64_t off, void* buf, size_t n) const {
 // ---- OutFile -----------------------------------------------------------
 namespace {
 constexpr size_t kOutBuf = 1u << 20;
+// Writes of at least this many bytes skip the buffer (after flushing it):
+// one system call each, and no copy; smaller ones are gathered.
+constexpr size_t kOutDirect = 128u << 10;
 }
 
 OutFile::OutFile(const std::string& final_path, bool force, const std::string& attrs_from, int stream_fd)
@@ -134,18 +137,14 @@ void OutFile::write(const void* src, size_t n) {
   if (n == 0) return;  // src may be null (a size-0 frame)
   const uint8_t* p = static_cast<const uint8_t*>(src);
   offset_ += n;
-  if (buf_used_ + n <= kOutBuf) {
-    std::memcpy(buf_ + buf_used_, p, n);
-    buf_used_ += n;
+  if (n >= kOutDirect) {
+    if (buf_used_) flush_buffer();
+    write_fd(p, n);
     return;
   }
-  flush_buffer();
-  if (n < kOutBuf) {
-    std::memcpy(buf_, p, n);
-    buf_used_ = n;
-    return;
-  }
-  write_fd(p, n);
+  if (buf_used_ + n > kOutBuf) flush_buffer();
+  std::memcpy(buf_ + buf_used_, p, n);
+  buf_used_ += n;
 }
 
 void OutFile::commit() {

@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -90,14 +91,18 @@ struct CtxSet {
 };
 
 // Growable byte buffer that does not zero-fill (reused across chunks).
+// reserve(n, at_least): when it must grow, it grows to at_least (the
+// largest n its user will ask for) at once, so a buffer reused for items of
+// varying size is allocated, and its pages first touched, only once.
 struct Buf {
   std::unique_ptr<uint8_t[]> p;
   size_t cap = 0;
   size_t size = 0;
-  uint8_t* reserve(size_t n) {
+  uint8_t* reserve(size_t n, size_t at_least = 0) {
     if (cap < n) {
-      p.reset(new uint8_t[n]);
-      cap = n;
+      const size_t c = std::max(n, at_least);
+      p.reset(new uint8_t[c]);
+      cap = c;
     }
     size = n;
     return p.get();

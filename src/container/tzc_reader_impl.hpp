@@ -41,6 +41,7 @@ struct Reader::Impl {
   uint64_t header_size = 0;  // stored bytes (read again by pass(): no copy is kept)
   uint8_t trailer[kTrailerSize] = {};
   uint64_t file_hash = 0;
+  uint64_t max_frame_size = 0;  // the largest frame's stored bytes (validated header): read buffers grow to it at once
   uint64_t header_hash = 0;  // trailer header_xxh64, equal to xxh64 of the stored header
   TzipHeader h;
   // References: the chain that led to this file (itself included), and
@@ -54,9 +55,18 @@ struct Reader::Impl {
   std::vector<size_t> frame_base;
   std::unique_ptr<std::atomic<uint8_t>[]> frame_ok;
   // Codec contexts for random-access reads, one per concurrent caller (the
-  // read functions are thread-safe; export/verify workers read predictors).
+  // read functions are thread-safe; export/verify workers read predictors),
+  // each with the buffer its caller reads compressed bytes into: kept with
+  // the context (at most the largest frame read so far, per context) so
+  // that reading frame after frame does not allocate, and first-touch,
+  // fresh memory for each one.
+  struct PooledCtx {
+    tz_ctx* c = nullptr;
+    Buf comp;
+    ~PooledCtx() { tz_ctx_free(c); }
+  };
   std::mutex mu;
-  std::vector<tz_ctx*> pool;
+  std::vector<std::unique_ptr<PooledCtx>> pool;
   // References (section 12), opened on first use.
   std::vector<std::string> ref_paths;         // given or opened path per reference ("" until then)
   std::vector<std::unique_ptr<Reader>> refs;  // opened and checksum-checked
@@ -104,29 +114,34 @@ struct Reader::Impl {
   // Checksums of every reference reachable from this file (opens them).
   void collect_sums(std::vector<uint64_t>* out);
 
-  ~Impl() {
-    for (auto* c : pool) tz_ctx_free(c);
-  }
+  // A context and its buffer, most recently returned first; back to the
+  // pool when the lease ends.
   struct CtxLease {
     Impl* m;
+    std::unique_ptr<PooledCtx> p;
     tz_ctx* c;
+    Buf& comp() { return p->comp; }
+    CtxLease(Impl* impl, std::unique_ptr<PooledCtx> pc) : m(impl), p(std::move(pc)), c(p->c) {}
+    CtxLease(const CtxLease&) = delete;
+    CtxLease& operator=(const CtxLease&) = delete;
     ~CtxLease() {
       std::lock_guard<std::mutex> lk(m->mu);
-      m->pool.push_back(c);
+      m->pool.push_back(std::move(p));
     }
   };
   CtxLease lease() {
     {
       std::lock_guard<std::mutex> lk(mu);
       if (!pool.empty()) {
-        tz_ctx* c = pool.back();
+        std::unique_ptr<PooledCtx> pc = std::move(pool.back());
         pool.pop_back();
-        return CtxLease{this, c};
+        return CtxLease(this, std::move(pc));
       }
     }
-    tz_ctx* c = tz_ctx_create(1);
-    if (!c) fail(ErrorKind::kInternal, path + ": cannot create a codec context (out of memory)");
-    return CtxLease{this, c};
+    auto pc = std::make_unique<PooledCtx>();
+    pc->c = tz_ctx_create(1);
+    if (!pc->c) fail(ErrorKind::kInternal, path + ": cannot create a codec context (out of memory)");
+    return CtxLease(this, std::move(pc));
   }
 
   Reader& reference(size_t i) {
@@ -244,7 +259,8 @@ struct Reader::Impl {
   }
 
   PassStats pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink, const ReadOptions& opt);
-  void decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx);
+  // max_raw_hint: the largest group's decoded size (s.raw grows to it at once).
+  void decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx, uint64_t max_raw_hint);
   static void apply_ref_options(Reader& self, const ReadOptions& opt);
 };
 

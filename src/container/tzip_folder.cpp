@@ -36,12 +36,8 @@ struct Entry {
   uint64_t size;
 };
 
-// Lists a folder recursively (symlinks followed, as in Hugging Face cache
-// snapshots), sorted, skipping the inode `skip` (our own output).
-void walk(const std::string& root, const std::string& rel, int depth, dev_t skip_dev, ino_t skip_ino,
-          std::vector<Entry>* out) {
-  if (depth > 32) fail(ErrorKind::kUsage, root + "/" + rel + ": folder nesting too deep (symlink loop?)");
-  const std::string dir = rel.empty() ? root : root + "/" + rel;
+// The names in folder `dir` (without "." and ".."), sorted.
+std::vector<std::string> sorted_names(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
   if (!d) fail_errno(dir, "cannot open folder", errno);
   std::vector<std::string> names;
@@ -51,7 +47,15 @@ void walk(const std::string& root, const std::string& rel, int depth, dev_t skip
   }
   closedir(d);
   std::sort(names.begin(), names.end());
-  for (const auto& n : names) {
+  return names;
+}
+
+// Lists a folder recursively (symlinks followed, as in Hugging Face cache
+// snapshots), sorted, skipping the inode `skip` (our own output).
+void walk(const std::string& root, const std::string& rel, int depth, dev_t skip_dev, ino_t skip_ino,
+          std::vector<Entry>* out) {
+  if (depth > 32) fail(ErrorKind::kUsage, root + "/" + rel + ": folder nesting too deep (symlink loop?)");
+  for (const auto& n : sorted_names(rel.empty() ? root : root + "/" + rel)) {
     const std::string r = rel.empty() ? n : rel + "/" + n;
     const std::string full = root + "/" + r;
     struct stat st;
@@ -74,11 +78,12 @@ void copy_file(const std::string& src, const std::string& dst, const ProgressFn&
   InFile in(src);
   in.advise_sequential();
   OutFile out(dst, false, src);
-  std::vector<uint8_t> buf(std::min<uint64_t>(in.size(), 8u << 20));
+  Buf buf;  // not zero-filled: every byte is read into before it is written
+  uint8_t* const p = buf.reserve((size_t)std::min<uint64_t>(in.size(), 8u << 20));
   for (uint64_t off = 0; off < in.size();) {
-    const size_t n = (size_t)std::min<uint64_t>(buf.size(), in.size() - off);
-    in.pread_exact(off, buf.data(), n);
-    out.write(buf.data(), n);
+    const size_t n = (size_t)std::min<uint64_t>(buf.size, in.size() - off);
+    in.pread_exact(off, p, n);
+    out.write(p, n);
     off += n;
     if (progress) progress(base + off, total);
   }
@@ -89,17 +94,7 @@ void copy_file(const std::string& src, const std::string& dst, const ProgressFn&
 void list_nofollow(const std::string& root, const std::string& rel, int depth,
                    std::vector<std::pair<std::string, mode_t>>* out) {
   if (depth > 32) fail(ErrorKind::kUsage, root + "/" + rel + ": folder nesting too deep");
-  const std::string dir = rel.empty() ? root : root + "/" + rel;
-  DIR* d = opendir(dir.c_str());
-  if (!d) fail_errno(dir, "cannot open folder", errno);
-  std::vector<std::string> names;
-  while (dirent* e = readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const auto& n : names) {
+  for (const auto& n : sorted_names(rel.empty() ? root : root + "/" + rel)) {
     const std::string r = rel.empty() ? n : rel + "/" + n;
     struct stat st;
     if (lstat((root + "/" + r).c_str(), &st) != 0) fail_errno(root + "/" + r, "cannot stat", errno);

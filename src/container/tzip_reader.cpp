@@ -70,6 +70,9 @@ Reader::Reader(const std::string& path, unsigned threads, const refs::Chain& via
     }
   }
   m.file_hash = get_le64(tr + 32);
+  for (const auto* list : {&m.h.tensors, &m.h.gaps})
+    for (const TensorEntry& t : *list)
+      for (const FrameRef& fr : t.frames) m.max_frame_size = std::max(m.max_frame_size, fr.size);
   m.ref_paths.resize(m.h.references.size());
   m.refs.resize(m.h.references.size());
   m.originals.resize(m.h.references.size());
@@ -139,7 +142,6 @@ void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
   Impl& m = *impl_;
   const TensorEntry& t = m.tensor_at(index);
   if (capacity < t.raw_size()) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
-  std::vector<uint8_t> buf;
   uint8_t* out = static_cast<uint8_t*>(dst);
   {
     auto cx = m.lease();
@@ -148,9 +150,9 @@ void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
         std::memset(out + c * m.h.chunk_bytes, 0, t.frames[c].raw_size);
         continue;
       }
-      buf.resize(t.frames[c].size);
-      m.f->pread_exact(t.frames[c].offset, buf.data(), buf.size());
-      m.decode_frame(cx.c, t, c, buf.data(), out + c * m.h.chunk_bytes);
+      uint8_t* const buf = cx.comp().reserve(t.frames[c].size, m.max_frame_size);
+      m.f->pread_exact(t.frames[c].offset, buf, t.frames[c].size);
+      m.decode_frame(cx.c, t, c, buf, out + c * m.h.chunk_bytes);
     }
   }
   m.apply_prediction(t, 0, out, t.raw_size());
@@ -183,7 +185,7 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t index, uint64_t
   size_t written = 0;
   auto cx = m.lease();
   std::vector<uint8_t> prefix;
-  Buf blocks;  // compressed bytes: not zero-filled
+  Buf& blocks = cx.comp();  // compressed bytes: not zero-filled, kept with the context
   for (uint64_t b = first; b < last;) {
     const uint64_t c = b / bpc;
     const uint64_t lf = b - c * bpc;
@@ -204,7 +206,7 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t index, uint64_t
     if (tz_is_error(r) || off + size > t.frames[c].size)
       m.corrupt(t, "frame " + std::to_string(c) + " block index damaged (data corrupted)");
     if (capacity - written < rsize) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
-    uint8_t* const bp = blocks.reserve(size);
+    uint8_t* const bp = blocks.reserve(size, m.max_frame_size);
     m.f->pread_exact(t.frames[c].offset + off, bp, size);
     const size_t d = tz_ctx_decompress_blocks(cx.c, out + written, capacity - written, prefix.data(),
                                               prefix.size(), bp, size, (unsigned)lf, (unsigned)lc);

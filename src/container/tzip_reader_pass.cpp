@@ -10,12 +10,12 @@ namespace tz::container {
 // Decodes the group's frames (read into s.comp from the first one's
 // read_from) into s.raw, predictions applied: what export writes and verify
 // discards.
-void Reader::Impl::decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx) {
+void Reader::Impl::decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx, uint64_t max_raw_hint) {
   const uint64_t base = units[0].read_from;
   s.raw_off.resize(count);
   uint64_t raw_n = 0;
   for (size_t k = 0; k < count; ++k) s.raw_off[k] = raw_n, raw_n += units[k].seg->frames[units[k].c].raw_size;
-  uint8_t* raw = s.raw.reserve(raw_n);
+  uint8_t* raw = s.raw.reserve(raw_n, max_raw_hint);
   for (size_t k = 0; k < count; ++k) {
     const PassUnit& u = units[k];
     const FrameRef& fr = u.seg->frames[u.c];
@@ -63,7 +63,12 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
 
   const unsigned workers = resolve_threads(opt.threads);
   CtxSet ctxs(workers);
-  std::vector<PassSlot> slots(workers + 3);
+  // One group per thread plus one more: the write of group k (the
+  // slowest, in-order stage of an export) overlaps the decode of k+1 and
+  // the read of k+2. More would only let the readers run ahead of the
+  // writer, each extra slot another set of buffers first touched.
+  const size_t window = workers + 1;
+  ReusePool<PassSlot> slots(window);
   // verify is this pass with a null sink: every frame is decoded and every
   // prediction applied (references read, predictors checked) exactly as for
   // an export, so both fail on the same input with the same message.
@@ -75,14 +80,26 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
   const std::vector<ItemGroup> groups =
       group_items(units.size(), [&](size_t i) { return units[i].seg->frames[units[i].c].raw_size; });
   auto frame_of = [&](const PassUnit& u) -> const FrameRef& { return u.seg->frames[u.c]; };
+  auto comp_span = [&](const ItemGroup& g) {
+    const FrameRef& last = frame_of(units[g.first + g.count - 1]);
+    return last.offset + last.size - units[g.first].read_from;
+  };
+  // Every slot's buffers are allocated once, at the largest group's size
+  // (read and decoded bytes): reused slots never grow page by page.
+  uint64_t max_comp = 0, max_raw = 0;
+  for (const ItemGroup& g : groups) {
+    uint64_t raw = 0;
+    for (size_t k = 0; k < g.count; ++k) raw += frame_of(units[g.first + k]).raw_size;
+    max_comp = std::max(max_comp, comp_span(g));
+    max_raw = std::max(max_raw, raw);
+  }
   run_pipeline(
-      groups.size(), slots, workers,
+      groups.size(), window, slots, workers,
       [&](size_t gi, PassSlot& s) {
         const ItemGroup& g = groups[gi];
         const uint64_t base = units[g.first].read_from;
-        const FrameRef& last = frame_of(units[g.first + g.count - 1]);
-        const uint64_t n = last.offset + last.size - base;
-        uint8_t* p = s.comp.reserve(n);
+        const uint64_t n = comp_span(g);
+        uint8_t* p = s.comp.reserve(n, max_comp);
         f->pread_exact(base, p, n);
         for (size_t k = 0; k < g.count; ++k) {
           const PassUnit& u = units[g.first + k];
@@ -90,15 +107,17 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
         }
         XXH64_update(fh, p, n);
       },
-      [&](size_t gi, PassSlot& s, unsigned w) { decode_group(&units[groups[gi].first], groups[gi].count, s, ctxs.v[w]); },
+      [&](size_t gi, PassSlot& s, unsigned w) {
+        decode_group(&units[groups[gi].first], groups[gi].count, s, ctxs.v[w], max_raw);
+      },
       [&](size_t gi, PassSlot& s) {
-        const ItemGroup& g = groups[gi];
-        for (size_t k = 0; k < g.count; ++k) {
-          const PassUnit& u = units[g.first + k];
-          const FrameRef& fr = frame_of(u);
-          if (sink) sink(s.raw.p.get() + s.raw_off[k], fr.raw_size, u.seg->data_begin + u.c * h.chunk_bytes);
-          done += fr.raw_size;
-        }
+        // The group's frames are consecutive chunks of the data section
+        // (segments and their chunks tile it in order, check_tiling), decoded
+        // one after the other into s.raw: passed on in one piece, so an export
+        // writes them with one call and copies nothing into its buffer.
+        const PassUnit& u = units[groups[gi].first];
+        if (sink) sink(s.raw.p.get(), s.raw.size, u.seg->data_begin + u.c * h.chunk_bytes);
+        done += s.raw.size;
         if (opt.progress) opt.progress(done, total);
       });
   // The same check for verify and export: the frames produced exactly the
@@ -107,7 +126,6 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
     fail(ErrorKind::kBadInput, path + ": frames decode to " + std::to_string(done - (total - h.data_size)) +
                                    " bytes of data, the header declares " + std::to_string(h.data_size) +
                                    " (data corrupted)");
-  slots.clear();
   // Padding before the header, the header and the hashed part of the trailer.
   const uint64_t pad_n = header_offset - pos;
   std::vector<uint8_t> padbuf(pad_n);

@@ -219,7 +219,11 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
   const unsigned threads = std::max<unsigned>(
       1, (unsigned)std::min<size_t>(resolve_threads(opt.threads), std::max<size_t>(1, groups.size())));
   const size_t n_slots = std::max<size_t>(2, opt.slots ? opt.slots : threads + 4);
-  std::vector<Slot> slots(n_slots);
+  // Each item's buffers come from a pool (most recently freed first) and go
+  // back when its write completed: a run that has few items in flight keeps
+  // reusing the same warm buffers instead of cycling through every slot's.
+  ReusePool<Slot> pool(n_slots);
+  std::vector<Slot*> slots(n_slots, nullptr);  // pipeline slot -> the buffers its item holds
   CtxSet ctx(threads);
   std::vector<Scratch> scratch(threads);
   std::atomic<uint64_t> encode_ns{0};
@@ -245,12 +249,18 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
 
   tz::cpu::OrderedPipeline* pipe = nullptr;
   tz::cpu::OrderedPipeline::Stages st;
-  st.work = [&](size_t gi, size_t si, unsigned w) {
-    Slot& s = slots[si];
-    const ItemGroup& g = groups[gi];
+  auto group_cap = [&](const ItemGroup& g) {
     size_t cap = 0;
     for (size_t k = 0; k < g.count; ++k) cap += unit_cap(units[g.first + k]) + kAlign;
-    uint8_t* dst = s.comp.reserve(cap);
+    return cap;
+  };
+  size_t max_cap = 0;  // every slot's buffer is allocated once, at the largest group's bound
+  for (const ItemGroup& g : groups) max_cap = std::max(max_cap, group_cap(g));
+  st.work = [&](size_t gi, size_t si, unsigned w) {
+    if (!slots[si]) slots[si] = pool.take();
+    Slot& s = *slots[si];
+    const ItemGroup& g = groups[gi];
+    uint8_t* dst = s.comp.reserve(group_cap(g), max_cap);
     s.at.resize(g.count);
     s.frame_size.resize(g.count);
     s.hash.resize(g.count);
@@ -267,8 +277,15 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
     }
     s.bytes = at;
   };
+  // The slot's buffers go back to the pool once its write completed.
+  auto release = [&pool, &slots, &pipe](size_t gi, size_t si) {
+    Slot* b = slots[si];
+    slots[si] = nullptr;
+    pool.give(b);
+    pipe->release(gi);
+  };
   st.commit = [&](size_t gi, size_t si) {
-    Slot& s = slots[si];
+    Slot& s = *slots[si];
     const ItemGroup& g = groups[gi];
     if (const int e = sink.error()) fail_io(path, "write failed", e);
     for (size_t k = 0; k < g.count; ++k) {
@@ -283,13 +300,14 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
       if (opt.progress) opt.progress(done_raw, total_raw);
     }
     XXH64_update(fh, s.comp.p.get(), s.bytes);
+    const uint64_t at = pos;
+    pos += s.bytes;  // s is not read once handed to the sink (it may be reused as soon as written)
     if (direct) {
       stage->put(s.comp.p.get(), s.bytes);
-      pipe->release(gi);
+      release(gi, si);
     } else {
-      sink.write(pos, s.comp.p.get(), s.bytes, [pipe, gi] { pipe->release(gi); });
+      sink.write(at, s.comp.p.get(), s.bytes, [release, gi, si] { release(gi, si); });
     }
-    pos += s.bytes;
   };
   st.commit_releases_later = true;
   st.poll = check_cancel;

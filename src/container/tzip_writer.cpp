@@ -278,7 +278,8 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
 
   const unsigned workers = resolve_threads(opt.threads);
   CtxSet ctx(workers);
-  std::vector<Slot> slots(workers + 3);  // one being read, one being written, one spare
+  const size_t window = workers + 3;  // one being read, one being written, one spare
+  ReusePool<Slot> slots(window);
   std::vector<std::vector<uint8_t>> pred_buf(workers);
   uint64_t done = st.data_start;
   if (opt.progress) opt.progress(done, st.file_size);
@@ -355,23 +356,30 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   // Consecutive units, whose source bytes are contiguous (segments tile the
   // data section), are read, coded and written as groups.
   const std::vector<ItemGroup> groups = group_items(units.size(), [&](size_t i) { return units[i].raw; });
+  auto raw_span = [&](const ItemGroup& g) {
+    const Unit& z = units[g.first + g.count - 1];
+    return z.src_off + z.raw - units[g.first].src_off;
+  };
+  auto comp_cap = [&](const ItemGroup& g) {
+    uint64_t cap = 0;
+    for (size_t k = 0; k < g.count; ++k) cap += tz_compress_bound(units[g.first + k].raw);
+    return cap;
+  };
+  // Every slot's buffers are allocated once, at the largest group's size.
+  uint64_t max_raw = 0, max_cap = 0;
+  for (const ItemGroup& g : groups) max_raw = std::max(max_raw, raw_span(g)), max_cap = std::max(max_cap, comp_cap(g));
   run_pipeline(
-      groups.size(), slots, workers,
+      groups.size(), window, slots, workers,
       [&](size_t gi, Slot& s) {
-        const ItemGroup& g = groups[gi];
-        const Unit& a = units[g.first];
-        const Unit& z = units[g.first + g.count - 1];
-        const uint64_t n = z.src_off + z.raw - a.src_off;
-        src.pread_exact(a.src_off, s.raw.reserve(n), n);
+        const uint64_t n = raw_span(groups[gi]);
+        src.pread_exact(units[groups[gi].first].src_off, s.raw.reserve(n, max_raw), n);
       },
       [&](size_t gi, Slot& s, unsigned w) {
         const ItemGroup& g = groups[gi];
         s.comp_off.resize(g.count);
         s.comp_size.resize(g.count);
         s.hash.resize(g.count);
-        uint64_t cap = 0;
-        for (size_t k = 0; k < g.count; ++k) cap += tz_compress_bound(units[g.first + k].raw);
-        uint8_t* comp = s.comp.reserve(cap);
+        uint8_t* comp = s.comp.reserve(comp_cap(g), max_cap);
         // Frames are packed one after the other (each with its own bound
         // as room), so a group of small frames touches only the pages its
         // frames fill, not one page per frame.
@@ -400,7 +408,6 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
         }
         if (opt.progress) opt.progress(done, st.file_size);
       });
-  slots.clear();
 
   pad();
   const uint64_t header_offset = out.offset();

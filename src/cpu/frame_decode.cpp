@@ -75,6 +75,10 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   *stored = v.checksum;
   if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw)
     return kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], v.payload[1], dst);
+  // One coded stream (FP8): its bytes are the elements, decoded in place
+  // (merge would only copy them from scratch).
+  if (K == 1 && v.mode[0] == kModeRans)
+    return kr.rans_decode(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], dst);
   const uint8_t* streams[kMaxStreams];
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {

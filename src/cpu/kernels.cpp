@@ -28,6 +28,19 @@ int decode_portable(const uint8_t* in, size_t size, uint32_t n, const uint32_t* 
   return rans_decode_portable(in, size, n, dec, ctx, out);
 }
 
+// Field loops (split, merge, histogram, min/max): the plain loops the SIMD
+// tables also compile (simd_field_loops.inc), here for the baseline
+// instruction set. Their split and merge are the per-element expressions of
+// tz::split_fields / tz::merge_fields written as loops over typed views,
+// which the compiler vectorises (SSE2 on x86-64): tz::merge_fields stores
+// bytes one by one (it is also the device code). Measured: see
+// bench/RESULTS.md "AVX2 decode step, FP8 in place, portable merge".
+namespace loops {
+#define TZ_LOOP_TARGET
+#include "cpu/simd_field_loops.inc"
+#undef TZ_LOOP_TARGET
+}  // namespace loops
+
 // BF16: the exponents decode into the upper half of out, then merge with
 // the sign|mantissa bytes from the front, a chunk at a time through a local
 // copy (a chunk's writes end at or below the unread exponents of the next).
@@ -45,7 +58,7 @@ int decode_bf16_portable(const uint8_t* in, size_t size, uint32_t n, const uint3
     const uint32_t m = n - i < kChunk ? n - i : kChunk;
     memcpy(e, exps + i, m);
     const uint8_t* streams[2] = {e, mant + i};
-    merge_fields(kBF16, streams, m, out + 2 * (size_t)i);
+    loops::merge(kBF16, streams, m, out + 2 * (size_t)i);
   }
   return kOk;
 }
@@ -61,26 +74,12 @@ void decode2_bf16_portable(const RansStream& a, const uint8_t* mant_a, int* st_a
   *st_b = decode_bf16_portable(b.in, b.size, b.n, b.dec, b.ctx, mant_b, b.out);
 }
 
-// Histogram and min/max: the plain loops the SIMD tables also compile
-// (simd_field_loops.inc), here for the baseline instruction set.
-namespace loops {
-#define TZ_LOOP_TARGET
-#include "cpu/simd_field_loops.inc"
-#undef TZ_LOOP_TARGET
-}  // namespace loops
-
-void split_portable(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) {
-  split_fields(dtype, src, n, streams);
-}
-void merge_portable(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst) {
-  merge_fields(dtype, streams, n, dst);
-}
 
 }  // namespace
 
 const CodecKernels kPortableKernels = {
     SimdPath::kPortable,   encode_portable,  decode_portable, decode_bf16_portable, decode2_portable,
-    decode2_bf16_portable, loops::histogram, loops::minmax,  split_portable,       merge_portable,
+    decode2_bf16_portable, loops::histogram, loops::minmax,  loops::split,         loops::merge,
 };
 
 const CodecKernels* codec_kernels_for(SimdPath p) {

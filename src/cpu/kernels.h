@@ -80,10 +80,14 @@ extern const CodecKernels kPortableKernels;
 extern const CodecKernels kAvx2Kernels;
 extern const CodecKernels kAvx512Kernels;
 // Kernels one table borrows from another (simd_avx2.cpp; the AVX-512 table
-// encodes and counts histograms with them).
+// encodes, counts histograms and decodes BF16 with them).
 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                    uint8_t* out, size_t limit);
 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
+int decode_bf16_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
+                     const uint8_t* mant, uint8_t* out);
+void decode2_bf16_avx2(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
+                       const uint8_t* mant_b, int* st_b);
 #endif
 #if defined(__aarch64__)
 extern const CodecKernels kNeonKernels;

@@ -46,55 +46,85 @@ alignas(64) constexpr std::array<std::array<uint8_t, 16>, 256> kEmitShuffle = ma
 
 // ------------------------------------------------------------- decoder --
 
-// One decode step for 8 lanes: returns the 8 symbols (one per 32-bit lane)
-// and advances p past the words the lanes took, in lane order. Reads 16
-// bytes at p. With lane contexts, coff holds each lane's table offset
+// The two constants every decode step uses (kProbScale - 1, which is also
+// the 12-bit field mask of a table entry, and all ones), made once per call
+// and passed in: the steps then need no other constant register, which
+// leaves room for the eight state vectors of two streams in lockstep.
+struct DecConsts {
+  __m256i mask;  // kProbScale - 1 = 0xFFF
+  __m256i ones;  // all bits set
+  TZ_AVX2 static DecConsts make() {
+    static_assert(kProbScale - 1 == 0xFFF, "slot mask and entry field mask are one constant");
+    return {_mm256_set1_epi32(kProbScale - 1), _mm256_set1_epi32(-1)};
+  }
+};
+
+// One decode step for 8 lanes: returns the 8 table entries (symbol in bits
+// 0..7 of each 32-bit lane, the other bits not cleared: the emitters clear
+// them) and advances p past the words the lanes took, in lane order. Reads
+// 16 bytes at p. With lane contexts, coff holds each lane's table offset
 // (context x kProbScale) and is advanced to the next symbol's.
+//
+// f = freq - 1 + 1 is formed as (freq - 1) - (-1), and "x < L" as the sign
+// of (x >> 16) - 1 (x >> 16 is 0 exactly when x < 2^16, else below 2^16),
+// which blendv_ps and movemask_ps read: no constant beyond DecConsts
+// (measured 1.62 -> 1.48 cycles per symbol against masks, a zero and 1 held
+// in registers, on BF16 exponents, AMD EPYC Zen 4).
 template <bool Ctx>
 TZ_AVX2 inline __m256i dec8(__m256i& x, const uint32_t* dec, const uint8_t*& p, __m256i& coff, __m256i cbase,
-                            __m256i cmax) {
-  __m256i idx = _mm256_and_si256(x, _mm256_set1_epi32(kProbScale - 1));
+                            __m256i cmax, const DecConsts& k) {
+  __m256i idx = _mm256_and_si256(x, k.mask);
   if (Ctx) idx = _mm256_add_epi32(idx, coff);
   const __m256i e = _mm256_i32gather_epi32((const int*)dec, idx, 4);
-  const __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), _mm256_set1_epi32(0xFFF)),
-                                     _mm256_set1_epi32(1));
+  const __m256i f = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), k.mask), k.ones);
   x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, kProbBits)), _mm256_srli_epi32(e, 20));
-  const __m256i take = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());  // x < L
-  const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(take));
+  const __m256 take = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_srli_epi32(x, 16), k.ones));  // sign: x < L
+  const unsigned m = (unsigned)_mm256_movemask_ps(take);
   const __m256i words = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p));
   const __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)kTakeIndex[m].data()));
   const __m256i w = _mm256_permutevar8x32_epi32(words, perm);
-  x = _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), take);
+  x = _mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(x, 16), w)), take));
   p += 2 * (size_t)_mm_popcnt_u32(m);
-  const __m256i sym = _mm256_and_si256(e, _mm256_set1_epi32(0xFF));
   if (Ctx) {
+    const __m256i sym = _mm256_srli_epi32(_mm256_slli_epi32(e, 24), 24);
     const __m256i c =
         _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(sym, cbase), _mm256_setzero_si256()), cmax);
     coff = _mm256_slli_epi32(c, kProbBits);
   }
-  return sym;
+  return e;
 }
 
-// The 32 symbols of a step (four vectors of 8 in lane order) as 32 bytes.
-TZ_AVX2 inline __m256i pack_step_bytes(__m256i s0, __m256i s1, __m256i s2, __m256i s3) {
-  const __m256i a = _mm256_packus_epi32(s0, s1);  // per 128: s0[0..3] s1[0..3] | s0[4..7] s1[4..7]
-  const __m256i b = _mm256_packus_epi32(s2, s3);
+// The symbols of 8 table entries (bits 0..7), shifted left by Sh, in 32-bit
+// lanes with the other bits clear: two shifts, no constant.
+template <int Sh>
+TZ_AVX2 inline __m256i entry_sym(__m256i e) {
+  return _mm256_srli_epi32(_mm256_slli_epi32(e, 24), 24 - Sh);
+}
+
+// The 32 symbols of a step (four vectors of 8 entries in lane order) as 32
+// bytes.
+TZ_AVX2 inline __m256i pack_step_bytes(__m256i e0, __m256i e1, __m256i e2, __m256i e3) {
+  const __m256i a = _mm256_packus_epi32(entry_sym<0>(e0), entry_sym<0>(e1));  // s0[0..3] s1[0..3] | s0[4..7] s1[4..7]
+  const __m256i b = _mm256_packus_epi32(entry_sym<0>(e2), entry_sym<0>(e3));
   const __m256i c = _mm256_packus_epi16(a, b);  // dwords: s0a s1a s2a s3a | s0b s1b s2b s3b
   return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// 16 symbols (two vectors in lane order) as 16-bit values in order.
-TZ_AVX2 inline __m256i pack_words16(__m256i s0, __m256i s1) {
-  return _mm256_permute4x64_epi64(_mm256_packus_epi32(s0, s1), 0xD8);
+// 16 symbols (two vectors of entries in lane order) as 16-bit values
+// symbol << 7 (a BF16 exponent in place), in order.
+TZ_AVX2 inline __m256i pack_exponents16(__m256i e0, __m256i e1) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(entry_sym<7>(e0), entry_sym<7>(e1)), 0xD8);
 }
 
 // Emitters (structs, not lambdas: GCC does not give a lambda its enclosing
-// function's target attribute). step() stores the 32 symbols of a step;
-// operator()(i, sym) one symbol (the checked scalar tail).
+// function's target attribute). step() stores the 32 symbols of a step from
+// its four vectors of table entries; operator()(i, sym) one symbol (the
+// checked scalar tail).
 struct EmitBytes {
   uint8_t* out;
-  TZ_AVX2 void step(uint32_t base, __m256i s0, __m256i s1, __m256i s2, __m256i s3) const {
-    _mm256_storeu_si256((__m256i*)(out + base), pack_step_bytes(s0, s1, s2, s3));
+  TZ_AVX2 void step(uint32_t base, __m256i e0, __m256i e1, __m256i e2, __m256i e3) const {
+    _mm256_storeu_si256((__m256i*)(out + base), pack_step_bytes(e0, e1, e2, e3));
   }
   void operator()(uint32_t i, uint32_t sym) const { out[i] = (uint8_t)sym; }
 };
@@ -102,15 +132,18 @@ struct EmitBytes {
 struct EmitBF16 {
   uint8_t* out;
   const uint8_t* mant;
-  TZ_AVX2 static __m256i merge16(__m256i e16, const uint8_t* m) {
+  // BF16 = sign << 15 | exponent << 7 | mantissa, from the raw byte
+  // sign << 7 | mantissa: (b | b << 8) & 0x807F keeps the sign at bit 15
+  // and the mantissa at bits 0..6, and the exponent fills bits 7..14.
+  TZ_AVX2 static __m256i merge16(__m256i e7, const uint8_t* m) {
     const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)m));
-    return _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(mv, _mm256_set1_epi16(0x80)), 8),
-                                           _mm256_slli_epi16(e16, 7)),
-                           _mm256_and_si256(mv, _mm256_set1_epi16(0x7F)));
+    return _mm256_or_si256(
+        _mm256_and_si256(_mm256_or_si256(mv, _mm256_slli_epi16(mv, 8)), _mm256_set1_epi16((short)0x807F)), e7);
   }
-  TZ_AVX2 void step(uint32_t base, __m256i s0, __m256i s1, __m256i s2, __m256i s3) const {
-    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base), merge16(pack_words16(s0, s1), mant + base));
-    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base + 32), merge16(pack_words16(s2, s3), mant + base + 16));
+  TZ_AVX2 void step(uint32_t base, __m256i e0, __m256i e1, __m256i e2, __m256i e3) const {
+    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base), merge16(pack_exponents16(e0, e1), mant + base));
+    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base + 32),
+                        merge16(pack_exponents16(e2, e3), mant + base + 16));
   }
   void operator()(uint32_t i, uint32_t sym) const {
     store_le16(out + 2 * (size_t)i, merge_elem_bf16((uint8_t)sym, mant[i]));
@@ -151,17 +184,18 @@ struct StreamDec {
   // A step reads at most 16 bytes per vector past at most 48 taken: 64 left
   // covers it.
   TZ_AVX2 bool fast() const { return s < full_steps && end - p >= 64; }
-  TZ_AVX2 void step() {
-    const __m256i s0 = dec8<Ctx>(x[0], dec, p, c[0], cbase, cmax);
-    const __m256i s1 = dec8<Ctx>(x[1], dec, p, c[1], cbase, cmax);
-    const __m256i s2 = dec8<Ctx>(x[2], dec, p, c[2], cbase, cmax);
-    const __m256i s3 = dec8<Ctx>(x[3], dec, p, c[3], cbase, cmax);
-    emit.step(s * kLanes, s0, s1, s2, s3);
+  TZ_AVX2 void step(const DecConsts& k) {
+    const __m256i e0 = dec8<Ctx>(x[0], dec, p, c[0], cbase, cmax, k);
+    const __m256i e1 = dec8<Ctx>(x[1], dec, p, c[1], cbase, cmax, k);
+    const __m256i e2 = dec8<Ctx>(x[2], dec, p, c[2], cbase, cmax, k);
+    const __m256i e3 = dec8<Ctx>(x[3], dec, p, c[3], cbase, cmax, k);
+    emit.step(s * kLanes, e0, e1, e2, e3);
     ++s;
   }
   // Scalar tail: the same code (and checks) as tz::rans_decode_ctx.
   TZ_AVX2 int finish() {
-    while (fast()) step();
+    const DecConsts k = DecConsts::make();
+    while (fast()) step(k);
     alignas(32) uint32_t xs[kLanes];
     for (int v = 0; v < 4; ++v) _mm256_store_si256((__m256i*)(xs + 8 * v), x[v]);
     if (!Ctx) return rans_decode_tail(xs, p, end, s, n, dec, emit);
@@ -191,20 +225,27 @@ TZ_AVX2 int decode_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32
   return decode_one(in, size, n, dec, ctx, EmitBytes{out});
 }
 
-// Merged in the step (EmitBF16): measured faster than decoding the bytes,
-// then merging (1.94 against 2.2 cycles per element on real BF16 weights).
-TZ_AVX2 int decode_bf16_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
-                             const uint8_t* mant, uint8_t* out) {
-  return decode_one(in, size, n, dec, ctx, EmitBF16{out, mant});
-}
-
 // Two streams one after the other: stepping two in lockstep (eight state
 // vectors) spills registers and measured slower on real BF16 exponents (AMD
 // EPYC Zen 4, CPU time: 2.16 against 1.77 cycles per symbol for bytes, 2.06
-// against 1.94 for the BF16 form), so the lockstep form does not pay here.
+// against 1.94 for the BF16 form; again with the two-constant step above:
+// 2.50 against 1.65 and 2.34 against 1.79), so the lockstep form does not
+// pay here.
 TZ_AVX2 void decode2_avx2(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
   *st_a = decode_avx2(a.in, a.size, a.n, a.dec, a.ctx, a.out);
   *st_b = decode_avx2(b.in, b.size, b.n, b.dec, b.ctx, b.out);
+}
+
+}  // namespace
+
+// The BF16 decoders are not in the anonymous namespace: the AVX-512 table
+// uses them too (kernels.h).
+// Merged in the step (EmitBF16): measured faster than decoding the bytes,
+// then merging (1.94 against 2.2 cycles per element on real BF16 weights,
+// before the two-constant step).
+TZ_AVX2 int decode_bf16_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
+                             const uint8_t* mant, uint8_t* out) {
+  return decode_one(in, size, n, dec, ctx, EmitBF16{out, mant});
 }
 
 TZ_AVX2 void decode2_bf16_avx2(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
@@ -212,6 +253,8 @@ TZ_AVX2 void decode2_bf16_avx2(const RansStream& a, const uint8_t* mant_a, int* 
   *st_a = decode_bf16_avx2(a.in, a.size, a.n, a.dec, a.ctx, mant_a, a.out);
   *st_b = decode_bf16_avx2(b.in, b.size, b.n, b.dec, b.ctx, mant_b, b.out);
 }
+
+namespace {
 
 // ------------------------------------------------------------- encoder --
 

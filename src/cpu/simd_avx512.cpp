@@ -6,8 +6,12 @@
 // AVX-512 encoder (2 vectors of 16 lanes, compress and masked stores;
 // removed, see git history) measured slower on AMD EPYC Zen 4, the only
 // AVX-512 CPU at hand: 2.5 against 1.95 cycles per symbol on real BF16
-// exponents, 1.03 against 1.17 GB/s compressing the BF16 fixture. The
-// histogram entry is the AVX2 one too (a window of common values counted in
+// exponents, 1.03 against 1.17 GB/s compressing the BF16 fixture. The BF16
+// decoders (exponents decoded and merged with the raw sign|mantissa bytes)
+// are the AVX2 ones as well: 1.55 against 1.62 cycles per element for one
+// block, 1.55 against 1.62 for two blocks of one table and 1.55 against
+// 1.85 for two tables, same CPU and data (tz_kernel_bench, runs
+// alternated). The histogram entry is the AVX2 one too (a window of common values counted in
 // 32-byte vectors: 0.47 against 0.87 cycles per byte with the plain loop
 // compiled for AVX-512, same CPU and data).
 #include "codec/fields.h"
@@ -163,21 +167,6 @@ struct EmitBytes {
   void operator()(uint32_t i, uint32_t sym) const { out[i] = (uint8_t)sym; }
 };
 
-struct EmitBF16 {
-  uint8_t* out;
-  const uint8_t* mant;
-  TZ_AVX512 void operator()(uint32_t base, int half, __m512i sym) const {
-    const uint32_t i = base + 16 * half;
-    const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(mant + i)));
-    const __m512i v = _mm512_or_si512(
-        _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(m, _mm512_set1_epi32(0x80)), 8), _mm512_slli_epi32(sym, 7)),
-        _mm512_and_si512(m, _mm512_set1_epi32(0x7F)));
-    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)i), _mm512_cvtepi32_epi16(v));
-  }
-  void operator()(uint32_t i, uint32_t sym) const {
-    store_le16(out + 2 * (size_t)i, merge_elem_bf16((uint8_t)sym, mant[i]));
-  }
-};
 
 
 TZ_AVX512 int decode_avx512(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
@@ -185,21 +174,12 @@ TZ_AVX512 int decode_avx512(const uint8_t* in, size_t size, uint32_t n, const ui
   return decode_one(in, size, n, dec, EmitBytes{out}, ctx);
 }
 
-TZ_AVX512 int decode_bf16_avx512(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
-                                 const uint8_t* mant, uint8_t* out) {
-  return decode_one(in, size, n, dec, EmitBF16{out, mant}, ctx);
-}
 
 TZ_AVX512 void decode2_avx512(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
   decode_two(a.in, a.size, a.n, a.dec, EmitBytes{a.out}, st_a, b.in, b.size, b.n, b.dec, EmitBytes{b.out}, st_b,
              a.ctx, b.ctx);
 }
 
-TZ_AVX512 void decode2_bf16_avx512(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
-                                   const uint8_t* mant_b, int* st_b) {
-  decode_two(a.in, a.size, a.n, a.dec, EmitBF16{a.out, mant_a}, st_a, b.in, b.size, b.n, b.dec,
-             EmitBF16{b.out, mant_b}, st_b, a.ctx, b.ctx);
-}
 
 // Field loops (split, merge, min/max) compiled for AVX-512.
 namespace loops {
@@ -211,8 +191,8 @@ namespace loops {
 }  // namespace
 
 const CodecKernels kAvx512Kernels = {
-    SimdPath::kAvx512,   encode_avx2,      decode_avx512, decode_bf16_avx512, decode2_avx512,
-    decode2_bf16_avx512, histogram_avx2, loops::minmax, loops::split,       loops::merge,
+    SimdPath::kAvx512, encode_avx2,    decode_avx512, decode_bf16_avx2, decode2_avx512,
+    decode2_bf16_avx2, histogram_avx2, loops::minmax, loops::split,     loops::merge,
 };
 
 }  // namespace tz::cpu

@@ -315,6 +315,69 @@ TEST_F(Container, ReadTensorsTogetherEqualsOneByOne) {
   r.read_tensors({}, 4);  // nothing to do
 }
 
+// The passes reuse each item's buffers (the most recently freed set, grown
+// once to the largest group) and a reader keeps one compressed-bytes buffer
+// per codec context: small groups, frames larger than every earlier group,
+// and reads that alternate between large and small frames all give the
+// original bytes, identical at every thread count.
+TEST_F(Container, ReusedBuffersGiveTheSameBytesForFramesOfEverySize) {
+  const Bytes bf = real_bytes("fixture-slice-bf16.safetensors");
+  const Bytes f32 = real_bytes("fixture-slice-fp32.safetensors");
+  Bytes data;
+  std::string h = "{";
+  auto add = [&](const std::string& n, bool is_bf, size_t bytes) {
+    const Bytes& src = is_bf ? bf : f32;
+    const size_t b = data.size();
+    while (data.size() - b < bytes) data.insert(data.end(), src.begin(), src.begin() + (long)std::min(src.size(), bytes - (data.size() - b)));
+    h += "\"" + n + "\":{\"dtype\":\"" + (is_bf ? "BF16" : "F32") + "\",\"shape\":[" +
+         std::to_string(bytes / (is_bf ? 2 : 4)) + "],\"data_offsets\":[" + std::to_string(b) + "," +
+         std::to_string(data.size()) + "]},";
+  };
+  for (int i = 0; i < 30; ++i) add("a" + std::to_string(i), i % 2 == 0, 4096 + 1000 * (size_t)i);
+  add("big1", true, 5u << 19);  // 2.5 MiB: frames of 1 MiB, 1 MiB, 0.5 MiB
+  for (int i = 0; i < 10; ++i) add("b" + std::to_string(i), false, 8000);
+  add("big2", false, 19u << 18);  // 4.75 MiB: five frames, the largest compressed ones last
+  h.back() = '}';
+  write_st(p("v.safetensors"), h, data);
+  const Bytes orig = read_all(p("v.safetensors"));
+  tc::WriteOptions o = small_chunks();
+  o.threads = 1;
+  tc::compress_file(p("v.safetensors"), p("v1.tzip"), o);
+  const Bytes one = read_all(p("v1.tzip"));
+  for (unsigned t : {2u, 3u, 5u}) {
+    o.threads = t;
+    const std::string out = p("v" + std::to_string(t) + ".tzip");
+    tc::compress_file(p("v.safetensors"), out, o);
+    EXPECT_EQ(read_all(out), one) << t << " threads";
+  }
+  for (unsigned t : {1u, 2u, 3u, 5u}) {
+    tc::ReadOptions ro;
+    ro.threads = t;
+    ro.force = true;
+    tc::Reader(p("v1.tzip"), t).export_safetensors(p("back.safetensors"), ro);
+    EXPECT_EQ(read_all(p("back.safetensors")), orig) << t << " threads";
+    tc::Reader(p("v1.tzip"), t).verify(p("v.safetensors"), ro);
+  }
+  // One reader, its pooled buffer reused across reads of frames of every size.
+  tc::Reader r(p("v1.tzip"), 2);
+  const auto info = tc::read_safetensors_info(p("v.safetensors"));
+  for (const char* name : {"big2", "a0", "big1", "b3", "big2", "a29"}) {
+    const long i = r.find(name);
+    ASSERT_GE(i, 0) << name;
+    const tc::TensorEntry& t = r.tensors()[(size_t)i];
+    Bytes got(t.raw_size());
+    r.read_tensor((size_t)i, got.data(), got.size());
+    const auto off = (long)(info.data_start + t.data_begin);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), orig.begin() + off)) << name;
+    if (t.raw_size() > 3000) {  // a range across frames (or inside one)
+      const uint64_t a = t.raw_size() / 3, n = t.raw_size() / 2;
+      Bytes part(n);
+      r.read_range((size_t)i, a, n, part.data());
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), orig.begin() + off + (long)a)) << name;
+    }
+  }
+}
+
 TEST_F(Container, RefusesToOverwriteWithoutForce) {
   const std::string src = make_mixed("m.safetensors");
   write_all(p("m.tzip"), Bytes{1, 2, 3});

@@ -113,6 +113,23 @@ struct Outcome {
   long max_rss_kib = 0;   // its peak resident set
 };
 
+// The parent's side of a case: what the child wrote to the pipe, its exit
+// code, CPU time and peak memory.
+Outcome collect_child(pid_t pid, int pfd[2]) {
+  close(pfd[1]);
+  Outcome o;
+  char buf[4096];
+  for (ssize_t n; (n = read(pfd[0], buf, sizeof buf)) > 0;) o.message.append(buf, (size_t)n);
+  close(pfd[0]);
+  int status = 0;
+  struct rusage ru {};
+  wait4(pid, &status, 0, &ru);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  o.cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+  o.max_rss_kib = ru.ru_maxrss;
+  return o;
+}
+
 Outcome in_child(const std::function<int(std::string*)>& body) {
   int pfd[2];
   EXPECT_EQ(pipe(pfd), 0);
@@ -134,18 +151,7 @@ Outcome in_child(const std::function<int(std::string*)>& body) {
     if (!msg.empty() && write(pfd[1], msg.data(), msg.size()) < 0) code = 98;
     _exit(code);
   }
-  close(pfd[1]);
-  Outcome o;
-  char buf[4096];
-  for (ssize_t n; (n = read(pfd[0], buf, sizeof buf)) > 0;) o.message.append(buf, (size_t)n);
-  close(pfd[0]);
-  int status = 0;
-  struct rusage ru {};
-  wait4(pid, &status, 0, &ru);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  o.cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
-  o.max_rss_kib = ru.ru_maxrss;
-  return o;
+  return collect_child(pid, pfd);
 }
 
 // The tzip CLI on `args`, stderr captured.
@@ -168,18 +174,7 @@ Outcome run_tzip(const std::vector<std::string>& args) {
     execv(argv[0], argv.data());
     _exit(127);
   }
-  close(pfd[1]);
-  Outcome o;
-  char buf[4096];
-  for (ssize_t n; (n = read(pfd[0], buf, sizeof buf)) > 0;) o.message.append(buf, (size_t)n);
-  close(pfd[0]);
-  int status = 0;
-  struct rusage ru {};
-  wait4(pid, &status, 0, &ru);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  o.cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
-  o.max_rss_kib = ru.ru_maxrss;
-  return o;
+  return collect_child(pid, pfd);
 }
 
 class Hostile : public DirTest {

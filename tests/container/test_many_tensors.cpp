@@ -2,12 +2,12 @@
 // safetensors header, compressing, opening a .tzip (what inspect and
 // safe_open do), looking tensors up and decompressing, for 5,000 and 50,000
 // one-element tensors. The test compares the scaling, not absolute times:
-// 10x the tensors must cost well under 30x the CPU time (linear is ~10x; the
-// quadratic DOM parse this replaces took ~100x: 20,000 tensors 3.9 s,
-// 200,000 more than 650 s). CPU time of this thread or process, so waiting
-// on a loaded machine does not count.
+// 10x the tensors must cost well under 50x the CPU time (linear is ~10x, up
+// to ~31x measured on a loaded 2-vCPU machine: the 50,000-tensor header is
+// 4.5 MB, out of cache, the 5,000-tensor one is not; the quadratic DOM parse
+// this replaces took ~100x: 20,000 tensors 3.9 s, 200,000 more than 650 s).
+// CPU time of this process, so waiting on a loaded machine does not count.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
@@ -23,10 +23,10 @@ using namespace tz_test;
 
 namespace {
 
-double cpu_seconds() {  // this process, all threads
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+double cpu_seconds() {  // this process, all threads (the scheduler's exact run time, not ticks)
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 std::string header_of(size_t n) {
@@ -69,7 +69,7 @@ void expect_linear(const char* what, double small, double large) {
     EXPECT_LT(large, 0.06) << what;
     return;
   }
-  EXPECT_LT(large / small, 30.0) << what << ": 10x the tensors cost " << large / small << "x";
+  EXPECT_LT(large / small, 50.0) << what << ": 10x the tensors cost " << large / small << "x";
 }
 
 }  // namespace
@@ -92,7 +92,7 @@ TEST(ManyTensors, HeaderHandlingIsLinearInTheTensorCount) {
     tc::WriteOptions wo;
     wo.threads = 1;
     wo.force = true;
-    t[k][1] = timed(1, [&] { tc::compress_file(st, tz, wo); });
+    t[k][1] = timed(2, [&] { tc::compress_file(st, tz, wo); });
     t[k][2] = timed(3, [&] {
       tc::Reader r(tz, 1);
       ASSERT_EQ(r.tensors().size(), n);
@@ -104,9 +104,9 @@ TEST(ManyTensors, HeaderHandlingIsLinearInTheTensorCount) {
     tc::ReadOptions ro;
     ro.threads = 1;
     ro.force = true;
-    t[k][4] = timed(1, [&] { r.export_safetensors(d.path + "/back.safetensors", ro); });
+    t[k][4] = timed(2, [&] { r.export_safetensors(d.path + "/back.safetensors", ro); });
     EXPECT_TRUE(read_all(d.path + "/back.safetensors") == read_all(st));
-    t[k][5] = timed(1, [&] { r.verify("", ro); });
+    t[k][5] = timed(2, [&] { r.verify("", ro); });
   }
   const char* names[] = {"parse safetensors header", "compress", "open .tzip (inspect)", "find by name", "decompress",
                          "verify"};
