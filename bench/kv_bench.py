@@ -128,7 +128,9 @@ def main():
     names = {"kv-rans": "page codec, rANS", "kv-fixed": "page codec, fixed (bits from sample)",
              "kv-fixed4": "page codec, fixed 4 bits", "kv-rans-nocrc": "page codec, rANS, no checksum",
              "kv-fixed-nocrc": "page codec, fixed, no checksum", "frame": "frame codec per page (level 1)",
-             "zstd-1": "zstd -1 per page", "raw": "copy"}
+             "zstd-1": "zstd -1 per page", "raw": "copy",
+             "kv-rans-batch": "page codec, rANS, batches of 32", "kv-fixed-batch": "page codec, fixed, batches of 32",
+             "kv-fixed4-batch": "page codec, fixed 4 bits, batches of 32"}
     for hot, rows in tables:
         if hot:
             lines.append(f"**In cache**: the first {hot >> 10} KiB of pages (from every layer and K/V in turn), each "

@@ -236,15 +236,34 @@ TZ_HD size_t kv_encode_page_with(const KvCodecTables& c, const uint8_t* src, uin
   for (int k = 0; k < K; ++k) streams[k] = scratch + (size_t)k * align4(n);
   uint8_t* lit = scratch + 2 * align4(n);
   uint16_t* words = (uint16_t*)(scratch + 3 * align4(n) + 64);  // 64 bytes of slack below for SIMD stores
-  coder.split(src, n, streams);
   size_t pos = kPageHeaderSize;
   uint8_t mode = kPageStored;
   if (t.mode == kModeFixedTables) {
+    const size_t planes = 4 * (size_t)t.fixed_bits * ((n + kGroup - 1) / kGroup);
+    const size_t raw_end = pos + planes + (size_t)(K - 1) * align4(n);  // where the literals go
+    // A coder may place the planes and the raw streams in one pass over src
+    // (fixed_page): same bytes; it writes dst before the page's size is known,
+    // so only where they fit kv_page_bound, and a stored page then overwrites them.
+    // It may use the scratch below lit (2 * align4(n) bytes) and writes the
+    // escaped bytes to lit.
+    if constexpr (requires { coder.fixed_page(src, n, scratch, dst, dst, lit); }) {
+      if (raw_end <= kv_page_bound(n, t.dtype)) {
+        const size_t n_esc = coder.fixed_page(src, n, scratch, dst + pos, dst + pos + planes, lit);
+        if (kv_fixed_page_size(t.fixed_bits, K, n, n_esc) < stored) {
+          memcpy(dst + raw_end, lit, n_esc);
+          kv_write_page_header(dst, kPageFixed, t.id, n);
+          return raw_end + n_esc;
+        }
+        kv_write_page_header(dst, kPageStored, t.id, n);
+        memcpy(dst + kPageHeaderSize, src, stored - kPageHeaderSize);
+        return stored;
+      }
+    }
+    coder.split(src, n, streams);
     const size_t n_esc = coder.fixed_codes(streams[0], n, lit);
     if (kv_fixed_page_size(t.fixed_bits, K, n, n_esc) < stored) {
       mode = kPageFixed;
-      const size_t planes = 4 * (size_t)t.fixed_bits * ((n + kGroup - 1) / kGroup);
-      coder.fixed_planes(lit, streams[0], n, dst + pos, dst + pos + planes + (size_t)(K - 1) * align4(n));
+      coder.fixed_planes(lit, streams[0], n, dst + pos, dst + raw_end);
       pos += planes;
       for (int k = 1; k < K; ++k) {
         memcpy(dst + pos, streams[k], n);
@@ -254,6 +273,7 @@ TZ_HD size_t kv_encode_page_with(const KvCodecTables& c, const uint8_t* src, uin
       pos += n_esc;
     }
   } else {
+    coder.split(src, n, streams);
     size_t wpos = kPageHeaderSize, nlit = 0;
     for (int k = 0; k < K; ++k) pos += t.st[k].kind == kKindRans ? 4 : 0;
     for (int k = 0; k < K; ++k) {
@@ -300,6 +320,62 @@ struct KvPageView {
   size_t n_lit;                           // rANS: literal bytes present; fixed: escapes counted from the planes
 };
 
+// On the host the page view is inlined into each kernel set's decoder, so that
+// it is compiled with that set's instructions (popcnt for the escape count: an
+// out-of-line copy is the baseline one, whichever file the linker keeps);
+// CUDA: as TZ_HD_NOINLINE.
+#if defined(__CUDACC__)
+#define TZ_KV_VIEW_FN TZ_HD_NOINLINE
+#else
+#define TZ_KV_VIEW_FN inline __attribute__((always_inline))
+#endif
+
+// Escapes (codes with every bit set) of `groups` whole groups of bit planes
+// at q: the popcount of the AND of each group's planes.
+template <uint32_t Bits>
+TZ_KV_VIEW_FN size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
+  size_t n = 0;
+  for (uint32_t g = 0; g < groups; ++g, q += 4 * Bits) {
+    uint32_t all = load_le32(q);
+    for (uint32_t b = 1; b < Bits; ++b) all &= load_le32(q + 4 * b);
+    n += kv_popc32(all);
+  }
+  return n;
+}
+
+// kv_fixed_escapes for any width: the widths calibration picks on real KV
+// (about 3 bits) and SplitZip's 4 get loops of their own. A SIMD decoder
+// calls it from a function of its own file (SimdDecoder::fixed_escapes,
+// kv_kernel_set.inc), so that it is compiled with popcnt; the portable
+// decoder and the CUDA kernels call it through the page view's default.
+TZ_KV_VIEW_FN size_t kv_fixed_escapes_any(const uint8_t* q, uint32_t groups, uint32_t bits) {
+  if (bits == 3) return kv_fixed_escapes_t<3>(q, groups);
+  if (bits == 4) return kv_fixed_escapes_t<4>(q, groups);
+  size_t n = 0;
+  for (uint32_t g = 0; g < groups; ++g, q += 4 * (size_t)bits) {
+    uint32_t all = load_le32(q);
+    for (uint32_t b = 1; b < bits; ++b) all &= load_le32(q + 4 * b);
+    n += kv_popc32(all);
+  }
+  return n;
+}
+
+// The page view's default count: out of line on the host, so that the
+// decoders the view is inlined into (the portable one) keep their size.
+#if defined(__CUDACC__)
+TZ_HD_NOINLINE size_t kv_fixed_escapes(const uint8_t* q, uint32_t groups, uint32_t bits) {
+#else
+__attribute__((noinline)) inline size_t kv_fixed_escapes(const uint8_t* q, uint32_t groups, uint32_t bits) {
+#endif
+  return kv_fixed_escapes_any(q, groups, bits);
+}
+
+struct KvFixedEscapes {  // the page view's escape count (a decoder may pass its own, same results)
+  TZ_HD size_t operator()(const uint8_t* q, uint32_t groups, uint32_t bits) const {
+    return kv_fixed_escapes(q, groups, bits);
+  }
+};
+
 TZ_HD bool kv_zero(const uint8_t* p, size_t from, size_t to) {
   for (size_t i = from; i < to; ++i)
     if (p[i]) return false;
@@ -308,7 +384,10 @@ TZ_HD bool kv_zero(const uint8_t* p, size_t from, size_t to) {
 
 // Header, tables binding and layout. The checksum is checked by the caller
 // (kv_check_page) so that a SIMD or GPU CRC can be used.
-TZ_HD_NOINLINE int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t size, KvPageView* v) {
+// count(q, groups, bits): the escapes of whole groups (kv_fixed_escapes).
+template <class EscapeCount = KvFixedEscapes>
+TZ_KV_VIEW_FN int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t size, KvPageView* v,
+                               const EscapeCount& count = EscapeCount{}) {
   const KvTables& t = c.t;
   int st = kv_parse_page_header(p, size, &v->h);
   if (st != kOk) return st;
@@ -334,18 +413,17 @@ TZ_HD_NOINLINE int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t
     v->size[0] = (uint32_t)planes;
     v->smode[0] = kModeRaw;
     // Count escapes (codes with every bit set); bits of elements past n must be 0.
-    size_t n_esc = 0;
-    for (uint32_t g = 0; g < n_groups; ++g) {
-      const uint8_t* q = p + pos + 4 * (size_t)bits * g;
+    size_t n_esc = count(p + pos, n / kGroup, bits);
+    if (n % kGroup) {
+      const uint8_t* q = p + pos + 4 * (size_t)bits * (n_groups - 1);
+      const uint32_t valid = (1u << (n % kGroup)) - 1u;
       uint32_t all = ~0u;
-      const uint32_t here = n - g * kGroup < kGroup ? n - g * kGroup : kGroup;
-      const uint32_t valid = here == 32 ? ~0u : ((1u << here) - 1u);
       for (uint32_t b = 0; b < bits; ++b) {
         const uint32_t w = load_le32(q + 4 * b);
         if (w & ~valid) return kErrCorruptBlock;
         all &= w;
       }
-      n_esc += kv_popc32(all & valid);
+      n_esc += kv_popc32(all);
     }
     pos += planes;
     for (int k = 1; k < K; ++k) {
@@ -548,7 +626,11 @@ template <class PageSum, class Decoder>
 TZ_HD int kv_decode_page_with(const KvCodecTables& c, const uint8_t* p, size_t size, uint8_t* dst, uint8_t* scratch,
                               const PageSum& crc, const Decoder& d) {
   KvPageView v;
-  int st = kv_view_page(c, p, size, &v);
+  int st = kOk;
+  if constexpr (requires { d.fixed_escapes(p, 0u, 0u); })
+    st = kv_view_page(c, p, size, &v, [&](const uint8_t* q, uint32_t g, uint32_t b) { return d.fixed_escapes(q, g, b); });
+  else
+    st = kv_view_page(c, p, size, &v);
   if (st != kOk) return st;
   if constexpr (kv_checksum_after_payload<Decoder>()) {
     st = kv_decode_payload(c, p, v, dst, scratch, d);

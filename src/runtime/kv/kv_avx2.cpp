@@ -20,9 +20,10 @@ namespace {
 // ------------------------------------------------------------ fields --
 constexpr uint32_t kFieldBlock = 32;
 
-// 32 elements of BF16 / F16 into 32 bytes of each stream.
+// 32 elements of BF16 / F16 (64 bytes at src) as 32 bytes of each stream, in
+// element order.
 template <uint8_t D>
-TZ_AVX2 inline void split_block(const uint8_t* src, uint8_t* s0, uint8_t* s1) {
+TZ_AVX2 inline void split_regs(const uint8_t* src, __m256i* s0, __m256i* s1) {
   const __m256i a = _mm256_loadu_si256((const __m256i*)src);
   const __m256i b = _mm256_loadu_si256((const __m256i*)(src + 32));
   const __m256i mff = _mm256_set1_epi16(0xFF);
@@ -39,8 +40,17 @@ TZ_AVX2 inline void split_block(const uint8_t* src, uint8_t* s0, uint8_t* s1) {
     la = _mm256_and_si256(a, mff);
     lb = _mm256_and_si256(b, mff);
   }
-  _mm256_storeu_si256((__m256i*)s0, _mm256_permute4x64_epi64(_mm256_packus_epi16(ha, hb), 0xD8));
-  _mm256_storeu_si256((__m256i*)s1, _mm256_permute4x64_epi64(_mm256_packus_epi16(la, lb), 0xD8));
+  *s0 = _mm256_permute4x64_epi64(_mm256_packus_epi16(ha, hb), 0xD8);
+  *s1 = _mm256_permute4x64_epi64(_mm256_packus_epi16(la, lb), 0xD8);
+}
+
+// 32 elements of BF16 / F16 into 32 bytes of each stream.
+template <uint8_t D>
+TZ_AVX2 inline void split_block(const uint8_t* src, uint8_t* s0, uint8_t* s1) {
+  __m256i e, m;
+  split_regs<D>(src, &e, &m);
+  _mm256_storeu_si256((__m256i*)s0, e);
+  _mm256_storeu_si256((__m256i*)s1, m);
 }
 
 // 32 elements of BF16 / F16 from 32 bytes of each stream.
@@ -145,6 +155,89 @@ TZ_AVX2 void fixed_planes_isa(const KvCodecTables& c, const uint8_t* codes, cons
   kv_fixed_planes_from(c, codes, s0, n, g, out, lit);
 }
 
+// Fixed-mode coding of whole groups in one pass (kv_kernel_set.inc's
+// fixed_page_simd): per 32 elements of dtype class D (kBF16, kF16, or kOneByte:
+// stream 0 = the bytes), the streams split in registers,
+// stream 1 stored at raw1, the codes' Bits planes at planes and the escaped
+// stream-0 bytes at lit (in order, read back from src). Returns the escapes.
+constexpr uint8_t kOneByte = 0;  // D of the one-byte dtypes (no dtype code 0)
+// Same bytes as split_simd + fixed_codes_simd + fixed_planes_isa.
+// codes32 with its lookups and nibble compares prepared once per page.
+struct CodeLuts {
+  __m256i lut[16], hi[16];
+  int n;
+  TZ_AVX2 explicit CodeLuts(const KvCodecTables& c) : n(c.fixed_hi_n) {
+    for (int j = 0; j < n; ++j) {
+      lut[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)c.fixed_lut[c.fixed_hi[j]]));
+      hi[j] = _mm256_set1_epi8((char)c.fixed_hi[j]);
+    }
+  }
+  TZ_AVX2 __m256i codes(__m256i v, __m256i esc) const {
+    const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+    const __m256i h = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+    __m256i code = esc;
+    for (int j = 0; j < n; ++j)
+      code = _mm256_blendv_epi8(code, _mm256_shuffle_epi8(lut[j], lo), _mm256_cmpeq_epi8(h, hi[j]));
+    return code;
+  }
+};
+
+template <uint8_t D, uint32_t Bits>
+TZ_AVX2 size_t fixed_groups_t(const KvCodecTables& c, const uint8_t* src, uint32_t groups, uint8_t* planes,
+                              uint8_t* raw1, uint8_t* lit) {
+  constexpr size_t kIn = D == kOneByte ? kGroup : 2 * kGroup;  // source bytes per group
+  const __m256i esc = _mm256_set1_epi8((char)fixed_escape_code(Bits));
+  const CodeLuts luts(c);
+  size_t L = 0;
+  for (uint32_t g = 0; g < groups; ++g) {
+    const uint8_t* p = src + kIn * g;
+    __m256i s0;
+    if constexpr (D == kOneByte) {
+      s0 = _mm256_loadu_si256((const __m256i*)p);
+    } else {
+      __m256i s1;
+      split_regs<D>(p, &s0, &s1);
+      _mm256_storeu_si256((__m256i*)(raw1 + (size_t)kGroup * g), s1);
+    }
+    const __m256i code = luts.codes(s0, esc);
+    uint8_t* q = planes + 4 * (size_t)Bits * g;
+    for (uint32_t b = 0; b < Bits; ++b)  // bit b of each byte to the sign bit (codes < 128: no carry between bytes)
+      store_le32(q + 4 * b, (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(code, (int)(7 - b))));
+    for (uint32_t m = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(code, esc)); m; m &= m - 1) {
+      const uint32_t j = (uint32_t)__builtin_ctz(m);
+      if constexpr (D == kBF16)
+        lit[L++] = (uint8_t)(load_le16(p + 2 * j) >> 7);
+      else if constexpr (D == kF16)
+        lit[L++] = p[2 * j + 1];
+      else
+        lit[L++] = p[j];
+    }
+  }
+  return L;
+}
+
+template <uint8_t D>
+TZ_AVX2 size_t fixed_groups_d(const KvCodecTables& c, const uint8_t* src, uint32_t groups, uint8_t* planes,
+                              uint8_t* raw1, uint8_t* lit) {
+  switch (c.t.fixed_bits) {
+    case 1: return fixed_groups_t<D, 1>(c, src, groups, planes, raw1, lit);
+    case 2: return fixed_groups_t<D, 2>(c, src, groups, planes, raw1, lit);
+    case 3: return fixed_groups_t<D, 3>(c, src, groups, planes, raw1, lit);
+    case 4: return fixed_groups_t<D, 4>(c, src, groups, planes, raw1, lit);
+    case 5: return fixed_groups_t<D, 5>(c, src, groups, planes, raw1, lit);
+    case 6: return fixed_groups_t<D, 6>(c, src, groups, planes, raw1, lit);
+    default: return fixed_groups_t<D, 7>(c, src, groups, planes, raw1, lit);  // (bits <= kMaxFixedBits: tables checked)
+  }
+}
+
+TZ_AVX2 size_t fixed_groups_isa(const KvCodecTables& c, const uint8_t* src, uint32_t groups, uint8_t* planes,
+                                uint8_t* raw1, uint8_t* lit) {
+  const uint8_t dtype = c.t.dtype;
+  if (dtype == kBF16) return fixed_groups_d<kBF16>(c, src, groups, planes, raw1, lit);
+  if (dtype == kF16) return fixed_groups_d<kF16>(c, src, groups, planes, raw1, lit);
+  return fixed_groups_d<kOneByte>(c, src, groups, planes, raw1, lit);
+}
+
 // Bits of w as 32 bytes 0x00 / 0xFF (byte j = bit j).
 TZ_AVX2 inline __m256i bits_to_bytes(uint32_t w) {
   const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w),
@@ -173,6 +266,101 @@ struct FixedGroups {
     return j;
   }
 };
+
+// Fixed-mode decoding of whole groups in one pass (kv_kernel_set.inc's
+// fixed_decode_simd, codes of Bits <= 4 bits): per group the codes from its
+// planes (one 16-byte read, spread over the 32 lanes by a shuffle per
+// plane), the elements of dtype class D (kBF16, kF16, kOneByte) made from
+// the codes by table lookups and the raw stream 1 and stored at dst, then
+// the escaped elements rewritten with their literals (lit, in order; checked
+// by the caller). end: the page's end (the last groups' 16-byte reads stay
+// inside it). Returns the literals taken. Same output as FixedGroups::group +
+// merge_span.
+template <uint8_t D, uint32_t Bits>
+TZ_AVX2 size_t fixed_decode_groups_t(const KvCodecTables& c, const uint8_t* planes, uint32_t groups,
+                                     const uint8_t* raw1, const uint8_t* lit, const uint8_t* end, uint8_t* dst) {
+  constexpr uint32_t kEsc = (1u << Bits) - 1u;
+  alignas(16) uint8_t hi_t[16] = {}, lo_t[16] = {};  // code -> the symbol's part of each output byte (escape: 0)
+  for (uint32_t code = 0; code < kEsc; ++code) {
+    const uint8_t sym = c.t.fixed_sym[code];
+    hi_t[code] = D == kBF16 ? (uint8_t)(sym >> 1) : sym;
+    lo_t[code] = D == kBF16 ? (uint8_t)(sym << 7) : 0;
+  }
+  const __m256i hi_lut = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)hi_t));
+  const __m256i lo_lut = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)lo_t));
+  const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+  const __m256i esc = _mm256_set1_epi8((char)kEsc);
+  __m256i spread[Bits];  // lane j of plane b: byte 4b + j / 8 of the group
+  for (uint32_t b = 0; b < Bits; ++b)
+    spread[b] = _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+                                                 3, 3, 3, 3, 3, 3, 3, 3),
+                                _mm256_set1_epi8((char)(4 * b)));
+  size_t j = 0;
+  for (uint32_t g = 0; g < groups; ++g) {
+    const uint8_t* q = planes + 4 * (size_t)Bits * g;
+    __m128i w;
+    if (end - q >= 16) {
+      w = _mm_loadu_si128((const __m128i*)q);
+    } else {
+      alignas(16) uint8_t t[16] = {};
+      memcpy(t, q, 4 * Bits);
+      w = _mm_load_si128((const __m128i*)t);
+    }
+    const __m256i v = _mm256_broadcastsi128_si256(w);
+    __m256i code = _mm256_setzero_si256();
+    for (uint32_t b = 0; b < Bits; ++b) {
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, spread[b]), sel), sel);
+      code = _mm256_or_si256(code, _mm256_and_si256(set, _mm256_set1_epi8((char)(1u << b))));
+    }
+    uint8_t* o = dst + (D == kOneByte ? 1 : 2) * (size_t)kGroup * g;
+    const __m256i hi = _mm256_shuffle_epi8(hi_lut, code);
+    if constexpr (D == kOneByte) {
+      _mm256_storeu_si256((__m256i*)o, hi);
+    } else {
+      const __m256i m = _mm256_loadu_si256((const __m256i*)(raw1 + (size_t)kGroup * g));
+      __m256i h = hi, l = m;
+      if constexpr (D == kBF16) {
+        h = _mm256_or_si256(hi, _mm256_and_si256(m, _mm256_set1_epi8((char)0x80)));
+        l = _mm256_or_si256(_mm256_shuffle_epi8(lo_lut, code), _mm256_and_si256(m, _mm256_set1_epi8(0x7F)));
+      }
+      const __m256i a = _mm256_unpacklo_epi8(l, h), b = _mm256_unpackhi_epi8(l, h);  // elements 0-7 16-23, 8-15 24-31
+      _mm256_storeu_si256((__m256i*)o, _mm256_permute2x128_si256(a, b, 0x20));
+      _mm256_storeu_si256((__m256i*)(o + 32), _mm256_permute2x128_si256(a, b, 0x31));
+    }
+    // An escaped element holds the raw stream's bits and zeros where its
+    // symbol goes (table entry 0): the literal is or-ed in.
+    for (uint32_t e = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(code, esc)); e; e &= e - 1) {
+      const uint32_t i = (uint32_t)__builtin_ctz(e);
+      const uint8_t sym = lit[j++];
+      if constexpr (D == kBF16)
+        store_le16(o + 2 * i, (uint16_t)(load_le16(o + 2 * i) | (uint32_t)sym << 7));
+      else if constexpr (D == kF16)
+        o[2 * i + 1] = sym;
+      else
+        o[i] = sym;
+    }
+  }
+  return j;
+}
+
+template <uint8_t D>
+TZ_AVX2 size_t fixed_decode_groups_d(const KvCodecTables& c, const uint8_t* planes, uint32_t groups,
+                                     const uint8_t* raw1, const uint8_t* lit, const uint8_t* end, uint8_t* dst) {
+  switch (c.t.fixed_bits) {
+    case 1: return fixed_decode_groups_t<D, 1>(c, planes, groups, raw1, lit, end, dst);
+    case 2: return fixed_decode_groups_t<D, 2>(c, planes, groups, raw1, lit, end, dst);
+    case 3: return fixed_decode_groups_t<D, 3>(c, planes, groups, raw1, lit, end, dst);
+    default: return fixed_decode_groups_t<D, 4>(c, planes, groups, raw1, lit, end, dst);  // (the caller: bits <= 4)
+  }
+}
+
+TZ_AVX2 size_t fixed_decode_groups_isa(const KvCodecTables& c, const uint8_t* planes, uint32_t groups,
+                                       const uint8_t* raw1, const uint8_t* lit, const uint8_t* end, uint8_t* dst) {
+  const uint8_t dtype = c.t.dtype;
+  if (dtype == kBF16) return fixed_decode_groups_d<kBF16>(c, planes, groups, raw1, lit, end, dst);
+  if (dtype == kF16) return fixed_decode_groups_d<kF16>(c, planes, groups, raw1, lit, end, dst);
+  return fixed_decode_groups_d<kOneByte>(c, planes, groups, raw1, lit, end, dst);
+}
 
 // ------------------------------------------------------------ rANS --
 TZ_AVX2 size_t rans_encode_isa(const KvCodecTables& c, int k, const uint8_t* sym, uint32_t n, uint16_t* words,
@@ -320,7 +508,15 @@ TZ_AVX2 int rans_merge_isa(const KvCodecTables& c, const uint8_t* in, size_t siz
 #define TZ_KV_TARGET TZ_AVX2
 #define TZ_KV_FUSED_FINISH 1
 #define TZ_KV_RANS_MERGE 1
+#define TZ_KV_FIXED_PAGE 1
+#define TZ_KV_FIXED_GROUPS 1
+#define TZ_KV_FIXED_DECODE_GROUPS 1
+#define TZ_KV_PREFETCH_FIXED 1
 #include "kv_kernel_set.inc"
+#undef TZ_KV_PREFETCH_FIXED
+#undef TZ_KV_FIXED_DECODE_GROUPS
+#undef TZ_KV_FIXED_GROUPS
+#undef TZ_KV_FIXED_PAGE
 #undef TZ_KV_RANS_MERGE
 #undef TZ_KV_FUSED_FINISH
 #undef TZ_KV_TARGET

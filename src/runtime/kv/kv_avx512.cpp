@@ -163,6 +163,73 @@ struct FixedGroups {
   }
 };
 
+// Fixed-mode decoding of whole groups in one pass (kv_kernel_set.inc's
+// fixed_decode_simd, codes of Bits <= 4 bits): per group the symbols from
+// the planes (mask blends) and the literals (expanded into the escaped
+// lanes), merged with the raw stream 1 in registers into the elements of
+// dtype class D (kBF16, kF16, or 0: a one-byte dtype) at dst. Returns the
+// literals taken (checked by the caller). Same output as FixedGroups::group
+// + merge_span.
+template <uint8_t D, uint32_t Bits>
+TZ_AVX512 size_t fixed_decode_groups_t(const KvCodecTables& c, const uint8_t* planes, uint32_t groups,
+                                       const uint8_t* raw1, const uint8_t* lit, uint8_t* dst) {
+  alignas(16) uint8_t syms[16] = {};
+  for (uint32_t code = 0; code < (1u << Bits) - 1u; ++code) syms[code] = c.t.fixed_sym[code];
+  const __m256i lut = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)syms));
+  size_t j = 0;
+  for (uint32_t g = 0; g < groups; ++g) {
+    const uint8_t* q = planes + 4 * (size_t)Bits * g;
+    __m256i code = _mm256_setzero_si256();
+    uint32_t all = ~0u;
+    for (uint32_t b = 0; b < Bits; ++b) {
+      const uint32_t w = load_le32(q + 4 * b);
+      all &= w;
+      code = _mm256_mask_blend_epi8((__mmask32)w, code, _mm256_or_si256(code, _mm256_set1_epi8((char)(1u << b))));
+    }
+    __m256i sym = _mm256_shuffle_epi8(lut, code);
+    if (all) {
+      const uint32_t cnt = (uint32_t)_mm_popcnt_u32(all);
+      sym = _mm256_mask_expand_epi8(sym, (__mmask32)all, _mm256_maskz_loadu_epi8((__mmask32)((1ull << cnt) - 1u), lit + j));
+      j += cnt;
+    }
+    if constexpr (D == kBF16 || D == kF16) {
+      const __m512i e = _mm512_cvtepu8_epi16(sym);
+      const __m512i m = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(raw1 + (size_t)kGroup * g)));
+      __m512i v;
+      if constexpr (D == kBF16)
+        v = _mm512_or_si512(_mm512_or_si512(_mm512_slli_epi16(_mm512_and_si512(m, _mm512_set1_epi16(0x80)), 8),
+                                            _mm512_slli_epi16(e, 7)),
+                            _mm512_and_si512(m, _mm512_set1_epi16(0x7F)));
+      else
+        v = _mm512_or_si512(_mm512_slli_epi16(e, 8), m);
+      _mm512_storeu_si512(dst + 2 * (size_t)kGroup * g, v);
+    } else {
+      _mm256_storeu_si256((__m256i*)(dst + (size_t)kGroup * g), sym);
+    }
+  }
+  return j;
+}
+
+template <uint8_t D>
+TZ_AVX512 size_t fixed_decode_groups_d(const KvCodecTables& c, const uint8_t* planes, uint32_t groups,
+                                       const uint8_t* raw1, const uint8_t* lit, uint8_t* dst) {
+  switch (c.t.fixed_bits) {
+    case 1: return fixed_decode_groups_t<D, 1>(c, planes, groups, raw1, lit, dst);
+    case 2: return fixed_decode_groups_t<D, 2>(c, planes, groups, raw1, lit, dst);
+    case 3: return fixed_decode_groups_t<D, 3>(c, planes, groups, raw1, lit, dst);
+    default: return fixed_decode_groups_t<D, 4>(c, planes, groups, raw1, lit, dst);  // (the caller: bits <= 4)
+  }
+}
+
+TZ_AVX512 size_t fixed_decode_groups_isa(const KvCodecTables& c, const uint8_t* planes, uint32_t groups,
+                                         const uint8_t* raw1, const uint8_t* lit, const uint8_t* end, uint8_t* dst) {
+  (void)end;  // (32-bit plane reads and masked literal reads: nothing past the planes)
+  const uint8_t dtype = c.t.dtype;
+  if (dtype == kBF16) return fixed_decode_groups_d<kBF16>(c, planes, groups, raw1, lit, dst);
+  if (dtype == kF16) return fixed_decode_groups_d<kF16>(c, planes, groups, raw1, lit, dst);
+  return fixed_decode_groups_d<0>(c, planes, groups, raw1, lit, dst);
+}
+
 // ------------------------------------------------------------ rANS --
 // Encoder: the frame codec's AVX2 one, as the frame codec's AVX-512 table
 // does (an AVX-512 encoder measured slower on AMD Zen 4, doc/cpu.md). So did
@@ -222,7 +289,13 @@ TZ_AVX512 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t siz
 
 // ------------------------------------------------------------ kernel set --
 #define TZ_KV_TARGET TZ_AVX512
+#define TZ_KV_FIXED_PAGE 1
+#define TZ_KV_FIXED_DECODE_GROUPS 1
+#define TZ_KV_PREFETCH_FIXED 1
 #include "kv_kernel_set.inc"
+#undef TZ_KV_PREFETCH_FIXED
+#undef TZ_KV_FIXED_DECODE_GROUPS
+#undef TZ_KV_FIXED_PAGE
 #undef TZ_KV_TARGET
 
 }  // namespace

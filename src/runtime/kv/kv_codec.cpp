@@ -163,8 +163,8 @@ template <class F>
 size_t Codec::run_batch(tz_kv_item* items, size_t n_items, unsigned threads, const F& one) const {
   if (n_items && !items) return cpu::make_error(kErrBadParam, "KV batch: null item array");
   auto body = [&](size_t i, unsigned) { items[i].result = one(items[i]); };
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const unsigned want = threads == 0 ? hw : threads;
+  // (hardware_concurrency reads /sys on Linux: asked only when threads == 0.)
+  const unsigned want = threads != 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
   std::unique_lock<std::mutex> lock(pool_mu_, std::defer_lock);
   // The pool serves one batch at a time; a concurrent caller codes its batch on its own thread.
   if (want > 1 && n_items > 1 && lock.try_lock()) {

@@ -311,3 +311,33 @@ TEST(KvChecksum, CpuEqualsReference) {
 }
 
 }  // namespace
+
+namespace {
+
+// kv_fixed_escapes (the page view's escape count of a fixed page, one loop
+// per code width) against the codes themselves: bit planes of random codes,
+// about a quarter of them escapes, every code width and several group counts.
+TEST(KvFixedLayout, EscapeCountEqualsCodeByCode) {
+  uint64_t rng = 99;
+  for (uint32_t bits = 1; bits <= tz::kv::kMaxFixedBits; ++bits) {
+    const uint32_t esc = tz::kv::fixed_escape_code(bits);
+    for (uint32_t groups : {0u, 1u, 2u, 5u, 33u}) {
+      std::vector<uint8_t> codes((size_t)groups * tz::kv::kGroup);
+      size_t want = 0;
+      for (uint8_t& c : codes) {
+        rng = tzt::splitmix64(rng);
+        c = (rng & 3) == 0 ? (uint8_t)esc : (uint8_t)((rng >> 8) % (esc + 1));
+        want += c == esc;
+      }
+      Bytes planes(4 * (size_t)bits * groups + 4);
+      for (uint32_t g = 0; g < groups; ++g) {
+        uint32_t w[tz::kv::kMaxFixedBits];
+        tz::kv::kv_fixed_planes(codes.data() + (size_t)g * tz::kv::kGroup, tz::kv::kGroup, bits, w);
+        for (uint32_t b = 0; b < bits; ++b) tz::store_le32(planes.data() + 4 * ((size_t)g * bits + b), w[b]);
+      }
+      EXPECT_EQ(tz::kv::kv_fixed_escapes(planes.data(), groups, bits), want) << "bits " << bits << " groups " << groups;
+    }
+  }
+}
+
+}  // namespace

@@ -69,7 +69,9 @@ TEST(KvPaths, EveryFixedWidthAndOddSizes) {
     p.mode = TZ_KV_MODE_FIXED;
     p.fixed_bits = bits;
     auto codec = kvt::calibrate(sample, tz::kBF16, p);
-    for (uint32_t n : {1u, 5u, 31u, 32u, 33u, 64u, 95u, 4096u, 4131u})
+    // (200 .. 1000: the SIMD coders' 512-element chunks, whole, partial and
+    // a page shorter than one, whose scratch areas must not overlap.)
+    for (uint32_t n : {1u, 5u, 31u, 32u, 33u, 64u, 95u, 200u, 300u, 511u, 512u, 513u, 1000u, 4096u, 4131u})
       expect_paths_equal(*codec, Bytes(data.begin() + 6, data.begin() + 6 + 2 * n),
                          "bits " + std::to_string(bits) + " n " + std::to_string(n));
   }
