@@ -152,7 +152,7 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_
       if (size != n) return kErrCorruptBlock;
     } else if (mode == kModeRans) {
       if (!kind_is_rans(kind[k])) return kErrCorruptBlock;
-      if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+      if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
     } else if (mode == kModeZstd) {
       if (kind[k] != kKindZstd) return kErrCorruptBlock;
     } else {

@@ -23,6 +23,9 @@ constexpr uint32_t kProbBits = 12;         // frequencies sum to 1 << kProbBits
 constexpr uint32_t kProbScale = 1u << kProbBits;
 constexpr uint32_t kRansL = 1u << 16;      // state lower bound; states live in [L, 2^32)
 constexpr size_t kRansStateBytes = kLanes * 4;
+// A coded rANS stream holds the lane states and then whole 16-bit words
+// (doc/format.md section 5): the size check every decoder makes first.
+TZ_HD bool rans_stream_size_ok(size_t size) { return size >= kRansStateBytes && ((size - kRansStateBytes) & 1u) == 0; }
 constexpr size_t kChecksumSegment = 4096;  // block checksum segment, see checksum.h
 
 constexpr int kMaxStreams = 4;

@@ -395,7 +395,7 @@ TZ_HD int rans_decode_ctx_with(const uint8_t* in, size_t size, uint32_t n, const
   // their fields stay in registers.
   const Emit emit = emit_in;
   const RansCtx ctx = ctx_in;
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   uint32_t x[kLanes];
   uint32_t cx[kLanes];
   for (int l = 0; l < kLanes; ++l) {

@@ -53,7 +53,7 @@ template <bool Ctx>
 int decode_lanes(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx_in,
                  uint8_t* out) {
   const RansCtx ctx = ctx_in;
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   uint32_t x[kLanes], coff[kLanes], cx[kLanes];
   uint32_t next_off[256];
   if (Ctx) context_offsets(ctx, kProbScale, next_off);

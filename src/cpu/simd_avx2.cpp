@@ -165,7 +165,7 @@ struct StreamDec {
   Emit emit;
 
   TZ_AVX2 int init(const uint8_t* in, size_t size, uint32_t n_, const uint32_t* dec_, const RansCtx& ctx_) {
-    if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+    if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
     for (int v = 0; v < 4; ++v) {
       x[v] = _mm256_loadu_si256((const __m256i*)(in + 32 * v));
       c[v] = _mm256_setzero_si256();

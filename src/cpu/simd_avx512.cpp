@@ -69,7 +69,7 @@ struct StreamDec {
   Emit emit;
 
   TZ_AVX512 int init(const uint8_t* in, size_t size, uint32_t n_, const uint32_t* dec_, const RansCtx& ctx_) {
-    if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+    if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
     x0 = _mm512_loadu_si512(in);
     x1 = _mm512_loadu_si512(in + 64);
     ctx = ctx_;

@@ -148,7 +148,7 @@ struct StreamDec {
   Emit emit;
 
   int init(const uint8_t* in, size_t size, uint32_t n_, const uint32_t* dec_, const RansCtx& ctx_) {
-    if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+    if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
     for (int v = 0; v < kVecs; ++v) {
       x[v] = vreinterpretq_u32_u8(vld1q_u8(in + 16 * v));
       c[v] = vdupq_n_u32(0);

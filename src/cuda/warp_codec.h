@@ -129,7 +129,7 @@ TZ_HD_NOINLINE size_t rans_encode_warp_emul(const uint8_t* sym, uint32_t n, cons
 // dec_word_slot. Same result and the same acceptance rule as rans_decode.
 TZ_HD_NOINLINE int rans_decode_warp_emul(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
                                          uint8_t* out) {
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   uint32_t x[kLanes];
   for (int l = 0; l < kLanes; ++l) x[l] = load_le32(in + 4 * l);
   size_t p = kRansStateBytes;

@@ -428,7 +428,7 @@ TZ_AVX2 inline int dec_tail(__m256i x0, __m256i x1, __m256i x2, __m256i x3, cons
 
 // As rans_decode.
 TZ_AVX2 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   __m256i x0 = _mm256_loadu_si256((const __m256i*)in), x1 = _mm256_loadu_si256((const __m256i*)(in + 32));
   __m256i x2 = _mm256_loadu_si256((const __m256i*)(in + 64)), x3 = _mm256_loadu_si256((const __m256i*)(in + 96));
   const uint8_t* p = in + kRansStateBytes;
@@ -449,7 +449,7 @@ TZ_AVX2 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size,
 template <uint8_t D>
 TZ_AVX2 int rans_merge_dtype(const KvCodecTables& c, const uint8_t* in, size_t size, uint32_t n, const uint8_t* raw1,
                              const uint8_t* lit, size_t n_lit, uint8_t* s, uint8_t* dst) {
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   const uint32_t* dec = c.dec[0];
   constexpr uint8_t dtype = D;
   const KvStreamTable& st = c.t.st[0];

@@ -138,27 +138,36 @@ TZ_AVX512 void fixed_planes_isa(const KvCodecTables& c, const uint8_t* codes, co
   kv_fixed_planes_from(c, codes, s0, n, g, out, lit);
 }
 
+// The 32 symbols of one group of `bits`-bit codes (planes at q, 4 bytes a
+// plane): codes through the 16-entry table lut, escaped lanes (all bits
+// set) taken in order from lit. Sets *taken to the literals used.
+TZ_AVX512 inline __m256i group_symbols(__m256i lut, const uint8_t* q, uint32_t bits, const uint8_t* lit,
+                                       uint32_t* taken) {
+  __m256i code = _mm256_setzero_si256();
+  uint32_t all = ~0u;
+  for (uint32_t b = 0; b < bits; ++b) {
+    const uint32_t w = load_le32(q + 4 * b);
+    all &= w;
+    code = _mm256_mask_blend_epi8((__mmask32)w, code, _mm256_or_si256(code, _mm256_set1_epi8((char)(1u << b))));
+  }
+  __m256i sym = _mm256_shuffle_epi8(lut, code);
+  *taken = 0;
+  if (all) {
+    *taken = (uint32_t)_mm_popcnt_u32(all);
+    const __m256i l = _mm256_maskz_loadu_epi8((__mmask32)((1ull << *taken) - 1u), lit);
+    sym = _mm256_mask_expand_epi8(sym, (__mmask32)all, l);
+  }
+  return sym;
+}
+
 struct FixedGroups {
   __m256i lut;
   uint32_t bits;
   TZ_AVX512 FixedGroups(const uint8_t* syms, uint32_t b)
       : lut(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)syms))), bits(b) {}
   TZ_AVX512 size_t group(const uint8_t* q, const uint8_t* lit, uint8_t* o) const {
-    __m256i code = _mm256_setzero_si256();
-    uint32_t all = ~0u;
-    for (uint32_t b = 0; b < bits; ++b) {
-      const uint32_t w = load_le32(q + 4 * b);
-      all &= w;
-      code = _mm256_mask_blend_epi8((__mmask32)w, code, _mm256_or_si256(code, _mm256_set1_epi8((char)(1u << b))));
-    }
-    __m256i sym = _mm256_shuffle_epi8(lut, code);
-    uint32_t cnt = 0;
-    if (all) {
-      cnt = (uint32_t)_mm_popcnt_u32(all);
-      const __m256i l = _mm256_maskz_loadu_epi8((__mmask32)((1ull << cnt) - 1u), lit);
-      sym = _mm256_mask_expand_epi8(sym, (__mmask32)all, l);
-    }
-    _mm256_storeu_si256((__m256i*)o, sym);
+    uint32_t cnt;
+    _mm256_storeu_si256((__m256i*)o, group_symbols(lut, q, bits, lit, &cnt));
     return cnt;
   }
 };
@@ -178,20 +187,9 @@ TZ_AVX512 size_t fixed_decode_groups_t(const KvCodecTables& c, const uint8_t* pl
   const __m256i lut = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)syms));
   size_t j = 0;
   for (uint32_t g = 0; g < groups; ++g) {
-    const uint8_t* q = planes + 4 * (size_t)Bits * g;
-    __m256i code = _mm256_setzero_si256();
-    uint32_t all = ~0u;
-    for (uint32_t b = 0; b < Bits; ++b) {
-      const uint32_t w = load_le32(q + 4 * b);
-      all &= w;
-      code = _mm256_mask_blend_epi8((__mmask32)w, code, _mm256_or_si256(code, _mm256_set1_epi8((char)(1u << b))));
-    }
-    __m256i sym = _mm256_shuffle_epi8(lut, code);
-    if (all) {
-      const uint32_t cnt = (uint32_t)_mm_popcnt_u32(all);
-      sym = _mm256_mask_expand_epi8(sym, (__mmask32)all, _mm256_maskz_loadu_epi8((__mmask32)((1ull << cnt) - 1u), lit + j));
-      j += cnt;
-    }
+    uint32_t cnt;
+    const __m256i sym = group_symbols(lut, planes + 4 * (size_t)Bits * g, Bits, lit + j, &cnt);
+    j += cnt;
     if constexpr (D == kBF16 || D == kF16) {
       const __m512i e = _mm512_cvtepu8_epi16(sym);
       const __m512i m = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(raw1 + (size_t)kGroup * g)));
@@ -265,7 +263,7 @@ TZ_AVX512 inline void dec16_words(__m512i& x, const Dec16& d, const uint8_t* p) 
 }
 
 TZ_AVX512 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   __m512i x0 = _mm512_loadu_si512(in), x1 = _mm512_loadu_si512(in + 64);
   const uint8_t* p = in + kRansStateBytes;
   const uint8_t* const end = in + size;

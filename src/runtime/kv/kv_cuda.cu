@@ -115,7 +115,7 @@ __device__ size_t warp_rans_encode(const uint8_t* sym, uint32_t n, const RansEnc
 // rans_decode by the warp; kOk or kErrCorruptBlock (uniform).
 __device__ int warp_rans_decode(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, uint8_t* out) {
   const uint32_t lane = lane_id();
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   uint32_t x = load_le32(in + 4 * lane);
   size_t p = kRansStateBytes;
   const uint32_t n_steps = (n + kLanes - 1) / kLanes;

@@ -217,7 +217,7 @@ inline void dec4_words(uint32x4_t& x, uint32x4_t need, uint32_t m, const uint8_t
 }
 
 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
-  if (size < kRansStateBytes || ((size - kRansStateBytes) & 1u)) return kErrCorruptBlock;
+  if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   uint32x4_t v[8];
   for (int g = 0; g < 8; ++g) v[g] = vld1q_u32((const uint32_t*)(in + 16 * g));
   const uint8_t* p = in + kRansStateBytes;
