@@ -198,6 +198,20 @@ void joint_counts(const uint8_t* sym, uint32_t n, uint32_t lo, uint32_t (*J)[kCt
   }
 }
 
+// Joint counts of stream 0 of the n elements at src (joint_counts, window
+// lo) added to J[0] + J[1]; the AVX2 and AVX-512 paths count from the
+// elements directly (joint_counts_avx2, the same counts), others extract
+// stream 0 into sym (n bytes) first.
+void stream0_joint_counts(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t lo, uint8_t* sym,
+                          uint32_t (*J)[kCtxJointRows * 256]) {
+#if defined(__x86_64__)
+  const SimdPath p = codec_kernels().path;
+  if (p == SimdPath::kAvx2 || p == SimdPath::kAvx512) return joint_counts_avx2(dtype, src, n, lo, J[0]);
+#endif
+  stream0_fields(dtype, src, n, sym);
+  joint_counts(sym, n, lo, J);
+}
+
 // Per-block statistics of the tensor: histograms of every stream (u32, 256
 // per stream per block) over the first `limit` elements of each block.
 // With a joint request, stream 0 is counted jointly instead (joint_counts,
@@ -245,9 +259,8 @@ void block_histograms(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint6
         if (k == 0 && jr) {
           const uint32_t n = (uint32_t)(e1 - e0);
           uint8_t* sym = syms.data() + (size_t)w * std::min<uint64_t>(limit, block_elems);
-          stream0_fields(dtype, src + e0 * es, n, sym);
           auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data() + (size_t)w * 2 * kJ);
-          joint_counts(sym, n, jr->lo, J);
+          stream0_joint_counts(dtype, src + e0 * es, n, jr->lo, sym, J);
           uint64_t* A = acc.data() + (size_t)w * kJ;
           for (size_t i = 0; i < kJ; ++i) {
             const uint32_t c = J[0][i] + J[1][i];
@@ -325,8 +338,7 @@ void sample_joint_histogram(ThreadPool& pool, uint8_t dtype, const uint8_t* src,
       const uint64_t e0 = b * block_elems;
       const uint32_t n = (uint32_t)(std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit}) - e0);
       if (pending[w] + n > UINT32_MAX) flush(w);
-      stream0_fields(dtype, src + e0 * es, n, sym);
-      joint_counts(sym, n, lo, J);
+      stream0_joint_counts(dtype, src + e0 * es, n, lo, sym, J);
       pending[w] += n;
     }
   });
