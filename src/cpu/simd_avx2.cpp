@@ -89,9 +89,11 @@ TZ_AVX2 inline __m256i dec8(__m256i& x, const uint32_t* dec, const uint8_t*& p, 
       _mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(x, 16), w)), take));
   p += 2 * (size_t)_mm_popcnt_u32(m);
   if (Ctx) {
-    const __m256i sym = _mm256_srli_epi32(_mm256_slli_epi32(e, 24), 24);
-    const __m256i c =
-        _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(sym, cbase), _mm256_setzero_si256()), cmax);
+    // Context of the symbol (byte 0 of e): min(max(sym - base, 0), n - 1)
+    // by saturating byte arithmetic on the whole entry; cbase and cmax hold
+    // base and n - 1 in byte 0 of each lane and zero above it, so the other
+    // bytes of e become zero.
+    const __m256i c = _mm256_min_epu8(_mm256_subs_epu8(e, cbase), cmax);
     coff = _mm256_slli_epi32(c, kProbBits);
   }
   return e;
@@ -291,8 +293,7 @@ TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uin
   __m256i sy = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)sp));
   if (Ctx) {
     const __m256i pv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(sp - kLanes)));
-    const __m256i c =
-        _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(pv, cbase), _mm256_setzero_si256()), cmax);
+    const __m256i c = _mm256_min_epu8(_mm256_subs_epu8(pv, cbase), cmax);  // as in dec8
     sy = _mm256_add_epi32(sy, _mm256_slli_epi32(c, 8));
   }
   __m256i fs;
