@@ -158,14 +158,18 @@ TEST(Corruption, BadMagicAndVersion) {
   const uint8_t zstd_magic[40] = {0x28, 0xB5, 0x2F, 0xFD};
   EXPECT_EQ(tz_get_error_code(tz_decompress(out.data(), out.size(), zstd_magic, sizeof zstd_magic, 1)),
             TZ_ERROR_BAD_MAGIC);
-  // Version 2 is valid (lane contexts, test_lane_ctx.cpp): relabelling this
-  // frame as version 2 is caught by the header CRC instead.
-  {
+  // Versions 1 to 3 are valid: relabelling this version-3 frame (compact
+  // tables) as version 1 or 2 makes its table section unreadable under that
+  // version's rules, which are checked before the header CRC.
+  ASSERT_EQ(s.frame[4], 3);
+  for (uint8_t v : {1, 2}) {
     Bytes f = s.frame;
-    f[4] = 2;
-    EXPECT_EQ(tz_get_error_code(tz_decompress(out.data(), out.size(), f.data(), f.size(), 1)), TZ_ERROR_CHECKSUM);
+    f[4] = v;
+    EXPECT_EQ(tz_get_error_code(tz_decompress(out.data(), out.size(), f.data(), f.size(), 1)),
+              TZ_ERROR_CORRUPT_HEADER)
+        << "version " << (int)v;
   }
-  for (uint8_t v : {0, 3, 4, 0x81, 255}) {
+  for (uint8_t v : {0, 4, 5, 0x81, 255}) {
     Bytes f = s.frame;
     f[4] = v;
     EXPECT_EQ(tz_get_error_code(tz_decompress(out.data(), out.size(), f.data(), f.size(), 1)), TZ_ERROR_BAD_VERSION)

@@ -1,5 +1,10 @@
 // Frame-level behaviour: determinism across thread counts and entry points,
 // frame inspection, and random access to block ranges.
+#include <fstream>
+#include <iterator>
+
+#include "codec/frame_prefix.h"
+#include "cpu/frame.h"
 #include "tz_test_util.h"
 
 using namespace tzt;
@@ -58,7 +63,8 @@ TEST(Inspect, FieldsDescribeTheFrame) {
     tz_frame_info info{};
     const size_t pr = tz_frame_inspect(frame.data(), frame.size(), &info);
     ASSERT_FALSE(tz_is_error(pr)) << describe(pr);
-    EXPECT_EQ(info.format_version, (unsigned)TZ_FORMAT_VERSION);
+    // Coded streams: version 3 (compact tables); zstd bytes frames: 1.
+    EXPECT_EQ(info.format_version, dt == TZ_DTYPE_BYTES ? 1u : (unsigned)TZ_FORMAT_VERSION);
     EXPECT_EQ(info.dtype, dt);
     const unsigned expect_streams = dt == TZ_DTYPE_F32 ? 4 : (dt == TZ_DTYPE_BF16 || dt == TZ_DTYPE_F16) ? 2 : 1;
     EXPECT_EQ(info.n_streams, expect_streams);
@@ -70,9 +76,11 @@ TEST(Inspect, FieldsDescribeTheFrame) {
     EXPECT_EQ(tz_frame_prefix_size(frame.data(), 32), pr);
     EXPECT_EQ(tz_frame_prefix_size(frame.data(), frame.size()), pr);
     // Real data: the exponent field (stream 0) is entropy coded (or, for
-    // bytes, zstd); stream kinds are 0 stored, 1 rANS, 2 zstd.
-    EXPECT_EQ(info.stream_kind[0], dt == TZ_DTYPE_BYTES ? 2 : 1);
-    for (unsigned k = 0; k < info.n_streams; ++k) EXPECT_LE(info.stream_kind[k], 2);
+    // bytes, zstd); stream kinds are 0 stored, 1 rANS, 2 zstd, 3 rANS with
+    // lane contexts.
+    if (dt == TZ_DTYPE_BYTES) EXPECT_EQ(info.stream_kind[0], 2);
+    else EXPECT_TRUE(info.stream_kind[0] == 1 || info.stream_kind[0] == 3);
+    for (unsigned k = 0; k < info.n_streams; ++k) EXPECT_LE(info.stream_kind[k], 3);
 
     // The prefix alone (exactly prefix_size bytes, in its own allocation so
     // ASan sees over-reads) is enough; frame_size is then unknown (0).
@@ -291,4 +299,49 @@ TEST(FrameApi, PartialReadReportsBadBlock) {
   ASSERT_FALSE(tz_is_error(r2)) << tz_last_error_detail();
   EXPECT_EQ(0, memcmp(out.data(), src.data() + roff2, rsize2));
   tz_ctx_free(ctx);
+}
+
+// Frames prepared once (resident weights: tz::cpu::prepare_frame) decode
+// version-3 frames as tz_decompress does: table sets (each block's stream
+// words name their set) and lane contexts, whole and in block ranges that
+// start at every block. The frames are the committed seed corpus's
+// (tests/fuzz/corpus, written by tz_make_corpus from real tensors), checked
+// here to carry several sets and lane contexts.
+TEST(PreparedFrames, VersionThreeSetsAndContexts) {
+  bool saw_sets = false, saw_ctx = false;
+  for (const char* name : {"valid-v3-sets-bf16", "valid-v3-sets-f32", "valid-ctx-bf16", "valid-ctx-f32"}) {
+    SCOPED_TRACE(name);
+    std::ifstream in(std::string(TZ_TEST_DATA_DIR) + "/../fuzz/corpus/decompress/" + name, std::ios::binary);
+    ASSERT_TRUE(in.good());
+    const tzt::Bytes frame((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    tz::FrameHeader h{};
+    ASSERT_EQ(tz::check_frame_header(frame.data(), frame.size(), &h), tz::kDefectNone);
+    ASSERT_EQ(h.version, tz::kFormatVersionSets);
+    tz::FrameTables t{};
+    ASSERT_EQ(tz::parse_table_section(h, frame.data() + 32, &t), tz::kDefectNone);
+    for (int k = 0; k < h.n_streams; ++k) {
+      saw_sets |= t.n_sets[k] > 1;
+      saw_ctx |= t.kind[k] == tz::kKindRansCtx;
+    }
+    tzt::Bytes want(h.raw_size);
+    ASSERT_EQ(tz_decompress(want.data(), want.size(), frame.data(), frame.size(), 1), h.raw_size);
+    tz::cpu::PreparedFramePtr pf;
+    const size_t prefix = tz::cpu::prepare_frame(frame.data(), frame.size(), &pf);
+    ASSERT_FALSE(tz::cpu::is_error(prefix)) << tz::cpu::last_error_detail();
+    auto ctx = tz::cpu::make_context(2);
+    for (uint32_t first = 0; first < h.n_blocks; ++first) {
+      const uint32_t count = first == 0 ? h.n_blocks : h.n_blocks - first;
+      uint64_t off = 0, size = 0, raw = 0;
+      ASSERT_EQ(tz::cpu::prepared_block_range(*pf, first, count, &off, &size, &raw), 0u);
+      tzt::Bytes got(raw, 0xEE);
+      unsigned bad = 0;
+      const size_t r = tz::cpu::decompress_blocks_prepared(*ctx, *pf, got.data(), got.size(), frame.data() + off,
+                                                           size, first, count, &bad);
+      ASSERT_EQ(r, raw) << "first " << first << ": " << tz::cpu::last_error_detail();
+      const uint64_t raw_off = (uint64_t)first * h.block_elems * tz::dtype_elem_size(h.dtype);
+      EXPECT_EQ(0, memcmp(got.data(), want.data() + raw_off, raw)) << "first " << first;
+    }
+  }
+  EXPECT_TRUE(saw_sets) << "no frame with table sets";
+  EXPECT_TRUE(saw_ctx) << "no frame with lane contexts";
 }

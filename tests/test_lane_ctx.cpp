@@ -1,7 +1,8 @@
-// Lane contexts (format version 2, stream kind 3, doc/format.md 5.5): level 3
-// codes the exponent stream with one of up to 4 tables chosen by the symbol
-// the same lane coded one step earlier. Round trips, the encoder's choice,
-// every SIMD kernel set against the portable coder, and malformed headers.
+// Lane contexts (stream kind 3, doc/format.md 5.6; format version 2, and
+// version 3 from the default level on): the exponent stream is coded with
+// one of up to 4 tables chosen by the symbol the same lane coded one step
+// earlier. Round trips, the encoder's choice at every level, every SIMD
+// kernel set against the portable coder, and malformed headers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,12 +12,15 @@
 #include <vector>
 
 #include "codec/format.h"
+#include "codec/policy.h"
 #include "codec/rans.h"
 #include "common/crc32c.h"
 #include "cpu/kernels.h"
 #include "simd_paths.h"
 #include "tensorzip/tensorzip.h"
+#include "tz_malformed_frames.h"
 #include "tz_test_data.h"
+#include "tz_test_util.h"
 
 namespace {
 
@@ -81,21 +85,53 @@ void fix_header_crc(Bytes& f) {
   tz::store_le32(f.data() + 28, ~st);
 }
 
-TEST(LaneCtx, Level3UsesContextsOnRowScaledData) {
+// Bytes of stream 0's payloads (coded or raw) over the blocks of a frame.
+uint64_t stream0_bytes(const Bytes& f) {
+  tz_frame_info info{};
+  EXPECT_FALSE(tz_is_error(tz_frame_inspect(f.data(), f.size(), &info)));
+  uint64_t pos = info.prefix_size, total = 0;
+  const uint32_t ts = tz::load_le32(f.data() + 24);
+  for (unsigned b = 0; b < info.n_blocks; ++b) {
+    const uint32_t w = tz::load_le32(f.data() + pos + 4);
+    total += f[4] >= tz::kFormatVersionSets ? tz::stream_word_v3_size(w) : tz::stream_word_size(w);
+    pos += tz::load_le32(f.data() + 32 + ts + 4 * b);
+  }
+  return total;
+}
+
+// Order-0 code length in bytes of stream 0 (the F32 exponent) of src.
+double exponent_h0_bytes(const Bytes& src) {
+  std::vector<double> c(256, 0.0);
+  for (size_t i = 0; i + 4 <= src.size(); i += 4) c[(tz::load_le32(src.data() + i) >> 23) & 0xFF] += 1;
+  const double n = (double)(src.size() / 4);
+  double bits = 0;
+  for (double x : c)
+    if (x > 0) bits -= x * std::log2(x / n);
+  return bits / 8;
+}
+
+TEST(LaneCtx, EveryLevelUsesContextsOnRowScaledData) {
   const Bytes src = f32_bytes(row_scaled(1 << 18, 1));
-  const Bytes l2 = compress(src, TZ_DTYPE_F32, 2), l3 = compress(src, TZ_DTYPE_F32, 3);
-  ASSERT_FALSE(l3.empty());
-  EXPECT_EQ(l2[4], tz::kFormatVersion);
-  EXPECT_EQ(l3[4], tz::kFormatVersionCtx);
-  EXPECT_EQ(stream0_kind(l3), tz::kKindRansCtx);
-  const uint32_t n_ctx = l3[34];
-  EXPECT_GE(n_ctx, 2u);
-  EXPECT_LE(n_ctx, tz::kMaxContexts);
-  // The exponent of a row-scaled element is far more predictable from its
-  // neighbour than on its own: the frame must be clearly smaller.
-  EXPECT_LT(l3.size() * 1000, l2.size() * 995) << l3.size() << " vs " << l2.size();
-  EXPECT_EQ(decompress(l3, src.size()), src);
-  EXPECT_EQ(decompress(l3, src.size(), 4), src);
+  for (int level : {0, 1, 2, 3}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    const Bytes f = compress(src, TZ_DTYPE_F32, level);
+    ASSERT_FALSE(f.empty());
+    EXPECT_EQ(f[4], tz::kFormatVersionSets);
+    EXPECT_EQ(stream0_kind(f), tz::kKindRansCtx);
+    const uint32_t n_ctx = f[34];
+    EXPECT_GE(n_ctx, 2u);
+    EXPECT_LE(n_ctx, tz::kMaxContexts);
+    // The exponent of a row-scaled element is far more predictable from its
+    // neighbour than on its own: stream 0, lane states included, is clearly
+    // below its order-0 code length, which no single table can reach.
+    EXPECT_LT((double)stream0_bytes(f), 0.95 * exponent_h0_bytes(src));
+    EXPECT_EQ(decompress(f, src.size()), src);
+    EXPECT_EQ(decompress(f, src.size(), 4), src);
+  }
+  // The same frame in the version-2 layout decodes to the same bytes.
+  const Bytes v2 = tzt::as_version12(compress(src, TZ_DTYPE_F32, 1));
+  EXPECT_EQ(v2[4], tz::kFormatVersionCtx);
+  EXPECT_EQ(decompress(v2, src.size()), src);
 }
 
 TEST(LaneCtx, EveryFloatDtypeAndOddSizesRoundTrip) {
@@ -127,10 +163,28 @@ TEST(LaneCtx, RealOptimizerStateSlice) {
   const auto ts = tzt::read_safetensors(TZ_TEST_DATA_DIR "/fixture-slice-adam-v-q.safetensors");
   ASSERT_EQ(ts.size(), 1u);
   const Bytes& src = ts[0].data;
-  const Bytes l2 = compress(src, TZ_DTYPE_F32, 2), l3 = compress(src, TZ_DTYPE_F32, 3);
-  EXPECT_EQ(stream0_kind(l3), tz::kKindRansCtx);
-  EXPECT_LT(l3.size() * 100, l2.size() * 99) << l3.size() << " vs " << l2.size();
-  EXPECT_EQ(decompress(l3, src.size()), src);
+  // Levels 2 and 3 find the contexts: stream 0 ends well below its order-0
+  // code length (which bounds any single table). Level 1 searches frames of
+  // kCtxMinBytesLevel1 bytes on only (the slice is smaller): one table.
+  ASSERT_LT(src.size(), tz::kCtxMinBytesLevel1);
+  for (int level : {1, 2, 3}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    const Bytes f = compress(src, TZ_DTYPE_F32, level);
+    EXPECT_EQ(decompress(f, src.size()), src);
+    if (level == 1) {
+      EXPECT_EQ(stream0_kind(f), tz::kKindRans);
+      continue;
+    }
+    EXPECT_EQ(stream0_kind(f), tz::kKindRansCtx);
+    EXPECT_LT((double)stream0_bytes(f), 0.92 * exponent_h0_bytes(src))
+        << stream0_bytes(f) << " vs " << exponent_h0_bytes(src);
+  }
+  // The same rows twice over (above the level-1 size) get them at level 1 too.
+  Bytes twice = src;
+  while (twice.size() < tz::kCtxMinBytesLevel1) twice.insert(twice.end(), src.begin(), src.end());
+  const Bytes f1 = compress(twice, TZ_DTYPE_F32, 1);
+  EXPECT_EQ(stream0_kind(f1), tz::kKindRansCtx);
+  EXPECT_EQ(decompress(f1, twice.size()), twice);
   // Other optimizer tensors of the slice: level 3 never worse than level 2.
   for (const auto& t : tzt::fp32_slice()) {
     SCOPED_TRACE(t.name);
@@ -140,21 +194,25 @@ TEST(LaneCtx, RealOptimizerStateSlice) {
   }
 }
 
-TEST(LaneCtx, SmallOrUniformInputsStayVersion1) {
-  const Bytes small = f32_bytes(row_scaled(1000, 3));
-  EXPECT_EQ(compress(small, TZ_DTYPE_F32, 3)[4], tz::kFormatVersion);
-  const Bytes zeros(1 << 18, 0);
-  EXPECT_EQ(compress(zeros, TZ_DTYPE_F32, 3)[4], tz::kFormatVersion);
-  const Bytes noise = tzt::hash_stream(1 << 18, 9);
-  const Bytes f = compress(noise, TZ_DTYPE_F32, 3);
-  EXPECT_EQ(f[4], tz::kFormatVersion);
-  EXPECT_EQ(decompress(f, noise.size()), noise);
+TEST(LaneCtx, NoContextsOnSmallOrUniformInputs) {
+  for (int level : {1, 3}) {
+    const Bytes small = f32_bytes(row_scaled(1000, 3));
+    EXPECT_NE(stream0_kind(compress(small, TZ_DTYPE_F32, level)), tz::kKindRansCtx);
+    const Bytes zeros(1 << 18, 0);
+    EXPECT_NE(stream0_kind(compress(zeros, TZ_DTYPE_F32, level)), tz::kKindRansCtx);
+    // Noise: every stream raw, a version-1 frame.
+    const Bytes noise = tzt::hash_stream(1 << 18, 9);
+    const Bytes f = compress(noise, TZ_DTYPE_F32, level);
+    EXPECT_EQ(f[4], tz::kFormatVersion);
+    EXPECT_EQ(decompress(f, noise.size()), noise);
+  }
 }
 
 TEST(LaneCtx, RandomAccessDecodesBlockRanges) {
   const Bytes src = f32_bytes(row_scaled(4096 * 10 + 100, 5));
   const Bytes f = compress(src, TZ_DTYPE_F32, 3, 4096);
-  ASSERT_EQ(f[4], tz::kFormatVersionCtx);
+  ASSERT_EQ(f[4], tz::kFormatVersionSets);
+  ASSERT_EQ(stream0_kind(f), tz::kKindRansCtx);
   const size_t prefix = tz_frame_prefix_size(f.data(), f.size());
   ASSERT_FALSE(tz_is_error(prefix));
   for (unsigned first : {0u, 3u, 9u}) {
@@ -184,16 +242,16 @@ TEST(LaneCtx, MalformedContextHeadersAreRejected) {
     EXPECT_TRUE(tz_is_error(r)) << what;
   };
   Bytes v1 = good;
-  v1[4] = tz::kFormatVersion;  // kind 3 needs version 2
+  v1[4] = tz::kFormatVersion;  // kind 3 needs version 2 (and compact tables version 3)
   rejected(v1, "kind 3 in a version-1 frame");
   for (uint8_t n : {0, 1, 5, 255}) {
     Bytes b = good;
     b[34] = n;
     rejected(b, "context count out of range");
   }
-  Bytes v3 = good;
-  v3[4] = 3;
-  rejected(v3, "unknown version");
+  Bytes v4 = good;
+  v4[4] = 4;
+  rejected(v4, "unknown version");
   // Without the header CRC fix the edit is caught by the CRC.
   Bytes nocrc = good;
   nocrc[33] ^= 1;
@@ -280,3 +338,43 @@ TEST(LaneCtx, EncodersAndDecodersAgreeOnEdgeContexts) {
 }
 
 }  // namespace
+
+#if defined(__x86_64__)
+// The AVX2 joint counts of stream 0 (the lane-context search's statistics,
+// also used by the AVX-512 path) equal the definition, counted one pair at a
+// time: row 0 for a block's first step, else policy_ctx_row of the lane
+// predecessor. On real data of every float dtype (concentrated exponents),
+// on random bytes (mostly outside the packed window), at window starts
+// 0, 1, 2, the middle and the top, and on sizes around the step and chunk
+// lengths; every count is compared, added to a table that is not empty.
+TEST(LaneCtx, Avx2JointCountsEqualTheDefinition) {
+  if (!tz::cpu::simd_path_cpu_has(tz::cpu::SimdPath::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
+  constexpr size_t kJ = (size_t)tz::kCtxJointRows * 256;
+  std::mt19937 rng(5);
+  Bytes noise(4 * 5000);
+  for (auto& b : noise) b = (uint8_t)rng();
+  int cases = 0;
+  for (const tz_dtype dt : {TZ_DTYPE_BF16, TZ_DTYPE_F16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3, TZ_DTYPE_F8_E5M2}) {
+    const uint32_t es = tz::dtype_elem_size((uint8_t)dt);
+    for (const bool random : {false, true}) {
+      for (const uint32_t n : {1u, 31u, 32u, 33u, 64u, 1000u, 1024u, 1056u, 1057u, 2048u, 5000u}) {
+        const Bytes src = random ? Bytes(noise.begin(), noise.begin() + (long)n * es) : tzt::real_bytes(dt, (size_t)n * es);
+        uint64_t first[256] = {};
+        for (uint32_t i = 0; i < n; ++i) ++first[tz::field_byte((uint8_t)dt, src.data(), i, 0)];
+        for (const uint32_t lo : {tz::policy_ctx_window(first), 0u, 1u, 2u, 120u, 256u - tz::kCtxWindowRows}) {
+          std::vector<uint32_t> want(kJ, 7), got(kJ, 7);  // both start from the same non-zero counts
+          for (uint32_t i = 0; i < n; ++i) {
+            const uint32_t row =
+                i < (uint32_t)tz::kLanes ? 0u : tz::policy_ctx_row(tz::field_byte((uint8_t)dt, src.data(), i - tz::kLanes, 0), lo);
+            ++want[(size_t)row * 256 + tz::field_byte((uint8_t)dt, src.data(), i, 0)];
+          }
+          tz::cpu::joint_counts_avx2((uint8_t)dt, src.data(), n, lo, got.data());
+          ASSERT_EQ(got, want) << "dtype " << dt << " n " << n << " lo " << lo << (random ? " random" : " real");
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 5 * 2 * 11 * 6);
+}
+#endif

@@ -22,7 +22,9 @@ extern "C" {
 #define TZ_VERSION_MAJOR 0
 #define TZ_VERSION_MINOR 1
 #define TZ_VERSION_PATCH 0
-#define TZ_FORMAT_VERSION 1
+/* Newest frame format version (doc/format.md): frames of versions 1 to 3
+ * decode; the encoder writes 3 when a stream is entropy coded, else 1. */
+#define TZ_FORMAT_VERSION 3
 
 /* Element types. Values are stored in frames: never renumber. */
 typedef enum {

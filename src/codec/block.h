@@ -7,16 +7,29 @@
 
 namespace tz {
 
+// The tables one block is coded with. In format version 3 (v3 = 1) each
+// coded stream names its table set in its stream word: enc[k] then points at
+// that set's tables and set[k] is its number.
 struct BlockEncTables {
   uint8_t kind[kMaxStreams];          // StreamKind per stream
   const RansEncSym* enc[kMaxStreams];  // ctx[k].n x 256 entries where kind_is_rans(kind)
   RansCtx ctx[kMaxStreams];            // n = 1 unless kind == kKindRansCtx
+  uint8_t set[kMaxStreams];            // v3: table set of stream k in this block
+  uint8_t v3;                          // stream words in the version-3 layout
 };
 
+// Decode tables of a frame. dec[k] holds stream k's n_sets[k] sets of
+// ctx[k].n tables of kProbScale entries (set-major); a block's stream word
+// picks the set (version 3; before it, one set).
 struct BlockDecTables {
   uint8_t kind[kMaxStreams];
-  const uint32_t* dec[kMaxStreams];  // ctx[k].n x kProbScale entries where kind_is_rans(kind)
+  const uint32_t* dec[kMaxStreams];  // n_sets[k] x ctx[k].n x kProbScale entries where kind_is_rans(kind)
   RansCtx ctx[kMaxStreams];
+  uint8_t n_sets[kMaxStreams];
+  uint8_t v3;  // stream words in the version-3 layout (then n_sets validates their set field)
+  TZ_HD const uint8_t* sets() const { return v3 ? n_sets : nullptr; }
+  // Decode tables of stream k in table set j.
+  TZ_HD const uint32_t* dec_of(int k, uint32_t j) const { return dec[k] + (size_t)j * ctx[k].n * kProbScale; }
 };
 
 // Worst-case encoded size of a block of n elements: every stream raw.
@@ -77,7 +90,8 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
       memcpy(out + pos, sym[k], n);
       size = n;
     }
-    store_le32(out + 4 + 4 * k, stream_word((uint32_t)size, mode));
+    store_le32(out + 4 + 4 * k, t.v3 ? stream_word_v3((uint32_t)size, mode, mode == kModeRans ? t.set[k] : 0u)
+                                     : stream_word((uint32_t)size, mode));
     const size_t padded = align4(size);
     for (size_t i = size; i < padded; ++i) out[pos + i] = 0;
     pos += padded;
@@ -95,6 +109,7 @@ TZ_HD size_t encode_block(uint8_t dtype, const BlockEncTables& t, const uint8_t*
 struct BlockView {
   uint32_t checksum;
   uint8_t mode[kMaxStreams];
+  uint8_t set[kMaxStreams];  // table set of a rANS stream (version 3), else 0
   uint32_t size[kMaxStreams];
   const uint8_t* payload[kMaxStreams];
 };
@@ -108,10 +123,12 @@ struct BlockView {
 // payload is decoded.
 // KC > 0: the stream count K known at compile time (the CUDA warp decoder,
 // instantiated per dtype, keeps the view in registers); KC = 0: K at run
-// time (the CPU decoders).
+// time (the CPU decoders). n_sets: null before format version 3 (30-bit
+// sizes); in version 3 the table sets of each stream: a rANS stream's set
+// must be below its count, every other stream's set field zero.
 template <int KC>
-TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n,
-                           BlockView* v) {
+TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_sets, const uint8_t* blk,
+                           size_t blk_size, uint32_t n, BlockView* v) {
   const int K = KC > 0 ? KC : k_streams;
   const size_t hdr = block_header_size(K);
   if (blk_size < hdr || (blk_size & 3u)) return kErrCorruptBlock;
@@ -122,8 +139,10 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* bl
 #endif
   for (int k = 0; k < K; ++k) {
     const uint32_t w = load_le32(blk + 4 + 4 * k);
-    const uint32_t size = stream_word_size(w);
+    const uint32_t size = n_sets ? stream_word_v3_size(w) : stream_word_size(w);
+    const uint32_t set = n_sets ? stream_word_v3_set(w) : 0u;
     const uint8_t mode = stream_word_mode(w);
+    if (set != 0 && (mode != kModeRans || set >= n_sets[k])) return kErrCorruptBlock;
     const size_t padded = align4(size);
     if (padded > blk_size - pos) return kErrCorruptBlock;
     const uint8_t* payload = blk + pos;
@@ -140,6 +159,7 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* bl
       return kErrCorruptBlock;
     }
     v->mode[k] = mode;
+    v->set[k] = (uint8_t)set;
     v->size[k] = size;
     v->payload[k] = payload;
     pos += padded;
@@ -149,11 +169,16 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* bl
 }
 
 TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n, BlockView* v) {
-  return parse_block_impl<0>(K, kind, blk, blk_size, n, v);
+  return parse_block_impl<0>(K, kind, nullptr, blk, blk_size, n, v);
+}
+TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* n_sets, const uint8_t* blk, size_t blk_size,
+                      uint32_t n, BlockView* v) {
+  return parse_block_impl<0>(K, kind, n_sets, blk, blk_size, n, v);
 }
 template <int K>
-TZ_HD int parse_block_k(const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n, BlockView* v) {
-  return parse_block_impl<K>(K, kind, blk, blk_size, n, v);
+TZ_HD int parse_block_k(const uint8_t* kind, const uint8_t* n_sets, const uint8_t* blk, size_t blk_size, uint32_t n,
+                        BlockView* v) {
+  return parse_block_impl<K>(K, kind, n_sets, blk, blk_size, n, v);
 }
 
 // Decodes one block of n elements into dst (n * elem_size bytes). On kOk,
@@ -164,7 +189,7 @@ TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const ui
                                 uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored_checksum) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
-  const int pst = parse_block(K, t.kind, blk, blk_size, n, &v);
+  const int pst = parse_block(K, t.kind, t.sets(), blk, blk_size, n, &v);
   if (pst != kOk) return pst;
   *stored_checksum = v.checksum;
   const uint8_t* streams[kMaxStreams];
@@ -173,7 +198,7 @@ TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const ui
       streams[k] = v.payload[k];
     } else if (v.mode[k] == kModeRans) {
       uint8_t* s = scratch + (size_t)k * align4(n);
-      const int st = rans_decode_ctx(v.payload[k], v.size[k], n, t.dec[k], t.ctx[k], s);
+      const int st = rans_decode_ctx(v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), t.ctx[k], s);
       if (st != kOk) return st;
       streams[k] = s;
     } else {

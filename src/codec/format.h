@@ -1,6 +1,7 @@
 // Frame and block layout constants of the tensorzip block bitstream, format
-// versions 1 and 2 (2 = 1 plus lane-context streams). doc/format.md is the
-// normative description; this header mirrors it. Every multi-byte field is
+// versions 1, 2 (2 = 1 plus lane-context streams) and 3 (table sets per
+// stream chosen per block, compact tables). doc/format.md is the normative
+// description; this header mirrors it. Every multi-byte field is
 // little-endian.
 #pragma once
 #include "common/tz_hd.h"
@@ -13,6 +14,7 @@ constexpr uint8_t kFrameMagic[4] = {'T', 'Z', 'F', 'R'};
 TZ_HD uint8_t frame_magic(int i) { return (uint8_t)"TZFR"[i]; }
 constexpr uint8_t kFormatVersion = 1;     // written when no stream uses lane contexts
 constexpr uint8_t kFormatVersionCtx = 2;  // written when a stream uses lane contexts (kind 3)
+constexpr uint8_t kFormatVersionSets = 3; // table sets and compact tables (doc/format.md 5.7, 6.1)
 constexpr size_t kFrameHeaderSize = 32;
 
 // Entropy coder parameters (fixed by the format, not per frame).
@@ -41,6 +43,18 @@ constexpr uint32_t kMaxContexts = 4;
 constexpr uint32_t kMaxFrameTables = 8;
 // Largest table section: every stream contextual with kMaxContexts tables.
 constexpr size_t kMaxTablesSize = kMaxStreams * (3 + kMaxContexts * kFreqTableMaxBytes) + 4;
+
+// Format version 3. A rANS stream carries n_sets table sets of ctx.n tables
+// each; every block names the set each of its coded streams uses (bits 22..29
+// of the stream word). A block's tables (one set per stream) stay within
+// kMaxFrameTables; the frame holds at most kMaxFrameTablesV3 tables.
+constexpr uint32_t kMaxFrameTablesV3 = 32;
+constexpr uint32_t kMaxTableSets = 32;          // sets per stream
+// Compact table (doc/format.md 5.7): 3 bytes, then at most 256 Exp-Golomb
+// codes of values <= 8192, each at most 27 bits (order 0), padded to a byte.
+constexpr size_t kCompactTableMaxBytes = 3 + (256 * 27 + 7) / 8;
+constexpr size_t kMaxTablesSizeV3 = 4 * kMaxStreams + kMaxFrameTablesV3 * kCompactTableMaxBytes + 4;
+constexpr size_t kMaxTablesSizeAny = kMaxTablesSizeV3 > kMaxTablesSize ? kMaxTablesSizeV3 : kMaxTablesSize;
 
 // Element types of a frame. Values are part of the format.
 enum DType : uint8_t {
@@ -126,5 +140,11 @@ TZ_HD size_t block_header_size(int n_streams) { return 4 + 4 * (size_t)n_streams
 TZ_HD uint32_t stream_word(uint32_t size, uint8_t mode) { return size | ((uint32_t)mode << 30); }
 TZ_HD uint32_t stream_word_size(uint32_t w) { return w & 0x3FFFFFFFu; }
 TZ_HD uint8_t stream_word_mode(uint32_t w) { return (uint8_t)(w >> 30); }
+// Format version 3: bits 0..21 size, 22..29 table set, 30..31 mode.
+TZ_HD uint32_t stream_word_v3(uint32_t size, uint8_t mode, uint32_t set) {
+  return size | (set << 22) | ((uint32_t)mode << 30);
+}
+TZ_HD uint32_t stream_word_v3_size(uint32_t w) { return w & 0x3FFFFFu; }
+TZ_HD uint32_t stream_word_v3_set(uint32_t w) { return (w >> 22) & 0xFFu; }
 
 }  // namespace tz

@@ -16,6 +16,7 @@
 // Blocks are then validated by parse_block (codec/block.h).
 #pragma once
 #include "codec/block.h"
+#include "codec/table_code.h"
 
 namespace tz {
 
@@ -39,7 +40,9 @@ enum FrameDefect : uint8_t {
   kDefectTableMissing,     // the table section ends before a stream's entry
   kDefectStreamKind,       // kind not allowed for this dtype / format version
   kDefectContextCount,     // lane contexts n outside [2, kMaxContexts]
-  kDefectTooManyTables,    // more than kMaxFrameTables frequency tables
+  kDefectTooManyTables,    // more than kMaxFrameTables frequency tables (v3: kMaxFrameTablesV3)
+  kDefectTableSets,        // v3: a rANS stream with 0 or more than kMaxTableSets table sets
+  kDefectBlockTables,      // v3: one set of every stream is more than kMaxFrameTables tables
   kDefectFreqTable,        // malformed frequency table (rans_read_table)
   kDefectTableTrailing,    // 4 or more bytes after the last stream's entry
   kDefectTablePadding,     // non-zero padding byte in the table section
@@ -83,6 +86,8 @@ inline const char* frame_defect_text(FrameDefect d) {
     case kDefectStreamKind: return "invalid stream kind";
     case kDefectContextCount: return "invalid number of lane contexts";
     case kDefectTooManyTables: return "too many frequency tables";
+    case kDefectTableSets: return "invalid number of table sets";
+    case kDefectBlockTables: return "a block would use more than 8 frequency tables";
     case kDefectFreqTable: return "corrupt frequency table";
     case kDefectTableTrailing: return "trailing bytes in table section";
     case kDefectTablePadding: return "non-zero padding in table section";
@@ -115,7 +120,8 @@ TZ_HD FrameDefect check_frame_header(const uint8_t* p, size_t n, FrameHeader* h)
   for (int i = 0; i < 4; ++i)
     if (p[i] != frame_magic(i)) return kDefectBadMagic;
   h->version = p[4];
-  if (h->version != kFormatVersion && h->version != kFormatVersionCtx) return kDefectBadVersion;
+  if (h->version != kFormatVersion && h->version != kFormatVersionCtx && h->version != kFormatVersionSets)
+    return kDefectBadVersion;
   h->dtype = p[5];
   h->n_streams = p[6];
   h->flags = p[7];
@@ -131,7 +137,8 @@ TZ_HD FrameDefect check_frame_header(const uint8_t* p, size_t n, FrameHeader* h)
   const uint32_t es = dtype_elem_size(h->dtype);
   if (h->raw_size % es != 0 || h->raw_size > kMaxRawSize) return kDefectRawSize;
   if (frame_n_blocks(h->raw_size / es, h->block_elems) != h->n_blocks) return kDefectBlockCount;
-  if (h->tables_size % 4 != 0 || h->tables_size > (uint32_t)kMaxTablesSize) return kDefectTablesSize;
+  const size_t max_tables = h->version >= kFormatVersionSets ? kMaxTablesSizeV3 : kMaxTablesSize;
+  if (h->tables_size % 4 != 0 || h->tables_size > (uint32_t)max_tables) return kDefectTablesSize;
   return kDefectNone;
 }
 
@@ -157,14 +164,23 @@ TZ_HD uint32_t frame_header_crc(const uint8_t* frame, uint64_t prefix_size, cons
 
 // ----------------------------------------------------- table section --
 
-// The frame's stream kinds and frequency tables, validated.
+// The frame's stream kinds and frequency tables, validated. Stream k's
+// table for set j and context c is freq[first_table[k] + j * ctx[k].n + c].
 struct FrameTables {
   uint8_t kind[kMaxStreams];         // StreamKind per stream
   uint8_t first_table[kMaxStreams];  // index in freq of stream k's first table
+  uint8_t n_sets[kMaxStreams];       // table sets of a rANS stream (1 before version 3), else 0
   RansCtx ctx[kMaxStreams];          // lane contexts (n = 1 unless kind 3)
   uint32_t n_tables;                 // frequency tables over all streams
-  uint32_t freq[kMaxFrameTables][256];
+  uint32_t freq[kMaxFrameTablesV3][256];
 };
+
+// Reference table of compact table j of a stream (mode 2, doc/format.md
+// 5.7): the same context of the previous set, else the previous context.
+TZ_HD int compact_table_ref(uint32_t j, uint32_t n_ctx) {
+  if (j >= n_ctx) return (int)(j - n_ctx);
+  return j > 0 ? (int)j - 1 : -1;
+}
 
 // Stream kinds a frame of this dtype and format version may carry: raw;
 // zstd for dtype bytes; rANS for the float types; rANS with lane contexts
@@ -178,7 +194,8 @@ TZ_HD bool stream_kind_allowed(const FrameHeader& h, uint8_t kind) {
 // Step 2a: parses the tables_size bytes at p (h from check_frame_header).
 TZ_HD FrameDefect parse_table_section(const FrameHeader& h, const uint8_t* p, FrameTables* t) {
   const uint8_t* const end = p + h.tables_size;
-  uint32_t n_tables = 0;
+  const bool v3 = h.version >= kFormatVersionSets;
+  uint32_t n_tables = 0, per_block = 0;
   t->n_tables = 0;
   for (int k = 0; k < h.n_streams; ++k) {
     if (p >= end) return kDefectTableMissing;
@@ -186,6 +203,7 @@ TZ_HD FrameDefect parse_table_section(const FrameHeader& h, const uint8_t* p, Fr
     if (!stream_kind_allowed(h, kind)) return kDefectStreamKind;
     t->kind[k] = kind;
     t->first_table[k] = (uint8_t)n_tables;
+    t->n_sets[k] = 0;
     t->ctx[k] = RansCtx{};
     if (kind == kKindRansCtx) {
       if (end - p < 2) return kDefectTableMissing;
@@ -195,10 +213,27 @@ TZ_HD FrameDefect parse_table_section(const FrameHeader& h, const uint8_t* p, Fr
       if (t->ctx[k].n < 2 || t->ctx[k].n > kMaxContexts) return kDefectContextCount;
     }
     if (kind_is_rans(kind)) {
-      n_tables += t->ctx[k].n;
-      if (n_tables > kMaxFrameTables) return kDefectTooManyTables;
-      for (uint32_t c = 0; c < t->ctx[k].n; ++c) {
-        const size_t r = rans_read_table(p, (size_t)(end - p), t->freq[t->first_table[k] + c]);
+      uint32_t sets = 1;
+      if (v3) {
+        if (p >= end) return kDefectTableMissing;
+        sets = *p++;
+        if (sets == 0 || sets > kMaxTableSets) return kDefectTableSets;
+        per_block += t->ctx[k].n;
+        if (per_block > kMaxFrameTables) return kDefectBlockTables;
+      }
+      t->n_sets[k] = (uint8_t)sets;
+      const uint32_t nt = sets * t->ctx[k].n;
+      n_tables += nt;
+      if (n_tables > (v3 ? kMaxFrameTablesV3 : kMaxFrameTables)) return kDefectTooManyTables;
+      uint32_t* const f0 = t->freq[t->first_table[k]];
+      for (uint32_t j = 0; j < nt; ++j) {
+        size_t r;
+        if (v3) {
+          const int ref = compact_table_ref(j, t->ctx[k].n);
+          r = read_compact_table(p, (size_t)(end - p), ref >= 0 ? f0 + 256 * ref : nullptr, f0 + 256 * j);
+        } else {
+          r = rans_read_table(p, (size_t)(end - p), f0 + 256 * j);
+        }
         if (!r) return kDefectFreqTable;
         p += r;
       }
@@ -246,6 +281,39 @@ TZ_HD size_t write_stream_table(uint8_t kind, const uint32_t* freq, const RansCt
   }
   if (kind_is_rans(kind))
     for (uint32_t c = 0; c < ctx.n; ++c) n += rans_write_table(freq + 256 * c, out + n);
+  return n;
+}
+
+// Format version 3 entry of stream k: the kind byte, for kind 3 base and
+// n, for a rANS kind the number of sets, then sets x ctx.n compact tables
+// (set-major; freq holds them in that order, 256 entries each).
+TZ_HD size_t stream_table_size_v3(uint8_t kind, const uint32_t* freq, const RansCtx& ctx, uint32_t sets) {
+  size_t n = 1;
+  if (kind == kKindRansCtx) n += 2;
+  if (kind_is_rans(kind)) {
+    n += 1;
+    for (uint32_t j = 0; j < sets * ctx.n; ++j) {
+      const int ref = compact_table_ref(j, ctx.n);
+      n += compact_table_size(freq + 256 * j, ref >= 0 ? freq + 256 * ref : nullptr);
+    }
+  }
+  return n;
+}
+TZ_HD size_t write_stream_table_v3(uint8_t kind, const uint32_t* freq, const RansCtx& ctx, uint32_t sets,
+                                   uint8_t* out) {
+  size_t n = 0;
+  out[n++] = kind;
+  if (kind == kKindRansCtx) {
+    out[n++] = (uint8_t)ctx.base;
+    out[n++] = (uint8_t)ctx.n;
+  }
+  if (kind_is_rans(kind)) {
+    out[n++] = (uint8_t)sets;
+    for (uint32_t j = 0; j < sets * ctx.n; ++j) {
+      const int ref = compact_table_ref(j, ctx.n);
+      n += write_compact_table(freq + 256 * j, ref >= 0 ? freq + 256 * ref : nullptr, out + n);
+    }
+  }
   return n;
 }
 

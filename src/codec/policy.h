@@ -64,25 +64,32 @@ TZ_HD bool encode_block_count(uint64_t n_elems, uint32_t block_elems, uint32_t* 
 
 // Dtype bytes: one stream, zstd coded per block from level 1 on (CPU only).
 TZ_HD uint8_t policy_bytes_kind(int level) { return level >= 1 ? (uint8_t)kKindZstd : (uint8_t)kKindRaw; }
-// The smallest coded size any stream of n_blocks blocks can have
-// (coded_stream_bytes at its minimum): one payload byte (a single symbol of
-// frequency kProbScale costs 0 bits), the lane states and 2 bytes per block,
-// the smallest frequency table (the 32-byte presence bitmap and one 2-byte
-// entry: the frequencies sum to kProbScale >= 128, so some entry takes 2
-// bytes) and the 1 byte of the estimate's rounding.
-constexpr uint64_t kMinFreqTableBytes = 32 + 2;
-static_assert(kProbScale >= 128, "kMinFreqTableBytes assumes a 2-byte frequency entry");
+// The smallest coded size any stream of n_blocks blocks can have in the
+// estimate levels >= 1 decide by (format version 3, policy_set_tables; for
+// lane contexts policy_ctx_tables, larger): one payload byte (a single
+// symbol of frequency kProbScale costs 0 bits), the lane states and 2 bytes
+// per block, and the smallest table entry: the kind and set-count bytes and
+// one compact table of 3 header bytes and at least 2 bytes of codes. A
+// table's codes take more than 8 bits: a code takes at least one bit, and
+// c <= 8 coded symbols hold frequencies summing to kProbScale, so the
+// largest value (mode 0) is at least 512 (>= 10 bits), or the largest
+// difference (mode 1) at least 4096 / c^2 (a zigzag code of >= 8 bits, plus
+// the other codes; c = 1: the value 8192); mode 2 needs a second table,
+// whose stream then has a first one. A constant tensor reaches this
+// minimum (a 7-byte table entry).
+constexpr uint64_t kMinStreamTableBytes = 2 + 3 + 2;
+static_assert(kProbScale == 4096, "kMinStreamTableBytes assumes frequencies summing to 4096");
 TZ_HD uint64_t policy_min_coded_bytes(uint64_t n_blocks) {
-  return 1 + n_blocks * (kRansStateBytes + 2) + kMinFreqTableBytes + 1;
+  return 1 + n_blocks * (kRansStateBytes + 2) + kMinStreamTableBytes;
 }
 // Short path (the "tiny frame" rule): whether a stream of n_elems symbols
 // (its raw size in bytes) in n_blocks blocks could pay at this level at
 // all, from sizes alone. False means that no histogram can make any stream
-// of the tensor pay (policy_exact_kind and policy_fast_kind both estimate at
+// of the tensor pay (policy_set_tables and policy_ctx_tables estimate at
 // least policy_min_coded_bytes, and stream_pays is monotone in the coded
 // size), so every stream is raw without a histogram being taken: the same
-// frame the full policy writes. At level 1 this is n_elems <= 167 with one
-// block (levels >= 2: <= 166); a tensor of 2 or more blocks can always pay.
+// frame the full policy writes. At level 1 this is n_elems <= 139 with one
+// block (levels >= 2: <= 138); a tensor of 2 or more blocks can always pay.
 TZ_HD bool policy_size_can_pay(int level, uint64_t n_elems, uint64_t n_blocks) {
   return stream_pays(level, policy_min_coded_bytes(n_blocks), n_elems);
 }
@@ -158,15 +165,406 @@ TZ_HD uint8_t policy_exact_kind(int level, const uint64_t* counts, uint64_t n_el
   return stream_pays(level, c, n_elems) ? (uint8_t)kKindRans : (uint8_t)kKindRaw;
 }
 
-// Level 3: stream 0, when rANS coded in a tensor of >= kCtxMinElems
-// elements, is searched for lane contexts.
+// Level 3: stream 0, when rANS coded (with or without the window's lane
+// contexts) in a tensor of >= kCtxMinElems elements, is searched for lane
+// contexts exhaustively.
 TZ_HD bool policy_tries_lane_contexts(int level, int k, uint8_t kind, uint64_t n_elems) {
-  return level >= 3 && k == 0 && kind == kKindRans && n_elems >= kCtxMinElems;
+  return level >= 3 && k == 0 && kind_is_rans(kind) && n_elems >= kCtxMinElems;
 }
 // Lane contexts are kept only if their exact coded size (tables included)
 // is at least 0.5% below the single table's.
 TZ_HD bool lane_contexts_pay(uint64_t ctx_coded, uint64_t plain_coded) {
   return ctx_coded * 1000 < plain_coded * 995;
+}
+
+// ================================================ format version 3 (levels 1-2) ==
+// The statistics are per block: a histogram of every stream over the block's
+// first-pass elements (the sample, or the whole block), exact per-block
+// histograms of the wanted streams where v2 took an exact tensor histogram,
+// and per-block min/max where fast tables apply. With them:
+//   a. policy_segment_blocks cuts the blocks of a wanted stream into runs
+//      (table sets) where the statistics change (greedy splitting on an
+//      integer entropy estimate, at most policy_max_sets runs; level 1 only
+//      for streams one table codes, policy_tries_sets, with fewer split
+//      points, policy_split_candidates);
+//   b. each run gets a table (policy_set_counts: exact counts, or fast-table
+//      counts from the sample), and the sets are kept only if their
+//      estimate, compact tables included, beats one table for the stream
+//      (policy_sets_pay);
+//   c. stream 0 may get lane contexts (policy_ctx_window, policy_ctx_search)
+//      from a joint histogram of (row of the previous lane symbol, symbol)
+//      over the same elements (level 1: frames with exact tables of at
+//      least kCtxMinBytesLevel1 bytes); it then has one set. The CPU counts the
+//      exact joint histogram in the exact pass (stream 0's block histograms
+//      are its row sums); the numbers, and so the frames, are the same.
+// Every step is integer arithmetic on the same inputs on the CPU and the GPU.
+
+constexpr uint32_t kCtxWindowRows = 12;                  // previous-symbol values with a row of their own
+constexpr uint32_t kCtxJointRows = kCtxWindowRows + 3;   // + first step, below the window, above it
+constexpr uint32_t kSetSplitCandidates = 64;             // split points tried per run (levels 2-3)
+constexpr uint32_t kSetSplitCandidatesLevel1 = 16;       // at level 1
+
+// Levels 1 and 2 write format version 3 (sets, compact tables, lane
+// contexts); level 3 adds the exhaustive CPU search for lane contexts.
+TZ_HD bool policy_v3(int level) { return level >= 1; }
+
+// log2(v) in 16.16 fixed point for v >= 1, |error| < 2^-12: the bit scan
+// gives the integer part, a cubic in the next 16 bits the fraction.
+TZ_HD uint32_t log2_q16_fast(uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t ip = 63u - (uint32_t)__clzll((long long)v);
+#else
+  const uint32_t ip = 63u - (uint32_t)__builtin_clzll(v);
+#endif
+  const int64_t t = (int64_t)((ip >= 16 ? (v >> (ip - 16)) : (v << (16 - ip))) & 0xFFFFu);  // fraction, Q16
+  int64_t y = (18062 * t) >> 16;
+  y = ((-47064 + y) * t) >> 16;
+  y = ((94538 + y) * t) >> 16;
+  return (ip << 16) + (uint32_t)(y < 0 ? 0 : y);
+}
+
+// Order-0 code length of a histogram in 16.16 fixed-point bits:
+// N log2 N - sum c log2 c; *present receives the number of present symbols.
+TZ_HD unsigned __int128 entropy_bits_q16(const uint64_t* c, uint32_t* present) {
+  unsigned __int128 acc = 0;
+  uint64_t n = 0;
+  uint32_t p = 0;
+  for (int s = 0; s < 256; ++s) {
+    if (!c[s]) continue;
+    n += c[s];
+    ++p;
+    acc -= (unsigned __int128)c[s] * log2_q16_fast(c[s]);
+  }
+  if (present) *present = p;
+  if (!n) return 0;
+  return acc + (unsigned __int128)n * log2_q16_fast(n);
+}
+
+// Estimated bytes of a compact table of `present` symbols (for decisions
+// before the table exists).
+TZ_HD uint64_t policy_table_estimate(uint32_t present) { return 3 + present; }
+
+// Most table sets a stream may get: the frame's 32 tables shared by the
+// wanted streams, at most kMaxTableSets each (kMaxTableSetsLevel1 at level
+// 1: every split searched costs the default level time); one below 2 blocks.
+constexpr uint32_t kMaxTableSetsLevel1 = 8;
+TZ_HD uint32_t policy_max_sets(uint32_t n_blocks, int n_wanted, int level) {
+  if (n_blocks < 2 || n_wanted < 1) return 1;
+  uint32_t m = kMaxFrameTablesV3 / (uint32_t)n_wanted;
+  const uint32_t cap = level <= 1 ? kMaxTableSetsLevel1 : kMaxTableSets;
+  if (m > cap) m = cap;
+  return m < n_blocks ? m : n_blocks;
+}
+// Whether a wanted stream is searched for table sets, given whether it
+// pays with one table. Level 1 searches only streams that one table codes:
+// a stream that sets alone would make codable costs a whole rANS pass more
+// for a small gain. Higher levels search every wanted stream.
+TZ_HD bool policy_tries_sets(int level, bool one_table_pays) { return level >= 2 || one_table_pays; }
+// Whether sets of estimated size sets_coded are kept over one table of
+// one_coded. Fast tables estimate from the sample the tables were made
+// from, which favours more tables: level 1 then wants a 0.5% margin.
+TZ_HD bool policy_sets_pay(int level, bool fast, uint64_t sets_coded, uint64_t one_coded) {
+  if (level <= 1 && fast) return (unsigned __int128)sets_coded * 1000 < (unsigned __int128)one_coded * 995;
+  return sets_coded < one_coded;
+}
+
+// Working memory of policy_segment_blocks (global memory on the GPU).
+struct SegScratch {
+  uint64_t total[256];
+  uint64_t left[256];
+  uint64_t right[256];
+  uint32_t start[kMaxTableSets + 1];   // run j covers blocks [start[j], start[j+1])
+  uint32_t best_pos[kMaxTableSets];    // best split of run j (0: none)
+  uint64_t best_gain[kMaxTableSets];   // its gain, 16.16 bits at full scale
+};
+
+// Sum of the per-block histograms of blocks [b0, b1) (hist: block b's 256
+// counts at hist + b * stride).
+TZ_HD void policy_run_counts(const uint32_t* hist, size_t stride, uint32_t b0, uint32_t b1, uint64_t* out) {
+  for (int s = 0; s < 256; ++s) out[s] = 0;
+  for (uint32_t b = b0; b < b1; ++b)
+    for (int s = 0; s < 256; ++s) out[s] += hist[(size_t)b * stride + s];
+}
+
+// Split points tried per run at this level (the search's cost).
+TZ_HD uint32_t policy_split_candidates(int level) {
+  return level <= 1 ? kSetSplitCandidatesLevel1 : kSetSplitCandidates;
+}
+// Best split of run [b0, b1) at one of <= `candidates` evenly spaced
+// points: the gain in coded bits (16.16, scaled from the counted elements to
+// the whole run by scale_num / scale_den) minus twice the new table's
+// estimated size. Sets *pos = 0 when no split gains.
+TZ_HD void policy_best_split(const uint32_t* hist, size_t stride, uint32_t b0, uint32_t b1, uint32_t candidates,
+                             uint64_t scale_num, uint64_t scale_den, SegScratch* w, uint32_t* pos, uint64_t* gain) {
+  *pos = 0;
+  *gain = 0;
+  if (b1 - b0 < 2) return;
+  policy_run_counts(hist, stride, b0, b1, w->total);
+  const unsigned __int128 whole = entropy_bits_q16(w->total, nullptr);
+  const uint32_t step = (b1 - b0 - 1 + candidates - 1) / candidates;
+  for (int s = 0; s < 256; ++s) w->left[s] = 0;
+  uint32_t next = b0;
+  for (uint32_t j = b0 + step; j < b1; j += step) {
+    for (; next < j; ++next)
+      for (int s = 0; s < 256; ++s) w->left[s] += hist[(size_t)next * stride + s];
+    for (int s = 0; s < 256; ++s) w->right[s] = w->total[s] - w->left[s];
+    uint32_t pl = 0, pr = 0;
+    const unsigned __int128 parts = entropy_bits_q16(w->left, &pl) + entropy_bits_q16(w->right, &pr);
+    if (parts >= whole) continue;
+    const unsigned __int128 g = (whole - parts) * scale_num / (scale_den ? scale_den : 1);
+    const uint32_t pmin = pl < pr ? pl : pr;
+    const unsigned __int128 cost = (unsigned __int128)(2 * 8 * policy_table_estimate(pmin)) << 16;
+    if (g <= cost) continue;
+    const uint64_t net = (uint64_t)(g - cost);
+    if (net > *gain) {
+      *gain = net;
+      *pos = j;
+    }
+  }
+}
+
+// Cuts blocks [0, n_blocks) of one stream into at most max_sets runs by
+// repeatedly splitting the run whose best split gains most (ties: the
+// lowest run). set_of_block[b] receives block b's run number (runs in block
+// order). Returns the number of runs.
+TZ_HD uint32_t policy_segment_blocks(int level, const uint32_t* hist, size_t stride, uint32_t n_blocks, uint32_t max_sets,
+                                     uint64_t scale_num, uint64_t scale_den, SegScratch* w, uint8_t* set_of_block) {
+  const uint32_t cand = policy_split_candidates(level);
+  uint32_t runs = 1;
+  w->start[0] = 0;
+  w->start[1] = n_blocks;
+  if (max_sets > kMaxTableSets) max_sets = kMaxTableSets;
+  if (max_sets > 1) policy_best_split(hist, stride, 0, n_blocks, cand, scale_num, scale_den, w, &w->best_pos[0], &w->best_gain[0]);
+  while (runs < max_sets) {
+    uint32_t r = runs;
+    for (uint32_t j = 0; j < runs; ++j)
+      if (w->best_pos[j] && (r == runs || w->best_gain[j] > w->best_gain[r])) r = j;
+    if (r == runs) break;
+    const uint32_t cut = w->best_pos[r];
+    for (uint32_t j = runs + 1; j > r + 1; --j) w->start[j] = w->start[j - 1];
+    for (uint32_t j = runs; j > r + 1; --j) {
+      w->best_pos[j] = w->best_pos[j - 1];
+      w->best_gain[j] = w->best_gain[j - 1];
+    }
+    w->start[r + 1] = cut;
+    ++runs;
+    policy_best_split(hist, stride, w->start[r], w->start[r + 1], cand, scale_num, scale_den, w, &w->best_pos[r],
+                      &w->best_gain[r]);
+    policy_best_split(hist, stride, w->start[r + 1], w->start[r + 2], cand, scale_num, scale_den, w, &w->best_pos[r + 1],
+                      &w->best_gain[r + 1]);
+  }
+  for (uint32_t j = 0; j < runs; ++j)
+    for (uint32_t b = w->start[j]; b < w->start[j + 1]; ++b) set_of_block[b] = (uint8_t)j;
+  return runs;
+}
+
+// Counts a table is normalised from: exact, the run's histogram; fast
+// tables (policy_fast_tables), its sample weighted by kFastTablesSampleWeight
+// plus one for every symbol in [lo, hi] (the run's min and max), so that
+// every symbol of the run stays codable.
+TZ_HD void policy_table_counts(const uint64_t* counts, bool fast, uint32_t lo, uint32_t hi, uint64_t* out) {
+  for (uint32_t x = 0; x < 256; ++x)
+    out[x] = fast ? counts[x] * kFastTablesSampleWeight + (x >= lo && x <= hi ? 1 : 0) : counts[x];
+}
+
+// Estimated payload bytes of counts coded with freq (as coded_stream_bytes,
+// with the fast log2), and of a run of `elems` elements in `blocks` blocks
+// whose counted symbols (`counted` of them) have histogram counts, with
+// table freq: the payload scaled to the run, lane states and block words.
+TZ_HD uint64_t policy_payload_bytes(const uint64_t* counts, const uint32_t* freq) {
+  unsigned __int128 bits = 0;
+  for (int s = 0; s < 256; ++s)
+    if (counts[s]) bits += (unsigned __int128)counts[s] * ((kProbBits << 16) - log2_q16_fast(freq[s]));
+  return (uint64_t)((bits >> 16) / 8) + 1;
+}
+TZ_HD uint64_t policy_run_coded(const uint64_t* counts, const uint32_t* freq, uint64_t counted, uint64_t elems,
+                                uint64_t blocks) {
+  const uint64_t payload = policy_payload_bytes(counts, freq);
+  const uint64_t scaled = counted ? (uint64_t)((unsigned __int128)payload * elems / counted) : 0;
+  return scaled + blocks * (kRansStateBytes + 2);
+}
+
+// Working memory of policy_set_tables / policy_ctx_tables.
+struct TableScratch {
+  uint64_t counts[256];
+  uint64_t tc[256];
+  uint64_t norm[256];
+};
+
+// Tables of stream k's `sets` runs (set_of_block[b], null: one run) from the
+// per-block histograms (hist + b * stride, over counted[b] elements) and,
+// with fast tables, per-block min/max (mm[b * mm_stride], mm[b * mm_stride
+// + 1]). Fills sets x 256 frequencies and *coded, the estimated bytes of the
+// stream (payloads scaled to the runs, lane states, block words, its compact
+// table entry). False if a run has no symbol (cannot happen for a run of
+// blocks with elements).
+TZ_HD bool policy_set_tables(const uint32_t* hist, size_t stride, const uint64_t* counted, uint32_t n_blocks,
+                             uint32_t block_elems, uint64_t n_elems, const uint8_t* set_of_block, uint32_t sets,
+                             bool fast, const uint8_t* mm, size_t mm_stride, uint32_t* freq, uint64_t* coded,
+                             TableScratch* w) {
+  uint64_t total = 0;
+  uint32_t b = 0;
+  for (uint32_t j = 0; j < sets; ++j) {
+    for (int s = 0; s < 256; ++s) w->counts[s] = 0;
+    uint64_t cnt = 0, elems = 0, blocks = 0;
+    uint32_t lo = 255, hi = 0;
+    for (; b < n_blocks && (set_of_block ? set_of_block[b] : 0u) == j; ++b) {
+      for (int s = 0; s < 256; ++s) w->counts[s] += hist[(size_t)b * stride + s];
+      cnt += counted[b];
+      const uint64_t e0 = (uint64_t)b * block_elems;
+      elems += n_elems - e0 < block_elems ? n_elems - e0 : block_elems;
+      ++blocks;
+      if (fast) {
+        const uint32_t l = mm[(size_t)b * mm_stride], h = mm[(size_t)b * mm_stride + 1];
+        lo = l < lo ? l : lo;
+        hi = h > hi ? h : hi;
+      }
+    }
+    policy_table_counts(w->counts, fast, lo, hi, w->tc);
+    uint32_t* f = freq + (size_t)j * 256;
+    if (rans_normalize_with(w->tc, f, w->norm) == 0) return false;
+    total += policy_run_coded(w->counts, f, cnt, elems, blocks);
+  }
+  *coded = total + stream_table_size_v3(kKindRans, freq, RansCtx{}, sets);
+  return true;
+}
+
+// ------------------------------------------------- lane contexts (v3) --
+// The joint histogram has kCtxJointRows rows of 256: row 0 the symbols of a
+// block's first step, row 1 those whose lane predecessor is below the window
+// [lo, lo + 11], rows 2..13 predecessor lo..lo + 11, row 14 above it. The
+// window is centred on stream 0's most frequent first-pass symbol.
+TZ_HD uint32_t policy_ctx_window(const uint64_t* counts) {
+  uint32_t m = 0;
+  for (uint32_t s = 1; s < 256; ++s)
+    if (counts[s] > counts[m]) m = s;
+  uint32_t lo = m >= 6 ? m - 6 : 0;
+  if (lo > 256 - kCtxWindowRows) lo = 256 - kCtxWindowRows;
+  return lo;
+}
+TZ_HD uint32_t policy_ctx_row(uint32_t prev, uint32_t lo) {
+  if (prev < lo) return 1;
+  if (prev >= lo + kCtxWindowRows) return kCtxJointRows - 1;
+  return 2 + prev - lo;
+}
+// Counts of context c of candidate (base, n) from the joint histogram.
+TZ_HD void policy_ctx_counts(const uint64_t* joint, uint32_t lo, uint32_t base, uint32_t n, uint32_t c, uint64_t* out) {
+  for (int s = 0; s < 256; ++s) out[s] = 0;
+  for (uint32_t r = 0; r < kCtxJointRows; ++r) {
+    uint32_t ctx;
+    if (r == 0) ctx = 0;
+    else if (r == 1) ctx = 0;  // predecessors below the window: <= base (base >= lo - 1)
+    else if (r == kCtxJointRows - 1) ctx = n - 1;
+    else ctx = rans_ctx_of(lo + r - 2, RansCtx{base, n});
+    if (ctx != c) continue;
+    for (int s = 0; s < 256; ++s) out[s] += joint[(size_t)r * 256 + s];
+  }
+}
+// Best (base, n) by the entropy estimate (tables estimated), searched over n
+// in 2..kMaxContexts and every base that keeps the rows below and above the
+// window in the first and last context. Returns its estimated bits (16.16)
+// and fills *best; tmp is 256-entry scratch.
+//
+// Every context of a candidate is a run of joint rows (policy_ctx_counts):
+// context 0 rows 0..x, a middle context one row of the window, the last
+// context rows x..kCtxJointRows-1. The estimate of each such run is taken
+// once (rows added one at a time), and a candidate sums those of its
+// contexts: the same integers as summing policy_ctx_counts per context.
+TZ_HD unsigned __int128 policy_ctx_search(const uint64_t* joint, uint32_t lo, RansCtx* best, uint64_t* tmp) {
+  constexpr uint32_t R = kCtxJointRows;
+  unsigned __int128 first_runs[R], last_runs[R], single[R];  // [x]: rows 0..x, rows x..R-1, row x
+  auto estimate = [&](const uint64_t* c) {
+    uint32_t present = 0;
+    const unsigned __int128 e = entropy_bits_q16(c, &present);
+    return e + ((unsigned __int128)(8 * policy_table_estimate(present)) << 16);
+  };
+  for (int s = 0; s < 256; ++s) tmp[s] = 0;
+  for (uint32_t x = 0; x < R; ++x) {
+    for (int s = 0; s < 256; ++s) tmp[s] += joint[(size_t)x * 256 + s];
+    first_runs[x] = estimate(tmp);
+  }
+  for (int s = 0; s < 256; ++s) tmp[s] = 0;
+  for (uint32_t x = R; x-- > 0;) {
+    for (int s = 0; s < 256; ++s) tmp[s] += joint[(size_t)x * 256 + s];
+    last_runs[x] = estimate(tmp);
+  }
+  for (uint32_t x = 2; x + 1 < R; ++x) single[x] = estimate(joint + (size_t)x * 256);
+  unsigned __int128 best_bits = ~(unsigned __int128)0;
+  *best = RansCtx{0, 1};
+  for (uint32_t n = 2; n <= kMaxContexts; ++n) {
+    const uint32_t b_lo = lo > 0 ? lo - 1 : 0;
+    const uint32_t b_hi = lo + kCtxWindowRows + 1 - n;  // base + n - 1 <= lo + kCtxWindowRows
+    for (uint32_t base = b_lo; base <= b_hi && base + n <= 256; ++base) {
+      // Rows of context 0: up to the row of prev = base; of the last
+      // context: from the row of prev = base + n - 1.
+      const uint32_t x0 = base + 2 - lo;         // >= 1 (base >= lo - 1)
+      const uint32_t xl = base + n + 1 - lo;     // <= R - 1
+      unsigned __int128 bits = first_runs[x0 < R - 2 ? x0 : R - 2] + last_runs[xl];
+      for (uint32_t c = 1; c + 1 < n; ++c) bits += single[base + c + 2 - lo];
+      if (bits < best_bits) {
+        best_bits = bits;
+        *best = RansCtx{base, n};
+      }
+    }
+  }
+  return best_bits;
+}
+// Tables of lane contexts ctx (from policy_ctx_search) from the joint
+// histogram over `counted` elements; with fast tables every symbol of
+// stream 0's [lo, hi] gets a pseudo-count in every context. Fills ctx.n x
+// 256 frequencies and *coded (as policy_set_tables, one set).
+TZ_HD bool policy_ctx_tables(const uint64_t* joint, uint32_t wlo, const RansCtx& ctx, bool fast, uint32_t lo,
+                             uint32_t hi, uint64_t counted, uint64_t n_elems, uint64_t n_blocks, uint32_t* freq,
+                             uint64_t* coded, TableScratch* w) {
+  uint64_t payload = 0;
+  for (uint32_t c = 0; c < ctx.n; ++c) {
+    policy_ctx_counts(joint, wlo, ctx.base, ctx.n, c, w->counts);
+    policy_table_counts(w->counts, fast, lo, hi, w->tc);
+    uint32_t* f = freq + (size_t)c * 256;
+    if (rans_normalize_with(w->tc, f, w->norm) == 0) return false;
+    payload += policy_payload_bytes(w->counts, f);
+  }
+  *coded = (uint64_t)((unsigned __int128)payload * n_elems / (counted ? counted : 1)) +
+           n_blocks * (kRansStateBytes + 2) + stream_table_size_v3(kKindRansCtx, freq, ctx, 1);
+  return true;
+}
+
+// The search on the first-pass joint histogram: true, with *best, when the
+// best candidate's estimate (tables estimated) is at least 0.5% below one
+// table's over the same elements (first: stream 0's first-pass histogram,
+// the joint histogram's row sum). tmp is 256-entry scratch.
+//
+// Every candidate's contexts merge whole joint rows, so its estimate is at
+// least the sum of the rows' own entropies (merging never lowers a code
+// length; tables cost >= 0), less the fixed-point log2's error (< 2^-12
+// per term: 32 units of 2^-16 bits per counted symbol in each of the two
+// sums). Where that bound already misses the 0.5%, no candidate can pass
+// and the search is skipped (the same answer, cheaper).
+TZ_HD bool policy_ctx_promising(const uint64_t* joint, uint32_t wlo, const uint64_t* first, RansCtx* best,
+                                uint64_t* tmp) {
+  *best = RansCtx{0, 1};
+  uint32_t present = 0;
+  const unsigned __int128 plain =
+      entropy_bits_q16(first, &present) + ((unsigned __int128)(8 * policy_table_estimate(present)) << 16);
+  unsigned __int128 bound = 0, n = 0;
+  for (uint32_t r = 0; r < kCtxJointRows; ++r) bound += entropy_bits_q16(joint + (size_t)r * 256, nullptr);
+  for (int s = 0; s < 256; ++s) n += first[s];
+  const unsigned __int128 slack = 64 * n;
+  if (bound > slack && (bound - slack) * 1000 >= plain * 995) return false;
+  const unsigned __int128 ctx_bits = policy_ctx_search(joint, wlo, best, tmp);
+  if (best->n < 2) return false;
+  return ctx_bits * 1000 < plain * 995;
+}
+// Whether stream 0 is searched for lane contexts on the window (v3, every
+// level >= 1; level 3 then also tries the exhaustive CPU search, which
+// replaces this choice only where it pays more). Level 1 searches frames
+// with exact tables (not fast, policy_fast_tables) of at least
+// kCtxMinBytesLevel1 bytes only: the search's cost is fixed per frame, and
+// on smaller ones, and on fast tables' samples, it outweighs the gain.
+constexpr uint64_t kCtxMinBytesLevel1 = 256 * 1024;
+TZ_HD bool policy_tries_window_contexts(int level, uint8_t kind, uint64_t n_elems, uint32_t elem_size, bool fast) {
+  return policy_v3(level) && kind == kKindRans && n_elems >= kCtxMinElems &&
+         (level >= 2 || (!fast && n_elems * elem_size >= kCtxMinBytesLevel1));
 }
 
 }  // namespace tz

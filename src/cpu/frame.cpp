@@ -37,7 +37,7 @@ size_t compress_bound(size_t n) {
   // Every block raw: header (<= 20 B), <= 3 B padding per stream, a 4 B index
   // entry; blocks hold >= kMinBlockElems bytes.
   const size_t max_blocks = n / kMinBlockElems + 1;
-  const size_t tables = kMaxTablesSize;
+  const size_t tables = kMaxTablesSizeAny;
   return kFrameHeaderSize + tables + max_blocks * (4 + block_header_size(kMaxStreams) + 3 * kMaxStreams) + n;
 }
 
@@ -74,11 +74,13 @@ size_t encode_bytes_block(ZSTD_CCtx* cctx, int zlevel, uint8_t kind, const uint8
 }
 
 
-// The stream coder of encode_block_with, through the kernel table.
+// The stream coder of encode_block_with, through the kernel table:
+// freq_start[k] is the block's set of stream k (ctx.n tables of 256,
+// kernels.h EncTables).
 struct KernelCoder {
   const CodecKernels* kr;
   const BlockEncTables* et;
-  const uint32_t* const* freq_start;  // per stream, ctx.n tables of 256 (kernels.h EncTables)
+  const uint32_t* const* freq_start;
   void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
     kr->split(dtype, src, n, streams);
   }
@@ -87,39 +89,40 @@ struct KernelCoder {
   }
 };
 
-// Encoder tables of a frame's streams (rANS symbols and cumulative starts),
-// built only for the coded streams: an all-raw frame allocates nothing.
+// Encoder tables of a frame's streams (rANS symbols and cumulative starts of
+// every set of every coded stream), built only for the coded streams: an
+// all-raw frame allocates nothing. A block takes its sets' (block).
 struct FrameEncTables {
-  BlockEncTables et{};
-  const uint32_t* fst_of[kMaxStreams] = {};
-  std::vector<RansEncSym> enc, enc_ctx0;
-  std::vector<uint32_t> fst, fst_ctx0;
-  FrameEncTables(int K, const uint8_t* kind, const uint32_t (*freq)[256], const RansCtx& rctx0,
-                 const uint32_t* ctx_freq0) {
-    int n_rans = 0;
-    for (int k = 0; k < K; ++k) n_rans += kind[k] == kKindRans;
-    enc.resize((size_t)n_rans * 256);
-    fst.resize((size_t)n_rans * 256);
-    int next_rans = 0;
+  const TensorTables& tt;
+  int K;
+  std::vector<RansEncSym> enc[kMaxStreams];
+  std::vector<uint32_t> fst[kMaxStreams];
+  FrameEncTables(const TensorTables& t, int n_streams) : tt(t), K(n_streams) {
     for (int k = 0; k < K; ++k) {
-      et.kind[k] = kind[k];
-      if (kind[k] == kKindRans) {
-        const size_t at = (size_t)next_rans++ * 256;
-        rans_build_enc(freq[k], enc.data() + at);
-        et.enc[k] = enc.data() + at;
-        build_freq_start(freq[k], fst.data() + at);
-        fst_of[k] = fst.data() + at;
-      } else if (kind[k] == kKindRansCtx) {
-        enc_ctx0.resize((size_t)rctx0.n * 256);
-        fst_ctx0.resize((size_t)rctx0.n * 256);
-        for (uint32_t c = 0; c < rctx0.n; ++c) {
-          rans_build_enc(ctx_freq0 + 256 * c, enc_ctx0.data() + 256 * c);
-          build_freq_start(ctx_freq0 + 256 * c, fst_ctx0.data() + 256 * c);
-        }
-        et.enc[k] = enc_ctx0.data();
-        et.ctx[k] = rctx0;
-        fst_of[k] = fst_ctx0.data();
+      const StreamTables& st = tt.s[k];
+      if (!kind_is_rans(st.kind)) continue;
+      const size_t nt = (size_t)st.n_sets * st.ctx.n;
+      enc[k].resize(nt * 256);
+      fst[k].resize(nt * 256);
+      for (size_t j = 0; j < nt; ++j) {
+        rans_build_enc(st.freq.data() + 256 * j, enc[k].data() + 256 * j);
+        build_freq_start(st.freq.data() + 256 * j, fst[k].data() + 256 * j);
       }
+    }
+  }
+  // The tables of block b: its sets' encoder tables and cumulative starts.
+  void block(uint32_t b, BlockEncTables* et, const uint32_t** fk) const {
+    *et = BlockEncTables{};
+    et->v3 = tt.version >= kFormatVersionSets;
+    for (int k = 0; k < K; ++k) {
+      const StreamTables& st = tt.s[k];
+      et->kind[k] = st.kind;
+      if (!kind_is_rans(st.kind)) continue;
+      const uint32_t set = st.set_of(b);
+      et->set[k] = (uint8_t)set;
+      et->ctx[k] = st.ctx;
+      et->enc[k] = enc[k].data() + (size_t)set * st.ctx.n * 256;
+      fk[k] = fst[k].data() + (size_t)set * st.ctx.n * 256;
     }
   }
   FrameEncTables(const FrameEncTables&) = delete;
@@ -148,8 +151,7 @@ struct FrameShape {
 // run order, copies it to its final offset. Memory stays bounded (2 runs per
 // thread), and the output never depends on the number of workers. Returns
 // the frame's size; *overflow when it does not fit in cap bytes.
-uint64_t encode_blocks(Context& ctx, const FrameShape& f, const BlockEncTables& et, const KernelCoder& coder,
-                       uint8_t kind0, int level, uint8_t* dst, size_t cap, uint64_t prefix, uint32_t* sizes,
+uint64_t encode_blocks(Context& ctx, const FrameShape& f, const FrameEncTables& enc, uint8_t kind0, int level, uint8_t* dst, size_t cap, uint64_t prefix, uint32_t* sizes,
                        bool* overflow_out) {
   const uint32_t n_blocks = f.n_blocks, block_elems = f.block_elems;
   const uint64_t n_elems = f.n_elems;
@@ -158,6 +160,7 @@ uint64_t encode_blocks(Context& ctx, const FrameShape& f, const BlockEncTables& 
   const size_t bbound = block_bound(block_elems, f.K);
   const size_t scratch_bytes = block_scratch_size((uint32_t)std::min<uint64_t>(block_elems, n_elems), f.K);
   const int zlevel = zstd_level_for(level);
+  const CodecKernels& kr = codec_kernels();
   uint64_t next_off = prefix;  // advanced by commit, in run order
   bool overflow = false;       // likewise
   const size_t window = 2 * (size_t)ctx.pool.size();
@@ -180,8 +183,15 @@ uint64_t encode_blocks(Context& ctx, const FrameShape& f, const BlockEncTables& 
       const uint32_t nb = (uint32_t)std::min<uint64_t>(block_elems, n_elems - (uint64_t)b * block_elems);
       const uint8_t* sb = f.src + (uint64_t)b * block_elems * f.es;
       const uint32_t crc = block_checksum(sb, (size_t)nb * f.es) ^ block_checksum_salt(b);
-      const size_t sz = f.dtype == kBytes ? encode_bytes_block(ctx.cctx[w], zlevel, kind0, sb, nb, crc, o + pos)
-                                          : encode_block_with(f.dtype, et, sb, nb, crc, scratch, o + pos, coder);
+      size_t sz;
+      if (f.dtype == kBytes) {
+        sz = encode_bytes_block(ctx.cctx[w], zlevel, kind0, sb, nb, crc, o + pos);
+      } else {
+        BlockEncTables et;
+        const uint32_t* fk[kMaxStreams] = {};
+        enc.block(b, &et, fk);
+        sz = encode_block_with(f.dtype, et, sb, nb, crc, scratch, o + pos, KernelCoder{&kr, &et, fk});
+      }
       sizes[b] = (uint32_t)sz;
       pos += sz;
     }
@@ -241,51 +251,35 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   // codec/policy.h, shared with the CUDA encoder).
   TensorTables tt;
   if (dtype == kBytes)
-    tt.kind[0] = policy_bytes_kind(level);
+    tt.s[0].kind = policy_bytes_kind(level);
   else if (policy_codes_streams(level, dtype, n_elems, n_blocks))
     choose_tables(ctx.pool, level, dtype, src, n_elems, block_elems, n_blocks, &tt);
+  std::vector<uint8_t>& tables = ctx.table_section;
+  write_table_section(tt, K, &tables);
 
-  // The table section goes straight into dst once its size is known.
-  const uint32_t* table_freq[kMaxStreams];
-  RansCtx table_ctx[kMaxStreams];
-  size_t tables_bytes = 0;
-  bool any_ctx = false;
-  for (int k = 0; k < K; ++k) {
-    const bool c = tt.kind[k] == kKindRansCtx;
-    table_freq[k] = c ? tt.ctx_freq0.data() : tt.freq[k];
-    table_ctx[k] = c ? tt.ctx0 : RansCtx{};
-    tables_bytes += stream_table_size(tt.kind[k], table_freq[k], table_ctx[k]);
-    any_ctx |= c;
-  }
-  const size_t tables_padded = align4(tables_bytes);
-  const uint64_t prefix = kFrameHeaderSize + tables_padded + 4ull * n_blocks;
+  const uint64_t prefix = kFrameHeaderSize + tables.size() + 4ull * n_blocks;
   if (!dst && cap) return make_error(kErrBadParam, "destination is null");
   if (cap < prefix) return make_error(kErrDstTooSmall, "destination too small for the frame header");
-  {
-    uint8_t* t = dst + kFrameHeaderSize;
-    for (int k = 0; k < K; ++k) t += write_stream_table(tt.kind[k], table_freq[k], table_ctx[k], t);
-    memset(t, 0, tables_padded - tables_bytes);
-  }
+  if (!tables.empty()) memcpy(dst + kFrameHeaderSize, tables.data(), tables.size());
 
-  const FrameEncTables enc(K, tt.kind, tt.freq, tt.ctx0, tt.ctx_freq0.data());
-  const KernelCoder coder{&codec_kernels(), &enc.et, enc.fst_of};
+  const FrameEncTables enc(tt, K);
   std::vector<uint32_t> sizes(n_blocks);
   bool overflow = false;
   const FrameShape shape{src, dtype, es, K, block_elems, n_elems, n_blocks};
-  const uint64_t total = encode_blocks(ctx, shape, enc.et, coder, tt.kind[0], level, dst, cap, prefix, sizes.data(),
-                                       &overflow);
+  const uint64_t total =
+      encode_blocks(ctx, shape, enc, tt.s[0].kind, level, dst, cap, prefix, sizes.data(), &overflow);
   if (overflow) return make_error(kErrDstTooSmall, "destination too small (" + std::to_string(cap) + " < " +
                                                        std::to_string(total) + " bytes)");
 
   FrameHeader h{};
-  h.version = any_ctx ? kFormatVersionCtx : kFormatVersion;
+  h.version = tt.version;
   h.dtype = dtype;
   h.n_streams = (uint8_t)K;
   h.raw_size = n;
   h.block_elems = block_elems;
   h.n_blocks = n_blocks;
-  h.tables_size = (uint32_t)tables_padded;
-  uint8_t* index = dst + kFrameHeaderSize + tables_padded;
+  h.tables_size = (uint32_t)tables.size();
+  uint8_t* index = dst + kFrameHeaderSize + tables.size();
   for (uint32_t b = 0; b < n_blocks; ++b) store_le32(index + 4 * b, sizes[b]);
   write_frame_header(dst, h);
   h.header_crc = frame_header_crc(dst, prefix, CpuCrc32c{});
@@ -301,7 +295,7 @@ size_t parse_prefix(const uint8_t* src, size_t n, FramePrefix* fp) {
   const int st = frame_defect_status(d);
   if (d == kDefectBadVersion)
     return make_error(st, "frame format version " + std::to_string(src[4]) + " is not supported (this build reads " +
-                              std::to_string(kFormatVersion) + " and " + std::to_string(kFormatVersionCtx) + ")");
+                              std::to_string(kFormatVersion) + " to " + std::to_string(kFormatVersionSets) + ")");
   if (d == kDefectIndexEntry)
     return make_error(st, "block " + std::to_string(bad_entry) + ": " + frame_defect_text(d));
   return make_error(st, frame_defect_text(d));

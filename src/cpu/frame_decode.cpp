@@ -35,9 +35,11 @@ struct DecTables {
     entries = ft.n_tables ? (size_t)ft.n_tables * kProbScale + kDecTableSlack : 0;  // all raw: nothing
     if (entries) dec.reset(new uint32_t[entries]);  // not cleared: the tables are built in order over all of it
     for (uint32_t j = 0; j < ft.n_tables; ++j) build_dec_table(ft.freq[j], dec.get() + (size_t)j * kProbScale);
+    t.v3 = fp.h.version >= kFormatVersionSets;
     for (int k = 0; k < fp.h.n_streams; ++k) {
       t.kind[k] = ft.kind[k];
       t.ctx[k] = ft.ctx[k];
+      t.n_sets[k] = ft.n_sets[k];
       if (kind_is_rans(ft.kind[k])) t.dec[k] = dec.get() + (size_t)ft.first_table[k] * kProbScale;
     }
   }
@@ -68,14 +70,15 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
                          size_t sz, uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
-  const int pst = parse_block(K, t.kind, blk, sz, n, &v);
+  const int pst = parse_block(K, t.kind, t.sets(), blk, sz, n, &v);
   if (pst != kOk) return pst;
   *stored = v.checksum;
   if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw)
-    return kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec[0], t.ctx[0], v.payload[1], dst);
+    return kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], v.payload[1], dst);
   // One coded stream (FP8): its bytes are the elements, decoded in place
   // (merge would only copy them from scratch).
-  if (K == 1 && v.mode[0] == kModeRans) return kr.rans_decode(v.payload[0], v.size[0], n, t.dec[0], t.ctx[0], dst);
+  if (K == 1 && v.mode[0] == kModeRans)
+    return kr.rans_decode(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], dst);
   const uint8_t* streams[kMaxStreams];
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {
@@ -91,8 +94,9 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
       const int j = pending;
       pending = -1;
       int sa, sb;
-      kr.rans_decode2(RansStream{v.payload[j], v.size[j], n, t.dec[j], scratch + (size_t)j * align4(n), t.ctx[j]},
-                        &sa, RansStream{v.payload[k], v.size[k], n, t.dec[k], s, t.ctx[k]}, &sb);
+      kr.rans_decode2(
+          RansStream{v.payload[j], v.size[j], n, t.dec_of(j, v.set[j]), scratch + (size_t)j * align4(n), t.ctx[j]},
+          &sa, RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s, t.ctx[k]}, &sb);
       if (sa != kOk) return sa;
       if (sb != kOk) return sb;
     } else {
@@ -100,8 +104,8 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
     }
   }
   if (pending >= 0) {
-    const int st = kr.rans_decode(v.payload[pending], v.size[pending], n, t.dec[pending], t.ctx[pending],
-                                  scratch + (size_t)pending * align4(n));
+    const int st = kr.rans_decode(v.payload[pending], v.size[pending], n, t.dec_of(pending, v.set[pending]),
+                                  t.ctx[pending], scratch + (size_t)pending * align4(n));
     if (st != kOk) return st;
   }
   kr.merge(dtype, streams, n, dst);
@@ -150,16 +154,18 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
         BlockView va, vb;
         const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
         const bool ok =
-            parse_block(K, dt.t.kind, blocks + off[i], (size_t)(off[i + 1] - off[i]), na, &va) == kOk &&
-            parse_block(K, dt.t.kind, blocks + off[i + 1], (size_t)(off[i + 2] - off[i + 1]), nb, &vb) == kOk &&
+            parse_block(K, dt.t.kind, dt.t.sets(), blocks + off[i], (size_t)(off[i + 1] - off[i]), na, &va) == kOk &&
+            parse_block(K, dt.t.kind, dt.t.sets(), blocks + off[i + 1], (size_t)(off[i + 2] - off[i + 1]), nb, &vb) ==
+                kOk &&
             va.mode[0] == kModeRans && va.mode[1] == kModeRaw && vb.mode[0] == kModeRans && vb.mode[1] == kModeRaw;
         if (ok) {
           uint8_t* oa = out_of(i, 0);
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
-          kr.rans_decode2_bf16(RansStream{va.payload[0], va.size[0], na, dt.t.dec[0], oa, dt.t.ctx[0]}, va.payload[1],
-                                 &sta, RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec[0], ob, dt.t.ctx[0]},
-                                 vb.payload[1], &stb);
+          kr.rans_decode2_bf16(
+              RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa, dt.t.ctx[0]}, va.payload[1],
+              &sta, RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob, dt.t.ctx[0]},
+              vb.payload[1], &stb);
           if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
             sta = kErrChecksum;
           if (stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(first + i + 1)) != vb.checksum)
@@ -258,9 +264,9 @@ size_t decompress_blocks(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* 
 
 struct PreparedFrame {
   FrameHeader h;
-  // FrameTables without its frequencies (8 KiB; the tables are built from them)
+  // FrameTables without its frequencies (up to 32 KiB; the tables are built from them)
   struct {
-    uint8_t kind[kMaxStreams], first_table[kMaxStreams];
+    uint8_t kind[kMaxStreams], first_table[kMaxStreams], n_sets[kMaxStreams];
     RansCtx ctx[kMaxStreams];
     uint32_t n_tables;
   } t;
@@ -273,6 +279,7 @@ struct PreparedFrame {
     for (int k = 0; k < kMaxStreams; ++k) {
       t.kind[k] = fp.t.kind[k];
       t.first_table[k] = fp.t.first_table[k];
+      t.n_sets[k] = fp.t.n_sets[k];
       t.ctx[k] = fp.t.ctx[k];
     }
     t.n_tables = fp.t.n_tables;
@@ -284,6 +291,7 @@ struct PreparedFrame {
     for (int k = 0; k < kMaxStreams; ++k) {
       fp->t.kind[k] = t.kind[k];
       fp->t.first_table[k] = t.first_table[k];
+      fp->t.n_sets[k] = t.n_sets[k];
       fp->t.ctx[k] = t.ctx[k];
     }
     fp->t.n_tables = t.n_tables;

@@ -62,6 +62,7 @@ struct Context {
   std::vector<std::vector<uint8_t>> out;
   std::vector<ZSTD_CCtx*> cctx;
   std::vector<ZSTD_DCtx*> dctx;
+  std::vector<uint8_t> table_section;  // compress_frame's, kept between frames
 };
 
 }  // namespace tz::cpu

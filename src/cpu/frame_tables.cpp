@@ -2,14 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <unordered_map>
 
+#include "codec/fields.h"
+#include "codec/frame_prefix.h"
 #include "cpu/kernels.h"
 
 namespace tz::cpu {
 
 namespace {
+
+// Histogram of stream k over elements [e0, e1), added to hist, by the
+// kernel set of this CPU.
+void histogram_stream(uint8_t dtype, int k, const uint8_t* src, uint64_t e0, uint64_t e1, uint64_t* hist) {
+  codec_kernels().histogram(dtype, k, src + e0 * dtype_elem_size(dtype), (uint32_t)(e1 - e0), hist);
+}
 
 // Lane contexts for stream 0 (the exponent-carrying field) at level 3
 // (doc/format.md 5.5): symbol i is coded with table ctx_of(symbol i - 32).
@@ -144,125 +151,351 @@ bool choose_lane_contexts(ThreadPool& pool, uint8_t dtype, const uint8_t* src, u
   rc->base = best_base;
   rc->n = best_n;
   ctx_freq->assign((size_t)best_n * 256, 0);
-  uint64_t coded = 2 + (uint64_t)n_blocks * (kRansStateBytes + 2) + 1;
+  // Payloads as coded_stream_bytes estimates them, lane states and block
+  // words, and the stream's version-3 table entry (compact tables): the
+  // same terms as the estimate plain_coded was computed with.
+  uint64_t coded = (uint64_t)n_blocks * (kRansStateBytes + 2);
   for (uint32_t c = 0; c < best_n; ++c) {
     uint64_t counts[256] = {};
     ctx_counts(best_base, best_n, c, counts);
     uint32_t* f = ctx_freq->data() + 256 * c;
     if (rans_normalize(counts, f) == 0) return false;
-    uint8_t tbuf[kFreqTableMaxBytes];
-    coded += coded_stream_bytes(counts, f, 0, rans_write_table(f, tbuf)) - 2;
+    coded += coded_stream_bytes(counts, f, 0, 0) - 1;
   }
+  coded += stream_table_size_v3(kKindRansCtx, ctx_freq->data(), *rc, 1);
   return lane_contexts_pay(coded, plain_coded);
+}
+
+
+// Joint counts of stream 0 over n symbols (row of the lane predecessor,
+// policy_ctx_row with window lo; row 0 for a block's first step) added to
+// J (kCtxJointRows x 256, u32: n < 2^32). The rows are computed in chunks
+// by clamping (vectorised), then counted into two tables taken in turn so
+// that runs of equal pairs do not wait on one counter.
+void joint_counts(const uint8_t* sym, uint32_t n, uint32_t lo, uint32_t (*J)[kCtxJointRows * 256]) {
+  constexpr uint32_t kChunk = 1024;
+  for (uint32_t i = 0; i < n && i < (uint32_t)kLanes; ++i) ++J[i & 1][sym[i]];
+  alignas(64) uint16_t idx[kChunk];
+  for (uint32_t i = kLanes; i < n; i += kChunk) {
+    const uint32_t m = std::min(kChunk, n - i);
+    const uint8_t* cur = sym + i;
+    const uint8_t* prev = cur - kLanes;
+    const int16_t base = (int16_t)(2 - (int)lo);
+    for (uint32_t j = 0; j < m; ++j) {
+      // policy_ctx_row: below the window 1, inside 2 + prev - lo, above it
+      // kCtxJointRows - 1 (16-bit lanes: prev - lo + 2 lies in [-253, 257]).
+      int16_t r = (int16_t)(prev[j] + base);
+      r = r < 1 ? (int16_t)1 : r;
+      r = r > (int16_t)(kCtxJointRows - 1) ? (int16_t)(kCtxJointRows - 1) : r;
+      idx[j] = (uint16_t)((uint16_t)r << 8 | cur[j]);
+    }
+    uint32_t j = 0;
+    for (; j + 2 <= m; j += 2) {
+      ++J[0][idx[j]];
+      ++J[1][idx[j + 1]];
+    }
+    if (j < m) ++J[0][idx[j]];
+  }
+}
+
+// Joint counts of stream 0 of the n elements at src (joint_counts, window
+// lo) added to J[0] + J[1]; the AVX2 and AVX-512 paths count from the
+// elements directly (joint_counts_avx2, the same counts), others extract
+// stream 0 into sym (n bytes) first.
+void stream0_joint_counts(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t lo, uint8_t* sym,
+                          uint32_t (*J)[kCtxJointRows * 256]) {
+#if defined(__x86_64__)
+  const SimdPath p = codec_kernels().path;
+  if (p == SimdPath::kAvx2 || p == SimdPath::kAvx512) return joint_counts_avx2(dtype, src, n, lo, J[0]);
+#endif
+  stream0_fields(dtype, src, n, sym);
+  joint_counts(sym, n, lo, J);
+}
+
+// Per-block statistics of the tensor: histograms of every stream (u32, 256
+// per stream per block) over the first `limit` elements of each block.
+// With a joint request, stream 0 is counted jointly instead (joint_counts,
+// window lo): its block histograms are the joint rows' sums, and the joint
+// counts of all blocks are added into *joint.
+struct BlockHists {
+  uint32_t K = 0;
+  std::vector<uint32_t> h;        // (b * K + k) * 256
+  std::vector<uint64_t> counted;  // elements counted in block b
+  const uint32_t* of(uint32_t b, int k) const { return h.data() + ((size_t)b * K + k) * 256; }
+  size_t stride() const { return (size_t)K * 256; }
+};
+struct JointRequest {
+  uint32_t lo = 0;
+  std::vector<uint64_t>* joint = nullptr;  // kCtxJointRows x 256, receives the sum
+};
+
+void block_histograms(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
+                      uint32_t n_blocks, uint32_t limit, const bool* want, int K, BlockHists* out,
+                      const JointRequest* jr = nullptr) {
+  constexpr size_t kJ = (size_t)kCtxJointRows * 256;
+  out->K = (uint32_t)K;
+  out->h.assign((size_t)n_blocks * K * 256, 0);
+  out->counted.assign(n_blocks, 0);
+  const unsigned W = pool.size();
+  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
+  const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+  const uint32_t es = dtype_elem_size(dtype);
+  // Per worker (joint requests only): the sum of its blocks' joint counts,
+  // a block's two count tables (cleared as they are added up, so cleared
+  // once per frame) and stream 0's symbols of a block.
+  std::vector<uint64_t> acc(jr ? (size_t)W * kJ : 0, 0);
+  std::vector<uint32_t> jbuf(jr ? (size_t)W * 2 * kJ : 0, 0);
+  std::vector<uint8_t> syms(jr ? (size_t)W * std::min<uint64_t>(limit, block_elems) : 0);
+  pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+    const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
+    uint64_t hist[256];
+    for (uint64_t b = t * per_task; b < b1; ++b) {
+      const uint64_t e0 = b * block_elems;
+      const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
+      out->counted[b] = e1 - e0;
+      for (int k = 0; k < K; ++k) {
+        if (!want[k]) continue;
+        uint32_t* o = out->h.data() + ((size_t)b * K + k) * 256;
+        if (k == 0 && jr) {
+          const uint32_t n = (uint32_t)(e1 - e0);
+          uint8_t* sym = syms.data() + (size_t)w * std::min<uint64_t>(limit, block_elems);
+          auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data() + (size_t)w * 2 * kJ);
+          stream0_joint_counts(dtype, src + e0 * es, n, jr->lo, sym, J);
+          uint64_t* A = acc.data() + (size_t)w * kJ;
+          for (size_t i = 0; i < kJ; ++i) {
+            const uint32_t c = J[0][i] + J[1][i];
+            J[0][i] = J[1][i] = 0;
+            A[i] += c;
+            o[i & 255] += c;
+          }
+          continue;
+        }
+        std::fill(hist, hist + 256, 0);
+        histogram_stream(dtype, k, src, e0, e1, hist);
+        for (int s = 0; s < 256; ++s) o[s] = (uint32_t)hist[s];
+      }
+    }
+  });
+  if (jr) {
+    jr->joint->assign(kJ, 0);
+    for (unsigned w = 0; w < W; ++w)
+      for (size_t i = 0; i < kJ; ++i) (*jr->joint)[i] += acc[(size_t)w * kJ + i];
+  }
+}
+
+// Per-block minimum and maximum of the wanted streams (fast tables).
+void block_minmax(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
+                  uint32_t n_blocks, const bool* want, int K, std::vector<uint8_t>* mm) {
+  mm->assign((size_t)n_blocks * kMaxStreams * 2, 0);
+  const uint32_t es = dtype_elem_size(dtype);
+  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (pool.size() * 4));
+  const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+  const CodecKernels& kr = codec_kernels();
+  pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
+    const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
+    for (uint64_t b = t * per_task; b < b1; ++b) {
+      const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
+      for (int k = 0; k < K; ++k)
+        if (want[k]) {
+          uint8_t* r = &(*mm)[(b * kMaxStreams + k) * 2];
+          kr.minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
+        }
+    }
+  });
+}
+
+// Joint histogram of stream 0 (joint_counts, window lo) over the first
+// `limit` elements of every block, for the lane-context search.
+void sample_joint_histogram(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems,
+                            uint32_t block_elems, uint32_t n_blocks, uint32_t limit, uint32_t lo,
+                            std::vector<uint64_t>* joint) {
+  constexpr size_t kJ = (size_t)kCtxJointRows * 256;
+  const unsigned W = pool.size();
+  const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
+  const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
+  const uint32_t es = dtype_elem_size(dtype);
+  const size_t max_n = (size_t)std::min<uint64_t>(limit, block_elems);
+  // Per worker, over all of its tasks: u32 counts (two tables), added to
+  // its u64 sum before they could overflow and at the end; its symbols.
+  std::vector<uint64_t> acc((size_t)W * kJ, 0);
+  std::vector<uint32_t> jbuf((size_t)W * 2 * kJ, 0);
+  std::vector<uint64_t> pending(W, 0);
+  std::vector<uint8_t> syms((size_t)W * max_n);
+  auto flush = [&](unsigned w) {
+    uint32_t* J = jbuf.data() + (size_t)w * 2 * kJ;
+    uint64_t* A = acc.data() + (size_t)w * kJ;
+    for (size_t i = 0; i < kJ; ++i) {
+      A[i] += (uint64_t)J[i] + J[kJ + i];
+      J[i] = J[kJ + i] = 0;
+    }
+    pending[w] = 0;
+  };
+  pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
+    auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data() + (size_t)w * 2 * kJ);
+    uint8_t* sym = syms.data() + (size_t)w * max_n;
+    const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
+    for (uint64_t b = t * per_task; b < b1; ++b) {
+      const uint64_t e0 = b * block_elems;
+      const uint32_t n = (uint32_t)(std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit}) - e0);
+      if (pending[w] + n > UINT32_MAX) flush(w);
+      stream0_joint_counts(dtype, src + e0 * es, n, lo, sym, J);
+      pending[w] += n;
+    }
+  });
+  joint->assign(kJ, 0);
+  for (unsigned w = 0; w < W; ++w) {
+    flush(w);
+    for (size_t i = 0; i < kJ; ++i) (*joint)[i] += acc[(size_t)w * kJ + i];
+  }
 }
 
 }  // namespace
 
 void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* src, uint64_t n_elems,
                    uint32_t block_elems, uint32_t n_blocks, TensorTables* out) {
-  const uint32_t es = dtype_elem_size(dtype);
   const int K = dtype_stream_count(dtype);
-  const CodecKernels& kr = codec_kernels();
-  // The policy of codec/policy.h (shared with the CUDA encoder):
-  // 1. A deterministic sample (the first kSampleElems elements of every
-  //    block) screens out streams that cannot pay, e.g. low mantissa
-  //    bytes, so their full histogram is never taken.
-  // 2. Fast tables (level 1) or full histograms of the remaining streams
-  //    decide for real.
-  const unsigned W = pool.size();
-  // Per worker and stream; a pass clears (and later reads) only the rows of
-  // the streams it counts.
-  std::unique_ptr<uint64_t[]> hist(new uint64_t[(size_t)W * kMaxStreams * 256]);
-  auto histogram_pass = [&](const bool* want, uint32_t limit) {
-    for (unsigned w = 0; w < W; ++w)
-      for (int k = 0; k < K; ++k)
-        if (want[k]) std::fill_n(&hist[((size_t)w * kMaxStreams + k) * 256], 256, 0);
-    const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
-    const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
-    pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
-      const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
-      for (uint64_t b = t * per_task; b < b1; ++b) {
-        const uint64_t e0 = b * block_elems;
-        const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
-        for (int k = 0; k < K; ++k)
-          if (want[k])
-            kr.histogram(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &hist[((size_t)w * kMaxStreams + k) * 256]);
-      }
-    });
-  };
-  auto merged = [&](int k, uint64_t* counts, uint64_t* total) {
-    *total = 0;
-    for (int s = 0; s < 256; ++s) {
-      counts[s] = 0;
-      for (unsigned w = 0; w < W; ++w) counts[s] += hist[((size_t)w * kMaxStreams + k) * 256 + s];
-      *total += counts[s];
-    }
-  };
+  *out = TensorTables{};
+  // 1. First pass: per-block histograms of every stream over the sample (or
+  //    whole blocks), the screening of codec/policy.h.
+  const bool sampled = policy_sampled(block_elems);
+  bool all[kMaxStreams] = {true, true, true, true};
+  BlockHists first;
+  block_histograms(pool, dtype, src, n_elems, block_elems, n_blocks, policy_first_pass_elems(block_elems), all, K,
+                   &first);
+  uint64_t tot[kMaxStreams][256] = {};
+  uint64_t counted_all = 0;
+  for (uint32_t b = 0; b < n_blocks; ++b) {
+    counted_all += first.counted[b];
+    for (int k = 0; k < K; ++k)
+      for (int s = 0; s < 256; ++s) tot[k][s] += first.of(b, k)[s];
+  }
   bool want[kMaxStreams] = {};
+  int n_wanted = 0;
+  uint64_t norm[256];
+  for (int k = 0; k < K; ++k) {
+    uint32_t f[256];
+    want[k] = !sampled || policy_sample_wants(level, tot[k], f, norm);
+    n_wanted += want[k];
+  }
+  if (!n_wanted) return;
+  // 2. The counts tables are built from: fast tables (level 1, many blocks)
+  //    keep the sample and add per-block min/max; otherwise exact per-block
+  //    histograms (a second pass when sampled).
+  const bool fast = policy_fast_tables(block_elems, level, n_blocks);
+  // Lane contexts of stream 0 are searched on the first-pass elements'
+  // joint histogram (policy_ctx_promising) wherever stream 0 may end up
+  // rANS coded (step 4 uses the result only then). Where that search is
+  // promising and the tables are exact, the exact pass counts stream 0
+  // jointly, so that its block histograms and the exact joint histogram
+  // come from one pass.
+  const bool ctx_tried = want[0] && policy_tries_window_contexts(level, kKindRans, n_elems, dtype_elem_size(dtype), fast);
+  const uint32_t wlo = policy_ctx_window(tot[0]);
+  std::vector<uint64_t> joint;
+  RansCtx rc;
+  bool ctx_promising = false;
+  if (ctx_tried) {
+    sample_joint_histogram(pool, dtype, src, n_elems, block_elems, n_blocks, policy_first_pass_elems(block_elems),
+                           wlo, &joint);
+    ctx_promising = policy_ctx_promising(joint.data(), wlo, tot[0], &rc, norm);
+  }
+  BlockHists exact;
+  std::vector<uint8_t> mm;
+  if (fast) {
+    block_minmax(pool, dtype, src, n_elems, block_elems, n_blocks, want, K, &mm);
+  } else if (sampled) {
+    const JointRequest jr{wlo, &joint};
+    block_histograms(pool, dtype, src, n_elems, block_elems, n_blocks, block_elems, want, K, &exact,
+                     ctx_promising ? &jr : nullptr);
+  }
+  const BlockHists& H = (fast || !sampled) ? first : exact;
+  uint64_t counted = 0;
+  for (uint32_t b = 0; b < n_blocks; ++b) counted += H.counted[b];
+
+  // 3. Per wanted stream: table sets (policy_segment_blocks), their tables
+  //    and estimated size; sets only if they beat one table.
+  SegScratch seg;
+  TableScratch tsc;
+  uint64_t stream_coded[kMaxStreams] = {};
+  for (int k = 0; k < K; ++k) {
+    if (!want[k]) continue;
+    StreamTables& st = out->s[k];
+    std::vector<uint8_t> set_of(n_blocks, 0);
+    auto evaluate = [&](uint32_t sets, const uint8_t* sof, std::vector<uint32_t>* freq, uint64_t* coded) {
+      freq->assign((size_t)sets * 256, 0);
+      return policy_set_tables(H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems, n_elems, sof, sets,
+                               fast, fast ? mm.data() + 2 * k : nullptr, 2 * kMaxStreams, freq->data(), coded, &tsc);
+    };
+    std::vector<uint32_t> freq1, freqN;
+    uint64_t coded1 = 0, codedN = ~UINT64_C(0);
+    if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
+    const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
+    const uint32_t n_sets = max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
+                                ? policy_segment_blocks(level, H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted,
+                                                        &seg, set_of.data())
+                                : 1;
+    if (n_sets > 1 && !evaluate(n_sets, set_of.data(), &freqN, &codedN)) codedN = ~UINT64_C(0);
+    const bool use_sets = n_sets > 1 && codedN != ~UINT64_C(0) && policy_sets_pay(level, fast, codedN, coded1);
+    const uint64_t coded = use_sets ? codedN : coded1;
+    if (!stream_pays(level, coded, n_elems)) continue;
+    st.kind = kKindRans;
+    st.n_sets = use_sets ? n_sets : 1;
+    st.freq = use_sets ? freqN : freq1;
+    if (use_sets) st.block_set = set_of;
+    stream_coded[k] = coded;
+  }
+
+  // 4. Lane contexts of stream 0: searched on the first-pass elements;
+  //    tables from the same elements with fast tables, else exact.
+  StreamTables& s0 = out->s[0];
+  if (policy_tries_window_contexts(level, s0.kind, n_elems, dtype_elem_size(dtype), fast) && ctx_promising) {
+    uint32_t lo = 255, hi = 0;
+    if (fast)
+      for (uint32_t b = 0; b < n_blocks; ++b) {
+        lo = std::min<uint32_t>(lo, mm[(size_t)b * kMaxStreams * 2]);
+        hi = std::max<uint32_t>(hi, mm[(size_t)b * kMaxStreams * 2 + 1]);
+      }
+    StreamTables cs;
+    cs.kind = kKindRansCtx;
+    cs.ctx = rc;
+    cs.freq.assign((size_t)rc.n * 256, 0);
+    uint64_t coded = 0;
+    if (policy_ctx_tables(joint.data(), wlo, rc, fast, lo, hi, counted, n_elems, n_blocks, cs.freq.data(), &coded,
+                          &tsc) &&
+        lane_contexts_pay(coded, stream_coded[0])) {
+      s0 = cs;
+      stream_coded[0] = coded;
+    }
+  }
+  // Level 3: the exhaustive search over exact joint histograms.
+  if (policy_tries_lane_contexts(level, 0, s0.kind, n_elems)) {
+    RansCtx rc;
+    std::vector<uint32_t> cf;
+    if (choose_lane_contexts(pool, dtype, src, n_elems, block_elems, n_blocks, stream_coded[0], &rc, &cf)) {
+      s0 = StreamTables{};
+      s0.kind = kKindRansCtx;
+      s0.ctx = rc;
+      s0.freq = cf;
+    }
+  }
   bool any = false;
-  uint64_t norm[256];  // policy scratch
-  const bool sampled = policy_sampled(block_elems) && !policy_sample_is_whole(block_elems, n_elems);
-  for (int k = 0; k < K; ++k) want[k] = true;
-  if (sampled) {
-    histogram_pass(want, policy_first_pass_elems(block_elems));
-    for (int k = 0; k < K; ++k) {
-      uint64_t counts[256], total;
-      merged(k, counts, &total);
-      uint32_t f[256];
-      want[k] = policy_sample_wants(level, counts, f, norm);
-      any |= want[k];
-    }
-  } else {
-    any = true;
+  for (int k = 0; k < K; ++k) any |= kind_is_rans(out->s[k].kind);
+  out->version = any ? kFormatVersionSets : kFormatVersion;
+}
+
+void write_table_section(const TensorTables& t, int K, std::vector<uint8_t>* out) {
+  std::vector<uint8_t>& tables = *out;
+  tables.clear();
+  for (int k = 0; k < K; ++k) {
+    const StreamTables& st = t.s[k];
+    const size_t at = tables.size();
+    const size_t nt = kind_is_rans(st.kind) ? (size_t)st.n_sets * st.ctx.n : 0;
+    tables.resize(at + 4 + nt * std::max(kFreqTableMaxBytes, kCompactTableMaxBytes));
+    const size_t n = t.version >= kFormatVersionSets
+                         ? write_stream_table_v3(st.kind, st.freq.data(), st.ctx, st.n_sets, tables.data() + at)
+                         : write_stream_table(st.kind, st.freq.data(), st.ctx, tables.data() + at);
+    tables.resize(at + n);
   }
-  // Level 1 on tensors of many blocks: frequencies from the sample, and
-  // every symbol between the stream's minimum and maximum (one cheap
-  // vectorised pass) kept codable with a pseudo-count. This replaces the
-  // full histogram, the largest cost of compression after coding itself,
-  // for a ratio loss measured below 0.05% on real checkpoints. Levels >= 2
-  // take exact histograms.
-  const bool fast_tables = policy_fast_tables(block_elems, level, n_blocks);
-  if (any && fast_tables) {
-    uint8_t lo[kMaxStreams], hi[kMaxStreams];
-    std::vector<uint8_t> mm((size_t)n_blocks * kMaxStreams * 2);
-    const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (pool.size() * 4));
-    const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
-    pool.parallel_for(n_tasks, [&](size_t t, unsigned) {
-      const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
-      for (uint64_t b = t * per_task; b < b1; ++b) {
-        const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
-        for (int k = 0; k < K; ++k)
-          if (want[k]) {
-            uint8_t* r = &mm[(b * kMaxStreams + k) * 2];
-            kr.minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
-          }
-      }
-    });
-    for (int k = 0; k < K; ++k) {
-      if (!want[k]) continue;
-      lo[k] = 255;
-      hi[k] = 0;
-      for (uint64_t b = 0; b < n_blocks; ++b) {
-        lo[k] = std::min(lo[k], mm[(b * kMaxStreams + k) * 2]);
-        hi[k] = std::max(hi[k], mm[(b * kMaxStreams + k) * 2 + 1]);
-      }
-      uint64_t sample[256], total;
-      merged(k, sample, &total);
-      uint64_t counts[256];
-      out->kind[k] = policy_fast_kind(level, sample, lo[k], hi[k], n_elems, n_blocks, out->freq[k], counts, norm);
-    }
-  } else if (any) {  // exact histograms: unsampled, or the second pass
-    histogram_pass(want, block_elems);
-    for (int k = 0; k < K; ++k) {
-      if (!want[k]) continue;
-      uint64_t counts[256], total, coded = 0;
-      merged(k, counts, &total);
-      out->kind[k] = policy_exact_kind(level, counts, n_elems, n_blocks, out->freq[k], norm, &coded);
-      if (policy_tries_lane_contexts(level, k, out->kind[k], n_elems) &&
-          choose_lane_contexts(pool, dtype, src, n_elems, block_elems, n_blocks, coded, &out->ctx0, &out->ctx_freq0))
-        out->kind[0] = kKindRansCtx;
-    }
-  }
+  tables.resize(align4(tables.size()), 0);
 }
 
 }  // namespace tz::cpu

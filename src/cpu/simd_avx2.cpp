@@ -7,6 +7,7 @@
 // an encoder lane emits) is done here with a shuffle looked up by the 8-bit
 // lane mask.
 #include "codec/fields.h"
+#include "codec/policy.h"
 #include "codec/rans.h"
 #include "cpu/kernels.h"
 #include "cpu/simd_common.h"
@@ -15,6 +16,7 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cstring>
 #define TZ_AVX2 __attribute__((target("avx2,fma,bmi,bmi2,popcnt")))
 
 namespace tz::cpu {
@@ -87,9 +89,11 @@ TZ_AVX2 inline __m256i dec8(__m256i& x, const uint32_t* dec, const uint8_t*& p, 
       _mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(x, 16), w)), take));
   p += 2 * (size_t)_mm_popcnt_u32(m);
   if (Ctx) {
-    const __m256i sym = _mm256_srli_epi32(_mm256_slli_epi32(e, 24), 24);
-    const __m256i c =
-        _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(sym, cbase), _mm256_setzero_si256()), cmax);
+    // Context of the symbol (byte 0 of e): min(max(sym - base, 0), n - 1)
+    // by saturating byte arithmetic on the whole entry; cbase and cmax hold
+    // base and n - 1 in byte 0 of each lane and zero above it, so the other
+    // bytes of e become zero.
+    const __m256i c = _mm256_min_epu8(_mm256_subs_epu8(e, cbase), cmax);
     coff = _mm256_slli_epi32(c, kProbBits);
   }
   return e;
@@ -289,8 +293,7 @@ TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uin
   __m256i sy = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)sp));
   if (Ctx) {
     const __m256i pv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(sp - kLanes)));
-    const __m256i c =
-        _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(pv, cbase), _mm256_setzero_si256()), cmax);
+    const __m256i c = _mm256_min_epu8(_mm256_subs_epu8(pv, cbase), cmax);  // as in dec8
     sy = _mm256_add_epi32(sy, _mm256_slli_epi32(c, 8));
   }
   __m256i fs;
@@ -544,6 +547,61 @@ TZ_AVX2 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n
   }
   if (lo >= 0) drop_window();
   h.flush(hist);
+}
+
+// Joint counts of stream 0 for the lane-context search (frame_tables.cpp,
+// joint_counts: row policy_ctx_row of the lane predecessor, row 0 for the
+// first step), from the elements directly. Each (row, symbol) pair whose
+// symbol lies in a window of 16 values [wl, wl + 16) around the row window is
+// packed into one byte, row << 4 | (symbol - wl) (rows 0..14 below 0xF0), by
+// byte arithmetic on 32 symbols at a time and then counted as a byte
+// histogram; the pairs outside (about 1% on the fixture's optimizer state)
+// are counted one by one. The counts are exactly the scalar loop's: every
+// pair lands in one of the two.
+TZ_AVX2 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t lo, uint32_t* J) {
+  static_assert(kCtxJointRows <= 15, "rows fit in four bits below the outlier byte 0xFF");
+  static_assert(kHistChunk % 32 == 0, "chunks are whole vectors");
+  const uint32_t es = dtype_elem_size(dtype);
+  const uint32_t wl = lo >= 2 ? (lo - 2 < 240 ? lo - 2 : 240) : 0;
+  alignas(64) uint8_t buf[kLanes + kHistChunk];  // the previous step's symbols, then the chunk's
+  alignas(64) uint8_t pairs[kHistChunk];
+  HistogramCounter h;
+  std::memset(buf, 0, kLanes);
+  const __m256i lov = _mm256_set1_epi8((char)lo), wlv = _mm256_set1_epi8((char)wl);
+  const __m256i one = _mm256_set1_epi8(1), top = _mm256_set1_epi8((char)(kCtxJointRows - 2));
+  const __m256i fifteen = _mm256_set1_epi8(15), outlier = _mm256_set1_epi8((char)0xFF);
+  auto count_one = [&](uint32_t g, uint32_t j) {  // element g of the block, at buf[kLanes + j]
+    const uint32_t row = g < (uint32_t)kLanes ? 0u : policy_ctx_row(buf[j], lo);
+    ++J[row * 256 + buf[kLanes + j]];
+  };
+  for (uint32_t i = 0; i < n; i += kHistChunk) {
+    const uint32_t m = n - i < kHistChunk ? n - i : kHistChunk;
+    loops::extract(dtype, 0, src + (size_t)i * es, m, buf + kLanes);
+    const uint32_t mv = m & ~31u;
+    for (uint32_t j = 0; j < mv; j += 32) {
+      const __m256i prev = _mm256_load_si256((const __m256i*)(buf + j));
+      const __m256i cur = _mm256_load_si256((const __m256i*)(buf + kLanes + j));
+      // Row: 2 + prev - lo inside the window, 1 below it, kCtxJointRows - 1
+      // above it (saturating: min(prev - lo + 1, 13) + [prev >= lo]).
+      const __m256i r0 = _mm256_min_epu8(_mm256_adds_epu8(_mm256_subs_epu8(prev, lov), one), top);
+      const __m256i ge = _mm256_cmpeq_epi8(_mm256_max_epu8(prev, lov), prev);  // -1 where prev >= lo
+      __m256i r = _mm256_sub_epi8(r0, ge);
+      if (i + j == 0) r = _mm256_setzero_si256();  // a block's first step: row 0
+      const __m256i d = _mm256_sub_epi8(cur, wlv);
+      const __m256i in = _mm256_cmpeq_epi8(_mm256_min_epu8(d, fifteen), d);  // d <= 15
+      const __m256i pair = _mm256_or_si256(_mm256_slli_epi16(r, 4), d);     // r <= 14: no carry across bytes
+      _mm256_store_si256((__m256i*)(pairs + j), _mm256_blendv_epi8(outlier, pair, in));
+      for (uint32_t out = ~(uint32_t)_mm256_movemask_epi8(in); out; out &= out - 1)
+        count_one(i + j + (uint32_t)__builtin_ctz(out), j + (uint32_t)__builtin_ctz(out));
+    }
+    h.add(pairs, mv);
+    for (uint32_t j = mv; j < m; ++j) count_one(i + j, j);
+    if (m == kHistChunk) std::memcpy(buf, buf + kHistChunk, kLanes);
+  }
+  uint64_t ph[256] = {};
+  h.flush(ph);
+  for (uint32_t r = 0; r < kCtxJointRows; ++r)
+    for (uint32_t d = 0; d < 16; ++d) J[r * 256 + wl + d] += (uint32_t)ph[r << 4 | d];
 }
 
 const CodecKernels kAvx2Kernels = {

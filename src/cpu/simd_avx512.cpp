@@ -46,7 +46,9 @@ TZ_AVX512 inline __m512i dec16(__m512i& x, const uint32_t* dec, const uint8_t*& 
   p += 2 * (size_t)_mm_popcnt_u32(m);
   const __m512i sym = _mm512_and_si512(e, _mm512_set1_epi32(0xFF));
   if (Ctx) {
-    const __m512i c = _mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(sym, cbase), _mm512_setzero_si512()), cmax);
+    // min(max(sym - base, 0), n - 1) by saturating byte arithmetic (base
+    // and n - 1 in byte 0 of each lane, zero above it; sym's upper bytes are zero).
+    const __m512i c = _mm512_min_epu8(_mm512_subs_epu8(sym, cbase), cmax);
     coff = _mm512_slli_epi32(c, kProbBits);
   }
   return sym;

@@ -32,7 +32,6 @@ namespace {
 constexpr int kWarpsPerCta = 8;  // one codec block per warp, 8 blocks per CTA ("chunk")
 constexpr int kCtaThreads = kWarpsPerCta * 32;
 constexpr uint32_t kFull = 0xFFFFFFFFu;
-constexpr size_t kTablesMax = kMaxStreams * (1 + kFreqTableMaxBytes) + 4;
 // Decode kernel shared memory: dec tables + CRC tables. Frames with lane
 // contexts (more tables than streams) go to a second launch with room for
 // kMaxFrameTables tables, so plain frames keep the smaller footprint.
@@ -136,24 +135,6 @@ __device__ uint32_t find_item(const Item* items, uint32_t n_items, uint32_t chun
   return lo;
 }
 
-// Tensor-level tables of one item (compression).
-struct CTab {
-  RansEncSym enc[kMaxStreams][256];
-  uint32_t tables_size;
-  uint8_t kind[kMaxStreams];
-  uint8_t want;     // streams screened in by the sample (bit k)
-  uint8_t pending;  // needs the exact second histogram pass
-  // Working arrays of c_table_kernel's lane k (kept out of the per-thread
-  // stack: the driver reserves local memory for every resident thread).
-  struct Scratch {
-    uint64_t norm[256];  // rans_normalize_with
-    uint64_t c2[256];    // policy_fast_kind's counts
-    uint32_t freq[256];
-    uint32_t f[256];     // policy_sample_wants' frequencies
-  } scratch[kMaxStreams];
-  uint8_t tables[kTablesMax];
-};
-
 // Parsed frame of one item (decompression).
 struct DState {
   unsigned long long bad;  // min over failing blocks of (block << 8 | status)
@@ -221,189 +202,24 @@ __global__ void c_init_kernel(const CItem* items, uint32_t n_items, size_t* out_
 }
 
 // ------------------------------------------------ tensor-level tables --
-// The stream kinds and frequency tables are decided by the encoder policy of
-// codec/policy.h, the functions the CPU encoder (compress_frame) calls, so
-// that frames are byte-identical. Here the histograms and min/max are taken
-// by c_hist_kernel (phase 1: first pass, phase 2: the exact second pass of
-// pending items) and c_table_kernel decides with one lane per stream.
-
-// Histogram pass: one CTA per chunk of 8 blocks, one shared sub-histogram per
-// warp (exponents repeat a lot, and atomics on one shared counter
-// serialise), flushed into the item's 64-bit histogram. Counts the first
-// `limit` elements of each block of the streams in `want`; with `minmax` also
-// tracks each stream's smallest and largest byte over all elements.
-template <int DT>
-__device__ void hist_chunk(const CItem& it, uint32_t b0, uint32_t limit, uint32_t want, bool minmax,
-                           uint32_t (*h)[kMaxStreams][256], uint32_t* s_lo, uint32_t* s_hi, unsigned long long* gh,
-                           uint32_t* g_lo, uint32_t* g_hi) {
-  constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
-  const uint32_t w = threadIdx.x / 32;
-  for (uint32_t j = threadIdx.x; j < kWarpsPerCta * kMaxStreams * 256; j += blockDim.x) (&h[0][0][0])[j] = 0;
-  if (threadIdx.x < kMaxStreams) {
-    s_lo[threadIdx.x] = 255;
-    s_hi[threadIdx.x] = 0;
-  }
-  __syncthreads();
-  const uint64_t n_elems = it.n_bytes / dtype_elem_size(DT);
-  uint32_t lo[K], hi[K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) lo[k] = 255, hi[k] = 0;
-  for (uint32_t b = b0; b < b0 + kWarpsPerCta && b < it.n_blocks; ++b) {
-    const uint64_t e0 = (uint64_t)b * it.block_elems;
-    const uint64_t e1 = min(n_elems, e0 + it.block_elems);
-    const uint64_t hend = min(e1, e0 + limit);
-    const uint64_t end = minmax ? e1 : hend;
-    for (uint64_t i = e0 + threadIdx.x; i < end; i += blockDim.x) {
-      const uint32_t v = load_elem<DT>(it.src, i);
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const uint32_t f = warp::elem_field<DT>(v, k);
-        if (i < hend && ((want >> k) & 1u)) atomicAdd(&h[w][k][f], 1u);
-        lo[k] = f < lo[k] ? f : lo[k];
-        hi[k] = f > hi[k] ? f : hi[k];
-      }
-    }
-  }
-  if (minmax) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      atomicMin(&s_lo[k], lo[k]);
-      atomicMax(&s_hi[k], hi[k]);
-    }
-  }
-  __syncthreads();
-  for (uint32_t j = threadIdx.x; j < K * 256; j += blockDim.x) {
-    const uint32_t k = j / 256, s = j % 256;
-    uint64_t sum = 0;
-    for (int ww = 0; ww < kWarpsPerCta; ++ww) sum += h[ww][k][s];
-    if (sum) atomicAdd(&gh[k * 256 + s], (unsigned long long)sum);
-  }
-  if (minmax && threadIdx.x < (uint32_t)K) {
-    atomicMin(&g_lo[threadIdx.x], s_lo[threadIdx.x]);
-    atomicMax(&g_hi[threadIdx.x], s_hi[threadIdx.x]);
-  }
-}
-
-// phase 1: every item, every stream, `limit` = sample size (or the block
-// when unsampled), min/max where the fast-table path applies.
-// phase 2: items left pending by phase 1, wanted streams, whole blocks.
-__global__ void __launch_bounds__(kCtaThreads) c_hist_kernel(const CItem* items, uint32_t n_items, int level,
-                                                             int phase, const CTab* tabs, unsigned long long* hist,
-                                                             uint32_t* mm_lo, uint32_t* mm_hi) {
-  __shared__ uint32_t h[kWarpsPerCta][kMaxStreams][256];
-  __shared__ uint32_t s_lo[kMaxStreams], s_hi[kMaxStreams];
-  const uint32_t chunk = blockIdx.x;
-  const uint32_t ii = find_item(items, n_items, chunk);
-  const CItem it = items[ii];
-  if (it.status0 != kOk) return;
-  const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
-  if (b0 >= it.n_blocks) return;
-  uint32_t limit = it.block_elems, want = 0xFu;
-  bool minmax = false;
-  if (phase == 1) {
-    // Short path (policy_codes_streams: e.g. too small for any stream to
-    // pay): every stream raw, decided by c_table_kernel from sizes alone.
-    if (!policy_codes_streams(level, it.dtype, it.n_bytes / dtype_elem_size(it.dtype), it.n_blocks)) return;
-    limit = policy_first_pass_elems(it.block_elems);
-    minmax = policy_fast_tables(it.block_elems, level, it.n_blocks);
-  } else {
-    if (!tabs[ii].pending) return;
-    want = tabs[ii].want;
-  }
-  unsigned long long* gh = hist + (size_t)ii * kMaxStreams * 256;
-  uint32_t* lo = mm_lo + (size_t)ii * kMaxStreams;
-  uint32_t* hi = mm_hi + (size_t)ii * kMaxStreams;
-  switch (it.dtype) {
-    case kBF16: hist_chunk<kBF16>(it, b0, limit, want, minmax, h, s_lo, s_hi, gh, lo, hi); break;
-    case kF16: hist_chunk<kF16>(it, b0, limit, want, minmax, h, s_lo, s_hi, gh, lo, hi); break;
-    case kF32: hist_chunk<kF32>(it, b0, limit, want, minmax, h, s_lo, s_hi, gh, lo, hi); break;
-    default: hist_chunk<kF8E4M3>(it, b0, limit, want, minmax, h, s_lo, s_hi, gh, lo, hi); break;
-  }
-}
-
-// Stream kinds and tables: one warp per item, lane k decides stream k (see
-// the policy above); phase 1 settles every item but the pending ones
-// (sampled, not fast, some stream wanted), phase 2 settles those from their
-// exact histograms. The lanes then assemble the table section in stream order.
-__global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, int phase, unsigned long long* hist,
-                               const uint32_t* mm_lo, const uint32_t* mm_hi, CTab* tabs) {
-  const uint32_t ii = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  const uint32_t lane = threadIdx.x % 32;
-  if (ii >= n_items) return;
-  const CItem it = items[ii];
-  if (it.status0 != kOk) return;
-  CTab& tab = tabs[ii];
-  if (phase == 2 && !tab.pending) return;
-  const int K = it.n_streams;
-  const bool is_lane = (int)lane < K;
-  const uint32_t sl = is_lane ? lane : 0;  // lanes >= K never touch their (aliased) scratch
-  CTab::Scratch& W = tab.scratch[sl];
-  const uint64_t n_elems = it.n_bytes / dtype_elem_size(it.dtype);
-  uint64_t* counts = (uint64_t*)(hist + ((size_t)ii * kMaxStreams + sl) * 256);
-  uint32_t* const freq = W.freq;
-  uint8_t kind = kKindRaw;
-  bool want = false;
-  const bool codes = policy_codes_streams(level, it.dtype, n_elems, it.n_blocks);
-  if (phase == 1) {
-    if (is_lane && codes) {
-      if (!policy_sampled(it.block_elems)) {
-        kind = policy_exact_kind(level, counts, n_elems, it.n_blocks, freq, W.norm, nullptr);
-      } else {
-        want = policy_sample_wants(level, counts, W.f, W.norm);
-        if (want && policy_fast_tables(it.block_elems, level, it.n_blocks))
-          kind = policy_fast_kind(level, counts, mm_lo[(size_t)ii * kMaxStreams + lane],
-                                  mm_hi[(size_t)ii * kMaxStreams + lane], n_elems, it.n_blocks, freq, W.c2, W.norm);
-      }
-    }
-    // Pending: the exact second pass is needed (sampled, a stream wanted, no
-    // fast tables).
-    const bool any = __any_sync(kFull, want);
-    const bool pending = codes && policy_second_pass(it.block_elems, level, it.n_blocks, any);
-    if (pending) {
-      const uint32_t wmask = __ballot_sync(kFull, want) & ((1u << K) - 1u);
-      __syncwarp();
-      // Phase 2 accumulates exact counts into the same histogram.
-      uint64_t* all = (uint64_t*)(hist + (size_t)ii * kMaxStreams * 256);
-      for (uint32_t j = lane; j < kMaxStreams * 256; j += 32) all[j] = 0;
-      if (lane == 0) {
-        tab.want = (uint8_t)wmask;
-        tab.pending = 1;
-      }
-      return;
-    }
-  } else {
-    if (is_lane && ((tab.want >> lane) & 1u))
-      kind = policy_exact_kind(level, counts, n_elems, it.n_blocks, freq, W.norm, nullptr);
-  }
-  if (kind == kKindRans) rans_build_enc(freq, tab.enc[lane]);
-  // Exclusive prefix of the streams' table-section entries.
-  const uint32_t mine = is_lane ? (uint32_t)stream_table_size(kind, freq, RansCtx{}) : 0;
-  uint32_t incl = mine;
-  for (int d = 1; d < 32; d <<= 1) {
-    const uint32_t v = __shfl_up_sync(kFull, incl, d);
-    if ((int)lane >= d) incl += v;
-  }
-  const uint32_t total = __shfl_sync(kFull, incl, 31);
-  if (is_lane) {
-    write_stream_table(kind, freq, RansCtx{}, tab.tables + (incl - mine));
-    tab.kind[lane] = kind;
-  }
-  if (lane == 0) {
-    const uint32_t padded = (uint32_t)align4(total);
-    for (uint32_t j = total; j < padded; ++j) tab.tables[j] = 0;
-    tab.tables_size = padded;
-    tab.pending = 0;
-  }
-}
+// Statistics and decisions: encode_tables.cuh (c_hist_kernel,
+// c_joint_kernel, c_table_kernel), by the policy of codec/policy.h.
+}  // namespace
+}  // namespace tz::cuda
+#include "cuda/encode_tables.cuh"
+namespace tz::cuda {
+namespace {
 
 // rANS-codes field k of one block with a warp (see warp_codec.h for the word
 // order). Words are written backwards from the end of the largest payload
 // that still beats raw, in place in the block's stream area, then moved down
 // behind the 128 state bytes. Returns the payload size, or 0 for raw, with
 // exactly the decision of rans_encode(..., limit = n).
+// With lane contexts (rc.n > 1), symbol i >= 32 is coded with table
+// ctx_of(symbol i - 32) of enc (rc.n tables of 256), as rans_encode_ctx.
 template <int DT>
-__device__ uint32_t warp_rans_encode(const uint8_t* src, uint32_t n, int k, const RansEncSym* enc, uint8_t* out,
-                                     uint32_t lane) {
+__device__ uint32_t warp_rans_encode(const uint8_t* src, uint32_t n, int k, const RansEncSym* enc, RansCtx rc,
+                                     uint8_t* out, uint32_t lane) {
   const int64_t cap = warp::enc_word_cap(n);
   if (cap < 0) return 0;
   uint16_t* const W = (uint16_t*)(out + kRansStateBytes);
@@ -414,7 +230,11 @@ __device__ uint32_t warp_rans_encode(const uint8_t* src, uint32_t n, int k, cons
     const uint32_t i = s * 32 + lane;
     bool emit = false;
     uint16_t word = 0;
-    if (i < n) x = warp::enc_step(x, enc[warp::elem_field<DT>(load_elem<DT>(src, i), k)], &emit, &word);
+    if (i < n) {
+      const RansEncSym* t = enc;
+      if (rc.n > 1 && s > 0) t += 256u * rans_ctx_of(warp::elem_field<DT>(load_elem<DT>(src, i - 32), k), rc);
+      x = warp::enc_step(x, t[warp::elem_field<DT>(load_elem<DT>(src, i), k)], &emit, &word);
+    }
     const uint32_t b = __ballot_sync(kFull, emit);
     const uint32_t cnt = (uint32_t)__popc(b);
     if (cnt > wp) return 0;  // warp-uniform: not smaller than raw
@@ -455,11 +275,13 @@ __device__ void warp_raw_stream(const uint8_t* src, uint32_t n, int k, uint8_t* 
   __syncwarp();
 }
 
-// Same bytes as encode_block (codec/block.h) for one block, by one warp.
+// Same bytes as encode_block (codec/block.h) for one block, by one warp:
+// stream k is coded with the tables enc[tab0[k]...] of table set
+// (sel >> 8k) & 0xFF (lane contexts for stream 0 when ctx0.n > 1).
 template <int DT>
-__device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint8_t* kind,
-                                      const RansEncSym (*enc)[256], const uint32_t* crc_t, uint8_t* out,
-                                      uint32_t lane, uint32_t salt) {
+__device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint8_t* kind, const uint8_t* tab0,
+                                      RansCtx ctx0, uint32_t sel, const RansEncSym (*enc)[256],
+                                      const uint32_t* crc_t, uint8_t* out, uint32_t lane, uint32_t salt) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   const uint32_t crc = warp_block_checksum(src, (uint64_t)n * es, crc_t, lane) ^ salt;
@@ -468,8 +290,8 @@ __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint
   for (int k = 0; k < K; ++k) {
     uint32_t size = 0;
     uint8_t mode = kModeRaw;
-    if (kind[k] == kKindRans) {
-      size = warp_rans_encode<DT>(src, n, k, enc[k], out + pos, lane);
+    if (kind_is_rans(kind[k])) {
+      size = warp_rans_encode<DT>(src, n, k, enc[tab0[k]], k == 0 ? ctx0 : RansCtx{}, out + pos, lane);
       if (size) mode = kModeRans;
     }
     if (mode == kModeRaw) {
@@ -477,18 +299,25 @@ __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint
       warp_raw_stream<DT>(src, n, k, out + pos, lane);
       size = n;
     }
-    if (lane == 0) ((uint32_t*)out)[1 + k] = stream_word(size, mode);
+    if (lane == 0) ((uint32_t*)out)[1 + k] = stream_word_v3(size, mode, mode == kModeRans ? (sel >> (8 * k)) & 0xFFu : 0u);
     pos += (uint32_t)align4(size);
   }
   if (lane == 0) ((uint32_t*)out)[0] = crc;
   return pos;
 }
 
+// The 8 blocks of a chunk may use different table sets: the CTA encodes
+// them in rounds, each round building the encoder tables of one selection
+// (the table set of every stream, that of the lowest block not yet done)
+// in shared memory for the warps whose block uses it.
 __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* items, uint32_t n_items, const CTab* tabs,
-                                                               uint8_t* staging, uint32_t* sizes) {
-  __shared__ RansEncSym enc[kMaxStreams][256];
+                                                               CBlockStats bs, uint8_t* staging, uint32_t* sizes) {
+  __shared__ RansEncSym enc[kMaxFrameTables][256];
   __shared__ uint32_t crc_t[8 * 256];
-  __shared__ uint8_t kind[kMaxStreams];
+  __shared__ uint8_t kind[kMaxStreams], tab0[kMaxStreams];
+  __shared__ uint32_t key[kWarpsPerCta];
+  __shared__ uint32_t lead;
+  constexpr uint32_t kNone = 0xFFFFFFFFu;
   const uint32_t chunk = blockIdx.x;
   const uint32_t ii = find_item(items, n_items, chunk);
   const CItem it = items[ii];
@@ -496,27 +325,65 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
   const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
   if (b0 >= it.n_blocks) return;
   const CTab& tab = tabs[ii];
+  const int K = it.n_streams;
+  const uint32_t lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const uint32_t b = b0 + w;
   if (threadIdx.x < kMaxStreams) kind[threadIdx.x] = tab.kind[threadIdx.x];
-  for (uint32_t j = threadIdx.x; j < (uint32_t)it.n_streams * 256; j += blockDim.x)
-    if (tab.kind[j / 256] == kKindRans) enc[j / 256][j % 256] = tab.enc[j / 256][j % 256];
-  build_crc_tables(crc_t);  // syncs
-  const uint32_t lane = threadIdx.x % 32;
-  const uint32_t b = b0 + threadIdx.x / 32;
-  if (b >= it.n_blocks) return;
-  const uint32_t es = dtype_elem_size(it.dtype);
-  const uint64_t n_elems = it.n_bytes / es;
-  const uint64_t e0 = (uint64_t)b * it.block_elems;
-  const uint32_t n = (uint32_t)min((uint64_t)it.block_elems, n_elems - e0);
-  const uint8_t* src = it.src + e0 * es;
-  uint8_t* out = staging + it.staging_off + (uint64_t)b * it.block_stride;
-  uint32_t size;
-  switch (it.dtype) {
-    case kBF16: size = warp_encode_block<kBF16>(src, n, kind, enc, crc_t, out, lane, block_checksum_salt(b)); break;
-    case kF16: size = warp_encode_block<kF16>(src, n, kind, enc, crc_t, out, lane, block_checksum_salt(b)); break;
-    case kF32: size = warp_encode_block<kF32>(src, n, kind, enc, crc_t, out, lane, block_checksum_salt(b)); break;
-    default: size = warp_encode_block<kF8E4M3>(src, n, kind, enc, crc_t, out, lane, block_checksum_salt(b)); break;
+  if (lane == 0) {
+    uint32_t k_sel = 0;
+    for (int k = 0; k < K; ++k)
+      if (b < it.n_blocks && kind_is_rans(tab.kind[k]))
+        k_sel |= (uint32_t)bs.set[(uint64_t)k * bs.total_blocks + it.first_block + b] << (8 * k);
+    key[w] = b < it.n_blocks ? k_sel : kNone;
   }
-  if (lane == 0) sizes[it.first_block + b] = size;
+  build_crc_tables(crc_t);  // syncs
+  const RansCtx ctx0{tab.ctx_base, tab.ctx_n};
+  for (;;) {
+    if (threadIdx.x == 0) {
+      lead = kNone;
+      for (uint32_t j = 0; j < kWarpsPerCta && lead == kNone; ++j) lead = key[j];
+      uint32_t t = 0;
+      for (int k = 0; k < K; ++k) {
+        tab0[k] = (uint8_t)t;
+        if (kind_is_rans(tab.kind[k])) t += k == 0 ? tab.ctx_n : 1u;
+      }
+    }
+    __syncthreads();
+    const uint32_t sel = lead;
+    if (sel == kNone) break;
+    // Thread j builds table j of the selection (one per stream and context).
+    for (int k = 0; k < K; ++k) {
+      if (!kind_is_rans(tab.kind[k])) continue;
+      const uint32_t nc = k == 0 ? tab.ctx_n : 1u;
+      for (uint32_t c = threadIdx.x; c < nc; c += blockDim.x)
+        rans_build_enc(tab.freq[tab.first_table[k] + ((sel >> (8 * k)) & 0xFFu) * nc + c], enc[tab0[k] + c]);
+    }
+    __syncthreads();
+    if (key[w] == sel) {
+      const uint32_t es = dtype_elem_size(it.dtype);
+      const uint64_t n_elems = it.n_bytes / es;
+      const uint64_t e0 = (uint64_t)b * it.block_elems;
+      const uint32_t n = (uint32_t)min((uint64_t)it.block_elems, n_elems - e0);
+      const uint8_t* src = it.src + e0 * es;
+      uint8_t* out = staging + it.staging_off + (uint64_t)b * it.block_stride;
+      const uint32_t salt = block_checksum_salt(b);
+      uint32_t size;
+#define TZ_WARP_ENCODE(DT) warp_encode_block<DT>(src, n, kind, tab0, ctx0, sel, enc, crc_t, out, lane, salt)
+      switch (it.dtype) {
+        case kBF16: size = TZ_WARP_ENCODE(kBF16); break;
+        case kF16: size = TZ_WARP_ENCODE(kF16); break;
+        case kF32: size = TZ_WARP_ENCODE(kF32); break;
+        default: size = TZ_WARP_ENCODE(kF8E4M3); break;
+      }
+#undef TZ_WARP_ENCODE
+      __syncwarp();
+      if (lane == 0) {
+        sizes[it.first_block + b] = size;
+        key[w] = kNone;
+      }
+    }
+    __syncthreads();
+  }
 }
 
 // Per item, one CTA: exclusive scan of the block sizes (block offsets), the
@@ -557,7 +424,7 @@ __global__ void __launch_bounds__(256) c_finalize_kernel(const CItem* items, con
   __syncthreads();
   if (threadIdx.x == 0) {
     FrameHeader h{};
-    h.version = kFormatVersion;
+    h.version = tab.version;
     h.dtype = it.dtype;
     h.n_streams = it.n_streams;
     h.raw_size = it.n_bytes;
@@ -705,15 +572,17 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
 // then the segmented checksum of dst.
 // Ctx: the frame has a lane-context stream (kind 3); without it the per-
 // symbol table offset and context update are compiled out.
+// dec + tab0[k] * kProbScale: stream k's tables in the block's table set;
+// n_sets: the streams' set counts (format version 3), else null.
 template <int DT, bool Ctx>
 __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t n, const uint8_t* kind,
-                                 const uint32_t* dec, const uint8_t* tab0, const uint8_t* ctx_base,
-                                 const uint8_t* ctx_n, const uint32_t* crc_t, uint8_t* dst, uint32_t lane,
-                                 uint32_t salt) {
+                                 const uint8_t* n_sets, const uint32_t* dec, const uint8_t* tab0,
+                                 const uint8_t* ctx_base, const uint8_t* ctx_n, const uint32_t* crc_t, uint8_t* dst,
+                                 uint32_t lane, uint32_t salt) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   BlockView v;
-  const int pst = parse_block_k<K>(kind, blk, blk_size, n, &v);
+  const int pst = parse_block_k<K>(kind, n_sets, blk, blk_size, n, &v);
   if (pst != kOk) return pst;
   const uint32_t stored = v.checksum;
   // Modes are raw or rANS: zstd passes parse_block only in a frame with a
@@ -770,9 +639,14 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
   return kOk;
 }
 
-// ctx_launch: this launch decodes the frames with more tables than
-// kMaxStreams (lane contexts) and has kDecSmemCtx bytes of shared memory;
-// the other launch decodes every other frame with kDecSmem.
+// ctx_launch: this launch decodes the frames whose blocks use more tables
+// than kMaxStreams (lane contexts) and has kDecSmemCtx bytes of shared
+// memory; the other launch decodes every other frame with kDecSmem.
+// The 8 blocks of a chunk may use different table sets (format version 3):
+// the CTA decodes them in rounds, each building the decode tables of one
+// selection (the set of every stream, read from the stream words of the
+// lowest block not yet done) for the warps whose block uses it. Frames
+// before version 3 have one selection: one round.
 __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* items, uint32_t n_items,
                                                                DState* states, const uint64_t* offs, int ctx_launch) {
   TZ_DYNAMIC_SMEM(uint32_t, smem);
@@ -780,76 +654,117 @@ __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* item
   uint32_t* dec = smem;                                   // max_tables x kProbScale entries
   uint32_t* crc_t = smem + max_tables * kProbScale;       // 8 x 256
   __shared__ uint32_t cum[kMaxFrameTables][257];
-  __shared__ uint8_t kind[kMaxStreams], tab0[kMaxStreams], ctx_base[kMaxStreams], ctx_n[kMaxStreams];
+  __shared__ uint8_t kind[kMaxStreams], tab0[kMaxStreams], ctx_base[kMaxStreams], ctx_n[kMaxStreams],
+      n_sets[kMaxStreams];
+  __shared__ uint32_t key[kWarpsPerCta];
+  __shared__ uint32_t lead;
+  constexpr uint32_t kNone = 0xFFFFFFFFu;
   const uint32_t chunk = blockIdx.x;
   const uint32_t ii = find_item(items, n_items, chunk);
   const DItem it = items[ii];
   DState& S = states[ii];
   if (S.status != kOk) return;
   const FrameTables& FT = S.v.t;
-  if ((FT.n_tables > kMaxStreams) != (ctx_launch != 0)) return;
+  const int K = S.v.h.n_streams;
+  uint32_t T = 0;  // tables of one block
+  for (int k = 0; k < K; ++k)
+    if (kind_is_rans(FT.kind[k])) T += FT.ctx[k].n;
+  if ((T > kMaxStreams) != (ctx_launch != 0)) return;
   const uint32_t nb = S.v.h.n_blocks;
   const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
   if (b0 >= nb) return;
-  const int K = S.v.h.n_streams;
-  const uint32_t T = FT.n_tables;
-  if (threadIdx.x < (uint32_t)K) {
-    const uint32_t k = threadIdx.x;
-    kind[k] = FT.kind[k];
-    tab0[k] = FT.first_table[k];
-    ctx_base[k] = (uint8_t)FT.ctx[k].base;
-    ctx_n[k] = (uint8_t)FT.ctx[k].n;
-  }
-  if (threadIdx.x < T) {
-    const uint32_t k = threadIdx.x;
-    uint32_t c = 0;
-    for (int s = 0; s < 256; ++s) {
-      cum[k][s] = c;
-      c += FT.freq[k][s];
+  const bool v3 = S.v.h.version >= kFormatVersionSets;
+  if (threadIdx.x == 0) {
+    uint32_t t = 0;
+    for (int k = 0; k < K; ++k) {
+      kind[k] = FT.kind[k];
+      tab0[k] = (uint8_t)t;
+      ctx_base[k] = (uint8_t)FT.ctx[k].base;
+      ctx_n[k] = (uint8_t)FT.ctx[k].n;
+      n_sets[k] = FT.n_sets[k];
+      if (kind_is_rans(FT.kind[k])) t += FT.ctx[k].n;
     }
-    cum[k][256] = c;
+  }
+  const uint32_t lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const uint32_t b = b0 + w;
+  const FrameHeader h = S.v.h;
+  const uint8_t* blk = b < nb ? it.src + S.v.prefix_size + offs[it.slot_base + b] : nullptr;
+  if (lane == 0) {
+    // The index entry is at least the block header (d_parse_kernel), so the
+    // stream words are inside the frame; parse_block rejects bad sets.
+    uint32_t sel = 0;
+    if (v3 && b < nb)
+      for (int k = 0; k < K; ++k) {
+        const uint32_t word = load_le32(blk + 4 + 4 * k);
+        const uint32_t set = stream_word_v3_set(word);
+        if (stream_word_mode(word) == kModeRans && set < FT.n_sets[k]) sel |= set << (8 * k);
+      }
+    key[w] = b < nb ? sel : kNone;
   }
   build_crc_tables(crc_t);  // syncs
-  for (uint32_t k = 0; k < T; ++k) {
-    for (uint32_t j = threadIdx.x; j < kProbScale; j += blockDim.x) {
-      uint32_t lo = 0, hi = 256;  // largest s with cum[s] <= j; its frequency is non-zero
-      while (hi - lo > 1) {
-        const uint32_t mid = (lo + hi) / 2;
-        if (cum[k][mid] <= j) lo = mid; else hi = mid;
-      }
-      dec[k * kProbScale + j] = rans_dec_entry(lo, cum[k][lo + 1] - cum[k][lo], j - cum[k][lo]);
-    }
-  }
-  __syncthreads();
-  const uint32_t lane = threadIdx.x % 32;
-  const uint32_t b = b0 + threadIdx.x / 32;
-  if (b >= nb) return;
-  const FrameHeader h = S.v.h;
-  const uint32_t n = block_elem_count(h, b);
-  const uint32_t es = dtype_elem_size(h.dtype);
-  const uint8_t* blk = it.src + S.v.prefix_size + offs[it.slot_base + b];
-  const uint32_t bsz = load_le32(S.v.index + 4ull * b);
-  uint8_t* dst = it.dst + (uint64_t)b * h.block_elems * es;
   bool has_ctx = false;  // the same for every warp of the frame
-  for (int k = 0; k < K; ++k) has_ctx |= ctx_n[k] > 1;
-  const uint32_t salt = block_checksum_salt(b);
-  int st;
-#define TZ_WARP_DECODE(DT)                                                                             \
-  (has_ctx ? warp_decode_block<DT, true>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt) \
-           : warp_decode_block<DT, false>(blk, bsz, n, kind, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt))
-  switch (h.dtype) {
-    case kBF16: st = TZ_WARP_DECODE(kBF16); break;
-    case kF16: st = TZ_WARP_DECODE(kF16); break;
-    case kF32: st = TZ_WARP_DECODE(kF32); break;
-    case kBytes: st = TZ_WARP_DECODE(kBytes); break;
-    default: st = TZ_WARP_DECODE(kF8E4M3); break;
-  }
+  for (int k = 0; k < K; ++k) has_ctx |= FT.ctx[k].n > 1;
+  for (;;) {
+    if (threadIdx.x == 0) {
+      lead = kNone;
+      for (uint32_t j = 0; j < kWarpsPerCta && lead == kNone; ++j) lead = key[j];
+    }
+    __syncthreads();
+    const uint32_t sel = lead;
+    if (sel == kNone) break;
+    if (threadIdx.x < T) {
+      const uint32_t j = threadIdx.x;
+      int k = 0;
+      while (!(kind_is_rans(kind[k]) && j < tab0[k] + (uint32_t)ctx_n[k])) ++k;
+      const uint32_t* f = FT.freq[FT.first_table[k] + ((sel >> (8 * k)) & 0xFFu) * ctx_n[k] + (j - tab0[k])];
+      uint32_t c = 0;
+      for (int s = 0; s < 256; ++s) {
+        cum[j][s] = c;
+        c += f[s];
+      }
+      cum[j][256] = c;
+    }
+    __syncthreads();
+    for (uint32_t k = 0; k < T; ++k) {
+      for (uint32_t j = threadIdx.x; j < kProbScale; j += blockDim.x) {
+        uint32_t lo = 0, hi = 256;  // largest s with cum[s] <= j; its frequency is non-zero
+        while (hi - lo > 1) {
+          const uint32_t mid = (lo + hi) / 2;
+          if (cum[k][mid] <= j) lo = mid; else hi = mid;
+        }
+        dec[k * kProbScale + j] = rans_dec_entry(lo, cum[k][lo + 1] - cum[k][lo], j - cum[k][lo]);
+      }
+    }
+    __syncthreads();
+    if (key[w] == sel) {
+      const uint32_t n = block_elem_count(h, b);
+      const uint32_t es = dtype_elem_size(h.dtype);
+      const uint32_t bsz = load_le32(S.v.index + 4ull * b);
+      uint8_t* dst = it.dst + (uint64_t)b * h.block_elems * es;
+      const uint32_t salt = block_checksum_salt(b);
+      const uint8_t* ns = v3 ? n_sets : nullptr;
+      int st;
+#define TZ_WARP_DECODE(DT)                                                                                       \
+  (has_ctx ? warp_decode_block<DT, true>(blk, bsz, n, kind, ns, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt) \
+           : warp_decode_block<DT, false>(blk, bsz, n, kind, ns, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt))
+      switch (h.dtype) {
+        case kBF16: st = TZ_WARP_DECODE(kBF16); break;
+        case kF16: st = TZ_WARP_DECODE(kF16); break;
+        case kF32: st = TZ_WARP_DECODE(kF32); break;
+        case kBytes: st = TZ_WARP_DECODE(kBytes); break;
+        default: st = TZ_WARP_DECODE(kF8E4M3); break;
+      }
 #undef TZ_WARP_DECODE
-  if (st == kOk && it.pred_kind != kPredNone) {
-    __syncwarp();  // every lane has finished reading the block (checksum)
-    apply_prediction_block(it, h.dtype, (uint64_t)b * h.block_elems, n, dst, lane);
+      if (st == kOk && it.pred_kind != kPredNone) {
+        __syncwarp();  // every lane has finished reading the block (checksum)
+        apply_prediction_block(it, h.dtype, (uint64_t)b * h.block_elems, n, dst, lane);
+      }
+      if (st != kOk && lane == 0) atomicMin(&S.bad, ((unsigned long long)b << 8) | (unsigned)st);
+      __syncwarp();
+      if (lane == 0) key[w] = kNone;
+    }
+    __syncthreads();
   }
-  if (st != kOk && lane == 0) atomicMin(&S.bad, ((unsigned long long)b << 8) | (unsigned)st);
 }
 
 __global__ void d_finish_kernel(const DState* states, uint32_t n_items, size_t* out_sizes, int* status) {
@@ -868,7 +783,8 @@ struct CPlan {
   std::vector<PItem> preds;       // predicted items (out = offset into the residual area until placed)
   std::vector<uint32_t> pred_of;  // item index of each entry of preds
   size_t off_pdesc = 0, off_resid = 0;
-  size_t off_desc = 0, off_hist = 0, off_tab = 0, off_mm = 0, off_sizes = 0, off_offs = 0, off_staging = 0, total = 0;
+  size_t off_desc = 0, off_tab = 0, off_bhist = 0, off_bcount = 0, off_bmm = 0, off_bset = 0, off_sizes = 0,
+         off_offs = 0, off_staging = 0, total = 0;
   uint32_t total_blocks = 0, total_chunks = 0, block_elems = 0;
   int level = 1;
 };
@@ -880,9 +796,10 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
   tz_params p{};
   if (params) p = *params;
   if (!encode_level_valid(p.level)) return err(kErrBadParam);
-  // Level 3 adds lane-context tables (src/cpu/frame_tables.cpp, choose_lane_contexts),
-  // which this encoder does not build: refused rather than producing frames
-  // that differ from the CPU's. Its frames decode here like any other.
+  // Level 3 adds the CPU's exhaustive lane-context search
+  // (src/cpu/frame_tables.cpp, choose_lane_contexts), which this encoder
+  // does not run: refused rather than producing frames that differ from the
+  // CPU's. Its frames decode here like any other.
   if (p.level == 3) return err(kErrUnsupported);
   P->level = policy_level(p.level);
   const uint32_t be = policy_block_elems(p.block_elems, kBF16);  // float dtypes only here
@@ -956,9 +873,11 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
   P->total_chunks = (uint32_t)chunks;
   size_t o = 0;
   P->off_desc = o; o = align256(o + n_items * sizeof(CItem));
-  P->off_hist = o; o = align256(o + n_items * kMaxStreams * 256 * sizeof(unsigned long long));
   P->off_tab = o; o = align256(o + n_items * sizeof(CTab));
-  P->off_mm = o; o = align256(o + n_items * kMaxStreams * 2 * sizeof(uint32_t));
+  P->off_bhist = o; o = align256(o + (size_t)blocks * kMaxStreams * 256 * 4);
+  P->off_bcount = o; o = align256(o + (size_t)blocks * 8);
+  P->off_bmm = o; o = align256(o + (size_t)blocks * kMaxStreams * 2);
+  P->off_bset = o; o = align256(o + (size_t)blocks * kMaxStreams);
   P->off_sizes = o; o = align256(o + (size_t)blocks * 4);
   P->off_offs = o; o = align256(o + (size_t)blocks * 8);
   P->off_staging = o; o = align256(o + staging);
@@ -1046,7 +965,6 @@ extern "C" size_t tz_cuda_compress(const tz_cuda_compress_item* items, size_t n_
   if (temp_size < P.total) return err(kErrDstTooSmall);
   uint8_t* t = (uint8_t*)temp;
   CItem* d_items = (CItem*)(t + P.off_desc);
-  auto* hist = (unsigned long long*)(t + P.off_hist);
   CTab* tabs = (CTab*)(t + P.off_tab);
   uint32_t* sizes = (uint32_t*)(t + P.off_sizes);
   uint64_t* offs = (uint64_t*)(t + P.off_offs);
@@ -1065,23 +983,29 @@ extern "C" size_t tz_cuda_compress(const tz_cuda_compress_item* items, size_t n_
   }
   if (size_t e = launch_status(upload<CItem, kCBatch>(P.items, d_items, stream))) return e;
   TZ_LAUNCH((n + 255) / 256, 256, 0, stream, c_init_kernel)(d_items, n, d_out_sizes, d_status);
-  uint32_t* mm_lo = (uint32_t*)(t + P.off_mm);
-  uint32_t* mm_hi = mm_lo + n_items * kMaxStreams;
-  if (P.level >= 1 && P.total_chunks) {
-    if (cudaMemsetAsync(hist, 0, n_items * kMaxStreams * 256 * sizeof(unsigned long long), stream) != cudaSuccess ||
-        cudaMemsetAsync(mm_lo, 0xFF, n_items * kMaxStreams * 4, stream) != cudaSuccess ||
-        cudaMemsetAsync(mm_hi, 0, n_items * kMaxStreams * 4, stream) != cudaSuccess)
-      return err(kErrGeneric);
-    TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_hist_kernel)(d_items, n, P.level, 1, tabs, hist, mm_lo, mm_hi);
+  CBlockStats bs{(uint32_t*)(t + P.off_bhist), (uint64_t*)(t + P.off_bcount), t + P.off_bmm, t + P.off_bset,
+                  P.total_blocks};
+  if (cudaMemsetAsync(tabs, 0, n_items * sizeof(CTab), stream) != cudaSuccess ||
+      (P.total_blocks && cudaMemsetAsync(bs.set, 0, (size_t)P.total_blocks * kMaxStreams, stream) != cudaSuccess))
+    return err(kErrGeneric);
+  // The stages of encode_tables.cuh: first pass and decision, exact
+  // per-block histograms, lane-context joint histograms (first-pass, exact).
+  const bool stats = P.level >= 1 && P.total_chunks;
+  if (stats)
+    TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_hist_kernel)(d_items, n, P.level, 1, tabs, bs);
+  TZ_LAUNCH((n + 7) / 8, 256, 0, stream, c_table_kernel)(d_items, n, P.level, 1, tabs, bs);
+  if (stats && policy_sampled(P.block_elems)) {
+    TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_hist_kernel)(d_items, n, P.level, 2, tabs, bs);
+    TZ_LAUNCH((n + 7) / 8, 256, 0, stream, c_table_kernel)(d_items, n, P.level, 2, tabs, bs);
   }
-  TZ_LAUNCH((n + 7) / 8, 256, 0, stream, c_table_kernel)(d_items, n, P.level, 1, hist, mm_lo, mm_hi, tabs);
-  // A second, exact histogram pass can be needed only for sampled blocks
-  // outside the fast-table path (level >= 2, or fewer than 8 blocks).
-  if (P.level >= 1 && P.total_chunks && policy_sampled(P.block_elems)) {
-    TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_hist_kernel)(d_items, n, P.level, 2, tabs, hist, mm_lo, mm_hi);
-    TZ_LAUNCH((n + 7) / 8, 256, 0, stream, c_table_kernel)(d_items, n, P.level, 2, hist, mm_lo, mm_hi, tabs);
+  if (stats) {
+    for (int phase = 3; phase <= 4; ++phase) {
+      TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_joint_kernel)(d_items, n, tabs);
+      TZ_LAUNCH((n + 7) / 8, 256, 0, stream, c_table_kernel)(d_items, n, P.level, phase, tabs, bs);
+    }
   }
-  if (P.total_chunks) TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_encode_kernel)(d_items, n, tabs, staging, sizes);
+  if (P.total_chunks)
+    TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_encode_kernel)(d_items, n, tabs, bs, staging, sizes);
   TZ_LAUNCH(n, 256, 0, stream, c_finalize_kernel)(d_items, tabs, sizes, offs, d_out_sizes, d_status);
   if (P.total_chunks)
     TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_gather_kernel)(d_items, n, tabs, staging, sizes, offs, d_status);

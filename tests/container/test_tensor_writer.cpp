@@ -160,11 +160,11 @@ TEST(TensorWriter, ManySmallTensorsSameBytesForEveryThreadCount) {
   std::mt19937 rng(5);
   size_t at = 0;
   for (int i = 0; i < 9000; ++i) {
-    const size_t n = 1 + rng() % 400;  // both sides of the codec's short path (168 elements)
+    const size_t n = 1 + rng() % 400;  // both sides of the codec's short path (140 elements)
     if (at + 2 * n > pool.size()) at = 0;
     std::vector<uint8_t> b(pool.begin() + (long)at, pool.begin() + (long)(at + 2 * n));
     at += 2 * n;
-    if (i % 5 == 0) std::fill(b.begin(), b.end(), 0);  // constant: coded from 168 elements on
+    if (i % 5 == 0) std::fill(b.begin(), b.end(), 0);  // constant: coded from 140 elements on
     data.push_back({"t" + std::to_string(i), i % 7 == 0 ? "I16" : "BF16", {n}, b});
   }
   Owned big{"big", "BF16", {3u << 19}, std::vector<uint8_t>(3u << 20)};  // 3 chunks of 1 MiB

@@ -2,7 +2,11 @@
 // tests/data (deterministic; the output is committed in tests/fuzz/corpus):
 //   decompress/  small valid frames of every dtype and level, and damaged
 //                copies of some of them (bit flips, truncation, trailing
-//                bytes, edited header fields, swapped index entries)
+//                bytes, edited header fields, swapped index entries); the
+//                encoder writes format version 3, so the frames with one
+//                table set are also written in the version-1/2 layout
+//                (valid-v12-*), and frames with several table sets get
+//                damaged copies of their sets and compact tables (v3-*)
 //   roundtrip/   one control byte + real bytes (and special values) that
 //                fuzz_roundtrip compresses as every dtype
 // Usage: tz_make_corpus OUT_DIR   (e.g. tests/fuzz/corpus)
@@ -14,6 +18,7 @@
 #include <string>
 
 #include "tensorzip/tensorzip.h"
+#include "tz_malformed_frames.h"
 #include "tz_test_data.h"
 
 using tzt::Bytes;
@@ -91,8 +96,13 @@ int main(int argc, char** argv) {
     for (const V& v : {V{0, 1}, V{1, 1}, V{100, 2}, V{100, -1}, V{4096 + 50, 1}, V{4096 + 50, 3}}) {
       const Bytes in(src.begin() + 4096, src.begin() + 4096 + (ptrdiff_t)(v.elems * es));
       const Bytes frame = compress(in, dt, v.level, 4096);
-      write("decompress", "valid-" + name + "-" + std::to_string(v.elems) + "-l" + std::to_string(v.level), frame);
+      const std::string tag = name + "-" + std::to_string(v.elems) + "-l" + std::to_string(v.level);
+      write("decompress", "valid-" + tag, frame);
       ++n_files;
+      if (frame[4] == 3) {
+        write("decompress", "valid-v12-" + tag, tzt::as_version12(frame));
+        ++n_files;
+      }
       if (v.elems != 4096 + 50 || v.level != 1) continue;
       // Damaged copies of the two-block frame.
       const size_t pr = tz_frame_prefix_size(frame.data(), frame.size());
@@ -145,7 +155,8 @@ int main(int argc, char** argv) {
       const std::string name = tz_dtype_name(dt);
       const Bytes frame = compress(in, dt, 3, 4096);
       write("decompress", "valid-ctx-" + name, frame);
-      ++n_files;
+      write("decompress", "valid-v12-ctx-" + name, tzt::as_version12(frame));
+      n_files += 2;
       Bytes f = frame;
       f[33] ^= 0x01;  // context base
       write("decompress", "mut-ctx-base-" + name, f);
@@ -156,6 +167,68 @@ int main(int argc, char** argv) {
       f[frame.size() / 2] ^= 0x10;
       write("decompress", "mut-ctx-payload-" + name, f);
       n_files += 3;
+    }
+  }
+  // Format version 3 with several table sets: the real BF16 / FP32 slices
+  // followed by the same elements scaled by 2^-20 (other exponents), so
+  // that the blocks of the two halves get table sets of their own; damaged
+  // copies: a block naming a set out of range, a set on a raw stream, the
+  // set count, and bits of the compact tables.
+  {
+    const std::pair<tz_dtype, Bytes> set_inputs[] = {{TZ_DTYPE_BF16, bf16}, {TZ_DTYPE_F32, f32}};
+    for (const auto& [dt, real] : set_inputs) {
+      const std::string name = tz_dtype_name(dt);
+      const size_t es = elem_size(dt);
+      const size_t n = std::min<size_t>(real.size() / es, 4 * 4096);
+      Bytes in(real.begin(), real.begin() + (ptrdiff_t)(n * es));
+      for (size_t i = 0; i < n; ++i) {
+        Bytes e(real.begin() + (ptrdiff_t)(i * es), real.begin() + (ptrdiff_t)((i + 1) * es));
+        if (dt == TZ_DTYPE_BF16) {
+          uint16_t v = (uint16_t)(e[0] | e[1] << 8);
+          const uint16_t ex = (v >> 7) & 0xFF;
+          if (ex > 20 && ex < 255) v = (uint16_t)((v & ~(0xFF << 7)) | ((ex - 20) << 7));
+          e[0] = (uint8_t)v;
+          e[1] = (uint8_t)(v >> 8);
+        } else {
+          uint32_t v = (uint32_t)e[0] | (uint32_t)e[1] << 8 | (uint32_t)e[2] << 16 | (uint32_t)e[3] << 24;
+          const uint32_t ex = (v >> 23) & 0xFF;
+          if (ex > 20 && ex < 255) v = (v & ~(0xFFu << 23)) | ((ex - 20) << 23);
+          for (int k = 0; k < 4; ++k) e[k] = (uint8_t)(v >> (8 * k));
+        }
+        in.insert(in.end(), e.begin(), e.end());
+      }
+      const Bytes frame = compress(in, dt, 2, 4096);
+      tz::FrameHeader h{};
+      tz::FrameTables t{};
+      if (tz::check_frame_header(frame.data(), frame.size(), &h) != tz::kDefectNone ||
+          tz::parse_table_section(h, frame.data() + 32, &t) != tz::kDefectNone || t.n_sets[0] < 2) {
+        std::fprintf(stderr, "%s: the two-halves input did not give table sets\n", name.c_str());
+        std::exit(1);
+      }
+      write("decompress", "valid-v3-sets-" + name, frame);
+      const size_t pr = tz_frame_prefix_size(frame.data(), frame.size());
+      const size_t blk0 = pr + 4;  // stream word 0 of block 0
+      const size_t at = 33 + (t.kind[0] == tz::kKindRansCtx ? 2 : 0);  // stream 0's set count
+      Bytes f = frame;
+      f[blk0 + 3] |= 0x3F;  // set 255 (bits 22..29; mode kept)
+      f[blk0 + 2] |= 0xC0;
+      write("decompress", "v3-set-out-of-range-" + name, f);
+      f = frame;
+      f[blk0 + 4 + 2] |= 0x40;  // stream 1's set field
+      write("decompress", "v3-set-on-stream-1-" + name, f);
+      // Table edits with the header CRC recomputed, so that they reach the
+      // table parser.
+      auto table_edit = [&](const std::string& what, auto&& edit) {
+        tzt::FrameParts parts(frame);
+        edit(parts.tables);
+        write("decompress", "v3-" + what + "-" + name, parts.bytes());
+      };
+      table_edit("set-count", [&](Bytes& t) { t[at - 32] = 33; });
+      table_edit("set-count-0", [&](Bytes& t) { t[at - 32] = 0; });
+      table_edit("table-mode", [&](Bytes& t) { t[at - 32 + 3] ^= 0x30; });
+      table_edit("table-bit", [&](Bytes& t) { t[at - 32 + 6] ^= 0x01; });
+      table_edit("tables-mid", [&](Bytes& t) { t[t.size() / 2] ^= 0x04; });
+      n_files += 8;
     }
   }
   // Round-trip inputs: control byte (level = c % 5 - 1, block 4096 << ((c >> 3) & 3)).

@@ -155,6 +155,35 @@ inline Bytes compress_cpu(const Bytes& data, tz_dtype dt, int level, unsigned bl
   return out;
 }
 
+// The same frame in the table layout of format versions 1 and 2 (the
+// encoder writes version 3 whenever a stream is coded): every rANS stream
+// must have one table set. The blocks are unchanged (set 0 in every stream
+// word reads the same in both layouts), so the frame decodes to the same
+// bytes: decoders of versions 1-2 keep being exercised.
+inline Bytes as_version12(const Bytes& frame) {
+  FrameParts f(frame);
+  if (f.hdr[4] != tz::kFormatVersionSets) return frame;
+  tz::FrameHeader h{};
+  if (tz::check_frame_header(frame.data(), frame.size(), &h) != tz::kDefectNone)
+    throw std::runtime_error("as_version12: bad header");
+  tz::FrameTables t{};
+  if (tz::parse_table_section(h, frame.data() + 32, &t) != tz::kDefectNone)
+    throw std::runtime_error("as_version12: bad tables");
+  Bytes sec;
+  bool ctx = false;
+  for (int k = 0; k < h.n_streams; ++k) {
+    if (tz::kind_is_rans(t.kind[k]) && t.n_sets[k] != 1) throw std::runtime_error("as_version12: table sets");
+    ctx |= t.kind[k] == tz::kKindRansCtx;
+    const size_t at = sec.size();
+    sec.resize(at + tz::stream_table_size(t.kind[k], t.freq[t.first_table[k]], t.ctx[k]));
+    tz::write_stream_table(t.kind[k], t.freq[t.first_table[k]], t.ctx[k], sec.data() + at);
+  }
+  while (sec.size() % 4) sec.push_back(0);
+  f.tables = sec;
+  f.set8(4, ctx ? tz::kFormatVersionCtx : tz::kFormatVersion);
+  return f.bytes();
+}
+
 inline std::vector<float> normal_floats(size_t n, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, scale);
@@ -165,8 +194,9 @@ inline std::vector<float> normal_floats(size_t n, uint32_t seed, float scale) {
 
 // The table. Base frames: BF16 of 2 x 4096 + 77 elements at level 1 with
 // 4096-element blocks (stream 0 rANS, stream 1 raw; block 2 partial), F32 at
-// level 2, a level-3 frame with lane contexts, and dtype-bytes frames (raw
-// and zstd).
+// level 2, a level-3 frame with lane contexts, all three in the version-1/2
+// layout (as_version12); the BF16 frame as written (version 3: table sets,
+// compact tables); and dtype-bytes frames (raw and zstd).
 inline std::vector<MalformedFrame> malformed_frames() {
   using namespace tz;
   std::vector<MalformedFrame> out;
@@ -181,7 +211,8 @@ inline std::vector<MalformedFrame> malformed_frames() {
 
   // ---- BF16 base frame ----
   const Bytes bf_data = to_bf16(normal_floats(2 * 4096 + 77, 11, 0.02f));
-  const Bytes bf = compress_cpu(bf_data, TZ_DTYPE_BF16, 1, 4096);
+  const Bytes bf3 = compress_cpu(bf_data, TZ_DTYPE_BF16, 1, 4096);
+  const Bytes bf = as_version12(bf3);
   const size_t bcap = bf_data.size();
   {
     tz_frame_info info{};
@@ -202,7 +233,7 @@ inline std::vector<MalformedFrame> malformed_frames() {
   };
   header_rule("header: bad magic", kDefectBadMagic, [](FrameParts& f) { f.set8(0, 'X'); });
   header_rule("header: version 0", kDefectBadVersion, [](FrameParts& f) { f.set8(4, 0); });
-  header_rule("header: version 3", kDefectBadVersion, [](FrameParts& f) { f.set8(4, 3); });
+  header_rule("header: version 4", kDefectBadVersion, [](FrameParts& f) { f.set8(4, 4); });
   header_rule("header: dtype 6", kDefectDType, [](FrameParts& f) { f.set8(5, 6); });
   header_rule("header: 3 streams for BF16", kDefectStreamCount, [](FrameParts& f) { f.set8(6, 3); });
   header_rule("header: flags 1", kDefectFlags, [](FrameParts& f) { f.set8(7, 1); });
@@ -437,7 +468,7 @@ inline std::vector<MalformedFrame> malformed_frames() {
     std::memcpy(b.data(), v.data(), b.size());
     return b;
   }();
-  const Bytes f32 = compress_cpu(f32_data, TZ_DTYPE_F32, 2, 4096);
+  const Bytes f32 = as_version12(compress_cpu(f32_data, TZ_DTYPE_F32, 2, 4096));
   add("valid F32 frame", f32, f32_data.size(), kOk_, Stage::kValid);
   {
     FrameParts f(f32);
@@ -478,7 +509,7 @@ inline std::vector<MalformedFrame> malformed_frames() {
     }
     Bytes data(v.size() * 4);
     std::memcpy(data.data(), v.data(), data.size());
-    const Bytes ctx = compress_cpu(data, TZ_DTYPE_F32, 3, 4096);
+    const Bytes ctx = as_version12(compress_cpu(data, TZ_DTYPE_F32, 3, 4096));
     tz_frame_info info{};
     tz_frame_inspect(ctx.data(), ctx.size(), &info);
     if (info.format_version != 2 || info.stream_kind[0] != kKindRansCtx)
@@ -497,6 +528,111 @@ inline std::vector<MalformedFrame> malformed_frames() {
     r.blocks[1][payload_offset(r, 1, 0, 4) + 200] ^= 0x21;
     add("lane contexts: rANS word changed", r.bytes(), data.size(), TZ_ERROR_CORRUPT_BLOCK, Stage::kBlockDecode,
         kDefectNone, 1);
+  }
+
+  // ---- format version 3: table sets, compact tables ----
+  {
+    tz_frame_info info{};
+    tz_frame_inspect(bf3.data(), bf3.size(), &info);
+    if (info.format_version != kFormatVersionSets || info.stream_kind[0] != kKindRans)
+      throw std::runtime_error("malformed_frames: BF16 base frame is not version 3");
+  }
+  add("valid BF16 frame, version 3", bf3, bcap, kOk_, Stage::kValid);
+  FrameHeader h3{};
+  check_frame_header(bf3.data(), bf3.size(), &h3);
+  FrameTables t3{};
+  parse_table_section(h3, bf3.data() + 32, &t3);
+  const uint32_t* f0 = t3.freq[0];  // stream 0's table
+  // A version-3 section: stream 0 rANS with `sets` copies of f0, stream 1 raw.
+  auto section3 = [&](uint32_t sets, uint32_t declared) {
+    std::vector<uint32_t> fr((size_t)std::max(sets, 1u) * 256);
+    for (uint32_t j = 0; j < sets; ++j) std::memcpy(&fr[256 * j], f0, 1024);
+    Bytes s(4 + sets * kCompactTableMaxBytes);
+    size_t n = write_stream_table_v3(kKindRans, fr.data(), RansCtx{}, sets, s.data());
+    s[1] = (uint8_t)declared;
+    s.resize(n);
+    s.push_back(0);
+    pad4(s);
+    return s;
+  };
+  auto table3_rule = [&](const std::string& rule, FrameDefect d, auto&& edit) {
+    FrameParts f(bf3);
+    edit(f);
+    prefix_rule(rule, f.bytes(), bcap, d);
+  };
+  table3_rule("v3 tables: 0 table sets", kDefectTableSets, [&](FrameParts& f) { f.tables = section3(1, 0); });
+  table3_rule("v3 tables: 33 table sets", kDefectTableSets, [&](FrameParts& f) { f.tables = section3(1, 33); });
+  table3_rule("v3 tables: 2 sets declared, 1 present", kDefectFreqTable,
+              [&](FrameParts& f) { f.tables = section3(1, 2); });
+  // Compact table of stream 0 (byte 2 of the section: kind, n_sets, table).
+  auto compact_rule = [&](const std::string& rule, auto&& edit) {
+    table3_rule("v3 compact table: " + rule, kDefectFreqTable, [&](FrameParts& f) {
+      Bytes s = section3(1, 1);
+      edit(s);
+      f.tables = s;
+    });
+  };
+  compact_rule("lo above hi", [](Bytes& s) { s[3] = (uint8_t)(s[2] - 1); });
+  compact_rule("order 13", [](Bytes& s) { s[4] = (uint8_t)((s[4] & 0xF0) | 13); });
+  compact_rule("mode 3", [](Bytes& s) { s[4] = (uint8_t)((s[4] & 0x0F) | 0x30); });
+  compact_rule("reserved bits", [](Bytes& s) { s[4] |= 0x40; });
+  compact_rule("mode 2 without a reference table", [](Bytes& s) { s[4] = (uint8_t)((s[4] & 0x0F) | 0x20); });
+  compact_rule("cut short", [](Bytes& s) { s.resize(6); s.push_back(0); pad4(s); });
+  {
+    // Frequencies that sum to 4096 - 1: the smallest frequency lowered by one
+    // where that keeps it non-zero, else the frame is skipped.
+    uint32_t fr[256];
+    std::memcpy(fr, f0, sizeof fr);
+    int s_dec = -1;
+    for (int x = 0; x < 256; ++x)
+      if (fr[x] > 1 && (s_dec < 0 || fr[x] > fr[s_dec])) s_dec = x;
+    fr[s_dec] -= 1;
+    Bytes s(4 + kCompactTableMaxBytes);
+    s.resize(write_stream_table_v3(kKindRans, fr, RansCtx{}, 1, s.data()));
+    s.push_back(0);
+    pad4(s);
+    table3_rule("v3 compact table: frequency sum 4095", kDefectFreqTable, [&](FrameParts& f) { f.tables = s; });
+  }
+  {
+    // Two sets, block 1 using set 1 (the same table): valid, and decoded
+    // with the set its stream word names.
+    FrameParts f(bf3);
+    f.tables = section3(2, 2);
+    f.set_word(1, 0, f.word(1, 0) | (1u << 22));
+    add("v3: block 1 names table set 1 (valid)", f.bytes(), bcap, kOk_, Stage::kValid);
+    FrameParts g = f;
+    g.set_word(0, 0, g.word(0, 0) | (2u << 22));
+    add("v3 block: table set 2 of 2", g.bytes(), bcap, CB, Stage::kBlockHeader, kDefectNone, 0);
+    FrameParts r(bf3);
+    r.set_word(0, 1, r.word(0, 1) | (1u << 22));
+    add("v3 block: table set on a raw stream", r.bytes(), bcap, CB, Stage::kBlockHeader, kDefectNone, 0);
+    // 32 sets of stream 0 and one of stream 1: 33 tables.
+    FrameParts m(bf3);
+    std::vector<uint32_t> fr(32 * 256);
+    for (int j = 0; j < 32; ++j) std::memcpy(&fr[256 * j], f0, 1024);
+    Bytes s(4 + 32 * kCompactTableMaxBytes);
+    size_t n = write_stream_table_v3(kKindRans, fr.data(), RansCtx{}, 32, s.data());
+    n += write_stream_table_v3(kKindRans, fr.data(), RansCtx{}, 1, s.data() + n);
+    s.resize(n);
+    pad4(s);
+    m.tables = s;
+    prefix_rule("v3 tables: 33 tables in all", m.bytes(), bcap, kDefectTooManyTables);
+  }
+  {
+    // F32 with 3 lane contexts on every stream: 12 tables per block.
+    FrameParts f(compress_cpu(f32_data, TZ_DTYPE_F32, 2, 4096));
+    Bytes s;
+    std::vector<uint32_t> fr(3 * 256);
+    for (int c = 0; c < 3; ++c) std::memcpy(&fr[256 * c], f0, 1024);
+    for (int k = 0; k < 4; ++k) {
+      const size_t at = s.size();
+      s.resize(at + 4 + 3 * kCompactTableMaxBytes);
+      s.resize(at + write_stream_table_v3(kKindRansCtx, fr.data(), RansCtx{0, 3}, 1, s.data() + at));
+    }
+    pad4(s);
+    f.tables = s;
+    f.set8(4, kFormatVersionSets);
+    prefix_rule("v3 tables: 12 tables per block", f.bytes(), f32_data.size(), kDefectBlockTables);
   }
 
   // ---- dtype bytes ----

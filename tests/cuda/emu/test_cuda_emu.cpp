@@ -123,28 +123,41 @@ void roundtrip_batch(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, con
 }
 
 // Compresses each tensor on the CPU with p, decodes the frames in one
-// emulated GPU batch and checks the bytes. Returns how many frames use
-// lane contexts (format version 2).
+// emulated GPU batch, with the same frames in the version-1/2 layout
+// where they have one table set per stream (tzt::as_version12), and checks
+// the bytes. Returns how many frames use lane contexts (stream kind 3).
 size_t cpu_frames_decode(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, const tz_params& p) {
   std::vector<std::unique_ptr<Buf>> frames, outs;
   std::vector<tz_cuda_decompress_item> items;
+  std::vector<const Bytes*> expect;
   size_t n_ctx = 0;
   for (auto& [dt, data] : tensors) {
     tz_params cp = p;
     cp.dtype = dt;
     const Bytes f = cpu_compress(data, cp);
-    n_ctx += f.size() > 4 && f[4] == 2;
-    frames.push_back(std::make_unique<Buf>(f.size()));
-    frames.back()->put(f);
-    outs.push_back(std::make_unique<Buf>(data.size()));
-    items.push_back({frames.back()->p(), f.size(), outs.back()->p(), data.size()});
+    tz_frame_info info{};
+    EXPECT_FALSE(tz_is_error(tz_frame_inspect(f.data(), f.size(), &info)));
+    n_ctx += info.stream_kind[0] == tz::kKindRansCtx;
+    std::vector<Bytes> layouts{f};
+    try {
+      if (info.format_version == tz::kFormatVersionSets) layouts.push_back(tzt::as_version12(f));
+    } catch (const std::runtime_error&) {
+      // several table sets: no version-1/2 form
+    }
+    for (const Bytes& g : layouts) {
+      frames.push_back(std::make_unique<Buf>(g.size()));
+      frames.back()->put(g);
+      outs.push_back(std::make_unique<Buf>(data.size()));
+      items.push_back({frames.back()->p(), g.size(), outs.back()->p(), data.size()});
+      expect.push_back(&data);
+    }
   }
   const Result r = emu_decompress(items);
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (size_t i = 0; i < items.size(); ++i) {
     SCOPED_TRACE("item " + std::to_string(i));
     EXPECT_EQ(r.status[i], TZ_OK);
-    EXPECT_EQ(r.size[i], tensors[i].second.size());
-    EXPECT_TRUE(outs[i]->get(tensors[i].second.size()) == tensors[i].second);
+    EXPECT_EQ(r.size[i], expect[i]->size());
+    EXPECT_TRUE(outs[i]->get(expect[i]->size()) == *expect[i]);
     EXPECT_TRUE(outs[i]->guards_intact());
   }
   return n_ctx;
@@ -201,7 +214,7 @@ TEST(CudaEmu, ManySmallItems) {
 }
 
 // Tiny tensors on both sides of the policy's short path (policy_size_can_pay:
-// at level 1 up to 167 elements, at level 2 up to 166, every stream raw
+// at level 1 up to 139 elements, at level 2 up to 138, every stream raw
 // without a histogram): the emulated GPU encoder takes the same decision as
 // the CPU's, byte for byte. Constant tensors code from the threshold on, so
 // the frames just above it carry frequency tables.
@@ -210,7 +223,7 @@ TEST(CudaEmu, TinyFramesShortPath) {
     std::vector<std::pair<tz_dtype, Bytes>> batch;
     uint32_t seed = 50;
     for (tz_dtype dt : kFloatTypes)
-      for (size_t n : {1, 100, 166, 167, 168, 240}) {
+      for (size_t n : {1, 100, 138, 139, 140, 168, 240}) {
         batch.push_back({dt, make_tensor(dt, n, seed++)});
         batch.push_back({dt, float_bytes(dt, std::vector<float>(n, 0.0f))});
       }
@@ -231,7 +244,7 @@ TEST(CudaEmu, TinyFramesShortPath) {
       bool any = false;
       for (unsigned k = 0; k < info.n_streams; ++k) any |= info.stream_kind[k] != 0;
       const size_t n = data.size() / float_bytes(dt, {0.0f}).size();
-      EXPECT_EQ(any, n >= (level == 1 ? 168u : 167u)) << "dtype " << dt << " n " << n;
+      EXPECT_EQ(any, n >= (level == 1 ? 140u : 139u)) << "dtype " << dt << " n " << n;
       (any ? coded : raw) += 1;
     }
     EXPECT_GT(coded, 0u);
@@ -263,7 +276,7 @@ TEST(CudaEmu, SpecialValuesZerosAndNoise) {
   cpu_frames_decode(batch, p);
 }
 
-// Level 3 (lane contexts, format version 2) is encoded by the CPU only: the
+// Level 3 (lane contexts, exhaustive search) is encoded by the CPU only: the
 // GPU encoder refuses it, and the GPU decoder decodes the CPU's frames, in
 // a batch that mixes plain frames (first decode launch) and context frames
 // (second launch, larger shared memory).
@@ -289,7 +302,13 @@ TEST(CudaEmu, LaneContextFramesDecode) {
   p.block_elems = 4096;
   const size_t n_ctx = cpu_frames_decode(batch, p);
   EXPECT_GE(n_ctx, 2u) << "the row-scaled tensors should use lane contexts";
+  // Levels 1-2 find lane contexts too (format version 3), and the emulated
+  // GPU encoder writes the CPU's frames byte for byte.
+  p.level = 2;
+  EXPECT_GE(cpu_frames_decode(batch, p), 2u);
+  roundtrip_batch(batch, p);
   // The GPU encoder refuses level 3.
+  p.level = 3;
   Buf src(16), dst(1024);
   std::vector<tz_cuda_compress_item> items{{src.p(), 16, TZ_DTYPE_F32, dst.p(), 1024}};
   EXPECT_EQ(tz_get_error_code(tz_cuda_compress_temp_size(items.data(), 1, &p)), TZ_ERROR_UNSUPPORTED);
