@@ -3,23 +3,30 @@
 // for a scalar out-of-order core:
 //   - a step's 32 lanes are unrolled, so no loop counter, lane index or
 //     variable shift is computed per symbol;
-//   - renormalisation is branch-free: every lane loads the word at
-//     p + 2 * (words taken so far in this step) and keeps it only when it
-//     is below L, the count advancing by that flag; the step checks once that
-//     64 bytes are left, so no lane checks bounds (the format's ascending lane
-//     order falls out of the running count);
+//   - renormalisation: the lanes decode independently, noting in a mask which
+//     fell below L, then those take their words in ascending lane order (the
+//     format's order); the step checks once that 64 bytes are left, so no
+//     lane checks bounds;
 //   - the encoder stores each lane's word at the front unconditionally and
 //     keeps it by moving a count, not a pointer; it codes from entries built
-//     per stream (bound (freq << 20) - 1, M - freq, start next to the
-//     reciprocal) and computes x' = x + q * (M - freq) + start, the same
+//     per stream (bound (freq << 20) - 1, M - freq and start; the
+//     reciprocals in an array beside them) and computes x' = x + q * (M - freq) + start, the same
 //     value mod 2^32 as (q << 12) + (x - q * freq) + start;
 //   - with lane contexts, the table of the next symbol comes from a 256-entry
 //     array of table offsets built once per stream, instead of the compare
-//     and clamp of rans_ctx_of per symbol (a data-dependent branch there).
+//     and clamp of rans_ctx_of per symbol (a data-dependent branch there);
+//   - a long stream decodes from its tables split into symbol, frequency and
+//     offset arrays (built per stream), so a lookup needs no shifts or masks;
+//     the encoder keeps its states in a local array the word stores cannot
+//     alias, so they stay in registers where the compiler can.
 // The decoder's last partial step and end conditions are the shared
 // rans_decode_tail, so it accepts and rejects exactly what
 // tz::rans_decode_ctx does.
 #include "cpu/rans_portable.h"
+
+#include <bit>
+#include <memory>
+#include <new>
 
 namespace tz::cpu {
 
@@ -49,6 +56,68 @@ inline void decode_step(uint32_t* x, uint32_t* coff, const uint32_t* next_off, c
   rans_refill_lanes(x, low, p);
 }
 
+// The decode tables split into the fields the step uses, so that a lookup
+// is three loads and no shifts or masks: slot i's symbol, its frequency and
+// the slot's offset in the symbol's range (the fields of rans_dec_entry).
+// Built per stream from the shared tables when the stream is long enough to
+// repay the build.
+struct FreqOff {
+  uint16_t freq, off;
+};
+struct SplitDecTables {
+  FreqOff fo[kProbScale * kMaxContexts];
+  uint8_t sym[kProbScale * kMaxContexts];
+};
+
+void split_dec_tables(const uint32_t* dec, uint32_t entries, SplitDecTables& t) {
+  for (uint32_t i = 0; i < entries; ++i) {
+    const uint32_t e = dec[i];
+    t.fo[i] = FreqOff{(uint16_t)(((e >> 8) & 0xFFFu) + 1u), (uint16_t)(e >> 20)};
+    t.sym[i] = (uint8_t)e;
+  }
+}
+
+// The renormalisation of a step (rans_refill_lanes): lanes whose bit is set
+// in low take the next word, in ascending lane order.
+inline void refill_lanes(uint32_t* x, uint32_t low, const uint8_t*& p) {
+  const uint8_t* q = p;
+  for (; low; low &= low - 1) {
+    uint32_t& xl = x[(uint32_t)std::countr_zero(low)];
+    xl <<= 16;
+    xl |= load_le16(q);
+    q += 2;
+  }
+  p = q;
+}
+
+// decode_step from split tables. The lanes go from 31 down to 0 so that the
+// mask of lanes below L builds by doubling (bit l = lane l), its bit as
+// arithmetic (a subtract and a shift) rather than a compare and a set.
+template <bool Ctx>
+inline void decode_step_split(uint32_t* x, uint32_t* coff, const uint32_t* next_off, const SplitDecTables& t,
+                              const uint8_t*& p, uint8_t* o) {
+  uint32_t low = 0;
+#pragma GCC unroll 32
+  for (int l = kLanes - 1; l >= 0; --l) {
+    uint32_t xl = x[l];
+    const size_t i = (size_t)((Ctx ? coff[l] : 0u) + (xl & (kProbScale - 1u)));
+    const uint8_t s = t.sym[i];
+    o[l] = s;
+    if (Ctx) coff[l] = next_off[s];
+    xl = (uint32_t)t.fo[i].freq * (xl >> kProbBits) + t.fo[i].off;
+    low = low + low + (uint32_t)(((uint64_t)xl - kRansL) >> 63);  // xl < L, as arithmetic
+    x[l] = xl;
+  }
+  refill_lanes(x, low, p);
+}
+
+// Symbols per table from which the split tables are built: the build is
+// 4096 entries per table at one to two instructions each (vectorised), the
+// step saves about four instructions per symbol (callgrind), so they repay
+// from some 2,000 symbols; smaller streams (short tensors, the last block)
+// keep the shared tables.
+constexpr uint32_t kSplitTablesMinSymbolsPerTable = 4096;
+
 template <bool Ctx>
 int decode_lanes(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx_in,
                  uint8_t* out) {
@@ -65,51 +134,74 @@ int decode_lanes(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec
   const uint8_t* const end = in + size;
   const uint32_t full_steps = n / kLanes;
   uint32_t s = 0;
-  for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s)
-    decode_step<Ctx>(x, coff, next_off, dec, p, out + (size_t)s * kLanes);
+  const uint32_t n_tables = Ctx ? ctx.n : 1u;
+  SplitDecTables* split = nullptr;
+  if (n / n_tables >= kSplitTablesMinSymbolsPerTable && (size_t)(end - p) >= 2 * kLanes) {
+    thread_local std::unique_ptr<SplitDecTables> own;  // per thread: a decode may run on any pool worker
+    if (!own) own.reset(new (std::nothrow) SplitDecTables);
+    split = own.get();
+  }
+  if (split) {
+    split_dec_tables(dec, n_tables * kProbScale, *split);
+    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s)
+      decode_step_split<Ctx>(x, coff, next_off, *split, p, out + (size_t)s * kLanes);
+  } else {
+    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s)
+      decode_step<Ctx>(x, coff, next_off, dec, p, out + (size_t)s * kLanes);
+  }
   for (int l = 0; l < kLanes; ++l) cx[l] = coff[l] >> kProbBits;
   return rans_decode_tail(x, p, end, s, n, dec, RansEmitBytes{out}, ctx, cx);
 }
 
 // The encoder's view of one table entry, built per stream from RansEncSym:
-// the renormalisation bound and the coding step's terms ready to use.
-struct EncEntry {
-  uint64_t rcp;    // RansEncSym::rcp
+// the renormalisation bound and the coding step's terms ready to use. The
+// reciprocals sit in an array of their own so that both arrays are indexed
+// by symbol with an 8-byte scale (no shift per lookup).
+struct EncCode {
   uint32_t xmax;   // (freq << 20) - 1: a word goes out when x > xmax
   uint16_t cmpl;   // kProbScale - freq
   uint16_t start;  // RansEncSym::start
 };
+struct EncEntries {
+  uint64_t rcp[256 * kMaxContexts];  // RansEncSym::rcp
+  EncCode code[256 * kMaxContexts];
+};
 
-void build_enc_entries(const RansEncSym* enc, uint32_t n_tables, EncEntry* out) {
+void build_enc_entries(const RansEncSym* enc, uint32_t n_tables, EncEntries& out) {
   for (uint32_t i = 0; i < 256 * n_tables; ++i) {
     const RansEncSym& e = enc[i];
-    out[i] = EncEntry{e.rcp, (uint32_t)(((uint64_t)e.freq << 20) - 1u), (uint16_t)(kProbScale - e.freq),
-                      (uint16_t)e.start};
+    out.rcp[i] = e.rcp;
+    out.code[i] = EncCode{(uint32_t)(((uint64_t)e.freq << 20) - 1u), (uint16_t)(kProbScale - e.freq),
+                          (uint16_t)e.start};
   }
 }
 
-// One coding step of state x (rans_enc_put_nb's result): the word is stored
-// at front[at] and kept by moving `at` down (front = the stream's first word
-// minus one; at <= 0 counts the words pushed in this step, negated, so the
-// store is one addressing mode).
-inline uint32_t enc_put(uint32_t x, const EncEntry& e, uint16_t* front, ptrdiff_t& at) {
+// One coding step of state x (rans_enc_put_nb's result) with entry i: the
+// word is stored at front[at] and kept by moving `at` down (front = the
+// stream's first word minus one; at <= 0 counts the words pushed in this
+// step, negated, so the store is one addressing mode).
+inline uint32_t enc_put(uint32_t x, const EncEntries& t, size_t i, uint16_t* front, ptrdiff_t& at) {
+  const EncCode e = t.code[i];
   // 1 when x > xmax, as arithmetic (a compare here becomes a branch, taken at random)
   const uint32_t out = (uint32_t)(((uint64_t)e.xmax - x) >> 63);
   front[at] = (uint16_t)(x & 0xFFFFu);
   at -= out;
   x >>= 16u * out;
-  const uint32_t q = (uint32_t)mulhi64((uint64_t)x << 20, e.rcp);
+  const uint32_t q = (uint32_t)mulhi64((uint64_t)x << 20, t.rcp[i]);
   return x + q * e.cmpl + e.start;
 }
 
-// One full step, lanes 31 down to 0, table of lane l: enc + tab_off(l).
+// One full step, lanes 31 down to 0, table of lane l at tab_off(l).
 template <class TabOff>
-inline void encode_step(uint32_t* x, const uint8_t* sp, const EncEntry* enc, const TabOff& tab_off,
+inline void encode_step(uint32_t* x, const uint8_t* sp, const EncEntries& enc, const TabOff& tab_off,
                         uint16_t*& wp) {
   uint16_t* const front = wp - 1;
   ptrdiff_t at = 0;
+  uint32_t xs[kLanes];  // the states in a local copy: the word stores cannot alias it
+  memcpy(xs, x, sizeof xs);
 #pragma GCC unroll 32
-  for (int l = kLanes - 1; l >= 0; --l) x[l] = enc_put(x[l], enc[tab_off(l) + sp[l]], front, at);
+  for (int l = kLanes - 1; l >= 0; --l) xs[l] = enc_put(xs[l], enc, (size_t)(tab_off(l) + sp[l]), front, at);
+  memcpy(x, xs, sizeof xs);
   wp += at;
 }
 
@@ -117,7 +209,7 @@ template <bool Ctx>
 size_t encode_lanes(const uint8_t* sym, uint32_t n, const RansEncSym* enc_sym, const RansCtx& ctx_in,
                     uint16_t* words, uint8_t* out, size_t limit) {
   const RansCtx ctx = ctx_in;
-  EncEntry enc[256 * kMaxContexts];
+  EncEntries enc;
   build_enc_entries(enc_sym, Ctx ? ctx.n : 1u, enc);
   uint32_t x[kLanes];
   for (int l = 0; l < kLanes; ++l) x[l] = kRansL;
@@ -133,7 +225,7 @@ size_t encode_lanes(const uint8_t* sym, uint32_t n, const RansEncSym* enc_sym, c
     ptrdiff_t at = 0;
     for (uint32_t l = n - base; l-- > 0;) {
       const uint32_t t = Ctx && s > 0 ? next_tab[sym[base - kLanes + l]] : 0u;
-      x[l] = enc_put(x[l], enc[t + sym[base + l]], front, at);
+      x[l] = enc_put(x[l], enc, (size_t)(t + sym[base + l]), front, at);
     }
     wp += at;
   }
