@@ -9,16 +9,14 @@
 //     lane checks bounds;
 //   - the encoder stores each lane's word at the front unconditionally and
 //     keeps it by moving a count, not a pointer; it codes from entries built
-//     per stream (bound (freq << 20) - 1, M - freq and start; the
-//     reciprocals in an array beside them) and computes x' = x + q * (M - freq) + start, the same
+//     per stream (bound (freq << 20) - 1, M - freq, start next to the
+//     reciprocal) and computes x' = x + q * (M - freq) + start, the same
 //     value mod 2^32 as (q << 12) + (x - q * freq) + start;
 //   - with lane contexts, the table of the next symbol comes from a 256-entry
 //     array of table offsets built once per stream, instead of the compare
 //     and clamp of rans_ctx_of per symbol (a data-dependent branch there);
 //   - a long stream decodes from its tables split into symbol, frequency and
-//     offset arrays (built per stream), so a lookup needs no shifts or masks;
-//     the encoder keeps its states in a local array the word stores cannot
-//     alias, so they stay in registers where the compiler can.
+//     offset arrays (built per stream), so a lookup needs no shifts or masks.
 // The decoder's last partial step and end conditions are the shared
 // rans_decode_tail, so it accepts and rejects exactly what
 // tz::rans_decode_ctx does.
@@ -154,54 +152,44 @@ int decode_lanes(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec
 }
 
 // The encoder's view of one table entry, built per stream from RansEncSym:
-// the renormalisation bound and the coding step's terms ready to use. The
-// reciprocals sit in an array of their own so that both arrays are indexed
-// by symbol with an 8-byte scale (no shift per lookup).
-struct EncCode {
+// the renormalisation bound and the coding step's terms ready to use.
+struct EncEntry {
+  uint64_t rcp;    // RansEncSym::rcp
   uint32_t xmax;   // (freq << 20) - 1: a word goes out when x > xmax
   uint16_t cmpl;   // kProbScale - freq
   uint16_t start;  // RansEncSym::start
 };
-struct EncEntries {
-  uint64_t rcp[256 * kMaxContexts];  // RansEncSym::rcp
-  EncCode code[256 * kMaxContexts];
-};
 
-void build_enc_entries(const RansEncSym* enc, uint32_t n_tables, EncEntries& out) {
+void build_enc_entries(const RansEncSym* enc, uint32_t n_tables, EncEntry* out) {
   for (uint32_t i = 0; i < 256 * n_tables; ++i) {
     const RansEncSym& e = enc[i];
-    out.rcp[i] = e.rcp;
-    out.code[i] = EncCode{(uint32_t)(((uint64_t)e.freq << 20) - 1u), (uint16_t)(kProbScale - e.freq),
-                          (uint16_t)e.start};
+    out[i] = EncEntry{e.rcp, (uint32_t)(((uint64_t)e.freq << 20) - 1u), (uint16_t)(kProbScale - e.freq),
+                      (uint16_t)e.start};
   }
 }
 
-// One coding step of state x (rans_enc_put_nb's result) with entry i: the
-// word is stored at front[at] and kept by moving `at` down (front = the
-// stream's first word minus one; at <= 0 counts the words pushed in this
-// step, negated, so the store is one addressing mode).
-inline uint32_t enc_put(uint32_t x, const EncEntries& t, size_t i, uint16_t* front, ptrdiff_t& at) {
-  const EncCode e = t.code[i];
+// One coding step of state x (rans_enc_put_nb's result): the word is stored
+// at front[at] and kept by moving `at` down (front = the stream's first word
+// minus one; at <= 0 counts the words pushed in this step, negated, so the
+// store is one addressing mode).
+inline uint32_t enc_put(uint32_t x, const EncEntry& e, uint16_t* front, ptrdiff_t& at) {
   // 1 when x > xmax, as arithmetic (a compare here becomes a branch, taken at random)
   const uint32_t out = (uint32_t)(((uint64_t)e.xmax - x) >> 63);
   front[at] = (uint16_t)(x & 0xFFFFu);
   at -= out;
   x >>= 16u * out;
-  const uint32_t q = (uint32_t)mulhi64((uint64_t)x << 20, t.rcp[i]);
+  const uint32_t q = (uint32_t)mulhi64((uint64_t)x << 20, e.rcp);
   return x + q * e.cmpl + e.start;
 }
 
-// One full step, lanes 31 down to 0, table of lane l at tab_off(l).
+// One full step, lanes 31 down to 0, table of lane l: enc + tab_off(l).
 template <class TabOff>
-inline void encode_step(uint32_t* x, const uint8_t* sp, const EncEntries& enc, const TabOff& tab_off,
+inline void encode_step(uint32_t* x, const uint8_t* sp, const EncEntry* enc, const TabOff& tab_off,
                         uint16_t*& wp) {
   uint16_t* const front = wp - 1;
   ptrdiff_t at = 0;
-  uint32_t xs[kLanes];  // the states in a local copy: the word stores cannot alias it
-  memcpy(xs, x, sizeof xs);
 #pragma GCC unroll 32
-  for (int l = kLanes - 1; l >= 0; --l) xs[l] = enc_put(xs[l], enc, (size_t)(tab_off(l) + sp[l]), front, at);
-  memcpy(x, xs, sizeof xs);
+  for (int l = kLanes - 1; l >= 0; --l) x[l] = enc_put(x[l], enc[tab_off(l) + sp[l]], front, at);
   wp += at;
 }
 
@@ -209,7 +197,7 @@ template <bool Ctx>
 size_t encode_lanes(const uint8_t* sym, uint32_t n, const RansEncSym* enc_sym, const RansCtx& ctx_in,
                     uint16_t* words, uint8_t* out, size_t limit) {
   const RansCtx ctx = ctx_in;
-  EncEntries enc;
+  EncEntry enc[256 * kMaxContexts];
   build_enc_entries(enc_sym, Ctx ? ctx.n : 1u, enc);
   uint32_t x[kLanes];
   for (int l = 0; l < kLanes; ++l) x[l] = kRansL;
@@ -225,7 +213,7 @@ size_t encode_lanes(const uint8_t* sym, uint32_t n, const RansEncSym* enc_sym, c
     ptrdiff_t at = 0;
     for (uint32_t l = n - base; l-- > 0;) {
       const uint32_t t = Ctx && s > 0 ? next_tab[sym[base - kLanes + l]] : 0u;
-      x[l] = enc_put(x[l], enc, (size_t)(t + sym[base + l]), front, at);
+      x[l] = enc_put(x[l], enc[t + sym[base + l]], front, at);
     }
     wp += at;
   }
