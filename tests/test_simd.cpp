@@ -269,7 +269,7 @@ TEST(Simd, PortableCoderMatchesTheSharedCoder) {
 
 TEST(Simd, PortableDecoderOfLongStreamsMatchesTheSharedDecoder) {
   // The portable decoder switches to tables split into symbol, frequency and
-  // offset (src/cpu/rans_portable.cpp) once a stream has 4096 symbols per
+  // offset (src/cpu/rans_portable.cpp) once a stream has 8192 symbols per
   // table: at the sizes on either side of that switch, with and without lane
   // contexts, it must decode what the shared decoder of src/codec/rans.h
   // decodes and reject what it rejects, with the same status (flipped bits,
@@ -284,8 +284,8 @@ TEST(Simd, PortableDecoderOfLongStreamsMatchesTheSharedDecoder) {
     }
     const Tables t(f);
     const tz::RansCtx ctx{nc > 1 ? 3u : 0u, nc};
-    for (uint32_t n : {4096 * nc - 33, 4096 * nc - 1, 4096 * nc, 4096 * nc + 1, 4096 * nc + 31, 4096 * nc + 32,
-                       3 * 4096 * nc + 7}) {
+    const uint32_t at = 8192 * nc;  // the switch
+    for (uint32_t n : {at - 33, at - 1, at, at + 1, at + 31, at + 32, 3 * at + 7}) {
       const std::string tag = "contexts " + std::to_string(nc) + " n " + std::to_string(n);
       const Bytes sym = symbols_for(t.freq, ctx, n, nc * 7 + n);
       const Bytes got = encode_with(kPortableKernels, sym, t, ctx);

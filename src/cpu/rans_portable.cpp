@@ -15,8 +15,9 @@
 //   - with lane contexts, the table of the next symbol comes from a 256-entry
 //     array of table offsets built once per stream, instead of the compare
 //     and clamp of rans_ctx_of per symbol (a data-dependent branch there);
-//   - a long stream decodes from its tables split into symbol, frequency and
-//     offset arrays (built per stream), so a lookup needs no shifts or masks.
+//   - a long stream (8192 symbols per table or more) decodes from its tables
+//     split into symbol, frequency and offset arrays (built per stream), so a
+//     lookup needs no shifts or masks.
 // The decoder's last partial step and end conditions are the shared
 // rans_decode_tail, so it accepts and rejects exactly what
 // tz::rans_decode_ctx does.
@@ -57,21 +58,24 @@ inline void decode_step(uint32_t* x, uint32_t* coff, const uint32_t* next_off, c
 // The decode tables split into the fields the step uses, so that a lookup
 // is three loads and no shifts or masks: slot i's symbol, its frequency and
 // the slot's offset in the symbol's range (the fields of rans_dec_entry).
+// One array per field, so that the build vectorises (no interleaving).
 // Built per stream from the shared tables when the stream is long enough to
 // repay the build.
-struct FreqOff {
-  uint16_t freq, off;
-};
 struct SplitDecTables {
-  FreqOff fo[kProbScale * kMaxContexts];
+  uint16_t freq[kProbScale * kMaxContexts];
+  uint16_t off[kProbScale * kMaxContexts];
   uint8_t sym[kProbScale * kMaxContexts];
 };
 
-void split_dec_tables(const uint32_t* dec, uint32_t entries, SplitDecTables& t) {
+void split_dec_tables(const uint32_t* __restrict dec, uint32_t entries, SplitDecTables& t) {
+  uint16_t* __restrict freq = t.freq;
+  uint16_t* __restrict off = t.off;
+  uint8_t* __restrict sym = t.sym;
   for (uint32_t i = 0; i < entries; ++i) {
     const uint32_t e = dec[i];
-    t.fo[i] = FreqOff{(uint16_t)(((e >> 8) & 0xFFFu) + 1u), (uint16_t)(e >> 20)};
-    t.sym[i] = (uint8_t)e;
+    freq[i] = (uint16_t)(((e >> 8) & 0xFFFu) + 1u);
+    off[i] = (uint16_t)(e >> 20);
+    sym[i] = (uint8_t)e;
   }
 }
 
@@ -102,19 +106,20 @@ inline void decode_step_split(uint32_t* x, uint32_t* coff, const uint32_t* next_
     const uint8_t s = t.sym[i];
     o[l] = s;
     if (Ctx) coff[l] = next_off[s];
-    xl = (uint32_t)t.fo[i].freq * (xl >> kProbBits) + t.fo[i].off;
+    xl = (uint32_t)t.freq[i] * (xl >> kProbBits) + t.off[i];
     low = low + low + (uint32_t)(((uint64_t)xl - kRansL) >> 63);  // xl < L, as arithmetic
     x[l] = xl;
   }
   refill_lanes(x, low, p);
 }
 
-// Symbols per table from which the split tables are built: the build is
-// 4096 entries per table at one to two instructions each (vectorised), the
-// step saves about four instructions per symbol (callgrind), so they repay
-// from some 2,000 symbols; smaller streams (short tensors, the last block)
-// keep the shared tables.
-constexpr uint32_t kSplitTablesMinSymbolsPerTable = 4096;
+// Symbols per table from which the split tables are built: the build costs
+// about 5.6 instructions per entry (vectorised, but SSE2 narrows 32-bit
+// lanes to 16 by shuffles), 23,000 per table, and the split step saves 4 to
+// 5 instructions per symbol (callgrind), so a table repays from some 5,000
+// symbols; shorter streams (small tensors, a frame's short last block) keep
+// the shared tables.
+constexpr uint32_t kSplitTablesMinSymbolsPerTable = 8192;
 
 template <bool Ctx>
 int decode_lanes(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx_in,
