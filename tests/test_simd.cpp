@@ -267,6 +267,58 @@ TEST(Simd, PortableCoderMatchesTheSharedCoder) {
     }
 }
 
+TEST(Simd, PortableDecoderOfLongStreamsMatchesTheSharedDecoder) {
+  // The portable decoder switches to tables split into symbol, frequency and
+  // offset (src/cpu/rans_portable.cpp) once a stream has 8192 symbols per
+  // table: at the sizes on either side of that switch, with and without lane
+  // contexts, it must decode what the shared decoder of src/codec/rans.h
+  // decodes and reject what it rejects, with the same status (flipped bits,
+  // cut or padded streams, damaged lane states, a stream too short for one
+  // full step).
+  std::mt19937 rng(11);
+  for (uint32_t nc = 1; nc <= tz::kMaxContexts; ++nc) {
+    std::vector<uint32_t> f;
+    for (uint32_t c = 0; c < nc; ++c) {
+      const auto tc = table_for(6 + (int)c * 3 % 8);  // spread tables: every context costs bits
+      f.insert(f.end(), tc.begin(), tc.end());
+    }
+    const Tables t(f);
+    const tz::RansCtx ctx{nc > 1 ? 3u : 0u, nc};
+    const uint32_t at = 8192 * nc;  // the switch
+    for (uint32_t n : {at - 33, at - 1, at, at + 1, at + 31, at + 32, 3 * at + 7}) {
+      const std::string tag = "contexts " + std::to_string(nc) + " n " + std::to_string(n);
+      const Bytes sym = symbols_for(t.freq, ctx, n, nc * 7 + n);
+      const Bytes got = encode_with(kPortableKernels, sym, t, ctx);
+      ASSERT_GT(got.size(), tz::kRansStateBytes + 2 * (size_t)n / 4) << tag;
+      for (int trial = 0; trial < 40; ++trial) {
+        Bytes c = got;
+        if (trial > 0) {
+          switch (trial % 5) {
+            case 0:  // a bit of the words
+              c[tz::kRansStateBytes + rng() % (c.size() - tz::kRansStateBytes)] ^= (uint8_t)(1u << (rng() % 8));
+              break;
+            case 1: c.resize(c.size() - std::min<size_t>(c.size(), 1 + rng() % 70)); break;
+            case 2: c.resize(c.size() + 2 * (1 + rng() % 40), (uint8_t)rng()); break;
+            case 3: c.resize(tz::kRansStateBytes + 2 * (rng() % 32)); break;
+            default: c[rng() % tz::kRansStateBytes] = (uint8_t)rng();
+          }
+        }
+        Bytes want(n, 0xAB), back(n, 0xAB);
+        const int st = tz::rans_decode_ctx(c.data(), c.size(), n, t.dec.data(), ctx, want.data());
+        ASSERT_EQ(kPortableKernels.rans_decode(c.data(), c.size(), n, t.dec.data(), ctx, back.data()), st)
+            << tag << " trial " << trial;
+        if (trial == 0) {
+          ASSERT_EQ(st, tz::kOk) << tag;
+          ASSERT_EQ(back, sym) << tag;
+        }
+        if (st == tz::kOk) {
+          ASSERT_EQ(back, want) << tag << " trial " << trial;
+        }
+      }
+    }
+  }
+}
+
 TEST(Simd, EncoderAndDecoderMatchPortableCode) {
   SIMD_KERNELS_OR_SKIP(ks);
   for (const CodecKernels* k : ks) {

@@ -3,11 +3,10 @@
 // for a scalar out-of-order core:
 //   - a step's 32 lanes are unrolled, so no loop counter, lane index or
 //     variable shift is computed per symbol;
-//   - renormalisation is branch-free: every lane loads the word at
-//     p + 2 * (words taken so far in this step) and keeps it only when it
-//     is below L, the count advancing by that flag; the step checks once that
-//     64 bytes are left, so no lane checks bounds (the format's ascending lane
-//     order falls out of the running count);
+//   - renormalisation: the lanes decode independently, noting in a mask which
+//     fell below L, then those take their words in ascending lane order (the
+//     format's order); the step checks once that 64 bytes are left, so no
+//     lane checks bounds;
 //   - the encoder stores each lane's word at the front unconditionally and
 //     keeps it by moving a count, not a pointer; it codes from entries built
 //     per stream (bound (freq << 20) - 1, M - freq, start next to the
@@ -15,11 +14,18 @@
 //     value mod 2^32 as (q << 12) + (x - q * freq) + start;
 //   - with lane contexts, the table of the next symbol comes from a 256-entry
 //     array of table offsets built once per stream, instead of the compare
-//     and clamp of rans_ctx_of per symbol (a data-dependent branch there).
+//     and clamp of rans_ctx_of per symbol (a data-dependent branch there);
+//   - a long stream (8192 symbols per table or more) decodes from its tables
+//     split into symbol, frequency and offset arrays (built per stream), so a
+//     lookup needs no shifts or masks.
 // The decoder's last partial step and end conditions are the shared
 // rans_decode_tail, so it accepts and rejects exactly what
 // tz::rans_decode_ctx does.
 #include "cpu/rans_portable.h"
+
+#include <bit>
+#include <memory>
+#include <new>
 
 namespace tz::cpu {
 
@@ -49,6 +55,72 @@ inline void decode_step(uint32_t* x, uint32_t* coff, const uint32_t* next_off, c
   rans_refill_lanes(x, low, p);
 }
 
+// The decode tables split into the fields the step uses, so that a lookup
+// is three loads and no shifts or masks: slot i's symbol, its frequency and
+// the slot's offset in the symbol's range (the fields of rans_dec_entry).
+// One array per field, so that the build vectorises (no interleaving).
+// Built per stream from the shared tables when the stream is long enough to
+// repay the build.
+struct SplitDecTables {
+  uint16_t freq[kProbScale * kMaxContexts];
+  uint16_t off[kProbScale * kMaxContexts];
+  uint8_t sym[kProbScale * kMaxContexts];
+};
+
+void split_dec_tables(const uint32_t* __restrict dec, uint32_t entries, SplitDecTables& t) {
+  uint16_t* __restrict freq = t.freq;
+  uint16_t* __restrict off = t.off;
+  uint8_t* __restrict sym = t.sym;
+  for (uint32_t i = 0; i < entries; ++i) {
+    const uint32_t e = dec[i];
+    freq[i] = (uint16_t)(((e >> 8) & 0xFFFu) + 1u);
+    off[i] = (uint16_t)(e >> 20);
+    sym[i] = (uint8_t)e;
+  }
+}
+
+// The renormalisation of a step (rans_refill_lanes): lanes whose bit is set
+// in low take the next word, in ascending lane order.
+inline void refill_lanes(uint32_t* x, uint32_t low, const uint8_t*& p) {
+  const uint8_t* q = p;
+  for (; low; low &= low - 1) {
+    uint32_t& xl = x[(uint32_t)std::countr_zero(low)];
+    xl <<= 16;
+    xl |= load_le16(q);
+    q += 2;
+  }
+  p = q;
+}
+
+// decode_step from split tables. The lanes go from 31 down to 0 so that the
+// mask of lanes below L builds by doubling (bit l = lane l), its bit as
+// arithmetic (a subtract and a shift) rather than a compare and a set.
+template <bool Ctx>
+inline void decode_step_split(uint32_t* x, uint32_t* coff, const uint32_t* next_off, const SplitDecTables& t,
+                              const uint8_t*& p, uint8_t* o) {
+  uint32_t low = 0;
+#pragma GCC unroll 32
+  for (int l = kLanes - 1; l >= 0; --l) {
+    uint32_t xl = x[l];
+    const size_t i = (size_t)((Ctx ? coff[l] : 0u) + (xl & (kProbScale - 1u)));
+    const uint8_t s = t.sym[i];
+    o[l] = s;
+    if (Ctx) coff[l] = next_off[s];
+    xl = (uint32_t)t.freq[i] * (xl >> kProbBits) + t.off[i];
+    low = low + low + (uint32_t)(((uint64_t)xl - kRansL) >> 63);  // xl < L, as arithmetic
+    x[l] = xl;
+  }
+  refill_lanes(x, low, p);
+}
+
+// Symbols per table from which the split tables are built: the build costs
+// about 5.6 instructions per entry (vectorised, but SSE2 narrows 32-bit
+// lanes to 16 by shuffles), 23,000 per table, and the split step saves 4 to
+// 5 instructions per symbol (callgrind), so a table repays from some 5,000
+// symbols; shorter streams (small tensors, a frame's short last block) keep
+// the shared tables.
+constexpr uint32_t kSplitTablesMinSymbolsPerTable = 8192;
+
 template <bool Ctx>
 int decode_lanes(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx_in,
                  uint8_t* out) {
@@ -65,8 +137,21 @@ int decode_lanes(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec
   const uint8_t* const end = in + size;
   const uint32_t full_steps = n / kLanes;
   uint32_t s = 0;
-  for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s)
-    decode_step<Ctx>(x, coff, next_off, dec, p, out + (size_t)s * kLanes);
+  const uint32_t n_tables = Ctx ? ctx.n : 1u;
+  SplitDecTables* split = nullptr;
+  if (n / n_tables >= kSplitTablesMinSymbolsPerTable && (size_t)(end - p) >= 2 * kLanes) {
+    thread_local std::unique_ptr<SplitDecTables> own;  // per thread: a decode may run on any pool worker
+    if (!own) own.reset(new (std::nothrow) SplitDecTables);
+    split = own.get();
+  }
+  if (split) {
+    split_dec_tables(dec, n_tables * kProbScale, *split);
+    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s)
+      decode_step_split<Ctx>(x, coff, next_off, *split, p, out + (size_t)s * kLanes);
+  } else {
+    for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s)
+      decode_step<Ctx>(x, coff, next_off, dec, p, out + (size_t)s * kLanes);
+  }
   for (int l = 0; l < kLanes; ++l) cx[l] = coff[l] >> kProbBits;
   return rans_decode_tail(x, p, end, s, n, dec, RansEmitBytes{out}, ctx, cx);
 }
