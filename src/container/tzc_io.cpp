@@ -4,11 +4,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -40,6 +42,36 @@ CtxSet::CtxSet(unsigned n) {
 
 CtxSet::~CtxSet() {
   for (auto* c : v) tz_ctx_free(c);
+}
+
+// ---- buffers -------------------------------------------------------------
+BufferPtr alloc_buffer(size_t n, bool huge_pages, size_t* cap) {
+  const size_t want = std::max<size_t>(n, 1);
+  if (!huge_pages || want < kHugeBufferMin) {
+    void* p = std::malloc(want);
+    if (!p) fail(ErrorKind::kInternal, "out of memory (a buffer of " + std::to_string(want) + " bytes)");
+    *cap = want;
+    return BufferPtr(static_cast<uint8_t*>(p), BufferFree{0});
+  }
+  if (want > SIZE_MAX - 2 * kHugePage) fail(ErrorKind::kInternal, "out of memory (a buffer of " + std::to_string(want) + " bytes)");
+  const size_t c = (want + kHugePage - 1) / kHugePage * kHugePage;
+  // Mapped with one huge page of slack, then trimmed to the aligned part.
+  void* m = mmap(nullptr, c + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) fail(ErrorKind::kInternal, "out of memory (a buffer of " + std::to_string(c) + " bytes)");
+  uint8_t* const base = static_cast<uint8_t*>(m);
+  uint8_t* const p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(uintptr_t)(kHugePage - 1));
+  if (p > base) munmap(base, (size_t)(p - base));
+  if (const size_t tail = (size_t)(base + c + kHugePage - (p + c))) munmap(p + c, tail);
+#ifdef MADV_HUGEPAGE
+  madvise(p, c, MADV_HUGEPAGE);  // a hint: refused (EINVAL) where THP is absent
+#endif
+  *cap = c;
+  return BufferPtr(p, BufferFree{c});
+}
+
+void BufferFree::operator()(uint8_t* p) const {
+  if (mapped) munmap(p, mapped);
+  else std::free(p);
 }
 
 // ---- InFile ------------------------------------------------------------
