@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <thread>
 
 namespace tz::container::detail {
@@ -48,16 +49,15 @@ CtxSet::~CtxSet() {
 BufferPtr alloc_buffer(size_t n, bool huge_pages, size_t* cap) {
   const size_t want = std::max<size_t>(n, 1);
   if (!huge_pages || want < kHugeBufferMin) {
-    void* p = std::malloc(want);
-    if (!p) fail(ErrorKind::kInternal, "out of memory (a buffer of " + std::to_string(want) + " bytes)");
+    uint8_t* p = new uint8_t[want];  // std::bad_alloc on out of memory, as every allocation here
     *cap = want;
-    return BufferPtr(static_cast<uint8_t*>(p), BufferFree{0});
+    return BufferPtr(p, BufferFree{0});
   }
-  if (want > SIZE_MAX - 2 * kHugePage) fail(ErrorKind::kInternal, "out of memory (a buffer of " + std::to_string(want) + " bytes)");
+  if (want > SIZE_MAX - 2 * kHugePage) throw std::bad_alloc();
   const size_t c = (want + kHugePage - 1) / kHugePage * kHugePage;
   // Mapped with one huge page of slack, then trimmed to the aligned part.
   void* m = mmap(nullptr, c + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) fail(ErrorKind::kInternal, "out of memory (a buffer of " + std::to_string(c) + " bytes)");
+  if (m == MAP_FAILED) throw std::bad_alloc();
   uint8_t* const base = static_cast<uint8_t*>(m);
   uint8_t* const p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(uintptr_t)(kHugePage - 1));
   if (p > base) munmap(base, (size_t)(p - base));
@@ -71,7 +71,7 @@ BufferPtr alloc_buffer(size_t n, bool huge_pages, size_t* cap) {
 
 void BufferFree::operator()(uint8_t* p) const {
   if (mapped) munmap(p, mapped);
-  else std::free(p);
+  else delete[] p;
 }
 
 // ---- InFile ------------------------------------------------------------

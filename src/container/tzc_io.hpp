@@ -98,17 +98,17 @@ struct CtxSet {
 // cost ~2-4 us, more than the codec's time for the page's bytes, and two
 // threads fault in twice the buffers one thread does. Being mappings of
 // their own they leave malloc's heap as it was. Every other buffer comes
-// from malloc (the readers' and TensorWriter's: in a long-lived process
+// from new[] (the readers' and TensorWriter's: in a long-lived process
 // malloc's heap, already warm, serves them and the tensors the caller
 // allocates next).
 constexpr size_t kHugeBufferMin = 1u << 20;
 constexpr size_t kHugePage = 2u << 20;
 struct BufferFree {
-  size_t mapped = 0;  // bytes of the mapping; 0: from malloc
+  size_t mapped = 0;  // bytes of the mapping; 0: from new[]
   void operator()(uint8_t* p) const;
 };
 using BufferPtr = std::unique_ptr<uint8_t[], BufferFree>;
-// Uninitialised; *cap set to the bytes usable (>= n). Throws on out of memory.
+// Uninitialised; *cap set to the bytes usable (>= n). Throws std::bad_alloc.
 BufferPtr alloc_buffer(size_t n, bool huge_pages, size_t* cap);
 
 // Growable byte buffer that does not zero-fill (reused across chunks).
