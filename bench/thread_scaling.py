@@ -13,8 +13,10 @@ the previous output. Inputs are read once before timing (page cache warm). Every
 checked byte for byte against the -T1 output and against the original after decompression.
 The Python rows run torch on one thread (its spinning OpenMP workers would take a vCPU from the
 timed calls) and start each round's loads after an untimed one (same allocator state for both).
-On a loaded shared machine, `chrt -f 1 python3 bench/thread_scaling.py ...` gives the timed
-commands both vCPUs (bench/RESULTS.md, "buffer reuse").
+On a loaded shared machine the wall times say little: `--idle-wait S` starts each round only once
+no other task runs (the table says how many did), and the CPU-time column compares builds and
+thread counts whatever the load (bench/RESULTS.md, "huge-page buffers"). Real-time priorities
+(`chrt`) would take CPU from the other users of a shared machine: not on shared machines.
 
 Data: the fixture optimizer file (../shared/fixtures/gpt-small-step400-optim-fp32.safetensors), the
 whole fixture checkpoint (its BF16 model file and that optimizer file, copied into one folder under

@@ -91,6 +91,20 @@ def opt_path(p: Any, what: str) -> str:
 _opt_path = opt_path
 
 
+def write_backend(threads: int) -> str:
+    """TensorWriter's ``io`` for save_file: the I/O engine's write queue ("auto": io_uring or a
+    pwrite thread) while the coding threads leave a CPU free for it, else "pwrite", each frame
+    group written by the coding thread that commits it. On two busy CPUs the queue's extra thread
+    only takes turns with the coders and costs more CPU time than it saves (bench/RESULTS.md,
+    "wall time with threads: huge-page buffers")."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    coders = threads if threads > 0 else (os.cpu_count() or 1)
+    return "pwrite" if coders >= cpus else "auto"
+
+
 def save_sources(tensors: Mapping[str, Any], filename: PathLike, metadata: Optional[Mapping[str, str]],
                  source: Callable[[Any], Tuple[str, Tuple[int, ...], np.ndarray]],
                  level: int, threads: int, block_elems: int, chunk_bytes: int, predict: bool = True,
@@ -125,7 +139,8 @@ def save_sources(tensors: Mapping[str, Any], filename: PathLike, metadata: Optio
     out = os.fspath(filename)
     with _C.TensorWriter(out, level=level, threads=threads, chunk_bytes=chunk_bytes, predict=predict,
                          metadata=dict(metadata or {}), block_elems=block_elems, force=True,
-                         safetensors_header=header[8:].decode("utf-8"), ref=ref_s, ref_original=ref_orig_s) as w:
+                         safetensors_header=header[8:].decode("utf-8"), ref=ref_s, ref_original=ref_orig_s,
+                         io=write_backend(threads)) as w:
         for i in order:
             name, dtype, shape, _n = items[i]
             w.add(name, dtype, list(shape), views[i])

@@ -107,6 +107,26 @@ def test_threads_never_change_the_bytes(tmp_path, rng):
             assert same_bits(arrays["big"], f.get_tensor("big"))
 
 
+def test_save_file_write_backend_never_changes_the_bytes(tmp_path, rng, monkeypatch):
+    # save_file writes through the I/O engine's queue while a CPU is left over for it, else on
+    # the coding threads (pwrite): whichever, at any thread count, the file is the same.
+    from tensorzip import _file
+    d = {f"t{i}": torch_tensor("F32" if i % 2 else "BF16", (1 + i * 7919 % 300_000,), rng) for i in range(12)}
+    files = []
+    for cpus in (1, 2, 64):
+        monkeypatch.setattr(_file.os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
+        assert _file.write_backend(2) == ("pwrite" if cpus <= 2 else "auto")
+        assert _file.write_backend(0) == ("pwrite" if cpus <= (os.cpu_count() or 1) else "auto")
+        for t in (1, 2, 3):
+            p = tmp_path / f"c{cpus}t{t}.tzip"
+            tzt.save_file(d, p, threads=t, chunk_bytes=1 << 20)
+            files.append(p.read_bytes())
+    assert all(f == files[0] for f in files[1:])
+    out = tzt.load_file(tmp_path / "c1t1.tzip")
+    for k in d:
+        assert torch_same_bits(out[k], d[k]), k
+
+
 def test_cross_framework(tmp_path, rng):
     d = every_dtype_pt(rng)
     p = tmp_path / "x.tzip"

@@ -4,13 +4,16 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <thread>
 
 namespace tz::container::detail {
@@ -40,6 +43,35 @@ CtxSet::CtxSet(unsigned n) {
 
 CtxSet::~CtxSet() {
   for (auto* c : v) tz_ctx_free(c);
+}
+
+// ---- buffers -------------------------------------------------------------
+BufferPtr alloc_buffer(size_t n, bool huge_pages, size_t* cap) {
+  const size_t want = std::max<size_t>(n, 1);
+  if (!huge_pages || want < kHugeBufferMin) {
+    uint8_t* p = new uint8_t[want];  // std::bad_alloc on out of memory, as every allocation here
+    *cap = want;
+    return BufferPtr(p, BufferFree{0});
+  }
+  if (want > SIZE_MAX - 2 * kHugePage) throw std::bad_alloc();
+  const size_t c = (want + kHugePage - 1) / kHugePage * kHugePage;
+  // Mapped with one huge page of slack, then trimmed to the aligned part.
+  void* m = mmap(nullptr, c + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw std::bad_alloc();
+  uint8_t* const base = static_cast<uint8_t*>(m);
+  uint8_t* const p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(uintptr_t)(kHugePage - 1));
+  if (p > base) munmap(base, (size_t)(p - base));
+  if (const size_t tail = (size_t)(base + c + kHugePage - (p + c))) munmap(p + c, tail);
+#ifdef MADV_HUGEPAGE
+  madvise(p, c, MADV_HUGEPAGE);  // a hint: refused (EINVAL) where THP is absent
+#endif
+  *cap = c;
+  return BufferPtr(p, BufferFree{c});
+}
+
+void BufferFree::operator()(uint8_t* p) const {
+  if (mapped) munmap(p, mapped);
+  else delete[] p;
 }
 
 // ---- InFile ------------------------------------------------------------

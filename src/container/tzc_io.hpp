@@ -90,19 +90,46 @@ struct CtxSet {
   std::vector<tz_ctx*> v;
 };
 
+// Memory for byte buffers. With huge_pages, a buffer of at least
+// kHugeBufferMin bytes is its own anonymous mapping, whole 2 MiB, aligned
+// to 2 MiB and offered transparent huge pages (madvise MADV_HUGEPAGE; the
+// kernel may decline): its first touch then costs one page fault per 2 MiB
+// instead of one per 4 KiB. On this project's 2-vCPU VMs a 4 KiB fault
+// cost ~2-4 us, more than the codec's time for the page's bytes, and two
+// threads fault in twice the buffers one thread does. Being mappings of
+// their own they leave malloc's heap as it was. Every other buffer comes
+// from new[] (the readers' and TensorWriter's: in a long-lived process
+// malloc's heap, already warm, serves them and the tensors the caller
+// allocates next).
+constexpr size_t kHugeBufferMin = 1u << 20;
+constexpr size_t kHugePage = 2u << 20;
+struct BufferFree {
+  size_t mapped = 0;  // bytes of the mapping; 0: from new[]
+  void operator()(uint8_t* p) const;
+};
+using BufferPtr = std::unique_ptr<uint8_t[], BufferFree>;
+// Uninitialised; *cap set to the bytes usable (>= n). Throws std::bad_alloc.
+BufferPtr alloc_buffer(size_t n, bool huge_pages, size_t* cap);
+
 // Growable byte buffer that does not zero-fill (reused across chunks).
 // reserve(n, at_least): when it must grow, it grows to at_least (the
 // largest n its user will ask for) at once, so a buffer reused for items of
 // varying size is allocated, and its pages first touched, only once.
+// Buf(true): large sizes on huge pages (alloc_buffer), for the whole-file
+// passes (compress_file, export, verify), whose buffers are first touched
+// once per run.
 struct Buf {
-  std::unique_ptr<uint8_t[]> p;
+  Buf() = default;
+  explicit Buf(bool huge) : huge_pages(huge) {}
+  BufferPtr p;
   size_t cap = 0;
   size_t size = 0;
+  bool huge_pages = false;
   uint8_t* reserve(size_t n, size_t at_least = 0) {
     if (cap < n) {
-      const size_t c = std::max(n, at_least);
-      p.reset(new uint8_t[c]);
-      cap = c;
+      p.reset();
+      cap = 0;
+      p = alloc_buffer(std::max(n, at_least), huge_pages, &cap);
     }
     size = n;
     return p.get();

@@ -28,7 +28,7 @@ struct PassUnit {
   uint64_t read_from;  // previous frame end: padding is read (and checked) too
 };
 struct PassSlot {
-  Buf comp, raw;  // a group of frames as read (with the padding before each); their decoded bytes
+  Buf comp{true}, raw{true};  // a group of frames as read (with the padding before each); their decoded bytes (huge pages)
   std::vector<uint64_t> raw_off;
 };
 

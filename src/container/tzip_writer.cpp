@@ -48,7 +48,7 @@ struct PredSrc {
 };
 
 struct Slot {
-  Buf raw, comp;  // the group's source bytes; its frames, each at comp_off[k]
+  Buf raw{true}, comp{true};  // the group's source bytes; its frames, each at comp_off[k] (huge pages)
   std::vector<uint64_t> comp_off, comp_size, hash;
 };
 

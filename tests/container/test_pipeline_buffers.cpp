@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -132,6 +133,40 @@ TEST(Buf, GrowsOnceToTheLargestSizeAsked) {
   b.reserve(7000, 100);  // a request over the capacity always gets its bytes
   EXPECT_GE(b.cap, 7000u);
   EXPECT_EQ(b.size, 7000u);
+}
+
+// With huge pages (the whole-file passes' buffers), buffers of
+// kHugeBufferMin bytes or more are whole 2 MiB, aligned to 2 MiB (so that
+// the transparent huge pages they are offered can back them); smaller ones
+// are exactly the size asked, as are all without huge pages. Every byte of
+// the capacity is usable.
+TEST(Buf, LargeBuffersAreWholeAlignedHugePages) {
+  for (size_t n : {td::kHugeBufferMin - 1, td::kHugeBufferMin, td::kHugePage, td::kHugePage + 1, (size_t)(4u << 20),
+                   (size_t)(9u << 20) + 17}) {
+    td::Buf plain;
+    plain.reserve(n);
+    EXPECT_EQ(plain.cap, n);
+    td::Buf b(true);
+    uint8_t* p = b.reserve(n);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(b.size, n);
+    if (n < td::kHugeBufferMin) {
+      EXPECT_EQ(b.cap, n);
+    } else {
+      EXPECT_EQ(b.cap % td::kHugePage, 0u) << n;
+      EXPECT_GE(b.cap, n);
+      EXPECT_LT(b.cap - n, td::kHugePage) << n;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % td::kHugePage, 0u) << n;
+    }
+    std::memset(p, 0xA5, b.cap);  // the whole capacity is ours
+    EXPECT_EQ(p[0], 0xA5);
+    EXPECT_EQ(p[b.cap - 1], 0xA5);
+    // Within the capacity no new allocation; beyond it a new (large) one.
+    EXPECT_EQ(b.reserve(b.cap), p);
+    uint8_t* q = b.reserve(b.cap + 1);
+    EXPECT_GE(b.cap, b.size);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % td::kHugePage, 0u);
+  }
 }
 
 // OutFile gathers small writes and passes large ones straight to the file:
