@@ -135,6 +135,17 @@ __device__ uint32_t find_item(const Item* items, uint32_t n_items, uint32_t chun
   return lo;
 }
 
+// Compression kernels: this CTA's item and the first of the kWarpsPerCta
+// blocks it takes; false when there is nothing to do (the item failed its
+// checks, or the chunk lies past its last block).
+__device__ inline bool cta_item_blocks(const CItem* items, uint32_t n_items, uint32_t& ii, uint32_t& b0) {
+  ii = find_item(items, n_items, blockIdx.x);
+  const CItem& it = items[ii];
+  if (it.status0 != kOk) return false;
+  b0 = (blockIdx.x - it.first_chunk) * kWarpsPerCta;
+  return b0 < it.n_blocks;
+}
+
 // Parsed frame of one item (decompression).
 struct DState {
   unsigned long long bad;  // min over failing blocks of (block << 8 | status)
@@ -318,12 +329,9 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
   __shared__ uint32_t key[kWarpsPerCta];
   __shared__ uint32_t lead;
   constexpr uint32_t kNone = 0xFFFFFFFFu;
-  const uint32_t chunk = blockIdx.x;
-  const uint32_t ii = find_item(items, n_items, chunk);
+  uint32_t ii, b0;
+  if (!cta_item_blocks(items, n_items, ii, b0)) return;
   const CItem it = items[ii];
-  if (it.status0 != kOk) return;
-  const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
-  if (b0 >= it.n_blocks) return;
   const CTab& tab = tabs[ii];
   const int K = it.n_streams;
   const uint32_t lane = threadIdx.x % 32, w = threadIdx.x / 32;

@@ -136,12 +136,9 @@ __global__ void __launch_bounds__(kCtaThreads) c_hist_kernel(const CItem* items,
                                                              int phase, CTab* tabs, CBlockStats bs) {
   __shared__ uint32_t h[kWarpsPerCta][kMaxStreams][256];
   __shared__ uint32_t s_lo[kWarpsPerCta][kMaxStreams], s_hi[kWarpsPerCta][kMaxStreams];
-  const uint32_t chunk = blockIdx.x;
-  const uint32_t ii = find_item(items, n_items, chunk);
+  uint32_t ii, b0;
+  if (!cta_item_blocks(items, n_items, ii, b0)) return;
   const CItem it = items[ii];
-  if (it.status0 != kOk) return;
-  const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
-  if (b0 >= it.n_blocks) return;
   CTab& tab = tabs[ii];
   uint32_t limit = it.block_elems, want = 0xFu;
   bool minmax = false, totals = false;
@@ -190,12 +187,9 @@ __device__ void joint_blocks(const CItem& it, uint32_t b0, uint32_t limit, uint3
 
 __global__ void __launch_bounds__(kCtaThreads) c_joint_kernel(const CItem* items, uint32_t n_items, CTab* tabs) {
   __shared__ uint32_t J[kCtxJointRows * 256];
-  const uint32_t chunk = blockIdx.x;
-  const uint32_t ii = find_item(items, n_items, chunk);
+  uint32_t ii, b0;
+  if (!cta_item_blocks(items, n_items, ii, b0)) return;
   const CItem it = items[ii];
-  if (it.status0 != kOk) return;
-  const uint32_t b0 = (chunk - it.first_chunk) * kWarpsPerCta;
-  if (b0 >= it.n_blocks) return;
   CTab& tab = tabs[ii];
   if (tab.stage != kStageJoint && tab.stage != kStageJointExact) return;
   const uint32_t limit = tab.stage == kStageJoint ? policy_first_pass_elems(it.block_elems) : it.block_elems;
