@@ -555,24 +555,35 @@ TZ_AVX2 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n
 // symbol lies in a window of 16 values [wl, wl + 16) around the row window is
 // packed into one byte, row << 4 | (symbol - wl) (rows 0..14 below 0xF0), by
 // byte arithmetic on 32 symbols at a time and then counted as a byte
-// histogram; the pairs outside (about 1% on the fixture's optimizer state)
-// are counted one by one. The counts are exactly the scalar loop's: every
-// pair lands in one of the two.
-TZ_AVX2 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t lo, uint32_t* J) {
+// histogram (the pair bytes widened to 16-bit indices of HistogramCounter's
+// eight tables, i % 8 * 256 + pair, so that each count is one load of an
+// index and one increment); the pairs outside (about 1% on the fixture's
+// optimizer state) are counted one by one. The counts are exactly the scalar
+// loop's: every pair lands in one of the two. With skip = kLanes the first
+// step is a predecessor only: its pairs are written as the byte 0xFF, whose
+// count (row 15) is never read.
+TZ_AVX2 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t skip, uint32_t lo, uint32_t* J,
+                               uint32_t* hist) {
   static_assert(kCtxJointRows <= 15, "rows fit in four bits below the outlier byte 0xFF");
   static_assert(kHistChunk % 32 == 0, "chunks are whole vectors");
+  static_assert(kLanes == 32, "a step is one vector");
   const uint32_t es = dtype_elem_size(dtype);
   const uint32_t wl = lo >= 2 ? (lo - 2 < 240 ? lo - 2 : 240) : 0;
   alignas(64) uint8_t buf[kLanes + kHistChunk];  // the previous step's symbols, then the chunk's
-  alignas(64) uint8_t pairs[kHistChunk];
+  alignas(64) uint16_t idx[kHistChunk];  // i % 8 * 256 + pair of element i of the chunk
   HistogramCounter h;
+  uint32_t* const counters = &h.h[0][0];
+  const __m256i table_of = _mm256_setr_epi16(0, 256, 512, 768, 1024, 1280, 1536, 1792, 0, 256, 512, 768, 1024, 1280,
+                                              1536, 1792);
   std::memset(buf, 0, kLanes);
   const __m256i lov = _mm256_set1_epi8((char)lo), wlv = _mm256_set1_epi8((char)wl);
   const __m256i one = _mm256_set1_epi8(1), top = _mm256_set1_epi8((char)(kCtxJointRows - 2));
   const __m256i fifteen = _mm256_set1_epi8(15), outlier = _mm256_set1_epi8((char)0xFF);
   auto count_one = [&](uint32_t g, uint32_t j) {  // element g of the block, at buf[kLanes + j]
+    if (g < skip) return;
     const uint32_t row = g < (uint32_t)kLanes ? 0u : policy_ctx_row(buf[j], lo);
     ++J[row * 256 + buf[kLanes + j]];
+    if (hist) ++hist[buf[kLanes + j]];
   };
   for (uint32_t i = 0; i < n; i += kHistChunk) {
     const uint32_t m = n - i < kHistChunk ? n - i : kHistChunk;
@@ -588,13 +599,26 @@ TZ_AVX2 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, ui
       __m256i r = _mm256_sub_epi8(r0, ge);
       if (i + j == 0) r = _mm256_setzero_si256();  // a block's first step: row 0
       const __m256i d = _mm256_sub_epi8(cur, wlv);
-      const __m256i in = _mm256_cmpeq_epi8(_mm256_min_epu8(d, fifteen), d);  // d <= 15
-      const __m256i pair = _mm256_or_si256(_mm256_slli_epi16(r, 4), d);     // r <= 14: no carry across bytes
-      _mm256_store_si256((__m256i*)(pairs + j), _mm256_blendv_epi8(outlier, pair, in));
+      __m256i in = _mm256_cmpeq_epi8(_mm256_min_epu8(d, fifteen), d);  // d <= 15
+      const __m256i pair = _mm256_or_si256(_mm256_slli_epi16(r, 4), d);  // r <= 14: no carry across bytes
+      __m256i pv = _mm256_blendv_epi8(outlier, pair, in);
+      if (i + j < skip) pv = outlier, in = outlier;  // predecessors only
+      _mm256_store_si256((__m256i*)(idx + j), _mm256_add_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(pv)), table_of));
+      _mm256_store_si256((__m256i*)(idx + j + 16),
+                         _mm256_add_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(pv, 1)), table_of));
       for (uint32_t out = ~(uint32_t)_mm256_movemask_epi8(in); out; out &= out - 1)
         count_one(i + j + (uint32_t)__builtin_ctz(out), j + (uint32_t)__builtin_ctz(out));
     }
-    h.add(pairs, mv);
+    for (uint32_t j = 0; j < mv; j += 8) {
+      ++counters[idx[j]];
+      ++counters[idx[j + 1]];
+      ++counters[idx[j + 2]];
+      ++counters[idx[j + 3]];
+      ++counters[idx[j + 4]];
+      ++counters[idx[j + 5]];
+      ++counters[idx[j + 6]];
+      ++counters[idx[j + 7]];
+    }
     for (uint32_t j = mv; j < m; ++j) count_one(i + j, j);
     if (m == kHistChunk) std::memcpy(buf, buf + kHistChunk, kLanes);
   }
@@ -602,6 +626,9 @@ TZ_AVX2 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, ui
   h.flush(ph);
   for (uint32_t r = 0; r < kCtxJointRows; ++r)
     for (uint32_t d = 0; d < 16; ++d) J[r * 256 + wl + d] += (uint32_t)ph[r << 4 | d];
+  if (hist)
+    for (uint32_t r = 0; r < kCtxJointRows; ++r)
+      for (uint32_t d = 0; d < 16; ++d) hist[wl + d] += (uint32_t)ph[r << 4 | d];
 }
 
 const CodecKernels kAvx2Kernels = {
