@@ -460,10 +460,18 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
       return policy_set_tables(H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems, n_elems, sof, sets,
                                fast, fast ? mm.data() + 2 * k : nullptr, 2 * kMaxStreams, freq->data(), coded, &tsc);
     };
+    const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
+    if (!policy_tries_sets(level, false) || max_sets <= 1) {
+      // Sets only if one table pays: where even policy_one_table_bound does
+      // not, the stream is raw (the same decision, without a table).
+      uint64_t counts[256] = {};
+      for (uint32_t b = 0; b < n_blocks; ++b)
+        for (int x = 0; x < 256; ++x) counts[x] += H.of(b, k)[x];
+      if (!stream_pays(level, policy_one_table_bound(counts, counted, n_elems, n_blocks), n_elems)) continue;
+    }
     std::vector<uint32_t> freq1, freqN;
     uint64_t coded1 = 0, codedN = ~UINT64_C(0);
     if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
-    const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
     const uint32_t n_sets = max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
                                 ? policy_segment_blocks(level, H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted,
                                                         &seg, set_of.data())
