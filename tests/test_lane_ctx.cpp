@@ -343,10 +343,13 @@ TEST(LaneCtx, EncodersAndDecodersAgreeOnEdgeContexts) {
 // The AVX2 joint counts of stream 0 (the lane-context search's statistics,
 // also used by the AVX-512 path) equal the definition, counted one pair at a
 // time: row 0 for a block's first step, else policy_ctx_row of the lane
-// predecessor. On real data of every float dtype (concentrated exponents),
-// on random bytes (mostly outside the packed window), at window starts
-// 0, 1, 2, the middle and the top, and on sizes around the step and chunk
-// lengths; every count is compared, added to a table that is not empty.
+// predecessor; with skip = kLanes the first step only gives predecessors (the
+// exact pass counts a block after its first-pass elements so). The symbol
+// histogram it adds is the counted elements'. On real data of every float
+// dtype (concentrated exponents), on random bytes (mostly outside the packed
+// window), at window starts 0, 1, 2, the middle and the top, and on sizes
+// around the step and chunk lengths; every count is compared, added to
+// tables that are not empty.
 TEST(LaneCtx, Avx2JointCountsEqualTheDefinition) {
   if (!tz::cpu::simd_path_cpu_has(tz::cpu::SimdPath::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
   constexpr size_t kJ = (size_t)tz::kCtxJointRows * 256;
@@ -362,19 +365,30 @@ TEST(LaneCtx, Avx2JointCountsEqualTheDefinition) {
         uint64_t first[256] = {};
         for (uint32_t i = 0; i < n; ++i) ++first[tz::field_byte((uint8_t)dt, src.data(), i, 0)];
         for (const uint32_t lo : {tz::policy_ctx_window(first), 0u, 1u, 2u, 120u, 256u - tz::kCtxWindowRows}) {
-          std::vector<uint32_t> want(kJ, 7), got(kJ, 7);  // both start from the same non-zero counts
-          for (uint32_t i = 0; i < n; ++i) {
-            const uint32_t row =
-                i < (uint32_t)tz::kLanes ? 0u : tz::policy_ctx_row(tz::field_byte((uint8_t)dt, src.data(), i - tz::kLanes, 0), lo);
-            ++want[(size_t)row * 256 + tz::field_byte((uint8_t)dt, src.data(), i, 0)];
+          for (const uint32_t skip : {0u, (uint32_t)tz::kLanes}) {
+            if (skip >= n) continue;
+            // Both start from the same non-zero counts.
+            std::vector<uint32_t> want(kJ, 7), got(kJ, 7), want_hist(256, 3), got_hist(256, 3);
+            for (uint32_t i = skip; i < n; ++i) {
+              const uint32_t row = i < (uint32_t)tz::kLanes
+                                       ? 0u
+                                       : tz::policy_ctx_row(tz::field_byte((uint8_t)dt, src.data(), i - tz::kLanes, 0), lo);
+              ++want[(size_t)row * 256 + tz::field_byte((uint8_t)dt, src.data(), i, 0)];
+              ++want_hist[tz::field_byte((uint8_t)dt, src.data(), i, 0)];
+            }
+            tz::cpu::joint_counts_avx2((uint8_t)dt, src.data(), n, skip, lo, got.data(), got_hist.data());
+            ASSERT_EQ(got, want) << "dtype " << dt << " n " << n << " lo " << lo << " skip " << skip
+                                 << (random ? " random" : " real");
+            ASSERT_EQ(got_hist, want_hist) << "dtype " << dt << " n " << n << " lo " << lo << " skip " << skip;
+            std::vector<uint32_t> no_hist(kJ, 7);  // without the histogram: the same joint counts
+            tz::cpu::joint_counts_avx2((uint8_t)dt, src.data(), n, skip, lo, no_hist.data(), nullptr);
+            ASSERT_EQ(no_hist, want);
+            ++cases;
           }
-          tz::cpu::joint_counts_avx2((uint8_t)dt, src.data(), n, lo, got.data());
-          ASSERT_EQ(got, want) << "dtype " << dt << " n " << n << " lo " << lo << (random ? " random" : " real");
-          ++cases;
         }
       }
     }
   }
-  EXPECT_EQ(cases, 5 * 2 * 11 * 6);
+  EXPECT_EQ(cases, 5 * 2 * (11 + 8) * 6);  // skip = kLanes on the 8 sizes above kLanes
 }
 #endif

@@ -429,6 +429,33 @@ TZ_HD bool policy_set_tables(const uint32_t* hist, size_t stride, const uint64_t
   return true;
 }
 
+// A lower bound of policy_set_tables' *coded for one set over `counts`
+// (the stream's histogram over `counted` of its n_elems elements in n_blocks
+// blocks), without a table: by Gibbs' inequality no table codes the counts in
+// fewer bits than their order-0 entropy, which entropy_bits_q16 overstates by
+// at most 32 units of 2^-16 bits per counted symbol, and the payload's
+// fixed-point log2 errs by at most 16 per symbol (slack 64 per symbol, as in
+// policy_ctx_promising); the lane states and block words are exact; a compact
+// table spans at least the counts' present range, each code of at least one
+// bit. Where even the bound does not pay (stream_pays is monotone in the
+// size) and no sets are tried, the stream is raw without normalising or
+// sizing a table: the same decision.
+TZ_HD uint64_t policy_one_table_bound(const uint64_t* counts, uint64_t counted, uint64_t n_elems, uint64_t n_blocks) {
+  uint32_t lo = 256, hi = 0;
+  for (uint32_t s = 0; s < 256; ++s)
+    if (counts[s]) {
+      if (lo == 256) lo = s;
+      hi = s;
+    }
+  if (lo == 256 || counted == 0) return 0;
+  const unsigned __int128 bits = entropy_bits_q16(counts, nullptr);
+  const unsigned __int128 slack = (unsigned __int128)64 * counted;
+  const uint64_t payload = bits > slack ? (uint64_t)(((bits - slack) >> 16) / 8) : 0;
+  const uint64_t scaled = (uint64_t)((unsigned __int128)payload * n_elems / counted);
+  const uint64_t table = 2 + 3 + (hi - lo + 1 + 7) / 8;  // kind and set-count bytes, one compact table
+  return scaled + n_blocks * (kRansStateBytes + 2) + table;
+}
+
 // ------------------------------------------------- lane contexts (v3) --
 // The joint histogram has kCtxJointRows rows of 256: row 0 the symbols of a
 // block's first step, row 1 those whose lane predecessor is below the window

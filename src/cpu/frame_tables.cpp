@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "codec/fields.h"
@@ -169,12 +171,13 @@ bool choose_lane_contexts(ThreadPool& pool, uint8_t dtype, const uint8_t* src, u
 
 // Joint counts of stream 0 over n symbols (row of the lane predecessor,
 // policy_ctx_row with window lo; row 0 for a block's first step) added to
-// J (kCtxJointRows x 256, u32: n < 2^32). The rows are computed in chunks
-// by clamping (vectorised), then counted into two tables taken in turn so
-// that runs of equal pairs do not wait on one counter.
-void joint_counts(const uint8_t* sym, uint32_t n, uint32_t lo, uint32_t (*J)[kCtxJointRows * 256]) {
+// J (kCtxJointRows x 256, u32: n < 2^32); the first skip symbols (0 or
+// kLanes) are predecessors only. The rows are computed in chunks by
+// clamping (vectorised), then counted into two tables taken in turn so that
+// runs of equal pairs do not wait on one counter.
+void joint_counts(const uint8_t* sym, uint32_t n, uint32_t skip, uint32_t lo, uint32_t (*J)[kCtxJointRows * 256]) {
   constexpr uint32_t kChunk = 1024;
-  for (uint32_t i = 0; i < n && i < (uint32_t)kLanes; ++i) ++J[i & 1][sym[i]];
+  for (uint32_t i = skip; i < n && i < (uint32_t)kLanes; ++i) ++J[i & 1][sym[i]];
   alignas(64) uint16_t idx[kChunk];
   for (uint32_t i = kLanes; i < n; i += kChunk) {
     const uint32_t m = std::min(kChunk, n - i);
@@ -198,25 +201,92 @@ void joint_counts(const uint8_t* sym, uint32_t n, uint32_t lo, uint32_t (*J)[kCt
   }
 }
 
-// Joint counts of stream 0 of the n elements at src (joint_counts, window
-// lo) added to J[0] + J[1]; the AVX2 and AVX-512 paths count from the
-// elements directly (joint_counts_avx2, the same counts), others extract
-// stream 0 into sym (n bytes) first.
-void stream0_joint_counts(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t lo, uint8_t* sym,
-                          uint32_t (*J)[kCtxJointRows * 256]) {
+constexpr size_t kJointSize = (size_t)kCtxJointRows * 256;
+
+// Count tables stream0_joint_counts adds into: the AVX2 and AVX-512 paths
+// one, the others two (joint_counts takes them in turn).
+unsigned stream0_joint_tables() {
 #if defined(__x86_64__)
   const SimdPath p = codec_kernels().path;
-  if (p == SimdPath::kAvx2 || p == SimdPath::kAvx512) return joint_counts_avx2(dtype, src, n, lo, J[0]);
+  if (p == SimdPath::kAvx2 || p == SimdPath::kAvx512) return 1;
+#endif
+  return 2;
+}
+
+// Joint counts of stream 0 of the n elements at src (joint_counts, window
+// lo; the first skip elements, 0 or kLanes, predecessors only) added to the
+// stream0_joint_tables() tables at J, and, if hist is not null, the
+// per-symbol counts of the counted elements to hist. The AVX2 and AVX-512
+// paths count from the elements directly (joint_counts_avx2, the same
+// counts), others extract stream 0 into sym (n bytes) first.
+void stream0_joint_counts(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t skip, uint32_t lo, uint8_t* sym,
+                          uint32_t* J, uint32_t* hist) {
+#if defined(__x86_64__)
+  const SimdPath p = codec_kernels().path;
+  if (p == SimdPath::kAvx2 || p == SimdPath::kAvx512) return joint_counts_avx2(dtype, src, n, skip, lo, J, hist);
 #endif
   stream0_fields(dtype, src, n, sym);
-  joint_counts(sym, n, lo, J);
+  joint_counts(sym, n, skip, lo, reinterpret_cast<uint32_t(*)[kJointSize]>(J));
+  if (hist)
+    for (uint32_t i = skip; i < n; ++i) ++hist[sym[i]];
 }
+
+// Joint counts of stream 0 taken by the workers of a pool: each worker adds
+// into its own u32 tables (stream0_joint_tables of them), moved to a u64 sum
+// of its own only before they could overflow; sum_into adds everything to
+// a total after the parallel loop.
+class JointCounter {
+ public:
+  JointCounter(unsigned workers, uint32_t max_n)
+      : tables_(stream0_joint_tables()),
+        max_n_(tables_ > 1 ? max_n : 0),
+        J_((size_t)workers * tables_ * kJointSize, 0),
+        pending_(workers, 0),
+        acc_(workers),
+        syms_(tables_ > 1 ? new uint8_t[(size_t)workers * max_n_] : nullptr) {}
+  // Worker w counts n elements at src (stream0_joint_counts).
+  void count(unsigned w, uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t skip, uint32_t lo, uint32_t* hist) {
+    if (pending_[w] + n > UINT32_MAX) flush(w);
+    pending_[w] += n;
+    stream0_joint_counts(dtype, src, n, skip, lo, syms_.get() + (size_t)w * max_n_, tables(w), hist);
+  }
+  // Adds every count to joint (kJointSize entries).
+  void sum_into(std::vector<uint64_t>* joint) {
+    uint64_t* out = joint->data();
+    for (unsigned w = 0; w < pending_.size(); ++w) {
+      const uint32_t* J = tables(w);
+      for (unsigned t = 0; t < tables_; ++t)
+        for (size_t i = 0; i < kJointSize; ++i) out[i] += J[t * kJointSize + i];
+      if (!acc_[w].empty())
+        for (size_t i = 0; i < kJointSize; ++i) out[i] += acc_[w][i];
+    }
+  }
+
+ private:
+  uint32_t* tables(unsigned w) { return J_.data() + (size_t)w * tables_ * kJointSize; }
+  void flush(unsigned w) {
+    if (acc_[w].empty()) acc_[w].assign(kJointSize, 0);
+    uint32_t* J = tables(w);
+    for (unsigned t = 0; t < tables_; ++t)
+      for (size_t i = 0; i < kJointSize; ++i) acc_[w][i] += J[t * kJointSize + i], J[t * kJointSize + i] = 0;
+    pending_[w] = 0;
+  }
+  unsigned tables_;
+  size_t max_n_;
+  std::vector<uint32_t> J_;
+  std::vector<uint64_t> pending_;
+  std::vector<std::vector<uint64_t>> acc_;
+  std::unique_ptr<uint8_t[]> syms_;  // stream 0 of a block per worker (two-table paths only)
+};
 
 // Per-block statistics of the tensor: histograms of every stream (u32, 256
 // per stream per block) over the first `limit` elements of each block.
-// With a joint request, stream 0 is counted jointly instead (joint_counts,
-// window lo): its block histograms are the joint rows' sums, and the joint
-// counts of all blocks are added into *joint.
+// With `first` (the first pass: the same blocks over the first
+// first->counted[b] elements), those elements are not counted again: a
+// block's histograms are first's plus the rest's. With a joint request,
+// stream 0 is counted jointly instead (joint_counts, window lo): its block
+// histograms are the joint rows' sums, and the joint counts of the counted
+// elements are added to *joint.
 struct BlockHists {
   uint32_t K = 0;
   std::vector<uint32_t> h;        // (b * K + k) * 256
@@ -231,8 +301,7 @@ struct JointRequest {
 
 void block_histograms(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
                       uint32_t n_blocks, uint32_t limit, const bool* want, int K, BlockHists* out,
-                      const JointRequest* jr = nullptr) {
-  constexpr size_t kJ = (size_t)kCtxJointRows * 256;
+                      const BlockHists* first = nullptr, const JointRequest* jr = nullptr) {
   out->K = (uint32_t)K;
   out->h.assign((size_t)n_blocks * K * 256, 0);
   out->counted.assign(n_blocks, 0);
@@ -240,47 +309,34 @@ void block_histograms(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint6
   const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
   const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
   const uint32_t es = dtype_elem_size(dtype);
-  // Per worker (joint requests only): the sum of its blocks' joint counts,
-  // a block's two count tables (cleared as they are added up, so cleared
-  // once per frame) and stream 0's symbols of a block.
-  std::vector<uint64_t> acc(jr ? (size_t)W * kJ : 0, 0);
-  std::vector<uint32_t> jbuf(jr ? (size_t)W * 2 * kJ : 0, 0);
-  std::vector<uint8_t> syms(jr ? (size_t)W * std::min<uint64_t>(limit, block_elems) : 0);
+  std::optional<JointCounter> jc;
+  if (jr) jc.emplace(W, (uint32_t)std::min<uint64_t>(limit, block_elems));
   pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
     const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
     uint64_t hist[256];
     for (uint64_t b = t * per_task; b < b1; ++b) {
       const uint64_t e0 = b * block_elems;
       const uint64_t e1 = std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit});
+      const uint64_t c0 = e0 + (first ? first->counted[b] : 0);  // elements before c0 counted in first
       out->counted[b] = e1 - e0;
       for (int k = 0; k < K; ++k) {
         if (!want[k]) continue;
         uint32_t* o = out->h.data() + ((size_t)b * K + k) * 256;
+        if (first) std::copy(first->of((uint32_t)b, k), first->of((uint32_t)b, k) + 256, o);
+        if (c0 >= e1) continue;
         if (k == 0 && jr) {
-          const uint32_t n = (uint32_t)(e1 - e0);
-          uint8_t* sym = syms.data() + (size_t)w * std::min<uint64_t>(limit, block_elems);
-          auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data() + (size_t)w * 2 * kJ);
-          stream0_joint_counts(dtype, src + e0 * es, n, jr->lo, sym, J);
-          uint64_t* A = acc.data() + (size_t)w * kJ;
-          for (size_t i = 0; i < kJ; ++i) {
-            const uint32_t c = J[0][i] + J[1][i];
-            J[0][i] = J[1][i] = 0;
-            A[i] += c;
-            o[i & 255] += c;
-          }
+          // From c0 on, the lane predecessors of the first step after the first pass's elements included.
+          const uint32_t skip = c0 > e0 ? (uint32_t)kLanes : 0;
+          jc->count(w, dtype, src + (c0 - skip) * es, (uint32_t)(e1 - c0 + skip), skip, jr->lo, o);
           continue;
         }
         std::fill(hist, hist + 256, 0);
-        histogram_stream(dtype, k, src, e0, e1, hist);
-        for (int s = 0; s < 256; ++s) o[s] = (uint32_t)hist[s];
+        histogram_stream(dtype, k, src, c0, e1, hist);
+        for (int s = 0; s < 256; ++s) o[s] += (uint32_t)hist[s];
       }
     }
   });
-  if (jr) {
-    jr->joint->assign(kJ, 0);
-    for (unsigned w = 0; w < W; ++w)
-      for (size_t i = 0; i < kJ; ++i) (*jr->joint)[i] += acc[(size_t)w * kJ + i];
-  }
+  if (jr) jc->sum_into(jr->joint);
 }
 
 // Per-block minimum and maximum of the wanted streams (fast tables).
@@ -309,44 +365,21 @@ void block_minmax(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t 
 void sample_joint_histogram(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems,
                             uint32_t block_elems, uint32_t n_blocks, uint32_t limit, uint32_t lo,
                             std::vector<uint64_t>* joint) {
-  constexpr size_t kJ = (size_t)kCtxJointRows * 256;
   const unsigned W = pool.size();
   const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (W * 4));
   const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
   const uint32_t es = dtype_elem_size(dtype);
-  const size_t max_n = (size_t)std::min<uint64_t>(limit, block_elems);
-  // Per worker, over all of its tasks: u32 counts (two tables), added to
-  // its u64 sum before they could overflow and at the end; its symbols.
-  std::vector<uint64_t> acc((size_t)W * kJ, 0);
-  std::vector<uint32_t> jbuf((size_t)W * 2 * kJ, 0);
-  std::vector<uint64_t> pending(W, 0);
-  std::vector<uint8_t> syms((size_t)W * max_n);
-  auto flush = [&](unsigned w) {
-    uint32_t* J = jbuf.data() + (size_t)w * 2 * kJ;
-    uint64_t* A = acc.data() + (size_t)w * kJ;
-    for (size_t i = 0; i < kJ; ++i) {
-      A[i] += (uint64_t)J[i] + J[kJ + i];
-      J[i] = J[kJ + i] = 0;
-    }
-    pending[w] = 0;
-  };
+  JointCounter jc(W, (uint32_t)std::min<uint64_t>(limit, block_elems));
   pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
-    auto* J = reinterpret_cast<uint32_t(*)[kJ]>(jbuf.data() + (size_t)w * 2 * kJ);
-    uint8_t* sym = syms.data() + (size_t)w * max_n;
     const uint64_t b1 = std::min<uint64_t>(n_blocks, (t + 1) * per_task);
     for (uint64_t b = t * per_task; b < b1; ++b) {
       const uint64_t e0 = b * block_elems;
       const uint32_t n = (uint32_t)(std::min<uint64_t>({n_elems, e0 + block_elems, e0 + limit}) - e0);
-      if (pending[w] + n > UINT32_MAX) flush(w);
-      stream0_joint_counts(dtype, src + e0 * es, n, lo, sym, J);
-      pending[w] += n;
+      jc.count(w, dtype, src + e0 * es, n, 0, lo, nullptr);
     }
   });
-  joint->assign(kJ, 0);
-  for (unsigned w = 0; w < W; ++w) {
-    flush(w);
-    for (size_t i = 0; i < kJ; ++i) (*joint)[i] += acc[(size_t)w * kJ + i];
-  }
+  joint->assign(kJointSize, 0);
+  jc.sum_into(joint);
 }
 
 }  // namespace
@@ -403,8 +436,10 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   if (fast) {
     block_minmax(pool, dtype, src, n_elems, block_elems, n_blocks, want, K, &mm);
   } else if (sampled) {
+    // The first pass's elements are not counted again: their histograms
+    // are first's, their joint counts already in joint (the same window).
     const JointRequest jr{wlo, &joint};
-    block_histograms(pool, dtype, src, n_elems, block_elems, n_blocks, block_elems, want, K, &exact,
+    block_histograms(pool, dtype, src, n_elems, block_elems, n_blocks, block_elems, want, K, &exact, &first,
                      ctx_promising ? &jr : nullptr);
   }
   const BlockHists& H = (fast || !sampled) ? first : exact;
@@ -425,10 +460,18 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
       return policy_set_tables(H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems, n_elems, sof, sets,
                                fast, fast ? mm.data() + 2 * k : nullptr, 2 * kMaxStreams, freq->data(), coded, &tsc);
     };
+    const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
+    if (!policy_tries_sets(level, false) || max_sets <= 1) {
+      // Sets only if one table pays: where even policy_one_table_bound does
+      // not, the stream is raw (the same decision, without a table).
+      uint64_t counts[256] = {};
+      for (uint32_t b = 0; b < n_blocks; ++b)
+        for (int x = 0; x < 256; ++x) counts[x] += H.of(b, k)[x];
+      if (!stream_pays(level, policy_one_table_bound(counts, counted, n_elems, n_blocks), n_elems)) continue;
+    }
     std::vector<uint32_t> freq1, freqN;
     uint64_t coded1 = 0, codedN = ~UINT64_C(0);
     if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
-    const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
     const uint32_t n_sets = max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
                                 ? policy_segment_blocks(level, H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted,
                                                         &seg, set_of.data())

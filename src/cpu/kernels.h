@@ -85,8 +85,13 @@ size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const Ran
                    uint8_t* out, size_t limit);
 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
 // Adds the lane-context joint counts of stream 0 of n elements (window lo)
-// to J (kCtxJointRows x 256), as frame_tables.cpp's scalar joint_counts.
-void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t lo, uint32_t* J);
+// to J (kCtxJointRows x 256), as frame_tables.cpp's scalar joint_counts:
+// the first skip elements (0 or kLanes) are lane predecessors only, and
+// with skip 0 the first kLanes are a block's first step (row 0). hist, if
+// not null, receives the per-symbol counts of the counted elements (the
+// rows' sums).
+void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t skip, uint32_t lo, uint32_t* J,
+                       uint32_t* hist);
 int decode_bf16_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
                      const uint8_t* mant, uint8_t* out);
 void decode2_bf16_avx2(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,

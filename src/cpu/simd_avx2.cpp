@@ -438,6 +438,47 @@ namespace loops {
 // chunk) with more than 1/8 of its bytes outside it is counted scalar.
 constexpr int kHistWindow = 16;
 
+// Byte counting by 16-bit indices into HistogramCounter's eight tables:
+// widen_indices stores, for byte i of 32 at a time, i % 8 * 256 + byte
+// (count_indices adds them up), so that each count is one index load and one
+// increment.
+// table_of: the i % 8 * 256 of each 16-bit lane (index_tables()).
+TZ_AVX2 inline __m256i index_tables() {
+  return _mm256_setr_epi16(0, 256, 512, 768, 1024, 1280, 1536, 1792, 0, 256, 512, 768, 1024, 1280, 1536, 1792);
+}
+TZ_AVX2 inline void widen_indices(__m256i bytes, __m256i table_of, uint16_t* idx) {
+  _mm256_store_si256((__m256i*)idx, _mm256_add_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(bytes)), table_of));
+  _mm256_store_si256((__m256i*)(idx + 16),
+                     _mm256_add_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(bytes, 1)), table_of));
+}
+inline void count_indices(const uint16_t* idx, uint32_t m, HistogramCounter& h) {  // m a multiple of 8
+  uint32_t* const counters = &h.h[0][0];
+  for (uint32_t j = 0; j < m; j += 8) {
+    ++counters[idx[j]];
+    ++counters[idx[j + 1]];
+    ++counters[idx[j + 2]];
+    ++counters[idx[j + 3]];
+    ++counters[idx[j + 4]];
+    ++counters[idx[j + 5]];
+    ++counters[idx[j + 6]];
+    ++counters[idx[j + 7]];
+  }
+}
+// HistogramCounter::add of the m bytes of buf (64-byte aligned), the whole
+// vectors by 16-bit indices.
+TZ_AVX2 inline void count_bytes(const uint8_t* buf, uint32_t m, HistogramCounter& h) {
+  alignas(64) uint16_t idx[kHistChunk];
+  const __m256i table_of = index_tables();
+  const uint32_t mv = m & ~31u;
+  for (uint32_t done = 0; done < mv; done += kHistChunk) {
+    const uint32_t c = mv - done < kHistChunk ? mv - done : kHistChunk;
+    for (uint32_t j = 0; j < c; j += 32)
+      widen_indices(_mm256_load_si256((const __m256i*)(buf + done + j)), table_of, idx + j);
+    count_indices(idx, c, h);
+  }
+  h.add(buf + mv, m - mv);
+}
+
 // Adds to win[j0 + j] (j < 8) the count of value lo + j0 + j among the m
 // bytes of buf (m a multiple of 32, at most 255 * 32). With Outliers, also
 // counts the bytes outside [lo, lo + 16) in h and returns how many there
@@ -532,7 +573,7 @@ TZ_AVX2 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n
       if (lo < 0) failed(c);
     }
     if (lo < 0) {
-      h.add(buf, m);
+      count_bytes(buf, m, h);
       continue;
     }
     const uint32_t mv = m & ~31u;
@@ -555,24 +596,31 @@ TZ_AVX2 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n
 // symbol lies in a window of 16 values [wl, wl + 16) around the row window is
 // packed into one byte, row << 4 | (symbol - wl) (rows 0..14 below 0xF0), by
 // byte arithmetic on 32 symbols at a time and then counted as a byte
-// histogram; the pairs outside (about 1% on the fixture's optimizer state)
-// are counted one by one. The counts are exactly the scalar loop's: every
-// pair lands in one of the two.
-TZ_AVX2 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t lo, uint32_t* J) {
+// histogram (widen_indices, count_indices); the pairs outside (about 1% on
+// the fixture's optimizer state) are counted one by one. The counts are exactly the scalar
+// loop's: every pair lands in one of the two. With skip = kLanes the first
+// step is a predecessor only: its pairs are written as the byte 0xFF, whose
+// count (row 15) is never read.
+TZ_AVX2 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t skip, uint32_t lo, uint32_t* J,
+                               uint32_t* hist) {
   static_assert(kCtxJointRows <= 15, "rows fit in four bits below the outlier byte 0xFF");
   static_assert(kHistChunk % 32 == 0, "chunks are whole vectors");
+  static_assert(kLanes == 32, "a step is one vector");
   const uint32_t es = dtype_elem_size(dtype);
   const uint32_t wl = lo >= 2 ? (lo - 2 < 240 ? lo - 2 : 240) : 0;
   alignas(64) uint8_t buf[kLanes + kHistChunk];  // the previous step's symbols, then the chunk's
-  alignas(64) uint8_t pairs[kHistChunk];
+  alignas(64) uint16_t idx[kHistChunk];  // i % 8 * 256 + pair of element i of the chunk (widen_indices)
+  const __m256i table_of = index_tables();
   HistogramCounter h;
   std::memset(buf, 0, kLanes);
   const __m256i lov = _mm256_set1_epi8((char)lo), wlv = _mm256_set1_epi8((char)wl);
   const __m256i one = _mm256_set1_epi8(1), top = _mm256_set1_epi8((char)(kCtxJointRows - 2));
   const __m256i fifteen = _mm256_set1_epi8(15), outlier = _mm256_set1_epi8((char)0xFF);
   auto count_one = [&](uint32_t g, uint32_t j) {  // element g of the block, at buf[kLanes + j]
+    if (g < skip) return;
     const uint32_t row = g < (uint32_t)kLanes ? 0u : policy_ctx_row(buf[j], lo);
     ++J[row * 256 + buf[kLanes + j]];
+    if (hist) ++hist[buf[kLanes + j]];
   };
   for (uint32_t i = 0; i < n; i += kHistChunk) {
     const uint32_t m = n - i < kHistChunk ? n - i : kHistChunk;
@@ -588,13 +636,15 @@ TZ_AVX2 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, ui
       __m256i r = _mm256_sub_epi8(r0, ge);
       if (i + j == 0) r = _mm256_setzero_si256();  // a block's first step: row 0
       const __m256i d = _mm256_sub_epi8(cur, wlv);
-      const __m256i in = _mm256_cmpeq_epi8(_mm256_min_epu8(d, fifteen), d);  // d <= 15
-      const __m256i pair = _mm256_or_si256(_mm256_slli_epi16(r, 4), d);     // r <= 14: no carry across bytes
-      _mm256_store_si256((__m256i*)(pairs + j), _mm256_blendv_epi8(outlier, pair, in));
+      __m256i in = _mm256_cmpeq_epi8(_mm256_min_epu8(d, fifteen), d);  // d <= 15
+      const __m256i pair = _mm256_or_si256(_mm256_slli_epi16(r, 4), d);  // r <= 14: no carry across bytes
+      __m256i pv = _mm256_blendv_epi8(outlier, pair, in);
+      if (i + j < skip) pv = outlier, in = outlier;  // predecessors only
+      widen_indices(pv, table_of, idx + j);
       for (uint32_t out = ~(uint32_t)_mm256_movemask_epi8(in); out; out &= out - 1)
         count_one(i + j + (uint32_t)__builtin_ctz(out), j + (uint32_t)__builtin_ctz(out));
     }
-    h.add(pairs, mv);
+    count_indices(idx, mv, h);
     for (uint32_t j = mv; j < m; ++j) count_one(i + j, j);
     if (m == kHistChunk) std::memcpy(buf, buf + kHistChunk, kLanes);
   }
@@ -602,6 +652,9 @@ TZ_AVX2 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, ui
   h.flush(ph);
   for (uint32_t r = 0; r < kCtxJointRows; ++r)
     for (uint32_t d = 0; d < 16; ++d) J[r * 256 + wl + d] += (uint32_t)ph[r << 4 | d];
+  if (hist)
+    for (uint32_t r = 0; r < kCtxJointRows; ++r)
+      for (uint32_t d = 0; d < 16; ++d) hist[wl + d] += (uint32_t)ph[r << 4 | d];
 }
 
 const CodecKernels kAvx2Kernels = {
