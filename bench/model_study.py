@@ -19,6 +19,16 @@ stream per block, per-block raw fallback. It prints, per kind, the size of:
            searched); FP8: the byte given its lane predecessor's bucket
   best     per tensor and stream, the cheapest of the above (and combinations:
            groups x lanectx for stream 0)
+  +slope   best, with one more candidate for stream 1 of BF16/FP16/FP32: every
+           value of stream 0 its own context, each context's distribution a
+           log-linear curve over the sub-intervals its stream-1 symbols split
+           (slope and, where stream 1 holds the sign, the sign's probability:
+           one byte each per modelled context instead of a serialised table;
+           contexts of < 64 symbols share one ordinary table)
+
+--seeded-states models lane states that carry 16 bits of the block's data
+(the encoder's initial state holds them; the decoder's final state gives them
+back): 64 instead of 128 bytes per coded stream per block, an upper bound.
 
 This is a model, not the coder: rANS adds a few bytes per block over the
 ideal code length, the same for every variant, so differences are what count.
@@ -182,6 +192,47 @@ def best_bucket_ctx(sym: np.ndarray, key: np.ndarray, be: int, max_ctx: int = 4)
     return best, what
 
 
+SLOPES = np.linspace(-8.0, 8.0, 256)  # one byte per context
+
+
+def slope_ctx_cost(sym: np.ndarray, key: np.ndarray, be: int, signed: bool) -> float:
+    """Bytes of stream 1 coded given stream 0's value with one log-linear curve
+    per context (see the module text). signed: bit 7 of sym is the sign."""
+    n_sub = 128 if signed else 256
+    sub = (sym & 0x7F) if signed else sym
+    t = (np.arange(n_sub) + 0.5) / n_sub
+    curves = np.exp(SLOPES[:, None] * t[None, :])
+    logq = np.log2(curves / curves.sum(axis=1, keepdims=True))  # [slope, sub]
+    hk = np.bincount(key, minlength=256)
+    bits = np.zeros(len(sym))
+    modelled = np.zeros(256, dtype=bool)
+    tb = 32.0  # which contexts are modelled: a bitmap
+    for e in np.nonzero(hk >= 64)[0]:
+        m = key == e
+        cs = np.bincount(sub[m], minlength=n_sub).astype(np.float64)
+        a = int(np.argmax(logq @ cs))
+        q = 2.0 ** logq[a]
+        if signed:
+            ns = np.bincount(sym[m] >> 7, minlength=2).astype(np.float64)
+            p1 = min(max(round(256 * ns[1] / ns.sum()), 1), 255) / 256
+            q = np.concatenate([q * (1 - p1), q * p1])
+            tb += 2
+        else:
+            tb += 1
+        f = normalize(np.maximum(1, np.round(q * (1 << 24))).astype(np.int64))
+        bits[m] = bits_per_symbol(f)[sym[m]]
+        modelled[e] = True
+    rest = ~modelled[key]
+    if rest.any():
+        f = normalize(np.bincount(sym[rest], minlength=256).astype(np.int64))
+        bits[rest] = bits_per_symbol(f)[sym[rest]]
+        tb += table_bytes(f)
+    blk = np.arange(len(sym)) // be
+    coded = np.bincount(blk, weights=bits) / 8 + LANE_STATE_BYTES
+    sizes = np.bincount(blk).astype(np.float64)
+    return float(np.minimum(coded, sizes).sum()) + tb
+
+
 def study_tensor(t: cb.Tensor, be: int, row: int = 0) -> dict[str, float]:
     planes = cb.planes(t)
     raw = float(len(t.data))
@@ -190,6 +241,7 @@ def study_tensor(t: cb.Tensor, be: int, row: int = 0) -> dict[str, float]:
     groups = 0.0
     ctx = 0.0
     per_plane_best = 0.0
+    slope_best = 0.0
     for k, p in enumerate(planes):
         p = p.astype(np.int64)
         nb = (len(p) + be - 1) // be
@@ -211,10 +263,14 @@ def study_tensor(t: cb.Tensor, be: int, row: int = 0) -> dict[str, float]:
             cands.append(bc)
         else:
             bc = np.inf
+        sc = np.inf
+        if k == 1 and t.dtype in ("bf16", "f16", "f32") and len(p) >= 4 * 4096:
+            sc = slope_ctx_cost(p, planes[0].astype(np.int64), be, signed=t.dtype != "f16")
         v2 += one
         groups += min(one, grp)
         ctx += min(one, lc, bc)
         per_plane_best += min(cands)
+        slope_best += min(cands + [sc])
     if t.dtype in ("e4m3", "e5m2"):
         p = planes[0].astype(np.int64)
         if len(p) >= 4 * 4096:
@@ -225,7 +281,8 @@ def study_tensor(t: cb.Tensor, be: int, row: int = 0) -> dict[str, float]:
             bc, _ = best_bucket_ctx(p, key.astype(np.int64), be)
             ctx = min(ctx, bc)
             per_plane_best = min(per_plane_best, bc)
-    out.update(v2=v2, groups=groups, ctx=ctx, best=per_plane_best)
+            slope_best = min(slope_best, bc)
+    out.update(v2=v2, groups=groups, ctx=ctx, best=per_plane_best, slope=slope_best)
     return out
 
 
@@ -260,14 +317,20 @@ def main() -> None:
     ap.add_argument("--block-elems", type=int, default=65536)
     ap.add_argument("--columns", action="store_true", help="also try the row-above context for stream 0")
     ap.add_argument("--max-tensor-mb", type=float, default=0, help="skip tensors larger than this (0: none)")
+    ap.add_argument("--seeded-states", action="store_true",
+                    help="lane states carrying 16 bits of the block's data (64 bytes per coded stream per block)")
     a = ap.parse_args()
+    global LANE_STATE_BYTES
+    if a.seeded_states:
+        LANE_STATE_BYTES = 64
     kinds = cb.load_kinds(a.fixtures, a.kinds.split(","))
     rows = row_lengths(a.fixtures) if a.columns else {}
-    print(f"block_elems={a.block_elems}; sizes in bytes; ratio = raw / size")
-    print("| data | raw | v2 | groups | contexts | best of all | H0 bound |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(f"block_elems={a.block_elems}; lane states {LANE_STATE_BYTES} bytes per coded stream per block; "
+          "sizes in bytes; ratio = raw / size")
+    print("| data | raw | v2 | groups | contexts | best of all | best + slope | H0 bound |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for key, kind in kinds.items():
-        tot = {"raw": 0.0, "v2": 0.0, "groups": 0.0, "ctx": 0.0, "best": 0.0}
+        tot = {"raw": 0.0, "v2": 0.0, "groups": 0.0, "ctx": 0.0, "best": 0.0, "slope": 0.0}
         h0 = 0.0
         for t in kind.tensors:
             if a.max_tensor_mb and len(t.data) > a.max_tensor_mb * 1e6:
@@ -278,7 +341,8 @@ def main() -> None:
             h0 += cb.h0_bytes(t)
         raw = tot["raw"]
         print(f"| {kind.label} | {raw:.0f} | {raw / tot['v2']:.4f} | {raw / tot['groups']:.4f} | "
-              f"{raw / tot['ctx']:.4f} | {raw / tot['best']:.4f} | {raw / h0:.4f} |", flush=True)
+              f"{raw / tot['ctx']:.4f} | {raw / tot['best']:.4f} | {raw / tot['slope']:.4f} | {raw / h0:.4f} |",
+              flush=True)
 
 
 if __name__ == "__main__":
