@@ -17,6 +17,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <initializer_list>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -65,6 +66,38 @@ inline std::vector<std::string> list_dir(const std::string& d) {
 class Container : public DirTest {
  protected:
   std::string tag() const override { return "tz_container"; }
+
+  // Compresses `name` (a .safetensors of the test folder) with o at each of
+  // `threads` (the first makes the reference): the same .tzip bytes at every
+  // count; export and verify of the reference at each of `read_threads` give
+  // the original back. Returns the reference's path.
+  std::string expect_same_bytes_at_thread_counts(const std::string& name, tc::WriteOptions o,
+                                                 std::initializer_list<unsigned> threads,
+                                                 std::initializer_list<unsigned> read_threads) {
+    const Bytes orig = read_all(p(name));
+    std::string ref;
+    Bytes want;
+    for (unsigned t : threads) {
+      o.threads = t;
+      const std::string out = p(name + "." + std::to_string(t) + ".tzip");
+      tc::compress_file(p(name), out, o);
+      if (ref.empty()) {
+        ref = out;
+        want = read_all(out);
+      } else {
+        EXPECT_EQ(read_all(out), want) << name << ": compress, " << t << " threads";
+      }
+    }
+    for (unsigned t : read_threads) {
+      tc::ReadOptions ro;
+      ro.threads = t;
+      ro.force = true;
+      tc::Reader(ref, t).export_safetensors(p(name + ".back"), ro);
+      EXPECT_EQ(read_all(p(name + ".back")), orig) << name << ": export, " << t << " threads";
+      tc::Reader(ref, t).verify(p(name), ro);
+    }
+    return ref;
+  }
 
   // A file with several real tensors, one of them large enough to span
   // several 1 MiB frames, non-float dtypes, a zero-size tensor, a gap and

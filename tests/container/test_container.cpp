@@ -239,26 +239,9 @@ TEST_F(Container, ReusedBuffersGiveTheSameBytesForFramesOfEverySize) {
   h.back() = '}';
   write_st(p("v.safetensors"), h, data);
   const Bytes orig = read_all(p("v.safetensors"));
-  tc::WriteOptions o = small_chunks();
-  o.threads = 1;
-  tc::compress_file(p("v.safetensors"), p("v1.tzip"), o);
-  const Bytes one = read_all(p("v1.tzip"));
-  for (unsigned t : {2u, 3u, 5u}) {
-    o.threads = t;
-    const std::string out = p("v" + std::to_string(t) + ".tzip");
-    tc::compress_file(p("v.safetensors"), out, o);
-    EXPECT_EQ(read_all(out), one) << t << " threads";
-  }
-  for (unsigned t : {1u, 2u, 3u, 5u}) {
-    tc::ReadOptions ro;
-    ro.threads = t;
-    ro.force = true;
-    tc::Reader(p("v1.tzip"), t).export_safetensors(p("back.safetensors"), ro);
-    EXPECT_EQ(read_all(p("back.safetensors")), orig) << t << " threads";
-    tc::Reader(p("v1.tzip"), t).verify(p("v.safetensors"), ro);
-  }
+  const std::string v1 = expect_same_bytes_at_thread_counts("v.safetensors", small_chunks(), {1, 2, 3, 5}, {1, 2, 3, 5});
   // One reader, its pooled buffer reused across reads of frames of every size.
-  tc::Reader r(p("v1.tzip"), 2);
+  tc::Reader r(v1, 2);
   const auto info = tc::read_safetensors_info(p("v.safetensors"));
   for (const char* name : {"big2", "a0", "big1", "b3", "big2", "a29"}) {
     const long i = r.find(name);
@@ -298,25 +281,7 @@ TEST_F(Container, HugePageBuffersGiveTheSameBytesAtEveryThreadCount) {
   add("small", "F32", 4, 3000);
   h.back() = '}';
   write_st(p("h.safetensors"), h, data);
-  const Bytes orig = read_all(p("h.safetensors"));
-  tc::WriteOptions o;  // default chunk size
-  o.threads = 1;
-  tc::compress_file(p("h.safetensors"), p("h1.tzip"), o);
-  const Bytes one = read_all(p("h1.tzip"));
-  for (unsigned t : {2u, 3u}) {
-    o.threads = t;
-    const std::string out = p("h" + std::to_string(t) + ".tzip");
-    tc::compress_file(p("h.safetensors"), out, o);
-    EXPECT_EQ(read_all(out), one) << t << " threads";
-  }
-  for (unsigned t : {1u, 2u, 3u}) {
-    tc::ReadOptions ro;
-    ro.threads = t;
-    ro.force = true;
-    tc::Reader(p("h1.tzip"), t).export_safetensors(p("hback.safetensors"), ro);
-    EXPECT_EQ(read_all(p("hback.safetensors")), orig) << t << " threads";
-    tc::Reader(p("h1.tzip"), t).verify(p("h.safetensors"), ro);
-  }
+  expect_same_bytes_at_thread_counts("h.safetensors", tc::WriteOptions{}, {1, 2, 3}, {1, 2, 3});  // default chunks
 }
 
 TEST_F(Container, RefusesToOverwriteWithoutForce) {
