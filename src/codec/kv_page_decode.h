@@ -79,6 +79,19 @@ TZ_HD bool kv_zero(const uint8_t* p, size_t from, size_t to) {
   return true;
 }
 
+// Binds stream k of the page view to the sz bytes at p + pos (padded with
+// zeros to 4 bytes, which are checked) and moves pos past them; false when
+// the page is too short or the padding is not zero.
+TZ_HD bool kv_take_stream(const uint8_t* p, size_t size, size_t* pos, int k, uint32_t sz, uint8_t mode,
+                          KvPageView* v) {
+  if (size - *pos < align4(sz) || !kv_zero(p + *pos, sz, align4(sz))) return false;
+  v->payload[k] = p + *pos;
+  v->size[k] = sz;
+  v->smode[k] = mode;
+  *pos += align4(sz);
+  return true;
+}
+
 // Header, tables binding and layout. The checksum is checked by the caller
 // (kv_check_page) so that a SIMD or GPU CRC can be used.
 // count(q, groups, bits): the escapes of whole groups (kv_fixed_escapes).
@@ -123,14 +136,8 @@ TZ_KV_VIEW_FN int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t 
       n_esc += kv_popc32(all);
     }
     pos += planes;
-    for (int k = 1; k < K; ++k) {
-      if (size - pos < align4(n)) return kErrCorruptBlock;
-      if (!kv_zero(p + pos, n, align4(n))) return kErrCorruptBlock;
-      v->payload[k] = p + pos;
-      v->size[k] = n;
-      v->smode[k] = kModeRaw;
-      pos += align4(n);
-    }
+    for (int k = 1; k < K; ++k)
+      if (!kv_take_stream(p, size, &pos, k, n, kModeRaw, v)) return kErrCorruptBlock;
     if (size - pos != n_esc) return kErrCorruptBlock;
     v->lit = p + pos;
     v->n_lit = n_esc;
@@ -155,12 +162,7 @@ TZ_KV_VIEW_FN int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t 
         return kErrCorruptBlock;
       }
     }
-    if (size - pos < align4(sz)) return kErrCorruptBlock;
-    if (!kv_zero(p + pos, sz, align4(sz))) return kErrCorruptBlock;
-    v->payload[k] = p + pos;
-    v->size[k] = sz;
-    v->smode[k] = m;
-    pos += align4(sz);
+    if (!kv_take_stream(p, size, &pos, k, sz, m, v)) return kErrCorruptBlock;
   }
   v->lit = p + pos;
   v->n_lit = size - pos;
