@@ -470,6 +470,19 @@ TEST(Simd, CorruptStreamsGiveTheSameStatus) {
   }
 }
 
+// The four stream buffers a split writes: n bytes each and a guard byte,
+// 0xEE, the data starting `off` bytes into each (unaligned pointers).
+struct StreamBufs {
+  Bytes b[4];
+  uint8_t* p[4];
+  StreamBufs(uint32_t n, int off) {
+    for (int s = 0; s < 4; ++s) {
+      b[s].assign(n + 1 + (size_t)off, 0xEE);
+      p[s] = b[s].data() + off;
+    }
+  }
+};
+
 TEST(Simd, PortableFieldLoopsMatchTheSharedFields) {
   // The portable table splits and merges with its own vectorisable loops
   // (simd_field_loops.inc); they must equal tz::split_fields /
@@ -485,17 +498,11 @@ TEST(Simd, PortableFieldLoopsMatchTheSharedFields) {
         const int K = tz::dtype_stream_count(dt);
         const Bytes buf = tzt::hash_stream((size_t)n * es + off, 3 * n + dt + off);
         const uint8_t* src = buf.data() + off;
-        Bytes want[4], got[4];
-        uint8_t* wp[4];
-        uint8_t* gp[4];
-        for (int s = 0; s < 4; ++s) {
-          want[s].assign(n + 1, 0xEE), got[s].assign(n + 1 + off, 0xEE);
-          wp[s] = want[s].data(), gp[s] = got[s].data() + off;
-        }
-        tz::split_fields(dt, src, n, wp);
-        kPortableKernels.split(dt, src, n, gp);
+        StreamBufs want(n, 0), got(n, off);
+        tz::split_fields(dt, src, n, want.p);
+        kPortableKernels.split(dt, src, n, got.p);
         for (int s = 0; s < K; ++s)
-          ASSERT_TRUE(std::equal(want[s].begin(), want[s].end(), gp[s])) << tag << " split " << s;
+          ASSERT_TRUE(std::equal(want.b[s].begin(), want.b[s].end(), got.p[s])) << tag << " split " << s;
         // Merge streams that are not a split of anything (independent bytes).
         Bytes in[4];
         const uint8_t* ip[4];
@@ -529,17 +536,13 @@ TEST(Simd, FieldKernelsMatchPortable) {
           Bytes buf = tzt::hash_stream((size_t)n * es + off, n + dt);
           for (uint32_t i = 4; i < n; i += 4) buf[off + (size_t)i * es + es - 1] = buf[off + es - 1];
           const uint8_t* src = buf.data() + off;
-          Bytes ps[4], ss[4];
-          uint8_t* pp[4];
-          uint8_t* sp[4];
-          for (int s = 0; s < 4; ++s) {
-            ps[s].assign(n + 1, 0xEE), ss[s].assign(n + 1 + off, 0xEE);
-            pp[s] = ps[s].data(), sp[s] = ss[s].data() + off;
-          }
-          kPortableKernels.split(dt, src, n, pp);
-          k->split(dt, src, n, sp);
+          StreamBufs ps(n, 0), ss(n, off);
+          uint8_t* const* pp = ps.p;
+          uint8_t* const* sp = ss.p;
+          kPortableKernels.split(dt, src, n, ps.p);
+          k->split(dt, src, n, ss.p);
           for (int s = 0; s < K; ++s)
-            ASSERT_TRUE(std::equal(ps[s].begin(), ps[s].end(), sp[s])) << tag << " split " << s;
+            ASSERT_TRUE(std::equal(ps.b[s].begin(), ps.b[s].end(), sp[s])) << tag << " split " << s;
           Bytes pm((size_t)n * es + 1, 0xEE), sm((size_t)n * es + 1 + off, 0xEE);
           const uint8_t* cpp[4] = {pp[0], pp[1], pp[2], pp[3]};
           const uint8_t* csp[4] = {sp[0], sp[1], sp[2], sp[3]};
