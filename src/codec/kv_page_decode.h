@@ -35,7 +35,7 @@ TZ_KV_VIEW_FN size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
   for (uint32_t g = 0; g < groups; ++g, q += 4 * Bits) {
     uint32_t all = load_le32(q);
     for (uint32_t b = 1; b < Bits; ++b) all &= load_le32(q + 4 * b);
-    n += kv_popc32(all);
+    n += popc32(all);
   }
   return n;
 }
@@ -52,7 +52,7 @@ TZ_KV_VIEW_FN size_t kv_fixed_escapes_any(const uint8_t* q, uint32_t groups, uin
   for (uint32_t g = 0; g < groups; ++g, q += 4 * (size_t)bits) {
     uint32_t all = load_le32(q);
     for (uint32_t b = 1; b < bits; ++b) all &= load_le32(q + 4 * b);
-    n += kv_popc32(all);
+    n += popc32(all);
   }
   return n;
 }
@@ -133,7 +133,7 @@ TZ_KV_VIEW_FN int kv_view_page(const KvCodecTables& c, const uint8_t* p, size_t 
         if (w & ~valid) return kErrCorruptBlock;
         all &= w;
       }
-      n_esc += kv_popc32(all);
+      n_esc += popc32(all);
     }
     pos += planes;
     for (int k = 1; k < K; ++k)

@@ -88,13 +88,4 @@ struct KvRefPageSum {
   TZ_HD uint32_t operator()(const uint8_t* p, size_t size) const { return kv_page_checksum(p, size, KvTableCrc{table}); }
 };
 
-// ------------------------------------------------------------ bit count --
-TZ_HD uint32_t kv_popc32(uint32_t v) {
-#if defined(__CUDA_ARCH__)
-  return (uint32_t)__popc(v);
-#else
-  return (uint32_t)__builtin_popcount(v);
-#endif
-}
-
 }  // namespace tz::kv

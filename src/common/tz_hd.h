@@ -37,4 +37,13 @@ TZ_HD uint64_t mulhi64(uint64_t a, uint64_t b) {
 
 TZ_HD size_t align4(size_t n) { return (n + 3u) & ~(size_t)3u; }
 
+// Number of set bits (a warp ballot's lanes, a lane mask's words).
+TZ_HD uint32_t popc32(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return (uint32_t)__popc(v);
+#else
+  return (uint32_t)__builtin_popcount(v);
+#endif
+}
+
 }  // namespace tz

@@ -10,14 +10,6 @@
 
 namespace tz::warp {
 
-TZ_HD uint32_t popc32(uint32_t v) {
-#if defined(__CUDA_ARCH__)
-  return (uint32_t)__popc(v);
-#else
-  return (uint32_t)__builtin_popcount(v);
-#endif
-}
-
 // ------------------------------------------------------------ fields --
 // Field k of one element given as its bit pattern v (u16, u32 or u8 widened).
 // Same mapping as split_fields (codec/fields.h).

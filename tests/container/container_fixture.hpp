@@ -50,6 +50,24 @@ inline Bytes real_bytes(const char* file) {
   return Bytes(b.begin() + 8 + (long)n, b.end());
 }
 
+// Runs f, which must throw a tc::Error of kind `kind` whose message holds
+// every one of `parts`; `what` names the case in the failure messages.
+// Returns the message, or "" (and a test failure) when f throws nothing.
+template <class F>
+std::string expect_error(F&& f, tc::ErrorKind kind, std::initializer_list<std::string> parts,
+                         const std::string& what = "") {
+  try {
+    f();
+  } catch (const tc::Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.kind(), kind) << what << ": " << m;
+    for (const std::string& part : parts) EXPECT_NE(m.find(part), std::string::npos) << what << ": " << m;
+    return m;
+  }
+  ADD_FAILURE() << what << ": no error";
+  return "";
+}
+
 inline std::vector<std::string> list_dir(const std::string& d) {
   std::vector<std::string> v;
   if (DIR* p = opendir(d.c_str())) {

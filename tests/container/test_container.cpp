@@ -138,19 +138,11 @@ TEST_F(Container, DamageFoundWhenWorkersReadFramesInParallel) {
     for (unsigned t : {2u, 4u}) {
       tc::ReadOptions ro;
       ro.threads = t;
-      try {
-        tc::Reader(p("bad.tzip"), t).export_safetensors(p("out.safetensors"), ro);
-        ADD_FAILURE() << "flip at byte " << i << " not found by export on " << t << " threads";
-      } catch (const tc::Error& e) {
-        EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << i << ": " << e.what();
-      }
+      const std::string at = "flip at byte " + std::to_string(i) + " on " + std::to_string(t) + " threads";
+      expect_error([&] { tc::Reader(p("bad.tzip"), t).export_safetensors(p("out.safetensors"), ro); },
+                   tc::ErrorKind::kBadInput, {}, "export: " + at);
       EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"bad.tzip", "m.safetensors", "m.tzip"})) << i;
-      try {
-        tc::Reader(p("bad.tzip"), t).verify(src, ro);
-        ADD_FAILURE() << "flip at byte " << i << " not found by verify on " << t << " threads";
-      } catch (const tc::Error& e) {
-        EXPECT_EQ(e.kind(), tc::ErrorKind::kBadInput) << i << ": " << e.what();
-      }
+      expect_error([&] { tc::Reader(p("bad.tzip"), t).verify(src, ro); }, tc::ErrorKind::kBadInput, {}, "verify: " + at);
     }
   }
 }
@@ -203,13 +195,8 @@ TEST_F(Container, ReadTensorsTogetherEqualsOneByOne) {
     for (size_t i = 0; i < n; ++i) EXPECT_TRUE(got[i] == want[i]) << t << " threads, tensor " << i;
   }
   Bytes small(want[5].size() - 1);
-  try {
-    r.read_tensors({{5, small.data(), small.size()}}, 2);
-    ADD_FAILURE() << "a small destination was accepted";
-  } catch (const tc::Error& e) {
-    EXPECT_EQ(e.kind(), tc::ErrorKind::kUsage);
-    EXPECT_NE(std::string(e.what()).find("destination too small"), std::string::npos) << e.what();
-  }
+  expect_error([&] { r.read_tensors({{5, small.data(), small.size()}}, 2); }, tc::ErrorKind::kUsage,
+               {"destination too small"}, "a small destination");
   EXPECT_THROW(r.read_tensors({{n, small.data(), small.size()}}, 2), tc::Error);
   r.read_tensors({}, 4);  // nothing to do
 }
@@ -287,12 +274,8 @@ TEST_F(Container, HugePageBuffersGiveTheSameBytesAtEveryThreadCount) {
 TEST_F(Container, RefusesToOverwriteWithoutForce) {
   const std::string src = make_mixed("m.safetensors");
   write_all(p("m.tzip"), Bytes{1, 2, 3});
-  try {
-    tc::compress_file(src, p("m.tzip"), tc::WriteOptions{});
-    FAIL();
-  } catch (const tc::Error& e) {
-    EXPECT_EQ(e.kind(), tc::ErrorKind::kExists);
-  }
+  expect_error([&] { tc::compress_file(src, p("m.tzip"), tc::WriteOptions{}); }, tc::ErrorKind::kExists, {p("m.tzip")},
+               "existing output without force");
   EXPECT_EQ(read_all(p("m.tzip")), (Bytes{1, 2, 3}));
   tc::WriteOptions o;
   o.force = true;
@@ -372,12 +355,7 @@ TEST_F(Container, CancelStopsAndCleansUp) {
   o.progress = [](uint64_t done, uint64_t) {
     if (done > (1u << 20)) tc::request_cancel();
   };
-  try {
-    tc::compress_file(src, p("m.tzip"), o);
-    ADD_FAILURE();
-  } catch (const tc::Error& e) {
-    EXPECT_EQ(e.kind(), tc::ErrorKind::kInterrupted);
-  }
+  expect_error([&] { tc::compress_file(src, p("m.tzip"), o); }, tc::ErrorKind::kInterrupted, {}, "cancelled compress");
   tc::clear_cancel();
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"m.safetensors"}));
   tc::compress_file(src, p("m.tzip"), small_chunks());
