@@ -105,7 +105,7 @@ inline void decode_step_split(uint32_t* x, uint32_t* coff, const uint32_t* next_
 #pragma GCC unroll 32
   for (int l = kLanes - 1; l >= 0; --l) {
     uint32_t xl = x[l];
-    const size_t i = (size_t)((Ctx ? coff[l] : 0u) + (xl & (kProbScale - 1u)));
+    const size_t i = (Ctx ? (size_t)coff[l] : 0u) + (size_t)(xl & (kProbScale - 1u));  // 64-bit sum: no zero-extension
     const uint8_t s = t.sym[i];
     o[l] = s;
     if (Ctx) coff[l] = next_off[s];
