@@ -16,14 +16,17 @@
 //     array of table offsets built once per stream, instead of the compare
 //     and clamp of rans_ctx_of per symbol (a data-dependent branch there);
 //   - a long stream (8192 symbols per table or more) decodes from its tables
-//     split into symbol, frequency and offset arrays (built per stream), so a
-//     lookup needs no shifts or masks.
+//     split into symbol, frequency and offset arrays, so a lookup needs no
+//     shifts or masks; the split tables of a thread's last four table sets
+//     are kept, so the streams of a run of blocks build them once, and
+//     shorter streams (1024 symbols per table or more) use them when there.
 // The decoder's last partial step and end conditions are the shared
 // rans_decode_tail, so it accepts and rejects exactly what
 // tz::rans_decode_ctx does.
 #include "cpu/rans_portable.h"
 
 #include <bit>
+#include <cstring>
 #include <memory>
 #include <new>
 
@@ -102,7 +105,7 @@ inline void decode_step_split(uint32_t* x, uint32_t* coff, const uint32_t* next_
 #pragma GCC unroll 32
   for (int l = kLanes - 1; l >= 0; --l) {
     uint32_t xl = x[l];
-    const size_t i = (size_t)((Ctx ? coff[l] : 0u) + (xl & (kProbScale - 1u)));
+    const size_t i = (Ctx ? (size_t)coff[l] : 0u) + (size_t)(xl & (kProbScale - 1u));  // 64-bit sum: no zero-extension
     const uint8_t s = t.sym[i];
     o[l] = s;
     if (Ctx) coff[l] = next_off[s];
@@ -117,9 +120,52 @@ inline void decode_step_split(uint32_t* x, uint32_t* coff, const uint32_t* next_
 // about 5.6 instructions per entry (vectorised, but SSE2 narrows 32-bit
 // lanes to 16 by shuffles), 23,000 per table, and the split step saves 4 to
 // 5 instructions per symbol (callgrind), so a table repays from some 5,000
-// symbols; shorter streams (small tensors, a frame's short last block) keep
-// the shared tables.
+// symbols; shorter streams (small tensors, a frame's short last block) use
+// split tables only where a recent stream left them (SplitTablesCache).
 constexpr uint32_t kSplitTablesMinSymbolsPerTable = 8192;
+// Symbols per table from which split tables left by a recent stream are
+// looked for: finding them compares the decode tables (16 KiB a table, a
+// memcmp of some 2,000 instructions), which the split step repays from
+// some 500 symbols.
+constexpr uint32_t kSplitTablesReuseMinSymbolsPerTable = 1024;
+
+// The split tables of the last few decode table sets a thread decoded
+// with, each beside a copy of the decode tables it was built from. The
+// blocks of a frame's run share one table set, so all but the first stream
+// of each field find theirs here instead of rebuilding it; four entries hold
+// every stream of a block of any dtype (at most four fields). An entry is
+// found by the content of the tables, never by their address, so a buffer
+// reused for another frame's tables cannot return stale ones.
+class SplitTablesCache {
+ public:
+  // The split tables of dec[0, entries): found, or built when build is
+  // true; nullptr otherwise (or when memory is short).
+  const SplitDecTables* get(const uint32_t* dec, uint32_t entries, bool build) {
+    for (Entry& e : entry_)
+      if (e.entries == entries && memcmp(e.dec.get(), dec, sizeof(uint32_t) * entries) == 0) return e.split.get();
+    if (!build) return nullptr;
+    Entry& e = entry_[next_];
+    next_ = (next_ + 1) % kEntries;
+    e.entries = 0;
+    if (!e.split) e.split.reset(new (std::nothrow) SplitDecTables);
+    if (!e.dec) e.dec.reset(new (std::nothrow) uint32_t[kProbScale * kMaxContexts]);
+    if (!e.split || !e.dec) return nullptr;
+    split_dec_tables(dec, entries, *e.split);
+    memcpy(e.dec.get(), dec, sizeof(uint32_t) * entries);
+    e.entries = entries;
+    return e.split.get();
+  }
+
+ private:
+  static constexpr unsigned kEntries = 4;
+  struct Entry {
+    uint32_t entries = 0;  // 0: empty
+    std::unique_ptr<uint32_t[]> dec;
+    std::unique_ptr<SplitDecTables> split;
+  };
+  Entry entry_[kEntries];
+  unsigned next_ = 0;
+};
 
 template <bool Ctx>
 int decode_lanes(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx_in,
@@ -138,14 +184,12 @@ int decode_lanes(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec
   const uint32_t full_steps = n / kLanes;
   uint32_t s = 0;
   const uint32_t n_tables = Ctx ? ctx.n : 1u;
-  SplitDecTables* split = nullptr;
-  if (n / n_tables >= kSplitTablesMinSymbolsPerTable && (size_t)(end - p) >= 2 * kLanes) {
-    thread_local std::unique_ptr<SplitDecTables> own;  // per thread: a decode may run on any pool worker
-    if (!own) own.reset(new (std::nothrow) SplitDecTables);
-    split = own.get();
+  const SplitDecTables* split = nullptr;
+  if (n / n_tables >= kSplitTablesReuseMinSymbolsPerTable && (size_t)(end - p) >= 2 * kLanes) {
+    thread_local SplitTablesCache cache;  // per thread: a decode may run on any pool worker
+    split = cache.get(dec, n_tables * kProbScale, n / n_tables >= kSplitTablesMinSymbolsPerTable);
   }
   if (split) {
-    split_dec_tables(dec, n_tables * kProbScale, *split);
     for (; s < full_steps && (size_t)(end - p) >= 2 * kLanes; ++s)
       decode_step_split<Ctx>(x, coff, next_off, *split, p, out + (size_t)s * kLanes);
   } else {
