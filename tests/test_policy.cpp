@@ -263,13 +263,16 @@ Bytes policy_table_section(uint8_t dt, const Bytes& data, int level, uint32_t bl
     const bool fast = policy_fast_tables(block_elems, level, B);
     if (!fast && policy_sampled(block_elems)) block_hists(block_elems, &H, &C);
     else H = H1, C = C1;
-    std::vector<uint8_t> mm((size_t)B * kMaxStreams * 2, 0);
-    for (uint32_t b = 0; b < B; ++b)
+    // Fast tables: every block's range.
+    std::vector<uint8_t> mm((size_t)B * kMaxStreams * kRangeBytes, 0);
+    for (uint32_t b = 0; b < B && fast; ++b) {
+      const uint64_t e0 = (uint64_t)b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
       for (int k = 0; k < K; ++k) {
-        const uint64_t e0 = (uint64_t)b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
-        mm[((size_t)b * kMaxStreams + k) * 2] = *std::min_element(&streams[k][e0], &streams[k][0] + e1);
-        mm[((size_t)b * kMaxStreams + k) * 2 + 1] = *std::max_element(&streams[k][e0], &streams[k][0] + e1);
+        uint8_t* r = &mm[((size_t)b * kMaxStreams + k) * kRangeBytes];
+        policy_range_empty(r);
+        for (uint64_t i = e0; i < e1; ++i) policy_range_add(r, streams[k][i]);
       }
+    }
     uint64_t counted = 0;
     for (uint64_t c : C) counted += c;
     SegScratch seg;
@@ -282,7 +285,7 @@ Bytes policy_table_section(uint8_t dt, const Bytes& data, int level, uint32_t bl
       std::vector<uint32_t> f1(256);
       uint64_t c1 = 0, cn = ~UINT64_C(0);
       if (!policy_set_tables(&H[(size_t)k * 256], (size_t)K * 256, C.data(), B, block_elems, n_elems, nullptr, 1,
-                             fast, &mm[2 * k], 2 * kMaxStreams, f1.data(), &c1, &ts))
+                             fast, &mm[kRangeBytes * k], kRangeBytes * kMaxStreams, f1.data(), &c1, &ts))
         continue;
       const uint32_t n = ms > 1 && policy_tries_sets(level, stream_pays(level, c1, n_elems))
                              ? policy_segment_blocks(level, &H[(size_t)k * 256], (size_t)K * 256, B, ms, n_elems, counted,
@@ -290,7 +293,7 @@ Bytes policy_table_section(uint8_t dt, const Bytes& data, int level, uint32_t bl
                              : 1;
       std::vector<uint32_t> fn((size_t)n * 256);
       if (n > 1 && !policy_set_tables(&H[(size_t)k * 256], (size_t)K * 256, C.data(), B, block_elems, n_elems,
-                                      set_of.data(), n, fast, &mm[2 * k], 2 * kMaxStreams, fn.data(), &cn, &ts))
+                                      set_of.data(), n, fast, &mm[kRangeBytes * k], kRangeBytes * kMaxStreams, fn.data(), &cn, &ts))
         cn = ~UINT64_C(0);
       const bool use = n > 1 && cn != ~UINT64_C(0) && policy_sets_pay(level, fast, cn, c1);
       if (!stream_pays(level, use ? cn : c1, n_elems)) continue;
@@ -315,14 +318,13 @@ Bytes policy_table_section(uint8_t dt, const Bytes& data, int level, uint32_t bl
       uint64_t tmp[256];
       if (policy_ctx_promising(J.data(), wlo, tot[0], &rc, tmp)) {
         if (!fast && policy_sampled(block_elems)) J = joint(block_elems);
-        uint32_t lo = 255, hi = 0;
-        if (fast) {
-          lo = *std::min_element(streams[0].begin(), streams[0].end());
-          hi = *std::max_element(streams[0].begin(), streams[0].end());
-        }
+        uint8_t range[kRangeBytes];
+        policy_range_empty(range);
+        if (fast)
+          for (uint8_t x : streams[0]) policy_range_add(range, x);
         std::vector<uint32_t> cf((size_t)rc.n * 256);
         uint64_t cc = 0;
-        if (policy_ctx_tables(J.data(), wlo, rc, fast, lo, hi, counted, n_elems, B, cf.data(), &cc, &ts) &&
+        if (policy_ctx_tables(J.data(), wlo, rc, fast, range, counted, n_elems, B, cf.data(), &cc, &ts) &&
             lane_contexts_pay(cc, coded[0])) {
           kind[0] = kKindRansCtx;
           ctx0 = rc;
@@ -364,6 +366,11 @@ TEST(Policy, CpuEncoderFollowsThePolicy) {
   std::vector<float> steps(8192 * 12);
   for (size_t i = 0; i < steps.size(); ++i) steps[i] = nd(rng) * std::ldexp(1.0f, 4 * (int)(i / (3 * 8192)));
   const Bytes e5 = tzt::to_f8_e5m2(steps), st32 = tzt::to_bf16(steps);
+  // Fast tables on FP16 / FP8 with the sign in stream 0 (ranges on both
+  // sides of 0x80): 9 blocks of 16384, the last one short.
+  std::vector<float> big(16384 * 8 + 6000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = nd(rng) * (1.0f + (float)((i / 1000) % 7));
+  const Bytes e5b = tzt::to_f8_e5m2(big), h16b = tzt::to_f16(big);
   // Rows of 256 with their own scale (lane contexts).
   std::vector<float> rows(8192 * 4);
   float scale = 1.0f;
@@ -384,7 +391,7 @@ TEST(Policy, CpuEncoderFollowsThePolicy) {
       {kBF16, &bf, 1, 4096},    {kBF16, &bf, 1, 8192},   {kBF16, &bf, 2, 8192},   {kF32, &f32, 1, 8192},
       {kF32, &f32, 2, 8192},    {kF32, &f32, 2, 4096},   {kF8E4M3, &f8, 1, 8192}, {kBF16, &bf, -1, 8192},
       {kF8E5M2, &e5, 1, 8192},  {kF8E5M2, &e5, 2, 8192}, {kBF16, &st32, 1, 8192}, {kF32, &r32, 1, 8192},
-      {kF32, &r32, 2, 4096},
+      {kF32, &r32, 2, 4096},    {kF8E5M2, &e5b, 1, 16384}, {kF16, &h16b, 1, 16384},
   };
   bool saw_sets = false, saw_ctx = false;
   for (const Case& c : cases) {
@@ -517,7 +524,7 @@ TEST(Policy, ContextBoundKeepsTheSearchAnswer) {
 
 // policy_one_table_bound never exceeds the estimate policy_set_tables
 // gives one set of the same histograms (exact tables, and fast tables with
-// their min/max pseudo-counts), on per-block histograms of every stream of
+// their range's pseudo-counts), on per-block histograms of every stream of
 // real tensors of every dtype, of random bytes, of constant and two-valued
 // data, over 1 to 3 blocks; and it is close enough to rule streams out: on
 // the random bytes of small tensors it already fails stream_pays at level 1.
@@ -537,23 +544,22 @@ TEST(Policy, OneTableBoundIsALowerBound) {
           for (int k = 0; k < dtype_stream_count(d); ++k) {
             std::vector<uint32_t> hist((size_t)n_blocks * 256, 0);
             std::vector<uint64_t> counted(n_blocks, 0);
-            std::vector<uint8_t> mm((size_t)n_blocks * 2, 0);
+            std::vector<uint8_t> mm((size_t)n_blocks * kRangeBytes, 0);
             uint64_t total[256] = {}, all = 0;
             for (uint32_t b = 0; b < n_blocks; ++b) {
-              uint32_t lo = 255, hi = 0;
+              policy_range_empty(&mm[kRangeBytes * b]);
               for (uint32_t i = b * block_elems; i < std::min(n, (b + 1) * block_elems); ++i) {
                 const uint8_t x = field_byte(d, src.data(), i, k);
                 ++hist[(size_t)b * 256 + x], ++total[x], ++counted[b], ++all;
-                lo = std::min<uint32_t>(lo, x), hi = std::max<uint32_t>(hi, x);
+                policy_range_add(&mm[kRangeBytes * b], x);
               }
-              mm[2 * b] = (uint8_t)lo, mm[2 * b + 1] = (uint8_t)hi;
             }
             for (const bool fast : {false, true}) {
               std::vector<uint32_t> freq(256);
               uint64_t coded = 0;
               TableScratch w;
               ASSERT_TRUE(policy_set_tables(hist.data(), 256, counted.data(), n_blocks, block_elems, n, nullptr, 1, fast,
-                                            fast ? mm.data() : nullptr, 2, freq.data(), &coded, &w));
+                                            fast ? mm.data() : nullptr, kRangeBytes, freq.data(), &coded, &w));
               const uint64_t bound = policy_one_table_bound(total, all, n, n_blocks);
               EXPECT_LE(bound, coded) << "dtype " << dt << " data " << data << " n " << n << " blocks " << n_blocks
                                       << " stream " << k << (fast ? " fast" : "");
