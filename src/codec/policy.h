@@ -241,6 +241,25 @@ TZ_HD unsigned __int128 entropy_bits_q16(const uint64_t* c, uint32_t* present) {
   return acc + (unsigned __int128)n * log2_q16_fast(n);
 }
 
+// entropy_bits_q16 of a histogram whose non-zero counts all lie at the n
+// symbols syms[] (ascending): the same value, without scanning the absent
+// symbols.
+TZ_HD unsigned __int128 entropy_bits_q16_at(const uint64_t* c, const uint8_t* syms, uint32_t n, uint32_t* present) {
+  unsigned __int128 acc = 0;
+  uint64_t total = 0;
+  uint32_t p = 0;
+  for (uint32_t j = 0; j < n; ++j) {
+    const uint64_t v = c[syms[j]];
+    if (!v) continue;
+    total += v;
+    ++p;
+    acc -= (unsigned __int128)v * log2_q16_fast(v);
+  }
+  if (present) *present = p;
+  if (!total) return 0;
+  return acc + (unsigned __int128)total * log2_q16_fast(total);
+}
+
 // Estimated bytes of a compact table of `present` symbols (for decisions
 // before the table exists).
 TZ_HD uint64_t policy_table_estimate(uint32_t present) { return 3 + present; }
@@ -512,6 +531,17 @@ TZ_HD uint32_t policy_ctx_row(uint32_t prev, uint32_t lo) {
   if (prev >= lo + kCtxWindowRows) return kCtxJointRows - 1;
   return 2 + prev - lo;
 }
+// The symbols present in any row of the joint histogram, ascending, into
+// syms; returns their number.
+TZ_HD uint32_t policy_joint_symbols(const uint64_t* joint, uint8_t* syms) {
+  uint32_t n = 0;
+  for (uint32_t s = 0; s < 256; ++s) {
+    uint64_t any = 0;
+    for (uint32_t r = 0; r < kCtxJointRows; ++r) any |= joint[(size_t)r * 256 + s];
+    if (any) syms[n++] = (uint8_t)s;
+  }
+  return n;
+}
 // Counts of context c of candidate (base, n) from the joint histogram.
 TZ_HD void policy_ctx_counts(const uint64_t* joint, uint32_t lo, uint32_t base, uint32_t n, uint32_t c, uint64_t* out) {
   for (int s = 0; s < 256; ++s) out[s] = 0;
@@ -538,19 +568,23 @@ TZ_HD void policy_ctx_counts(const uint64_t* joint, uint32_t lo, uint32_t base, 
 TZ_HD unsigned __int128 policy_ctx_search(const uint64_t* joint, uint32_t lo, RansCtx* best, uint64_t* tmp) {
   constexpr uint32_t R = kCtxJointRows;
   unsigned __int128 first_runs[R], last_runs[R], single[R];  // [x]: rows 0..x, rows x..R-1, row x
+  // Only the symbols present in some row take part (policy_joint_symbols):
+  // sums and estimates over them are those over all 256.
+  uint8_t syms[256];
+  const uint32_t n_syms = policy_joint_symbols(joint, syms);
   auto estimate = [&](const uint64_t* c) {
     uint32_t present = 0;
-    const unsigned __int128 e = entropy_bits_q16(c, &present);
+    const unsigned __int128 e = entropy_bits_q16_at(c, syms, n_syms, &present);
     return e + ((unsigned __int128)(8 * policy_table_estimate(present)) << 16);
   };
   for (int s = 0; s < 256; ++s) tmp[s] = 0;
   for (uint32_t x = 0; x < R; ++x) {
-    for (int s = 0; s < 256; ++s) tmp[s] += joint[(size_t)x * 256 + s];
+    for (uint32_t j = 0; j < n_syms; ++j) tmp[syms[j]] += joint[(size_t)x * 256 + syms[j]];
     first_runs[x] = estimate(tmp);
   }
   for (int s = 0; s < 256; ++s) tmp[s] = 0;
   for (uint32_t x = R; x-- > 0;) {
-    for (int s = 0; s < 256; ++s) tmp[s] += joint[(size_t)x * 256 + s];
+    for (uint32_t j = 0; j < n_syms; ++j) tmp[syms[j]] += joint[(size_t)x * 256 + syms[j]];
     last_runs[x] = estimate(tmp);
   }
   for (uint32_t x = 2; x + 1 < R; ++x) single[x] = estimate(joint + (size_t)x * 256);
@@ -613,7 +647,9 @@ TZ_HD bool policy_ctx_promising(const uint64_t* joint, uint32_t wlo, const uint6
   const unsigned __int128 plain =
       entropy_bits_q16(first, &present) + ((unsigned __int128)(8 * policy_table_estimate(present)) << 16);
   unsigned __int128 bound = 0, n = 0;
-  for (uint32_t r = 0; r < kCtxJointRows; ++r) bound += entropy_bits_q16(joint + (size_t)r * 256, nullptr);
+  uint8_t syms[256];
+  const uint32_t n_syms = policy_joint_symbols(joint, syms);
+  for (uint32_t r = 0; r < kCtxJointRows; ++r) bound += entropy_bits_q16_at(joint + (size_t)r * 256, syms, n_syms, nullptr);
   for (int s = 0; s < 256; ++s) n += first[s];
   const unsigned __int128 slack = 64 * n;
   if (bound > slack && (bound - slack) * 1000 >= plain * 995) return false;
