@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <vector>
 
 #include "codec/fields.h"
 #include "codec/policy.h"
@@ -208,6 +209,40 @@ TEST(Policy, StreamTableEntriesRoundTrip) {
     EXPECT_EQ(memcmp(t.freq[t.first_table[1]], f[0], sizeof f[0]), 0);
     EXPECT_EQ(memcmp(t.freq[t.first_table[2]], f[1], sizeof f[1]), 0);
     EXPECT_EQ(memcmp(t.freq[t.first_table[2] + 1], f[2], sizeof f[2]), 0);
+  }
+}
+
+// policy_joint_symbols lists exactly the symbols present in some row, in
+// order, and entropy_bits_q16_at over them equals entropy_bits_q16 (value
+// and present count) for every row and for sums of rows, on sparse joint
+// histograms, an empty one and a full one.
+TEST(Policy, JointSymbolsAndEntropyOverThem) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<uint64_t> joint((size_t)kCtxJointRows * 256, 0);
+    const int per_row = trial == 0 ? 0 : trial == 1 ? 256 : 1 + (int)(rng() % 30);
+    for (uint32_t r = 0; r < kCtxJointRows; ++r)
+      for (int j = 0; j < per_row; ++j)
+        joint[(size_t)r * 256 + (trial == 1 ? (uint32_t)j : rng() % 256)] += 1 + rng() % (1u << (trial % 20));
+    uint8_t syms[256];
+    const uint32_t n = policy_joint_symbols(joint.data(), syms);
+    std::vector<uint8_t> want;
+    for (uint32_t s = 0; s < 256; ++s) {
+      bool any = false;
+      for (uint32_t r = 0; r < kCtxJointRows; ++r) any |= joint[(size_t)r * 256 + s] != 0;
+      if (any) want.push_back((uint8_t)s);
+    }
+    ASSERT_EQ(std::vector<uint8_t>(syms, syms + n), want) << "trial " << trial;
+    std::vector<uint64_t> sum(256, 0);
+    for (uint32_t r = 0; r < kCtxJointRows; ++r) {
+      const uint64_t* row = joint.data() + (size_t)r * 256;
+      for (int s = 0; s < 256; ++s) sum[s] += row[s];
+      for (const uint64_t* c : {row, (const uint64_t*)sum.data()}) {
+        uint32_t p0 = 99, p1 = 98;
+        EXPECT_TRUE(entropy_bits_q16_at(c, syms, n, &p1) == entropy_bits_q16(c, &p0)) << "trial " << trial;
+        EXPECT_EQ(p0, p1);
+      }
+    }
   }
 }
 
