@@ -4,6 +4,8 @@
 // round trip. Prints the SIMD path in use (TZ_SIMD forces one).
 //
 //   build/bench/tz_codec_count bf16w 3
+//   TZ_LEVEL=2 build/bench/tz_codec_count adam_v      (level; default 0, the default level)
+//   TZ_PER_TENSOR=1 build/bench/tz_codec_count master  (also: name, raw and frame bytes of each tensor)
 //   TZ_SIMD=avx2 valgrind --tool=callgrind --toggle-collect=tz_ctx_decompress build/bench/tz_codec_count bf16w
 //
 // Kinds: bf16w (BF16 weights), master, adam_m, adam_v (FP32, step 400), or
@@ -96,6 +98,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int reps = argc > 2 ? std::atoi(argv[2]) : 1;
+  const char* level_env = std::getenv("TZ_LEVEL");
+  const int level = level_env && *level_env ? std::atoi(level_env) : 0;
   tz_dtype dt;
   const std::vector<Tensor> ts = load(argv[1], &dt);
   tz_ctx* ctx = tz_ctx_create(1);
@@ -114,7 +118,7 @@ int main(int argc, char** argv) {
     const double t0 = now();
     packed = 0;
     for (size_t i = 0; i < ts.size(); ++i) {
-      const tz_params p{dt, 0, 0, 1};
+      const tz_params p{dt, level, 0, 1};
       const size_t n = tz_ctx_compress(ctx, comp[i].data(), comp[i].size(), ts[i].data.data(), ts[i].data.size(), &p);
       if (tz_is_error(n)) {
         std::fprintf(stderr, "%s: %s\n", ts[i].name.c_str(), tz_last_error_detail());
@@ -122,6 +126,8 @@ int main(int argc, char** argv) {
       }
       comp_size[i] = n;
       packed += n;
+      if (r == 0 && std::getenv("TZ_PER_TENSOR"))
+        std::printf("%s %zu %zu\n", ts[i].name.c_str(), ts[i].data.size(), n);
     }
     tc = std::min(tc, now() - t0);
   }
@@ -145,9 +151,9 @@ int main(int argc, char** argv) {
   }
   raw = 0;
   for (const auto& t : ts) raw += t.data.size();
-  std::printf("path %s: %s, %zu tensors, %zu -> %zu bytes (ratio %.4f); best of %d: compress %.3f GB/s, "
+  std::printf("path %s: %s, level %d, %zu tensors, %zu -> %zu bytes (ratio %.4f); best of %d: compress %.3f GB/s, "
               "decompress %.3f GB/s (CPU time, 1 thread)\n",
-              tz_simd_path(), argv[1], ts.size(), raw, packed, (double)raw / (double)packed, reps, raw / tc / 1e9,
+              tz_simd_path(), argv[1], level, ts.size(), raw, packed, (double)raw / (double)packed, reps, raw / tc / 1e9,
               raw / td / 1e9);
   tz_ctx_free(ctx);
   return 0;

@@ -175,8 +175,8 @@ int main(int argc, char** argv) {
     const double hi = cost([&] { k->histogram(kBF16, 0, src, n * B, h.data()); });
     uint8_t* st[4] = {sym.data(), mant.data(), nullptr, nullptr};
     const double sp = cost([&] { k->split(kBF16, src, n * B, st); });
-    uint8_t lo = 0, hh = 0;
-    const double mm = cost([&] { k->minmax(kBF16, 0, src, n * B, &lo, &hh); });
+    uint8_t range[4] = {};
+    const double mm = cost([&] { k->minmax(kBF16, 0, src, n * B, range); });
     std::printf("%-9s %7.2f %7.2f %7.2f %8.2f %9.2f %9.2f %7.2f %7.2f %7.2f\n", simd_path_name(p), e, d, d2, db, d2b,
                 d2t, hi, sp, mm);
   }

@@ -551,24 +551,27 @@ TEST(Simd, FieldKernelsMatchPortable) {
           ASSERT_TRUE(std::equal(pm.begin(), pm.end(), sm.begin() + off)) << tag << " merge";
           ASSERT_TRUE(std::equal(pm.begin(), pm.end() - 1, src)) << tag << " merge inverts split";
           for (int s = 0; s < K; ++s) {
-            uint8_t lo0 = 1, hi0 = 2, lo1 = 3, hi1 = 4;
-            kPortableKernels.minmax(dt, s, src, n, &lo0, &hi0);
-            k->minmax(dt, s, src, n, &lo1, &hi1);
-            ASSERT_EQ(lo0, lo1) << tag << " min of stream " << s;
-            ASSERT_EQ(hi0, hi1) << tag << " max of stream " << s;
+            uint8_t r0[4] = {1, 2, 3, 4}, r1[4] = {5, 6, 7, 8};
+            kPortableKernels.minmax(dt, s, src, n, r0);
+            k->minmax(dt, s, src, n, r1);
+            for (int j = 0; j < 4; ++j) ASSERT_EQ(r0[j], r1[j]) << tag << " extreme " << j << " of stream " << s;
             std::vector<uint64_t> h0(256), h1(256), want(256);
             for (int v = 0; v < 256; ++v) h0[v] = h1[v] = want[v] = (uint64_t)v * 3;  // histograms add up
             kPortableKernels.histogram(dt, s, src, n, h0.data());
             k->histogram(dt, s, src, n, h1.data());
             uint8_t lo = 255, hi = 0;  // straight from the format's per-element rule
+            int8_t smax = -128, smin = 127;
             for (uint32_t i = 0; i < n; ++i) {
               const uint8_t b = tz::field_byte(dt, src, i, s);
               ++want[b], lo = std::min(lo, b), hi = std::max(hi, b);
+              smax = std::max(smax, (int8_t)b), smin = std::min(smin, (int8_t)b);
             }
             ASSERT_EQ(h0, want) << tag << " portable histogram of stream " << s;
             ASSERT_EQ(h0, h1) << tag << " histogram of stream " << s;
-            ASSERT_EQ(lo0, lo) << tag << " portable min of stream " << s;
-            ASSERT_EQ(hi0, hi) << tag << " portable max of stream " << s;
+            ASSERT_EQ(r0[0], lo) << tag << " portable min of stream " << s;
+            ASSERT_EQ(r0[1], hi) << tag << " portable max of stream " << s;
+            ASSERT_EQ(r0[2], (uint8_t)smax) << tag << " portable signed max of stream " << s;
+            ASSERT_EQ(r0[3], (uint8_t)smin) << tag << " portable signed min of stream " << s;
           }
         }
 }

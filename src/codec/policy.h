@@ -19,8 +19,8 @@
 //   3. Sampled: policy_sample_wants screens each stream on its sample. If no
 //      stream is wanted, every stream is raw. Otherwise
 //      - policy_fast_tables (level 1, >= kFastTablesMinBlocks blocks): the
-//        table comes from the sample and the stream's min/max over the whole
-//        tensor, policy_fast_kind decides;
+//        table comes from the sample and the stream's range over the
+//        whole tensor (version 3: policy_range_has);
 //      - else a second, exact histogram of the wanted streams, and
 //        policy_exact_kind decides.
 //   4. Level 3 may then give stream 0 lane contexts (policy_tries_lane_contexts,
@@ -181,13 +181,14 @@ TZ_HD bool lane_contexts_pay(uint64_t ctx_coded, uint64_t plain_coded) {
 // The statistics are per block: a histogram of every stream over the block's
 // first-pass elements (the sample, or the whole block), exact per-block
 // histograms of the wanted streams where v2 took an exact tensor histogram,
-// and per-block min/max where fast tables apply. With them:
+// and where fast tables apply, per-block ranges (see "fast tables'
+// statistics" below). With them:
 //   a. policy_segment_blocks cuts the blocks of a wanted stream into runs
 //      (table sets) where the statistics change (greedy splitting on an
 //      integer entropy estimate, at most policy_max_sets runs; level 1 only
 //      for streams one table codes, policy_tries_sets, with fewer split
 //      points, policy_split_candidates);
-//   b. each run gets a table (policy_set_counts: exact counts, or fast-table
+//   b. each run gets a table (policy_table_counts: exact counts, or fast-table
 //      counts from the sample), and the sets are kept only if their
 //      estimate, compact tables included, beats one table for the stream
 //      (policy_sets_pay);
@@ -238,6 +239,25 @@ TZ_HD unsigned __int128 entropy_bits_q16(const uint64_t* c, uint32_t* present) {
   if (present) *present = p;
   if (!n) return 0;
   return acc + (unsigned __int128)n * log2_q16_fast(n);
+}
+
+// entropy_bits_q16 of a histogram whose non-zero counts all lie at the n
+// symbols syms[] (ascending): the same value, without scanning the absent
+// symbols.
+TZ_HD unsigned __int128 entropy_bits_q16_at(const uint64_t* c, const uint8_t* syms, uint32_t n, uint32_t* present) {
+  unsigned __int128 acc = 0;
+  uint64_t total = 0;
+  uint32_t p = 0;
+  for (uint32_t j = 0; j < n; ++j) {
+    const uint64_t v = c[syms[j]];
+    if (!v) continue;
+    total += v;
+    ++p;
+    acc -= (unsigned __int128)v * log2_q16_fast(v);
+  }
+  if (present) *present = p;
+  if (!total) return 0;
+  return acc + (unsigned __int128)total * log2_q16_fast(total);
 }
 
 // Estimated bytes of a compact table of `present` symbols (for decisions
@@ -358,13 +378,54 @@ TZ_HD uint32_t policy_segment_blocks(int level, const uint32_t* hist, size_t str
   return runs;
 }
 
+// ------------------------------------------- fast tables' statistics --
+// Level 1's fast tables (policy_fast_tables) come from the sample and keep
+// every symbol that may occur codable by a pseudo-count. The symbols that
+// may occur: a range per block and stream (kRangeBytes) from four running
+// extremes of the whole block, the unsigned minimum and maximum and the
+// minimum and maximum in signed (int8) order, i.e. the smallest symbol with
+// the top bit set and the largest without (policy_range_of). Symbols in
+// [min, signed max] or [signed min, max] (policy_range_has) include every
+// symbol of the block, and where the top bit is a sign (FP16's and FP8's
+// stream 0) they leave out the unused symbols between the positive and the
+// negative values, each of which would otherwise cost a 1/4096 share of the
+// table (doc/format.md 9).
+constexpr uint32_t kRangeBytes = 4;  // unsigned min, unsigned max, signed max, signed min (as bytes)
+
+// The range of a block's symbols: r (kRangeBytes) from its four extremes;
+// the empty range is {255, 0, 0x80, 0x7F}. policy_range_add adds a symbol,
+// policy_range_merge another range (blocks of a run, a tensor's stream).
+TZ_HD void policy_range_empty(uint8_t* r) {
+  r[0] = 255, r[1] = 0, r[2] = 0x80, r[3] = 0x7F;
+}
+TZ_HD void policy_range_of(uint32_t umin, uint32_t umax, int32_t smax, int32_t smin, uint8_t* r) {
+  r[0] = (uint8_t)umin, r[1] = (uint8_t)umax, r[2] = (uint8_t)(int8_t)smax, r[3] = (uint8_t)(int8_t)smin;
+}
+TZ_HD void policy_range_merge(uint8_t* r, const uint8_t* o) {
+  r[0] = o[0] < r[0] ? o[0] : r[0];
+  r[1] = o[1] > r[1] ? o[1] : r[1];
+  r[2] = (int8_t)o[2] > (int8_t)r[2] ? o[2] : r[2];
+  r[3] = (int8_t)o[3] < (int8_t)r[3] ? o[3] : r[3];
+}
+TZ_HD void policy_range_add(uint8_t* r, uint32_t x) {
+  const uint8_t o[kRangeBytes] = {(uint8_t)x, (uint8_t)x, (uint8_t)x, (uint8_t)x};
+  policy_range_merge(r, o);
+}
+// Whether symbol x may occur in range r: x in [min, signed max] or in
+// [signed min, max]. With symbols on both sides of 0x80 the signed max is
+// the largest below 0x80 and the signed min the smallest from 0x80 on;
+// with symbols on one side only, both intervals are [min, max].
+TZ_HD bool policy_range_has(const uint8_t* r, uint32_t x) {
+  return (x >= r[0] && x <= r[2]) || (x >= r[3] && x <= r[1]);
+}
+
 // Counts a table is normalised from: exact, the run's histogram; fast
 // tables (policy_fast_tables), its sample weighted by kFastTablesSampleWeight
-// plus one for every symbol in [lo, hi] (the run's min and max), so that
-// every symbol of the run stays codable.
-TZ_HD void policy_table_counts(const uint64_t* counts, bool fast, uint32_t lo, uint32_t hi, uint64_t* out) {
+// plus one for every symbol the run's range (policy_range_has) holds, so
+// that every symbol of the run stays codable.
+TZ_HD void policy_table_counts(const uint64_t* counts, bool fast, const uint8_t* range, uint64_t* out) {
   for (uint32_t x = 0; x < 256; ++x)
-    out[x] = fast ? counts[x] * kFastTablesSampleWeight + (x >= lo && x <= hi ? 1 : 0) : counts[x];
+    out[x] = fast ? counts[x] * kFastTablesSampleWeight + (policy_range_has(range, x) ? 1 : 0) : counts[x];
 }
 
 // Estimated payload bytes of counts coded with freq (as coded_stream_bytes,
@@ -393,8 +454,7 @@ struct TableScratch {
 
 // Tables of stream k's `sets` runs (set_of_block[b], null: one run) from the
 // per-block histograms (hist + b * stride, over counted[b] elements) and,
-// with fast tables, per-block min/max (mm[b * mm_stride], mm[b * mm_stride
-// + 1]). Fills sets x 256 frequencies and *coded, the estimated bytes of the
+// with fast tables, per-block ranges (kRangeBytes at mm + b * mm_stride). Fills sets x 256 frequencies and *coded, the estimated bytes of the
 // stream (payloads scaled to the runs, lane states, block words, its compact
 // table entry). False if a run has no symbol (cannot happen for a run of
 // blocks with elements).
@@ -407,20 +467,17 @@ TZ_HD bool policy_set_tables(const uint32_t* hist, size_t stride, const uint64_t
   for (uint32_t j = 0; j < sets; ++j) {
     for (int s = 0; s < 256; ++s) w->counts[s] = 0;
     uint64_t cnt = 0, elems = 0, blocks = 0;
-    uint32_t lo = 255, hi = 0;
+    uint8_t range[kRangeBytes];
+    policy_range_empty(range);
     for (; b < n_blocks && (set_of_block ? set_of_block[b] : 0u) == j; ++b) {
       for (int s = 0; s < 256; ++s) w->counts[s] += hist[(size_t)b * stride + s];
       cnt += counted[b];
       const uint64_t e0 = (uint64_t)b * block_elems;
       elems += n_elems - e0 < block_elems ? n_elems - e0 : block_elems;
       ++blocks;
-      if (fast) {
-        const uint32_t l = mm[(size_t)b * mm_stride], h = mm[(size_t)b * mm_stride + 1];
-        lo = l < lo ? l : lo;
-        hi = h > hi ? h : hi;
-      }
+      if (fast) policy_range_merge(range, mm + (size_t)b * mm_stride);
     }
-    policy_table_counts(w->counts, fast, lo, hi, w->tc);
+    policy_table_counts(w->counts, fast, range, w->tc);
     uint32_t* f = freq + (size_t)j * 256;
     if (rans_normalize_with(w->tc, f, w->norm) == 0) return false;
     total += policy_run_coded(w->counts, f, cnt, elems, blocks);
@@ -474,6 +531,17 @@ TZ_HD uint32_t policy_ctx_row(uint32_t prev, uint32_t lo) {
   if (prev >= lo + kCtxWindowRows) return kCtxJointRows - 1;
   return 2 + prev - lo;
 }
+// The symbols present in any row of the joint histogram, ascending, into
+// syms; returns their number.
+TZ_HD uint32_t policy_joint_symbols(const uint64_t* joint, uint8_t* syms) {
+  uint32_t n = 0;
+  for (uint32_t s = 0; s < 256; ++s) {
+    uint64_t any = 0;
+    for (uint32_t r = 0; r < kCtxJointRows; ++r) any |= joint[(size_t)r * 256 + s];
+    if (any) syms[n++] = (uint8_t)s;
+  }
+  return n;
+}
 // Counts of context c of candidate (base, n) from the joint histogram.
 TZ_HD void policy_ctx_counts(const uint64_t* joint, uint32_t lo, uint32_t base, uint32_t n, uint32_t c, uint64_t* out) {
   for (int s = 0; s < 256; ++s) out[s] = 0;
@@ -500,19 +568,23 @@ TZ_HD void policy_ctx_counts(const uint64_t* joint, uint32_t lo, uint32_t base, 
 TZ_HD unsigned __int128 policy_ctx_search(const uint64_t* joint, uint32_t lo, RansCtx* best, uint64_t* tmp) {
   constexpr uint32_t R = kCtxJointRows;
   unsigned __int128 first_runs[R], last_runs[R], single[R];  // [x]: rows 0..x, rows x..R-1, row x
+  // Only the symbols present in some row take part (policy_joint_symbols):
+  // sums and estimates over them are those over all 256.
+  uint8_t syms[256];
+  const uint32_t n_syms = policy_joint_symbols(joint, syms);
   auto estimate = [&](const uint64_t* c) {
     uint32_t present = 0;
-    const unsigned __int128 e = entropy_bits_q16(c, &present);
+    const unsigned __int128 e = entropy_bits_q16_at(c, syms, n_syms, &present);
     return e + ((unsigned __int128)(8 * policy_table_estimate(present)) << 16);
   };
   for (int s = 0; s < 256; ++s) tmp[s] = 0;
   for (uint32_t x = 0; x < R; ++x) {
-    for (int s = 0; s < 256; ++s) tmp[s] += joint[(size_t)x * 256 + s];
+    for (uint32_t j = 0; j < n_syms; ++j) tmp[syms[j]] += joint[(size_t)x * 256 + syms[j]];
     first_runs[x] = estimate(tmp);
   }
   for (int s = 0; s < 256; ++s) tmp[s] = 0;
   for (uint32_t x = R; x-- > 0;) {
-    for (int s = 0; s < 256; ++s) tmp[s] += joint[(size_t)x * 256 + s];
+    for (uint32_t j = 0; j < n_syms; ++j) tmp[syms[j]] += joint[(size_t)x * 256 + syms[j]];
     last_runs[x] = estimate(tmp);
   }
   for (uint32_t x = 2; x + 1 < R; ++x) single[x] = estimate(joint + (size_t)x * 256);
@@ -538,15 +610,16 @@ TZ_HD unsigned __int128 policy_ctx_search(const uint64_t* joint, uint32_t lo, Ra
 }
 // Tables of lane contexts ctx (from policy_ctx_search) from the joint
 // histogram over `counted` elements; with fast tables every symbol of
-// stream 0's [lo, hi] gets a pseudo-count in every context. Fills ctx.n x
-// 256 frequencies and *coded (as policy_set_tables, one set).
-TZ_HD bool policy_ctx_tables(const uint64_t* joint, uint32_t wlo, const RansCtx& ctx, bool fast, uint32_t lo,
-                             uint32_t hi, uint64_t counted, uint64_t n_elems, uint64_t n_blocks, uint32_t* freq,
-                             uint64_t* coded, TableScratch* w) {
+// stream 0's range (policy_range_has; null with exact tables) gets a
+// pseudo-count in every context. Fills ctx.n x 256 frequencies and *coded
+// (as policy_set_tables, one set).
+TZ_HD bool policy_ctx_tables(const uint64_t* joint, uint32_t wlo, const RansCtx& ctx, bool fast, const uint8_t* range,
+                             uint64_t counted, uint64_t n_elems, uint64_t n_blocks, uint32_t* freq, uint64_t* coded,
+                             TableScratch* w) {
   uint64_t payload = 0;
   for (uint32_t c = 0; c < ctx.n; ++c) {
     policy_ctx_counts(joint, wlo, ctx.base, ctx.n, c, w->counts);
-    policy_table_counts(w->counts, fast, lo, hi, w->tc);
+    policy_table_counts(w->counts, fast, range, w->tc);
     uint32_t* f = freq + (size_t)c * 256;
     if (rans_normalize_with(w->tc, f, w->norm) == 0) return false;
     payload += policy_payload_bytes(w->counts, f);
@@ -574,7 +647,9 @@ TZ_HD bool policy_ctx_promising(const uint64_t* joint, uint32_t wlo, const uint6
   const unsigned __int128 plain =
       entropy_bits_q16(first, &present) + ((unsigned __int128)(8 * policy_table_estimate(present)) << 16);
   unsigned __int128 bound = 0, n = 0;
-  for (uint32_t r = 0; r < kCtxJointRows; ++r) bound += entropy_bits_q16(joint + (size_t)r * 256, nullptr);
+  uint8_t syms[256];
+  const uint32_t n_syms = policy_joint_symbols(joint, syms);
+  for (uint32_t r = 0; r < kCtxJointRows; ++r) bound += entropy_bits_q16_at(joint + (size_t)r * 256, syms, n_syms, nullptr);
   for (int s = 0; s < 256; ++s) n += first[s];
   const unsigned __int128 slack = 64 * n;
   if (bound > slack && (bound - slack) * 1000 >= plain * 995) return false;

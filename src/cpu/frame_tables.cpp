@@ -339,10 +339,11 @@ void block_histograms(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint6
   if (jr) jc->sum_into(jr->joint);
 }
 
-// Per-block minimum and maximum of the wanted streams (fast tables).
-void block_minmax(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
+// Per-block ranges of the wanted streams (fast tables: kRangeBytes per
+// block and stream, policy_range_of, over whole blocks).
+void block_ranges(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t n_elems, uint32_t block_elems,
                   uint32_t n_blocks, const bool* want, int K, std::vector<uint8_t>* mm) {
-  mm->assign((size_t)n_blocks * kMaxStreams * 2, 0);
+  mm->assign((size_t)n_blocks * kMaxStreams * kRangeBytes, 0);
   const uint32_t es = dtype_elem_size(dtype);
   const uint64_t per_task = std::max<uint64_t>(1, n_blocks / (pool.size() * 4));
   const size_t n_tasks = (size_t)((n_blocks + per_task - 1) / per_task);
@@ -352,10 +353,7 @@ void block_minmax(ThreadPool& pool, uint8_t dtype, const uint8_t* src, uint64_t 
     for (uint64_t b = t * per_task; b < b1; ++b) {
       const uint64_t e0 = b * block_elems, e1 = std::min<uint64_t>(n_elems, e0 + block_elems);
       for (int k = 0; k < K; ++k)
-        if (want[k]) {
-          uint8_t* r = &(*mm)[(b * kMaxStreams + k) * 2];
-          kr.minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &r[0], &r[1]);
-        }
+        if (want[k]) kr.minmax(dtype, k, src + e0 * es, (uint32_t)(e1 - e0), &(*mm)[(b * kMaxStreams + k) * kRangeBytes]);
     }
   });
 }
@@ -412,7 +410,8 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   }
   if (!n_wanted) return;
   // 2. The counts tables are built from: fast tables (level 1, many blocks)
-  //    keep the sample and add per-block min/max; otherwise exact per-block
+  //    keep the sample and add per-block ranges (block_ranges);
+  //    otherwise exact per-block
   //    histograms (a second pass when sampled).
   const bool fast = policy_fast_tables(block_elems, level, n_blocks);
   // Lane contexts of stream 0 are searched on the first-pass elements'
@@ -434,7 +433,7 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   BlockHists exact;
   std::vector<uint8_t> mm;
   if (fast) {
-    block_minmax(pool, dtype, src, n_elems, block_elems, n_blocks, want, K, &mm);
+    block_ranges(pool, dtype, src, n_elems, block_elems, n_blocks, want, K, &mm);
   } else if (sampled) {
     // The first pass's elements are not counted again: their histograms
     // are first's, their joint counts already in joint (the same window).
@@ -458,7 +457,8 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
     auto evaluate = [&](uint32_t sets, const uint8_t* sof, std::vector<uint32_t>* freq, uint64_t* coded) {
       freq->assign((size_t)sets * 256, 0);
       return policy_set_tables(H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems, n_elems, sof, sets,
-                               fast, fast ? mm.data() + 2 * k : nullptr, 2 * kMaxStreams, freq->data(), coded, &tsc);
+                               fast, fast ? mm.data() + kRangeBytes * k : nullptr, kRangeBytes * kMaxStreams,
+                               freq->data(), coded, &tsc);
     };
     const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
     if (!policy_tries_sets(level, false) || max_sets <= 1) {
@@ -491,18 +491,16 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   //    tables from the same elements with fast tables, else exact.
   StreamTables& s0 = out->s[0];
   if (policy_tries_window_contexts(level, s0.kind, n_elems, dtype_elem_size(dtype), fast) && ctx_promising) {
-    uint32_t lo = 255, hi = 0;
+    uint8_t range[kRangeBytes];
+    policy_range_empty(range);
     if (fast)
-      for (uint32_t b = 0; b < n_blocks; ++b) {
-        lo = std::min<uint32_t>(lo, mm[(size_t)b * kMaxStreams * 2]);
-        hi = std::max<uint32_t>(hi, mm[(size_t)b * kMaxStreams * 2 + 1]);
-      }
+      for (uint32_t b = 0; b < n_blocks; ++b) policy_range_merge(range, &mm[(size_t)b * kMaxStreams * kRangeBytes]);
     StreamTables cs;
     cs.kind = kKindRansCtx;
     cs.ctx = rc;
     cs.freq.assign((size_t)rc.n * 256, 0);
     uint64_t coded = 0;
-    if (policy_ctx_tables(joint.data(), wlo, rc, fast, lo, hi, counted, n_elems, n_blocks, cs.freq.data(), &coded,
+    if (policy_ctx_tables(joint.data(), wlo, rc, fast, range, counted, n_elems, n_blocks, cs.freq.data(), &coded,
                           &tsc) &&
         lane_contexts_pay(coded, stream_coded[0])) {
       s0 = cs;

@@ -60,8 +60,10 @@ struct CodecKernels {
                             const uint8_t* mant_b, int* st_b);
   // Adds the histogram of field stream k of n elements at src to hist[256].
   void (*histogram)(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
-  // Smallest and largest byte of field stream k of n elements (255, 0 if n = 0).
-  void (*minmax)(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* lo, uint8_t* hi);
+  // Extremes of the bytes of field stream k of n elements, range[0..3]: the
+  // smallest and largest byte, and the largest and smallest in signed (int8)
+  // order, as bytes (codec/policy.h, policy_range_of; n = 0: 255, 0, 0x80, 0x7F).
+  void (*minmax)(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint8_t* range);
   // As tz::split_fields / tz::merge_fields.
   void (*split)(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams);
   void (*merge)(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst);

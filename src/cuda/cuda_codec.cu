@@ -334,7 +334,7 @@ size_t plan_compress(const tz_cuda_compress_item* items, size_t n_items, const t
   P->off_tab = o; o = align256(o + n_items * sizeof(CTab));
   P->off_bhist = o; o = align256(o + (size_t)blocks * kMaxStreams * 256 * 4);
   P->off_bcount = o; o = align256(o + (size_t)blocks * 8);
-  P->off_bmm = o; o = align256(o + (size_t)blocks * kMaxStreams * 2);
+  P->off_bmm = o; o = align256(o + (size_t)blocks * kMaxStreams * kRangeBytes);
   P->off_bset = o; o = align256(o + (size_t)blocks * kMaxStreams);
   P->off_sizes = o; o = align256(o + (size_t)blocks * 4);
   P->off_offs = o; o = align256(o + (size_t)blocks * 8);

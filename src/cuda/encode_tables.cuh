@@ -43,7 +43,7 @@ struct CTab {
   uint8_t stage;
   uint8_t fast;                 // policy_fast_tables
   uint8_t version;
-  uint8_t lo0, hi0;             // stream 0's min and max (fast tables)
+  uint8_t range0[kRangeBytes];  // stream 0's range over the tensor (fast tables, policy_range_has)
   // Working arrays of lane k (global memory: the driver reserves local
   // memory for every resident thread).
   struct Scratch {
@@ -60,25 +60,31 @@ struct CTab {
 struct CBlockStats {
   uint32_t* hist;  // (block * kMaxStreams + k) * 256 counts
   uint64_t* counted;  // elements counted in the block's histogram
-  uint8_t* mm;     // (block * kMaxStreams + k) * 2: min, max (fast tables)
+  uint8_t* mm;     // (block * kMaxStreams + k) * kRangeBytes: range (fast tables, policy_range_of)
   uint8_t* set;    // k * total_blocks + block: table set
   uint32_t total_blocks;
 };
 
 // Per-block histograms of the streams in `want` over the first `limit`
 // elements of blocks b0.. of the chunk (warp w: block b0 + w), with
-// `minmax` each wanted stream's min and max over the whole block, with
-// `totals` also added to the item's first-pass histograms.
+// `minmax` each wanted stream's range over the whole block (policy_range_of:
+// its extremes, the signed ones as the unsigned extremes of byte ^ 0x80),
+// with `totals` also added to the item's first-pass histograms.
+struct RangeShared {
+  uint32_t lo[kWarpsPerCta][kMaxStreams], hi[kWarpsPerCta][kMaxStreams];
+  uint32_t slo[kWarpsPerCta][kMaxStreams], shi[kWarpsPerCta][kMaxStreams];  // extremes of byte ^ 0x80
+};
 template <int DT>
 __device__ void hist_blocks(const CItem& it, uint32_t b0, uint32_t limit, uint32_t want, bool minmax, bool totals,
-                            uint32_t (*h)[kMaxStreams][256], uint32_t (*s_lo)[kMaxStreams],
-                            uint32_t (*s_hi)[kMaxStreams], const CBlockStats& bs, CTab& tab) {
+                            uint32_t (*h)[kMaxStreams][256], RangeShared& sr, const CBlockStats& bs, CTab& tab) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   const uint32_t w = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (uint32_t j = threadIdx.x; j < kWarpsPerCta * kMaxStreams * 256; j += blockDim.x) (&h[0][0][0])[j] = 0;
   if (threadIdx.x < kWarpsPerCta * kMaxStreams) {
-    (&s_lo[0][0])[threadIdx.x] = 255;
-    (&s_hi[0][0])[threadIdx.x] = 0;
+    (&sr.lo[0][0])[threadIdx.x] = 255;
+    (&sr.hi[0][0])[threadIdx.x] = 0;
+    (&sr.slo[0][0])[threadIdx.x] = 255;
+    (&sr.shi[0][0])[threadIdx.x] = 0;
   }
   __syncthreads();
   const uint64_t n_elems = it.n_bytes / dtype_elem_size(DT);
@@ -89,9 +95,9 @@ __device__ void hist_blocks(const CItem& it, uint32_t b0, uint32_t limit, uint32
     e0 = (uint64_t)b * it.block_elems;
     e1 = min(n_elems, e0 + it.block_elems);
     hend = min(e1, e0 + limit);
-    uint32_t lo[K], hi[K];
+    uint32_t lo[K], hi[K], slo[K], shi[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) lo[k] = 255, hi[k] = 0;
+    for (int k = 0; k < K; ++k) lo[k] = 255, hi[k] = 0, slo[k] = 255, shi[k] = 0;
     const uint64_t end = minmax ? e1 : hend;
     for (uint64_t i = e0 + lane; i < end; i += 32) {
       const uint32_t v = load_elem<DT>(it.src, i);
@@ -102,13 +108,18 @@ __device__ void hist_blocks(const CItem& it, uint32_t b0, uint32_t limit, uint32
         if (i < hend) atomicAdd(&h[w][k][f], 1u);
         lo[k] = f < lo[k] ? f : lo[k];
         hi[k] = f > hi[k] ? f : hi[k];
+        const uint32_t sf = f ^ 0x80u;
+        slo[k] = sf < slo[k] ? sf : slo[k];
+        shi[k] = sf > shi[k] ? sf : shi[k];
       }
     }
     if (minmax) {
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        atomicMin(&s_lo[w][k], lo[k]);
-        atomicMax(&s_hi[w][k], hi[k]);
+        atomicMin(&sr.lo[w][k], lo[k]);
+        atomicMax(&sr.hi[w][k], hi[k]);
+        atomicMin(&sr.slo[w][k], slo[k]);
+        atomicMax(&sr.shi[w][k], shi[k]);
       }
     }
   }
@@ -124,18 +135,18 @@ __device__ void hist_blocks(const CItem& it, uint32_t b0, uint32_t limit, uint32
   }
   if (lane == 0) bs.counted[gb] = hend - e0;
   if (minmax && lane < (uint32_t)K && ((want >> lane) & 1u)) {
-    bs.mm[(gb * kMaxStreams + lane) * 2] = (uint8_t)s_lo[w][lane];
-    bs.mm[(gb * kMaxStreams + lane) * 2 + 1] = (uint8_t)s_hi[w][lane];
+    policy_range_of(sr.lo[w][lane], sr.hi[w][lane], (int32_t)(int8_t)(uint8_t)(sr.shi[w][lane] ^ 0x80u),
+                    (int32_t)(int8_t)(uint8_t)(sr.slo[w][lane] ^ 0x80u), bs.mm + (gb * kMaxStreams + lane) * kRangeBytes);
   }
 }
 
-// Phase 1: every item, every stream, over the first-pass elements, min/max
+// Phase 1: every item, every stream, over the first-pass elements, ranges
 // where fast tables apply. Phase 2: the items waiting for exact counts
 // (kStageExact), their wanted streams, whole blocks.
 __global__ void __launch_bounds__(kCtaThreads) c_hist_kernel(const CItem* items, uint32_t n_items, int level,
                                                              int phase, CTab* tabs, CBlockStats bs) {
   __shared__ uint32_t h[kWarpsPerCta][kMaxStreams][256];
-  __shared__ uint32_t s_lo[kWarpsPerCta][kMaxStreams], s_hi[kWarpsPerCta][kMaxStreams];
+  __shared__ RangeShared sr;
   uint32_t ii, b0;
   if (!cta_item_blocks(items, n_items, ii, b0)) return;
   const CItem it = items[ii];
@@ -154,10 +165,10 @@ __global__ void __launch_bounds__(kCtaThreads) c_hist_kernel(const CItem* items,
     want = tab.want;
   }
   switch (it.dtype) {
-    case kBF16: hist_blocks<kBF16>(it, b0, limit, want, minmax, totals, h, s_lo, s_hi, bs, tab); break;
-    case kF16: hist_blocks<kF16>(it, b0, limit, want, minmax, totals, h, s_lo, s_hi, bs, tab); break;
-    case kF32: hist_blocks<kF32>(it, b0, limit, want, minmax, totals, h, s_lo, s_hi, bs, tab); break;
-    default: hist_blocks<kF8E4M3>(it, b0, limit, want, minmax, totals, h, s_lo, s_hi, bs, tab); break;
+    case kBF16: hist_blocks<kBF16>(it, b0, limit, want, minmax, totals, h, sr, bs, tab); break;
+    case kF16: hist_blocks<kF16>(it, b0, limit, want, minmax, totals, h, sr, bs, tab); break;
+    case kF32: hist_blocks<kF32>(it, b0, limit, want, minmax, totals, h, sr, bs, tab); break;
+    default: hist_blocks<kF8E4M3>(it, b0, limit, want, minmax, totals, h, sr, bs, tab); break;
   }
 }
 
@@ -245,20 +256,20 @@ __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlo
     CTab::Scratch& W = tab.scratch[k];
     const uint32_t* hist = bs.hist + ((uint64_t)it.first_block * kMaxStreams + k) * 256;
     const uint64_t* counted = bs.counted + it.first_block;
-    const uint8_t* mm = bs.mm + ((uint64_t)it.first_block * kMaxStreams + k) * 2;
+    const uint8_t* mm = bs.mm + ((uint64_t)it.first_block * kMaxStreams + k) * kRangeBytes;
     uint8_t* set_of = bs.set + (uint64_t)k * bs.total_blocks + it.first_block;
     uint64_t cnt = 0;
     for (uint32_t b = 0; b < B; ++b) cnt += counted[b];
     uint64_t coded1 = 0, codedN = ~UINT64_C(0);
     uint32_t* region = tab.freq[tab.region[k]];
     const bool ok1 = policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, nullptr, 1, fast,
-                                       mm, 2 * kMaxStreams, W.freq1, &coded1, &W.ts);
+                                       mm, kRangeBytes * kMaxStreams, W.freq1, &coded1, &W.ts);
     const uint32_t n_sets = ok1 && max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
                                 ? policy_segment_blocks(level, hist, kMaxStreams * 256, B, max_sets, n_elems, cnt, &W.seg, set_of)
                                 : 1;
     if (n_sets > 1 &&
         !policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of, n_sets, fast, mm,
-                           2 * kMaxStreams, region, &codedN, &W.ts))
+                           kRangeBytes * kMaxStreams, region, &codedN, &W.ts))
       codedN = ~UINT64_C(0);
     const bool use_sets = ok1 && n_sets > 1 && codedN != ~UINT64_C(0) && policy_sets_pay(level, fast, codedN, coded1);
     const uint64_t coded = use_sets ? codedN : coded1;
@@ -292,7 +303,7 @@ __device__ void ctx_tables(const CItem& it, CTab& tab, const CBlockStats& bs) {
   for (uint32_t b = 0; b < it.n_blocks; ++b) cnt += bs.counted[it.first_block + b];
   uint32_t* cf = tab.cfreq[0];
   uint64_t coded = 0;
-  if (policy_ctx_tables((const uint64_t*)tab.joint, tab.wlo, rc, tab.fast, tab.lo0, tab.hi0, cnt, n_elems,
+  if (policy_ctx_tables((const uint64_t*)tab.joint, tab.wlo, rc, tab.fast, tab.range0, cnt, n_elems,
                                 it.n_blocks, cf, &coded, &W.ts) &&
       lane_contexts_pay(coded, tab.coded[0])) {
     uint32_t* r = tab.freq[tab.region[0]];  // the region holds >= kMaxContexts tables
@@ -343,16 +354,10 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
         if ((wmask >> k) & 1u) r += ms > kMaxContexts ? ms : kMaxContexts;
       }
       for (int k = K; k < kMaxStreams; ++k) tab.kind[k] = kKindRaw, tab.n_sets[k] = 0, tab.region[k] = 0;
-      if (tab.fast && (wmask & 1u)) {
-        uint32_t lo = 255, hi = 0;
-        for (uint32_t b = 0; b < it.n_blocks; ++b) {
-          const uint8_t* m = bs.mm + ((uint64_t)(it.first_block + b) * kMaxStreams) * 2;
-          lo = m[0] < lo ? m[0] : lo;
-          hi = m[1] > hi ? m[1] : hi;
-        }
-        tab.lo0 = (uint8_t)lo;
-        tab.hi0 = (uint8_t)hi;
-      }
+      policy_range_empty(tab.range0);
+      if (tab.fast && (wmask & 1u))
+        for (uint32_t b = 0; b < it.n_blocks; ++b)
+          policy_range_merge(tab.range0, bs.mm + ((uint64_t)(it.first_block + b) * kMaxStreams) * kRangeBytes);
       tab.stage = !wmask ? (uint8_t)kStageDone
                          : policy_second_pass(it.block_elems, level, it.n_blocks, true) ? (uint8_t)kStageExact
                                                                                        : (uint8_t)kStageFirst;

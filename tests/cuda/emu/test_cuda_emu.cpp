@@ -198,6 +198,24 @@ TEST(CudaEmu, SampledTablePolicies) {
   }
 }
 
+// Level 1's fast tables with their ranges (four extremes per block and
+// stream) on every float dtype, blocks of 16384, the last block of each
+// tensor short; FP16 / FP8 carry the sign in stream 0.
+TEST(CudaEmu, FastTablesRanges) {
+  const Bytes real = tzt::concat(tzt::bf16_slice());
+  std::vector<std::pair<tz_dtype, Bytes>> batch = {
+      {TZ_DTYPE_BF16, tzt::tile(real, 2 * (16384 * 8 + 6000))},
+      {TZ_DTYPE_F32, make_tensor(TZ_DTYPE_F32, 16384 * 8 + 5000, 11)},
+      {TZ_DTYPE_F16, make_tensor(TZ_DTYPE_F16, 16384 * 9 + 1000, 12)},
+      {TZ_DTYPE_F8_E4M3, make_tensor(TZ_DTYPE_F8_E4M3, 16384 * 8 + 9000, 13)},
+      {TZ_DTYPE_F8_E5M2, make_tensor(TZ_DTYPE_F8_E5M2, 16384 * 10, 14)},
+  };
+  tz_params p{};
+  p.level = 1;
+  p.block_elems = 16384;
+  roundtrip_batch(batch, p);
+}
+
 // More items than one descriptor upload carries (60 / 64 per launch), with
 // empty items between, so chunk-to-item lookup skips items without blocks.
 TEST(CudaEmu, ManySmallItems) {
