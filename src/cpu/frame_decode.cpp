@@ -36,6 +36,7 @@ struct DecTables {
     if (entries) dec.reset(new uint32_t[entries]);  // not cleared: the tables are built in order over all of it
     for (uint32_t j = 0; j < ft.n_tables; ++j) build_dec_table(ft.freq[j], dec.get() + (size_t)j * kProbScale);
     t.v3 = fp.h.version >= kFormatVersionSets;
+    t.seeded = (fp.h.flags & kFlagSeededLanes) != 0;
     for (int k = 0; k < fp.h.n_streams; ++k) {
       t.kind[k] = ft.kind[k];
       t.ctx[k] = ft.ctx[k];
@@ -62,6 +63,27 @@ int decode_bytes_block(ZSTD_DCtx* dctx, uint8_t kind, const uint8_t* blk, size_t
   return kOk;
 }
 
+// A BF16 block with exponents coded and sign|mantissa raw, the layout the
+// fused decode-and-merge kernels take: its sign|mantissa stream, and in a
+// seeded block (doc/format.md 5.8) the exponents' lane model with the seeds
+// going to the stream's tail. The fused kernels read n bytes of the stream
+// while they decode, but the seeds are only known at the end, so a seeded
+// block's payload is copied to sr (n bytes of scratch, tail zeroed) and the
+// tail is merged again afterwards (finish_fused_bf16).
+struct FusedBf16 {
+  const uint8_t* mant;
+  RansCtx ctx;
+};
+FusedBf16 fused_bf16_streams(const BlockView& v, const RansCtx& ctx0, uint32_t n, uint8_t* sr) {
+  if (!v.n_seeded) return {v.payload[1], ctx0};
+  memcpy(sr, v.payload[1], v.size[1]);
+  memset(sr + v.size[1], 0, n - v.size[1]);
+  return {sr, v.seeded_ctx(0, ctx0, sr)};
+}
+void finish_fused_bf16(const BlockView& v, uint32_t n, const uint8_t* sr, uint8_t* dst) {
+  if (v.n_seeded) block_seed_remerge(kBF16, 1, sr, v.size[1], n, dst);
+}
+
 // tz::decode_block through the kernel table: same validation (parse_block),
 // same output and status, coded streams decoded two at a time, and the
 // common BF16 layout (exponents coded, sign|mantissa raw) decoded and merged
@@ -70,20 +92,32 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
                          size_t sz, uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
-  const int pst = parse_block(K, t.kind, t.sets(), blk, sz, n, &v);
+  const int pst = parse_block(K, t.kind, t.sets(), t.seeded, blk, sz, n, &v);
   if (pst != kOk) return pst;
   *stored = v.checksum;
-  if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw)
-    return kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], v.payload[1], dst);
+  if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw) {
+    const FusedBf16 f = fused_bf16_streams(v, t.ctx[0], n, scratch);
+    const int st = kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), f.ctx, f.mant, dst);
+    if (st == kOk) finish_fused_bf16(v, n, scratch, dst);
+    return st;
+  }
   // One coded stream (FP8): its bytes are the elements, decoded in place
-  // (merge would only copy them from scratch).
+  // (merge would only copy them from scratch). Never seeded (no raw stream).
   if (K == 1 && v.mode[0] == kModeRans)
     return kr.rans_decode(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], dst);
   const uint8_t* streams[kMaxStreams];
+  // A seeded block's seed stream is assembled in its scratch area: the seeds
+  // land at its tail as the coded streams before it decode (they all come
+  // before it), its payload goes in front.
+  uint8_t* const sr = v.n_seeded ? scratch + (size_t)v.seed_stream * align4(n) : nullptr;
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {
     if (v.mode[k] == kModeRaw) {
       streams[k] = v.payload[k];
+      if (sr && k == v.seed_stream) {
+        memcpy(sr, v.payload[k], v.size[k]);
+        streams[k] = sr;
+      }
     } else if (v.mode[k] == kModeRans) {
       uint8_t* s = scratch + (size_t)k * align4(n);
       streams[k] = s;
@@ -94,9 +128,11 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
       const int j = pending;
       pending = -1;
       int sa, sb;
-      kr.rans_decode2(
-          RansStream{v.payload[j], v.size[j], n, t.dec_of(j, v.set[j]), scratch + (size_t)j * align4(n), t.ctx[j]},
-          &sa, RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s, t.ctx[k]}, &sb);
+      kr.rans_decode2(RansStream{v.payload[j], v.size[j], n, t.dec_of(j, v.set[j]), scratch + (size_t)j * align4(n),
+                                 v.seeded_ctx(j, t.ctx[j], sr)},
+                      &sa,
+                      RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s, v.seeded_ctx(k, t.ctx[k], sr)},
+                      &sb);
       if (sa != kOk) return sa;
       if (sb != kOk) return sb;
     } else {
@@ -105,7 +141,7 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   }
   if (pending >= 0) {
     const int st = kr.rans_decode(v.payload[pending], v.size[pending], n, t.dec_of(pending, v.set[pending]),
-                                  t.ctx[pending], scratch + (size_t)pending * align4(n));
+                                  v.seeded_ctx(pending, t.ctx[pending], sr), scratch + (size_t)pending * align4(n));
     if (st != kOk) return st;
   }
   kr.merge(dtype, streams, n, dst);
@@ -154,18 +190,27 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
         BlockView va, vb;
         const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
         const bool ok =
-            parse_block(K, dt.t.kind, dt.t.sets(), blocks + off[i], (size_t)(off[i + 1] - off[i]), na, &va) == kOk &&
-            parse_block(K, dt.t.kind, dt.t.sets(), blocks + off[i + 1], (size_t)(off[i + 2] - off[i + 1]), nb, &vb) ==
-                kOk &&
+            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.seeded, blocks + off[i], (size_t)(off[i + 1] - off[i]), na,
+                        &va) == kOk &&
+            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.seeded, blocks + off[i + 1],
+                        (size_t)(off[i + 2] - off[i + 1]), nb, &vb) == kOk &&
             va.mode[0] == kModeRans && va.mode[1] == kModeRaw && vb.mode[0] == kModeRans && vb.mode[1] == kModeRaw;
         if (ok) {
           uint8_t* oa = out_of(i, 0);
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
-          kr.rans_decode2_bf16(
-              RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa, dt.t.ctx[0]}, va.payload[1],
-              &sta, RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob, dt.t.ctx[0]},
-              vb.payload[1], &stb);
+          // Seeded blocks: their sign|mantissa streams in the scratch's two
+          // stream areas (fused_bf16_streams).
+          uint8_t* const sra = scratch;
+          uint8_t* const srb = scratch + align4(h.block_elems);
+          const FusedBf16 fa = fused_bf16_streams(va, dt.t.ctx[0], na, sra);
+          const FusedBf16 fb = fused_bf16_streams(vb, dt.t.ctx[0], nb, srb);
+          kr.rans_decode2_bf16(RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa, fa.ctx},
+                               fa.mant, &sta,
+                               RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob, fb.ctx},
+                               fb.mant, &stb);
+          if (sta == kOk) finish_fused_bf16(va, na, sra, oa);
+          if (stb == kOk) finish_fused_bf16(vb, nb, srb, ob);
           if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
             sta = kErrChecksum;
           if (stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(first + i + 1)) != vb.checksum)
