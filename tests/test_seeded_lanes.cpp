@@ -67,7 +67,7 @@ uint64_t seeded_streams(const Bytes& frame) {
   uint64_t pos = tz::frame_prefix_size(h), total = 0;
   for (uint32_t b = 0; b < h.n_blocks; ++b) {
     const uint32_t sz = tz::load_le32(frame.data() + 32 + h.tables_size + 4ull * b);
-    tz::BlockView v;
+    tz::BlockView v{};
     EXPECT_EQ(tz::parse_block(h.n_streams, t.kind, h.version >= tz::kFormatVersionSets ? t.n_sets : nullptr,
                               (h.flags & tz::kFlagSeededLanes) != 0, frame.data() + pos, sz,
                               tz::block_elem_count(h, b), &v),
@@ -208,7 +208,9 @@ TEST(SeededLanes, FramesOfEveryDtypeRoundTripOnEveryPath) {
         uint8_t kinds[4] = {};
         for (unsigned k = 0; k < info.n_streams; ++k) kinds[k] = (uint8_t)info.stream_kind[k];
         EXPECT_EQ(f[7], tz::encoder_frame_flags(f[4], (int)info.n_streams, kinds)) << tag;
-        if (dt == TZ_DTYPE_F8_E4M3 || dt == TZ_DTYPE_F8_E5M2) EXPECT_EQ(f[7], 0) << tag << ": no raw stream";
+        if (dt == TZ_DTYPE_F8_E4M3 || dt == TZ_DTYPE_F8_E5M2) {
+          EXPECT_EQ(f[7], 0) << tag << ": no raw stream";
+        }
         const uint64_t s = seeded_streams(f);
         seeded_total += s;
         for (tz::cpu::SimdPath p : paths) {
@@ -223,7 +225,9 @@ TEST(SeededLanes, FramesOfEveryDtypeRoundTripOnEveryPath) {
           plain = compress(src, dt, level, 4096);
         }
         EXPECT_EQ(plain[7], 0) << tag;
-        if (s) EXPECT_LT(f.size(), plain.size()) << tag;
+        if (s) {
+          EXPECT_LT(f.size(), plain.size()) << tag;
+        }
         EXPECT_EQ(tzt::unseed_frame(f), plain) << tag;
         Bytes back;
         ASSERT_EQ(decompress(plain, &back, src.size()), 0) << tag;

@@ -54,10 +54,11 @@ TZ_HD int block_seed_stream(int K, const uint8_t* kind, uint32_t n) {
   return r;
 }
 // Offset in the seed stream of the seeds of the i-th (from 0) stream of the
-// block that is coded in rANS mode before it: the seeds fill the stream's
-// tail from its end backwards, so the encoder places stream i's seeds
-// before it knows whether later streams code.
-TZ_HD uint32_t block_seed_at(uint32_t n, uint32_t i) { return n - kSeedBytes * (i + 1); }
+// block coded in rANS mode before it: the seeds fill the stream's head in
+// that order, so the encoder places stream i's seeds before it knows whether
+// later streams code; the seed stream's payload is its bytes from
+// kSeedBytes x (seeded streams) on.
+TZ_HD uint32_t block_seed_at(uint32_t i) { return kSeedBytes * i; }
 // The flags byte the reference encoders (CPU and CUDA) write for a frame of
 // this version and these stream kinds: seeded lane states in version 3
 // wherever a block can be seeded (a raw-kind stream after a rANS-kind one).
@@ -65,21 +66,23 @@ TZ_HD uint8_t encoder_frame_flags(uint8_t version, int K, const uint8_t* kind) {
   if (version < kFormatVersionSets) return 0;
   return block_seed_stream(K, kind, UINT32_MAX) >= 0 ? kFlagSeededLanes : 0u;
 }
-// A decoder that merged the seed stream's tail into dst before the seeds
-// were known (the fused decode-and-merge paths): re-merges elements
-// [first, n) of dst with bytes [first, n) of the seed stream r, sr.
+// A decoder that merged the seed stream's head into dst before the seeds
+// were known (the decode-and-merge paths: they read the seed stream from
+// payload - kSeedBytes x S, which lies inside the block, see
+// BlockView::seed_stream_bytes): re-merges elements [first, n) of dst with
+// bytes [first, n) of the seed stream r, sr.
 TZ_HD void block_seed_remerge(uint8_t dtype, int r, const uint8_t* sr, uint32_t first, uint32_t n, uint8_t* dst) {
   const uint32_t es = dtype_elem_size(dtype);
   const int K = dtype_stream_count(dtype);
-  for (uint32_t i = first; i < n; ++i) {
-    uint8_t f[kMaxStreams];
+  uint8_t f[kMaxStreams][kSeedBytes];
+  for (uint32_t i0 = first; i0 < n; i0 += kSeedBytes) {
+    const uint32_t m = n - i0 < kSeedBytes ? n - i0 : kSeedBytes;
     uint8_t* fp[kMaxStreams];
-    for (int k = 0; k < K; ++k) fp[k] = f + k;
-    split_fields(dtype, dst + (size_t)i * es, 1, fp);
-    f[r] = sr[i];
     const uint8_t* cf[kMaxStreams];
-    for (int k = 0; k < K; ++k) cf[k] = f + k;
-    merge_fields(dtype, cf, 1, dst + (size_t)i * es);
+    for (int k = 0; k < K; ++k) fp[k] = f[k];
+    split_fields(dtype, dst + (size_t)i0 * es, m, fp);
+    for (int k = 0; k < K; ++k) cf[k] = k == r ? sr + i0 : f[k];
+    merge_fields(dtype, cf, m, dst + (size_t)i0 * es);
   }
 }
 
@@ -141,7 +144,7 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
     size_t size = 0;
     uint8_t mode = kModeRaw;
     if (kind_is_rans(t.kind[k])) {
-      const uint8_t* seed = k < r ? sym[r] + block_seed_at(n, seeded) : nullptr;
+      const uint8_t* seed = k < r ? sym[r] + block_seed_at(seeded) : nullptr;
       size = coder(k, sym[k], n, seed, words, out + pos, n);
       if (size) {
         mode = kModeRans;
@@ -149,8 +152,9 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
       }
     }
     if (mode == kModeRaw) {
-      size = k == r ? n - kSeedBytes * seeded : n;
-      memcpy(out + pos, sym[k], size);
+      const uint32_t skip = k == r ? kSeedBytes * seeded : 0u;  // the seeds, carried by the lane states
+      size = n - skip;
+      memcpy(out + pos, sym[k] + skip, size);
     }
     store_le32(out + 4 + 4 * k, t.v3 ? stream_word_v3((uint32_t)size, mode, mode == kModeRans ? t.set[k] : 0u)
                                      : stream_word((uint32_t)size, mode));
@@ -175,7 +179,7 @@ struct BlockView {
   uint32_t size[kMaxStreams];
   const uint8_t* payload[kMaxStreams];
   // Seeded lane states (doc/format.md 5.8): seed_stream is the stream whose
-  // tail holds the seeds (-1: none in this block), n_seeded the streams
+  // head holds the seeds (-1: none in this block), n_seeded the streams
   // coded with seeds, seed_at[k] where stream k's seeds lie in the seed
   // stream (kNoSeed: stream k ends at L).
   int seed_stream;
@@ -183,10 +187,19 @@ struct BlockView {
   uint32_t seed_at[kMaxStreams];
   static constexpr uint32_t kNoSeed = 0xFFFFFFFFu;
   // The lane model of stream k for its decode: ctx with seed_out at its
-  // seeds' place in sr, the seed stream's buffer of n bytes.
+  // seeds' place in sr (the seed stream's first kSeedBytes x n_seeded bytes).
   TZ_HD RansCtx seeded_ctx(int k, RansCtx ctx, uint8_t* sr) const {
     ctx.seed_out = seed_at[k] != kNoSeed ? sr + seed_at[k] : nullptr;
     return ctx;
+  }
+  // Stream k's bytes as a decoder merges them: its payload, or for the seed
+  // stream of a seeded block its payload less kSeedBytes x n_seeded, so that
+  // element i reads byte i. The bytes before the payload lie inside the
+  // block (the seeded streams' payloads, at least kRansStateBytes each, come
+  // before it), so this reads no memory outside it; the elements of the head
+  // are merged again with the seeds (block_seed_remerge).
+  TZ_HD const uint8_t* stream_bytes(int k) const {
+    return k == seed_stream ? payload[k] - kSeedBytes * n_seeded : payload[k];
   }
 };
 
@@ -236,7 +249,7 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_
     } else if (mode == kModeRans) {
       if (!kind_is_rans(kind[k])) return kErrCorruptBlock;
       if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
-      if (k < r) v->seed_at[k] = block_seed_at(n, v->n_seeded++);
+      if (k < r) v->seed_at[k] = block_seed_at(v->n_seeded++);
     } else if (mode == kModeZstd) {
       if (kind[k] != kKindZstd) return kErrCorruptBlock;
     } else {
@@ -278,13 +291,13 @@ TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const ui
   *stored_checksum = v.checksum;
   const uint8_t* streams[kMaxStreams];
   // The seed stream is assembled in its scratch area: the seeds land at its
-  // tail as the streams before it decode, then its payload goes in front.
+  // head as the streams before it decode, then its payload goes behind them.
   uint8_t* const sr = v.n_seeded ? scratch + (size_t)v.seed_stream * align4(n) : nullptr;
   for (int k = 0; k < K; ++k) {
     if (v.mode[k] == kModeRaw) {
       streams[k] = v.payload[k];
       if (sr && k == v.seed_stream) {
-        memcpy(sr, v.payload[k], v.size[k]);
+        memcpy(sr + kSeedBytes * v.n_seeded, v.payload[k], v.size[k]);
         streams[k] = sr;
       }
     } else if (v.mode[k] == kModeRans) {

@@ -42,6 +42,15 @@ struct RansCtx {
   const uint8_t* seed_in = nullptr;  // encoder: kSeedBytes seed bytes, or null
   uint8_t* seed_out = nullptr;       // decoder: where the kSeedBytes seeds go, or null
 };
+// c without lane contexts (n = 1), seeds kept: what a decoder specialised
+// for n = 1 passes to rans_decode_tail, so that the compiler folds its
+// context branches as it does for RansCtx{}.
+TZ_HD RansCtx rans_ctx_seeds_only(const RansCtx& c) {
+  RansCtx r{};
+  r.seed_in = c.seed_in;
+  r.seed_out = c.seed_out;
+  return r;
+}
 // Initial encoder state of lane l.
 TZ_HD uint32_t rans_lane_start(const RansCtx& c, int l) {
   return kRansL | (c.seed_in ? (uint32_t)load_le16(c.seed_in + 2 * l) : 0u);

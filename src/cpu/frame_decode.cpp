@@ -63,26 +63,19 @@ int decode_bytes_block(ZSTD_DCtx* dctx, uint8_t kind, const uint8_t* blk, size_t
   return kOk;
 }
 
-// A BF16 block with exponents coded and sign|mantissa raw, the layout the
-// fused decode-and-merge kernels take: its sign|mantissa stream, and in a
-// seeded block (doc/format.md 5.8) the exponents' lane model with the seeds
-// going to the stream's tail. The fused kernels read n bytes of the stream
-// while they decode, but the seeds are only known at the end, so a seeded
-// block's payload is copied to sr (n bytes of scratch, tail zeroed) and the
-// tail is merged again afterwards (finish_fused_bf16).
-struct FusedBf16 {
-  const uint8_t* mant;
-  RansCtx ctx;
+// Seeded lane states (doc/format.md 5.8) in the decode-and-merge paths: the
+// coded streams hand their seeds (the seed stream's head) to `seeds`; the
+// seed stream is merged from BlockView::stream_bytes (its payload less the
+// head, inside the block), so the head's elements are merged from other
+// bytes first and merged again with the seeds once they are known. No copy
+// of the raw stream.
+struct BlockSeeds {
+  uint8_t bytes[kMaxStreams * kSeedBytes];
+  // After every stream decoded and dst merged.
+  void remerge(uint8_t dtype, const BlockView& v, uint8_t* dst) const {
+    if (v.n_seeded) block_seed_remerge(dtype, v.seed_stream, bytes, 0, kSeedBytes * v.n_seeded, dst);
+  }
 };
-FusedBf16 fused_bf16_streams(const BlockView& v, const RansCtx& ctx0, uint32_t n, uint8_t* sr) {
-  if (!v.n_seeded) return {v.payload[1], ctx0};
-  memcpy(sr, v.payload[1], v.size[1]);
-  memset(sr + v.size[1], 0, n - v.size[1]);
-  return {sr, v.seeded_ctx(0, ctx0, sr)};
-}
-void finish_fused_bf16(const BlockView& v, uint32_t n, const uint8_t* sr, uint8_t* dst) {
-  if (v.n_seeded) block_seed_remerge(kBF16, 1, sr, v.size[1], n, dst);
-}
 
 // tz::decode_block through the kernel table: same validation (parse_block),
 // same output and status, coded streams decoded two at a time, and the
@@ -95,10 +88,11 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   const int pst = parse_block(K, t.kind, t.sets(), t.seeded, blk, sz, n, &v);
   if (pst != kOk) return pst;
   *stored = v.checksum;
+  BlockSeeds seeds;
   if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw) {
-    const FusedBf16 f = fused_bf16_streams(v, t.ctx[0], n, scratch);
-    const int st = kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), f.ctx, f.mant, dst);
-    if (st == kOk) finish_fused_bf16(v, n, scratch, dst);
+    const int st = kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]),
+                                       v.seeded_ctx(0, t.ctx[0], seeds.bytes), v.stream_bytes(1), dst);
+    if (st == kOk) seeds.remerge(dtype, v, dst);
     return st;
   }
   // One coded stream (FP8): its bytes are the elements, decoded in place
@@ -106,18 +100,10 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   if (K == 1 && v.mode[0] == kModeRans)
     return kr.rans_decode(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], dst);
   const uint8_t* streams[kMaxStreams];
-  // A seeded block's seed stream is assembled in its scratch area: the seeds
-  // land at its tail as the coded streams before it decode (they all come
-  // before it), its payload goes in front.
-  uint8_t* const sr = v.n_seeded ? scratch + (size_t)v.seed_stream * align4(n) : nullptr;
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {
     if (v.mode[k] == kModeRaw) {
-      streams[k] = v.payload[k];
-      if (sr && k == v.seed_stream) {
-        memcpy(sr, v.payload[k], v.size[k]);
-        streams[k] = sr;
-      }
+      streams[k] = v.stream_bytes(k);
     } else if (v.mode[k] == kModeRans) {
       uint8_t* s = scratch + (size_t)k * align4(n);
       streams[k] = s;
@@ -129,9 +115,10 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
       pending = -1;
       int sa, sb;
       kr.rans_decode2(RansStream{v.payload[j], v.size[j], n, t.dec_of(j, v.set[j]), scratch + (size_t)j * align4(n),
-                                 v.seeded_ctx(j, t.ctx[j], sr)},
+                                 v.seeded_ctx(j, t.ctx[j], seeds.bytes)},
                       &sa,
-                      RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s, v.seeded_ctx(k, t.ctx[k], sr)},
+                      RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s,
+                                 v.seeded_ctx(k, t.ctx[k], seeds.bytes)},
                       &sb);
       if (sa != kOk) return sa;
       if (sb != kOk) return sb;
@@ -141,10 +128,12 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   }
   if (pending >= 0) {
     const int st = kr.rans_decode(v.payload[pending], v.size[pending], n, t.dec_of(pending, v.set[pending]),
-                                  v.seeded_ctx(pending, t.ctx[pending], sr), scratch + (size_t)pending * align4(n));
+                                  v.seeded_ctx(pending, t.ctx[pending], seeds.bytes),
+                                  scratch + (size_t)pending * align4(n));
     if (st != kOk) return st;
   }
   kr.merge(dtype, streams, n, dst);
+  seeds.remerge(dtype, v, dst);
   return kOk;
 }
 
@@ -199,18 +188,15 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
           uint8_t* oa = out_of(i, 0);
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
-          // Seeded blocks: their sign|mantissa streams in the scratch's two
-          // stream areas (fused_bf16_streams).
-          uint8_t* const sra = scratch;
-          uint8_t* const srb = scratch + align4(h.block_elems);
-          const FusedBf16 fa = fused_bf16_streams(va, dt.t.ctx[0], na, sra);
-          const FusedBf16 fb = fused_bf16_streams(vb, dt.t.ctx[0], nb, srb);
-          kr.rans_decode2_bf16(RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa, fa.ctx},
-                               fa.mant, &sta,
-                               RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob, fb.ctx},
-                               fb.mant, &stb);
-          if (sta == kOk) finish_fused_bf16(va, na, sra, oa);
-          if (stb == kOk) finish_fused_bf16(vb, nb, srb, ob);
+          BlockSeeds sa, sb;  // seeded blocks (BlockSeeds)
+          kr.rans_decode2_bf16(RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa,
+                                          va.seeded_ctx(0, dt.t.ctx[0], sa.bytes)},
+                               va.stream_bytes(1), &sta,
+                               RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob,
+                                          vb.seeded_ctx(0, dt.t.ctx[0], sb.bytes)},
+                               vb.stream_bytes(1), &stb);
+          if (sta == kOk) sa.remerge(kBF16, va, oa);
+          if (stb == kOk) sb.remerge(kBF16, vb, ob);
           if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
             sta = kErrChecksum;
           if (stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(first + i + 1)) != vb.checksum)

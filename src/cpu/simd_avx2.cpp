@@ -202,7 +202,7 @@ struct StreamDec {
     while (fast()) step(k);
     alignas(32) uint32_t xs[kLanes];
     for (int v = 0; v < 4; ++v) _mm256_store_si256((__m256i*)(xs + 8 * v), x[v]);
-    if (!Ctx) return rans_decode_tail(xs, p, end, s, n, dec, emit, ctx);  // ctx.n == 1: its seeds only
+    if (!Ctx) return rans_decode_tail(xs, p, end, s, n, dec, emit, rans_ctx_seeds_only(ctx));
     alignas(32) uint32_t cx[kLanes];
     for (int v = 0; v < 4; ++v) _mm256_store_si256((__m256i*)(cx + 8 * v), _mm256_srli_epi32(c[v], kProbBits));
     return rans_decode_tail(xs, p, end, s, n, dec, emit, ctx, cx);

@@ -174,7 +174,7 @@ struct StreamDec {
     while (fast()) step();
     uint32_t xs[kLanes];
     for (int v = 0; v < kVecs; ++v) vst1q_u32(xs + kVec * v, x[v]);
-    if (!Ctx) return rans_decode_tail(xs, p, end, s, n, dec, emit, ctx);  // ctx.n == 1: its seeds only
+    if (!Ctx) return rans_decode_tail(xs, p, end, s, n, dec, emit, rans_ctx_seeds_only(ctx));
     uint32_t cx[kLanes];
     for (int v = 0; v < kVecs; ++v) vst1q_u32(cx + kVec * v, vshrq_n_u32(c[v], kProbBits));
     return rans_decode_tail(xs, p, end, s, n, dec, emit, ctx, cx);

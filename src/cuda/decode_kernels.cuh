@@ -101,9 +101,10 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
 // symbol table offset and context update are compiled out.
 // dec + tab0[k] * kProbScale: stream k's tables in the block's table set;
 // n_sets: the streams' set counts (format version 3), else null; seeded:
-// the frame has seeded lane states (doc/format.md 5.8): the seed stream's
-// tail is merged as zeros while the streams decode, then each lane puts its
-// two seed bytes of every seeded stream into their elements.
+// the frame has seeded lane states (doc/format.md 5.8): the seed stream is
+// read from BlockView::stream_bytes (its head from other bytes of the block)
+// while the streams decode, then each lane puts its two seed bytes of every
+// seeded stream into their elements.
 template <int DT, bool Ctx>
 __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t n, const uint8_t* kind,
                                  const uint8_t* n_sets, bool seeded, const uint32_t* dec, const uint8_t* tab0,
@@ -117,7 +118,9 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
   const uint32_t stored = v.checksum;
   // Modes are raw or rANS: zstd passes parse_block only in a frame with a
   // zstd kind, which d_parse_kernel leaves to the CPU.
-  const uint8_t* const* pay = v.payload;
+  const uint8_t* pay[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) pay[k] = v.stream_bytes(k);
   const uint32_t* psz = v.size;
   bool coded[K];
 #pragma unroll
@@ -156,7 +159,7 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
         p[k] += 2 * cnt;
         f[k] = sym;
       } else {
-        f[k] = i < psz[k] ? pay[k][i] : 0;  // a raw stream's size is n, the seed stream's less
+        f[k] = active ? pay[k][i] : 0;
       }
     }
     if (active) store_elem<DT>(dst, i, warp::elem_merge<DT>(f));

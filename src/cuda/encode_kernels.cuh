@@ -99,7 +99,7 @@ __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint
     uint32_t size = 0;
     uint8_t mode = kModeRaw;
     if (kind_is_rans(kind[k])) {
-      const uint32_t seed_at = k < r ? block_seed_at(n, n_seeded) : BlockView::kNoSeed;
+      const uint32_t seed_at = k < r ? block_seed_at(n_seeded) : BlockView::kNoSeed;
       size = warp_rans_encode<DT>(src, n, k, enc[tab0[k]], k == 0 ? ctx0 : RansCtx{}, r, seed_at, out + pos, lane);
       if (size) {
         mode = kModeRans;
@@ -108,8 +108,9 @@ __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint
     }
     if (mode == kModeRaw) {
       __syncwarp();  // a failed rANS attempt wrote words here from other lanes
-      size = k == r ? n - kSeedBytes * n_seeded : n;
-      warp_raw_stream<DT>(src, size, k, out + pos, lane);
+      const uint32_t skip = k == r ? kSeedBytes * n_seeded : 0u;  // the seeds, carried by the lane states
+      size = n - skip;
+      warp_raw_stream<DT>(src + (uint64_t)skip * es, size, k, out + pos, lane);
     }
     if (lane == 0) ((uint32_t*)out)[1 + k] = stream_word_v3(size, mode, mode == kModeRans ? (sel >> (8 * k)) & 0xFFu : 0u);
     pos += (uint32_t)align4(size);

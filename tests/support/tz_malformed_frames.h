@@ -158,7 +158,7 @@ inline Bytes compress_cpu(const Bytes& data, tz_dtype dt, int level, unsigned bl
 
 // The frame with seeded lane states (doc/format.md 5.8) rewritten without
 // them: every seeded stream re-encoded from L with the same tables, the seed
-// stream's raw payload given back its tail, flags 0 (what the encoder wrote
+// stream's raw payload given back its head, flags 0 (what the encoder wrote
 // before seeding). Any other frame comes back unchanged. lane_x0, if given,
 // replaces the initial states of the first re-encoded stream (an invalid
 // stream for the final-state rule; the tail stays rebuilt).
@@ -181,8 +181,8 @@ inline Bytes unseed_frame(const Bytes& frame, const uint32_t* lane_x0 = nullptr)
       throw std::runtime_error("unseed_frame: bad block");
     if (!v.n_seeded) continue;
     const int r = v.seed_stream;
-    Bytes sr(n, 0);
-    std::memcpy(sr.data(), v.payload[r], v.size[r]);
+    Bytes sr(n, 0);  // the seed stream: seeds (its head), then its payload
+    std::memcpy(sr.data() + tz::kSeedBytes * v.n_seeded, v.payload[r], v.size[r]);
     std::vector<Bytes> pay(K);
     for (int k = 0; k < K; ++k) {
       pay[k].assign(v.payload[k], v.payload[k] + v.size[k]);
@@ -623,13 +623,12 @@ inline std::vector<MalformedFrame> malformed_frames() {
     // Block 0's stream 0 coded with lane 3 starting at 3 x 2^16 + its seed:
     // every word is consumed and lane 3 ends with x >> 16 == 3.
     {
-      const uint32_t n0 = 4096;
       uint32_t x0[kLanes];
-      // Seeds of block 0: bytes n - 64 .. n - 1 of its sign|mantissa stream.
+      // Seeds of block 0: bytes 0 .. 63 of its sign|mantissa stream.
       for (int l = 0; l < kLanes; ++l) {
         uint8_t lo = 0, hi = 0, e;
-        split_elem_bf16(load_le16(&bf_data[2 * (n0 - 64 + 2 * l)]), e, lo);
-        split_elem_bf16(load_le16(&bf_data[2 * (n0 - 64 + 2 * l + 1)]), e, hi);
+        split_elem_bf16(load_le16(&bf_data[2 * (2 * l)]), e, lo);
+        split_elem_bf16(load_le16(&bf_data[2 * (2 * l + 1)]), e, hi);
         x0[l] = kRansL | lo | (uint32_t)hi << 8;
       }
       x0[3] += 2 * kRansL;
