@@ -38,7 +38,7 @@ struct BlockDecTables {
 // (doc/format.md 5.8). The one statement of the rule, for every encoder and
 // decoder (CPU and CUDA).
 
-// The stream whose tail carries the seeds of a block of n elements in a
+// The stream whose head carries the seeds of a block of n elements in a
 // seeded frame: the last stream of kind raw, provided a rANS-kind stream
 // comes before it and n >= kSeedBytes x (rANS-kind streams before it);
 // otherwise -1 (the block is not seeded: every lane ends at L). Known from
@@ -69,7 +69,7 @@ TZ_HD uint8_t encoder_frame_flags(uint8_t version, int K, const uint8_t* kind) {
 // A decoder that merged the seed stream's head into dst before the seeds
 // were known (the decode-and-merge paths: they read the seed stream from
 // payload - kSeedBytes x S, which lies inside the block, see
-// BlockView::seed_stream_bytes): re-merges elements [first, n) of dst with
+// BlockView::stream_bytes): re-merges elements [first, n) of dst with
 // bytes [first, n) of the seed stream r, sr.
 TZ_HD void block_seed_remerge(uint8_t dtype, int r, const uint8_t* sr, uint32_t first, uint32_t n, uint8_t* dst) {
   const uint32_t es = dtype_elem_size(dtype);

@@ -344,8 +344,8 @@ struct RansEmitBytes {
 
 // Checked scalar decoding of steps [s, ceil(n/32)) from lane states x[32]
 // and word pointer p, then the end conditions (every word consumed, every
-// lane back at L, or seeded: rans_lanes_end). Shared by rans_decode and the SIMD decoder's tail so both
-// accept and reject exactly the same streams. emit(i, symbol) stores.
+// lane back at L, or seeded: rans_lanes_end). Shared by rans_decode and the
+// SIMD decoder's tail so both accept and reject exactly the same streams. emit(i, symbol) stores.
 // With contexts (ctx.n > 1), cx[l] is the context of lane l's next symbol
 // (table at dec + kProbScale * cx[l]); it is updated as symbols decode.
 template <class Emit>
