@@ -109,7 +109,13 @@ TEST(Inspect, HeaderBytesFollowTheFormat) {
   EXPECT_EQ(frame[4], TZ_FORMAT_VERSION);
   EXPECT_EQ(frame[5], TZ_DTYPE_F32);
   EXPECT_EQ(frame[6], 4);
-  EXPECT_EQ(frame[7], 0);
+  // flags: seeded lane states (bit 0) where a raw-kind stream follows a coded
+  // one, as the encoder's rule says; no other bit.
+  tz_frame_info info{};
+  ASSERT_FALSE(tz_is_error(tz_frame_inspect(frame.data(), frame.size(), &info)));
+  uint8_t kinds[4];
+  for (int k = 0; k < 4; ++k) kinds[k] = (uint8_t)info.stream_kind[k];
+  EXPECT_EQ(frame[7], tz::encoder_frame_flags(frame[4], 4, kinds));
   uint64_t raw;
   uint32_t be, nb;
   memcpy(&raw, frame.data() + 8, 8);

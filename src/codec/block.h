@@ -16,6 +16,7 @@ struct BlockEncTables {
   RansCtx ctx[kMaxStreams];            // n = 1 unless kind == kKindRansCtx
   uint8_t set[kMaxStreams];            // v3: table set of stream k in this block
   uint8_t v3;                          // stream words in the version-3 layout
+  uint8_t seeded;                      // frame flag kFlagSeededLanes (v3): seeded lane states
 };
 
 // Decode tables of a frame. dec[k] holds stream k's n_sets[k] sets of
@@ -27,10 +28,63 @@ struct BlockDecTables {
   RansCtx ctx[kMaxStreams];
   uint8_t n_sets[kMaxStreams];
   uint8_t v3;  // stream words in the version-3 layout (then n_sets validates their set field)
+  uint8_t seeded;  // frame flag kFlagSeededLanes: seeded lane states (doc/format.md 5.8)
   TZ_HD const uint8_t* sets() const { return v3 ? n_sets : nullptr; }
   // Decode tables of stream k in table set j.
   TZ_HD const uint32_t* dec_of(int k, uint32_t j) const { return dec[k] + (size_t)j * ctx[k].n * kProbScale; }
 };
+
+// ------------------------------------------------ seeded lane states --
+// (doc/format.md 5.8). The one statement of the rule, for every encoder and
+// decoder (CPU and CUDA).
+
+// The stream whose head carries the seeds of a block of n elements in a
+// seeded frame: the last stream of kind raw, provided a rANS-kind stream
+// comes before it and n >= kSeedBytes x (rANS-kind streams before it);
+// otherwise -1 (the block is not seeded: every lane ends at L). Known from
+// the frame's kinds and n alone, before any stream is coded.
+TZ_HD int block_seed_stream(int K, const uint8_t* kind, uint32_t n) {
+  int r = -1;
+  for (int k = 0; k < K; ++k)
+    if (kind[k] == kKindRaw) r = k;
+  if (r < 0) return -1;
+  uint32_t coded = 0;
+  for (int k = 0; k < r; ++k) coded += kind_is_rans(kind[k]) ? 1u : 0u;
+  if (coded == 0 || n < kSeedBytes * coded) return -1;
+  return r;
+}
+// Offset in the seed stream of the seeds of the i-th (from 0) stream of the
+// block coded in rANS mode before it: the seeds fill the stream's head in
+// that order, so the encoder places stream i's seeds before it knows whether
+// later streams code; the seed stream's payload is its bytes from
+// kSeedBytes x (seeded streams) on.
+TZ_HD uint32_t block_seed_at(uint32_t i) { return kSeedBytes * i; }
+// The flags byte the reference encoders (CPU and CUDA) write for a frame of
+// this version and these stream kinds: seeded lane states in version 3
+// wherever a block can be seeded (a raw-kind stream after a rANS-kind one).
+TZ_HD uint8_t encoder_frame_flags(uint8_t version, int K, const uint8_t* kind) {
+  if (version < kFormatVersionSets) return 0;
+  return block_seed_stream(K, kind, UINT32_MAX) >= 0 ? kFlagSeededLanes : 0u;
+}
+// A decoder that merged the seed stream's head into dst before the seeds
+// were known (the decode-and-merge paths: they read the seed stream from
+// payload - kSeedBytes x S, which lies inside the block, see
+// BlockView::stream_bytes): re-merges elements [first, n) of dst with
+// bytes [first, n) of the seed stream r, sr.
+TZ_HD void block_seed_remerge(uint8_t dtype, int r, const uint8_t* sr, uint32_t first, uint32_t n, uint8_t* dst) {
+  const uint32_t es = dtype_elem_size(dtype);
+  const int K = dtype_stream_count(dtype);
+  uint8_t f[kMaxStreams][kSeedBytes];
+  for (uint32_t i0 = first; i0 < n; i0 += kSeedBytes) {
+    const uint32_t m = n - i0 < kSeedBytes ? n - i0 : kSeedBytes;
+    uint8_t* fp[kMaxStreams];
+    const uint8_t* cf[kMaxStreams];
+    for (int k = 0; k < K; ++k) fp[k] = f[k];
+    split_fields(dtype, dst + (size_t)i0 * es, m, fp);
+    for (int k = 0; k < K; ++k) cf[k] = k == r ? sr + i0 : f[k];
+    merge_fields(dtype, cf, m, dst + (size_t)i0 * es);
+  }
+}
 
 // Worst-case encoded size of a block of n elements: every stream raw.
 TZ_HD size_t block_bound(uint32_t n, int n_streams) {
@@ -48,16 +102,21 @@ struct ScalarStreamEncoder {
   TZ_HD void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
     split_fields(dtype, src, n, streams);
   }
-  TZ_HD size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
-    return rans_encode_ctx(sym, n, t->enc[k], t->ctx[k], words, out, limit);
+  TZ_HD size_t operator()(int k, const uint8_t* sym, uint32_t n, const uint8_t* seed, uint16_t* words, uint8_t* out,
+                          size_t limit) const {
+    RansCtx c = t->ctx[k];
+    c.seed_in = seed;
+    return rans_encode_ctx(sym, n, t->enc[k], c, words, out, limit);
   }
 };
 
 // Encodes one block whose decoded bytes have checksum `checksum` (see
 // checksum.h; computed by the caller with its fastest CRC). `out` must hold
 // block_bound(n, K) bytes. Returns the encoded size (a multiple of 4).
-// `coder(k, symbols, n, word_scratch, out, limit)` entropy-codes stream k and
-// returns its payload size, or 0 when the payload would not be < limit;
+// `coder(k, symbols, n, seed, word_scratch, out, limit)` entropy-codes stream
+// k with its lanes seeded from `seed` (kSeedBytes bytes, or null: lanes start
+// at L) and returns its payload size, or 0 when the payload would not be <
+// limit;
 // `coder.split` cuts elements into streams. The CPU backend passes a SIMD
 // coder that produces the same bytes.
 template <class Coder>
@@ -79,16 +138,23 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
 
   store_le32(out, checksum);
   size_t pos = block_header_size(K);
+  const int r = t.seeded ? block_seed_stream(K, t.kind, n) : -1;
+  uint32_t seeded = 0;  // streams coded with seeds so far
   for (int k = 0; k < K; ++k) {
     size_t size = 0;
     uint8_t mode = kModeRaw;
     if (kind_is_rans(t.kind[k])) {
-      size = coder(k, sym[k], n, words, out + pos, n);
-      if (size) mode = kModeRans;
+      const uint8_t* seed = k < r ? sym[r] + block_seed_at(seeded) : nullptr;
+      size = coder(k, sym[k], n, seed, words, out + pos, n);
+      if (size) {
+        mode = kModeRans;
+        seeded += seed ? 1u : 0u;
+      }
     }
     if (mode == kModeRaw) {
-      memcpy(out + pos, sym[k], n);
-      size = n;
+      const uint32_t skip = k == r ? kSeedBytes * seeded : 0u;  // the seeds, carried by the lane states
+      size = n - skip;
+      memcpy(out + pos, sym[k] + skip, size);
     }
     store_le32(out + 4 + 4 * k, t.v3 ? stream_word_v3((uint32_t)size, mode, mode == kModeRans ? t.set[k] : 0u)
                                      : stream_word((uint32_t)size, mode));
@@ -112,6 +178,29 @@ struct BlockView {
   uint8_t set[kMaxStreams];  // table set of a rANS stream (version 3), else 0
   uint32_t size[kMaxStreams];
   const uint8_t* payload[kMaxStreams];
+  // Seeded lane states (doc/format.md 5.8): seed_stream is the stream whose
+  // head holds the seeds (-1: none in this block), n_seeded the streams
+  // coded with seeds, seed_at[k] where stream k's seeds lie in the seed
+  // stream (kNoSeed: stream k ends at L).
+  int seed_stream;
+  uint32_t n_seeded;
+  uint32_t seed_at[kMaxStreams];
+  static constexpr uint32_t kNoSeed = 0xFFFFFFFFu;
+  // The lane model of stream k for its decode: ctx with seed_out at its
+  // seeds' place in sr (the seed stream's first kSeedBytes x n_seeded bytes).
+  TZ_HD RansCtx seeded_ctx(int k, RansCtx ctx, uint8_t* sr) const {
+    ctx.seed_out = seed_at[k] != kNoSeed ? sr + seed_at[k] : nullptr;
+    return ctx;
+  }
+  // Stream k's bytes as a decoder merges them: its payload, or for the seed
+  // stream of a seeded block its payload less kSeedBytes x n_seeded, so that
+  // element i reads byte i. The bytes before the payload lie inside the
+  // block (the seeded streams' payloads, at least kRansStateBytes each, come
+  // before it), so this reads no memory outside it; the elements of the head
+  // are merged again with the seeds (block_seed_remerge).
+  TZ_HD const uint8_t* stream_bytes(int k) const {
+    return k == seed_stream ? payload[k] - kSeedBytes * n_seeded : payload[k];
+  }
 };
 
 // Validates the block header against the frame's stream kinds: sizes inside
@@ -125,14 +214,20 @@ struct BlockView {
 // instantiated per dtype, keeps the view in registers); KC = 0: K at run
 // time (the CPU decoders). n_sets: null before format version 3 (30-bit
 // sizes); in version 3 the table sets of each stream: a rANS stream's set
-// must be below its count, every other stream's set field zero.
+// must be below its count, every other stream's set field zero. seeded: the
+// frame's kFlagSeededLanes (version 3 only, checked with the header): the
+// seed stream's raw payload is n - kSeedBytes x (streams coded before it)
+// bytes, and every coded stream before it is seeded.
 template <int KC>
-TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_sets, const uint8_t* blk,
+TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_sets, bool seeded, const uint8_t* blk,
                            size_t blk_size, uint32_t n, BlockView* v) {
   const int K = KC > 0 ? KC : k_streams;
   const size_t hdr = block_header_size(K);
   if (blk_size < hdr || (blk_size & 3u)) return kErrCorruptBlock;
   v->checksum = load_le32(blk);
+  const int r = seeded ? block_seed_stream(K, kind, n) : -1;
+  v->seed_stream = r;
+  v->n_seeded = 0;
   size_t pos = hdr;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -148,11 +243,13 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_
     const uint8_t* payload = blk + pos;
     for (size_t i = size; i < padded; ++i)
       if (payload[i] != 0) return kErrCorruptBlock;
+    v->seed_at[k] = BlockView::kNoSeed;
     if (mode == kModeRaw) {
-      if (size != n) return kErrCorruptBlock;
+      if (size != (k == r ? n - kSeedBytes * v->n_seeded : n)) return kErrCorruptBlock;
     } else if (mode == kModeRans) {
       if (!kind_is_rans(kind[k])) return kErrCorruptBlock;
       if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
+      if (k < r) v->seed_at[k] = block_seed_at(v->n_seeded++);
     } else if (mode == kModeZstd) {
       if (kind[k] != kKindZstd) return kErrCorruptBlock;
     } else {
@@ -169,16 +266,16 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_
 }
 
 TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n, BlockView* v) {
-  return parse_block_impl<0>(K, kind, nullptr, blk, blk_size, n, v);
+  return parse_block_impl<0>(K, kind, nullptr, false, blk, blk_size, n, v);
 }
-TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* n_sets, const uint8_t* blk, size_t blk_size,
-                      uint32_t n, BlockView* v) {
-  return parse_block_impl<0>(K, kind, n_sets, blk, blk_size, n, v);
+TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* n_sets, bool seeded, const uint8_t* blk,
+                      size_t blk_size, uint32_t n, BlockView* v) {
+  return parse_block_impl<0>(K, kind, n_sets, seeded, blk, blk_size, n, v);
 }
 template <int K>
-TZ_HD int parse_block_k(const uint8_t* kind, const uint8_t* n_sets, const uint8_t* blk, size_t blk_size, uint32_t n,
-                        BlockView* v) {
-  return parse_block_impl<K>(K, kind, n_sets, blk, blk_size, n, v);
+TZ_HD int parse_block_k(const uint8_t* kind, const uint8_t* n_sets, bool seeded, const uint8_t* blk,
+                        size_t blk_size, uint32_t n, BlockView* v) {
+  return parse_block_impl<K>(K, kind, n_sets, seeded, blk, blk_size, n, v);
 }
 
 // Decodes one block of n elements into dst (n * elem_size bytes). On kOk,
@@ -189,16 +286,24 @@ TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const ui
                                 uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored_checksum) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
-  const int pst = parse_block(K, t.kind, t.sets(), blk, blk_size, n, &v);
+  const int pst = parse_block(K, t.kind, t.sets(), t.seeded, blk, blk_size, n, &v);
   if (pst != kOk) return pst;
   *stored_checksum = v.checksum;
   const uint8_t* streams[kMaxStreams];
+  // The seed stream is assembled in its scratch area: the seeds land at its
+  // head as the streams before it decode, then its payload goes behind them.
+  uint8_t* const sr = v.n_seeded ? scratch + (size_t)v.seed_stream * align4(n) : nullptr;
   for (int k = 0; k < K; ++k) {
     if (v.mode[k] == kModeRaw) {
       streams[k] = v.payload[k];
+      if (sr && k == v.seed_stream) {
+        memcpy(sr + kSeedBytes * v.n_seeded, v.payload[k], v.size[k]);
+        streams[k] = sr;
+      }
     } else if (v.mode[k] == kModeRans) {
       uint8_t* s = scratch + (size_t)k * align4(n);
-      const int st = rans_decode_ctx(v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), t.ctx[k], s);
+      const int st =
+          rans_decode_ctx(v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), v.seeded_ctx(k, t.ctx[k], sr), s);
       if (st != kOk) return st;
       streams[k] = s;
     } else {

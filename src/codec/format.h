@@ -23,6 +23,11 @@ constexpr uint32_t kProbBits = 12;         // frequencies sum to 1 << kProbBits
 constexpr uint32_t kProbScale = 1u << kProbBits;
 constexpr uint32_t kRansL = 1u << 16;      // state lower bound; states live in [L, 2^32)
 constexpr size_t kRansStateBytes = kLanes * 4;
+// Seeded lane states (doc/format.md 5.8, version 3 with header flag bit 0):
+// a coded stream's lanes start at L | seed (16 bits each), the seeds of a
+// stream are kSeedBytes bytes of the block's last raw-kind stream.
+constexpr uint8_t kFlagSeededLanes = 1u;
+constexpr uint32_t kSeedBytes = 2 * kLanes;
 // A coded rANS stream holds the lane states and then whole 16-bit words
 // (doc/format.md section 5): the size check every decoder makes first.
 TZ_HD bool rans_stream_size_ok(size_t size) { return size >= kRansStateBytes && ((size - kRansStateBytes) & 1u) == 0; }

@@ -30,10 +30,44 @@ TZ_HD uint32_t rans_dec_entry(uint32_t sym, uint32_t freq, uint32_t off) {
 // coded with table ctx_of(symbol i - 32), the symbol its lane coded one step
 // earlier; symbols of the first step use table 0. A stream of kind 1 is the
 // case n = 1.
+// The seeds of a block's coded stream (format version 3, doc/format.md 5.8)
+// travel with it: an encoder given seed_in starts lane l at
+// L | le16(seed_in + 2l) instead of L; a decoder given seed_out accepts a
+// lane whose final state x has x >> 16 == 1 and stores le16(seed_out + 2l)
+// = x & 0xFFFF (without it, every lane must end at L). Null in every table;
+// a block's coder sets them per call.
 struct RansCtx {
   uint32_t base = 0;  // first symbol value with its own context
   uint32_t n = 1;     // number of contexts (tables), 1..kMaxContexts
+  const uint8_t* seed_in = nullptr;  // encoder: kSeedBytes seed bytes, or null
+  uint8_t* seed_out = nullptr;       // decoder: where the kSeedBytes seeds go, or null
 };
+// c without lane contexts (n = 1), seeds kept: what a decoder specialised
+// for n = 1 passes to rans_decode_tail, so that the compiler folds its
+// context branches as it does for RansCtx{}.
+TZ_HD RansCtx rans_ctx_seeds_only(const RansCtx& c) {
+  RansCtx r{};
+  r.seed_in = c.seed_in;
+  r.seed_out = c.seed_out;
+  return r;
+}
+// Initial encoder state of lane l.
+TZ_HD uint32_t rans_lane_start(const RansCtx& c, int l) {
+  return kRansL | (c.seed_in ? (uint32_t)load_le16(c.seed_in + 2 * l) : 0u);
+}
+// The decoder's end condition on the 32 final lane states, and the seeds
+// handed back (only once every lane passed).
+TZ_HD int rans_lanes_end(const uint32_t* x, const RansCtx& c) {
+  if (!c.seed_out) {
+    for (int l = 0; l < kLanes; ++l)
+      if (x[l] != kRansL) return kErrCorruptBlock;
+    return kOk;
+  }
+  for (int l = 0; l < kLanes; ++l)
+    if ((x[l] >> 16) != 1u) return kErrCorruptBlock;
+  for (int l = 0; l < kLanes; ++l) store_le16(c.seed_out + 2 * l, (uint16_t)(x[l] & 0xFFFFu));
+  return kOk;
+}
 TZ_HD uint32_t rans_ctx_of(uint32_t prev_sym, const RansCtx& c) {
   const uint32_t d = prev_sym > c.base ? prev_sym - c.base : 0u;
   return d < c.n ? d : c.n - 1u;
@@ -265,7 +299,7 @@ TZ_HD uint32_t rans_enc_put_nb(uint32_t x, const RansEncSym& e, uint16_t*& wp) {
 TZ_HD_NOINLINE size_t rans_encode_ctx(const uint8_t* sym, uint32_t n, const RansEncSym* enc, const RansCtx& ctx,
                                       uint16_t* words, uint8_t* out, size_t limit) {
   uint32_t x[kLanes];
-  for (int l = 0; l < kLanes; ++l) x[l] = kRansL;
+  for (int l = 0; l < kLanes; ++l) x[l] = rans_lane_start(ctx, l);
   uint16_t* const wend = words + n;
   uint16_t* wp = wend;
   const uint32_t n_steps = (n + kLanes - 1) / kLanes;
@@ -310,8 +344,8 @@ struct RansEmitBytes {
 
 // Checked scalar decoding of steps [s, ceil(n/32)) from lane states x[32]
 // and word pointer p, then the end conditions (every word consumed, every
-// lane back at L). Shared by rans_decode and the SIMD decoder's tail so both
-// accept and reject exactly the same streams. emit(i, symbol) stores.
+// lane back at L, or seeded: rans_lanes_end). Shared by rans_decode and the
+// SIMD decoder's tail so both accept and reject exactly the same streams. emit(i, symbol) stores.
 // With contexts (ctx.n > 1), cx[l] is the context of lane l's next symbol
 // (table at dec + kProbScale * cx[l]); it is updated as symbols decode.
 template <class Emit>
@@ -337,9 +371,7 @@ TZ_HD int rans_decode_tail(uint32_t* x, const uint8_t* p, const uint8_t* end, ui
     }
   }
   if (p != end) return kErrCorruptBlock;
-  for (int l = 0; l < kLanes; ++l)
-    if (x[l] != kRansL) return kErrCorruptBlock;
-  return kOk;
+  return rans_lanes_end(x, ctx);
 }
 
 // Index of the lowest set bit of m != 0.

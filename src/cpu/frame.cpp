@@ -3,6 +3,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdio>
 
@@ -84,8 +85,11 @@ struct KernelCoder {
   void split(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams) const {
     kr->split(dtype, src, n, streams);
   }
-  size_t operator()(int k, const uint8_t* sym, uint32_t n, uint16_t* words, uint8_t* out, size_t limit) const {
-    return kr->rans_encode(sym, n, EncTables{et->enc[k], freq_start[k]}, et->ctx[k], words, out, limit);
+  size_t operator()(int k, const uint8_t* sym, uint32_t n, const uint8_t* seed, uint16_t* words, uint8_t* out,
+                    size_t limit) const {
+    RansCtx c = et->ctx[k];
+    c.seed_in = seed;
+    return kr->rans_encode(sym, n, EncTables{et->enc[k], freq_start[k]}, c, words, out, limit);
   }
 };
 
@@ -95,9 +99,11 @@ struct KernelCoder {
 struct FrameEncTables {
   const TensorTables& tt;
   int K;
+  uint8_t flags;  // of the frame's header (kFlagSeededLanes)
   std::vector<RansEncSym> enc[kMaxStreams];
   std::vector<uint32_t> fst[kMaxStreams];
-  FrameEncTables(const TensorTables& t, int n_streams) : tt(t), K(n_streams) {
+  FrameEncTables(const TensorTables& t, int n_streams, uint8_t frame_flags)
+      : tt(t), K(n_streams), flags(frame_flags) {
     for (int k = 0; k < K; ++k) {
       const StreamTables& st = tt.s[k];
       if (!kind_is_rans(st.kind)) continue;
@@ -114,6 +120,7 @@ struct FrameEncTables {
   void block(uint32_t b, BlockEncTables* et, const uint32_t** fk) const {
     *et = BlockEncTables{};
     et->v3 = tt.version >= kFormatVersionSets;
+    et->seeded = (flags & kFlagSeededLanes) != 0;
     for (int k = 0; k < K; ++k) {
       const StreamTables& st = tt.s[k];
       et->kind[k] = st.kind;
@@ -225,6 +232,11 @@ uint64_t encode_blocks(Context& ctx, const FrameShape& f, const FrameEncTables& 
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_seeded_lanes{true};
+}  // namespace
+void set_encoder_seeded_lanes(bool on) { g_seeded_lanes.store(on, std::memory_order_relaxed); }
+
 size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, const tz_params& p) {
   if (!src && n) return make_error(kErrBadParam, "source is null");
   // Read the enum's storage as an int: a C caller may pass any value, and
@@ -262,7 +274,10 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   if (cap < prefix) return make_error(kErrDstTooSmall, "destination too small for the frame header");
   if (!tables.empty()) memcpy(dst + kFrameHeaderSize, tables.data(), tables.size());
 
-  const FrameEncTables enc(tt, K);
+  uint8_t kinds[kMaxStreams];
+  for (int k = 0; k < K; ++k) kinds[k] = tt.s[k].kind;
+  const uint8_t flags = g_seeded_lanes.load(std::memory_order_relaxed) ? encoder_frame_flags(tt.version, K, kinds) : 0;
+  const FrameEncTables enc(tt, K, flags);
   std::vector<uint32_t> sizes(n_blocks);
   bool overflow = false;
   const FrameShape shape{src, dtype, es, K, block_elems, n_elems, n_blocks};
@@ -273,6 +288,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
 
   FrameHeader h{};
   h.version = tt.version;
+  h.flags = flags;
   h.dtype = dtype;
   h.n_streams = (uint8_t)K;
   h.raw_size = n;

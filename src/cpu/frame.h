@@ -57,6 +57,11 @@ ContextPtr make_context(unsigned threads);
 unsigned context_threads(const Context&);
 
 size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, const tz_params& p);
+// Whether compress_frame writes seeded lane states (doc/format.md 5.8) where
+// a frame can have them (encoder_frame_flags, codec/block.h): on by default.
+// Off, it writes the version-3 frames of before (flags 0), for the tests
+// that check those still decode. Process-wide.
+void set_encoder_seeded_lanes(bool on);
 size_t decompress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, bool write,
                         unsigned* bad_block);
 size_t decompress_blocks(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* prefix, size_t prefix_size,

@@ -36,6 +36,7 @@ struct DecTables {
     if (entries) dec.reset(new uint32_t[entries]);  // not cleared: the tables are built in order over all of it
     for (uint32_t j = 0; j < ft.n_tables; ++j) build_dec_table(ft.freq[j], dec.get() + (size_t)j * kProbScale);
     t.v3 = fp.h.version >= kFormatVersionSets;
+    t.seeded = (fp.h.flags & kFlagSeededLanes) != 0;
     for (int k = 0; k < fp.h.n_streams; ++k) {
       t.kind[k] = ft.kind[k];
       t.ctx[k] = ft.ctx[k];
@@ -62,6 +63,20 @@ int decode_bytes_block(ZSTD_DCtx* dctx, uint8_t kind, const uint8_t* blk, size_t
   return kOk;
 }
 
+// Seeded lane states (doc/format.md 5.8) in the decode-and-merge paths: the
+// coded streams hand their seeds (the seed stream's head) to `seeds`; the
+// seed stream is merged from BlockView::stream_bytes (its payload less the
+// head, inside the block), so the head's elements are merged from other
+// bytes first and merged again with the seeds once they are known. No copy
+// of the raw stream.
+struct BlockSeeds {
+  uint8_t bytes[kMaxStreams * kSeedBytes];
+  // After every stream decoded and dst merged.
+  void remerge(uint8_t dtype, const BlockView& v, uint8_t* dst) const {
+    if (v.n_seeded) block_seed_remerge(dtype, v.seed_stream, bytes, 0, kSeedBytes * v.n_seeded, dst);
+  }
+};
+
 // tz::decode_block through the kernel table: same validation (parse_block),
 // same output and status, coded streams decoded two at a time, and the
 // common BF16 layout (exponents coded, sign|mantissa raw) decoded and merged
@@ -70,20 +85,25 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
                          size_t sz, uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
-  const int pst = parse_block(K, t.kind, t.sets(), blk, sz, n, &v);
+  const int pst = parse_block(K, t.kind, t.sets(), t.seeded, blk, sz, n, &v);
   if (pst != kOk) return pst;
   *stored = v.checksum;
-  if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw)
-    return kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], v.payload[1], dst);
+  BlockSeeds seeds;
+  if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw) {
+    const int st = kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]),
+                                       v.seeded_ctx(0, t.ctx[0], seeds.bytes), v.stream_bytes(1), dst);
+    if (st == kOk) seeds.remerge(dtype, v, dst);
+    return st;
+  }
   // One coded stream (FP8): its bytes are the elements, decoded in place
-  // (merge would only copy them from scratch).
+  // (merge would only copy them from scratch). Never seeded (no raw stream).
   if (K == 1 && v.mode[0] == kModeRans)
     return kr.rans_decode(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], dst);
   const uint8_t* streams[kMaxStreams];
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {
     if (v.mode[k] == kModeRaw) {
-      streams[k] = v.payload[k];
+      streams[k] = v.stream_bytes(k);
     } else if (v.mode[k] == kModeRans) {
       uint8_t* s = scratch + (size_t)k * align4(n);
       streams[k] = s;
@@ -94,9 +114,12 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
       const int j = pending;
       pending = -1;
       int sa, sb;
-      kr.rans_decode2(
-          RansStream{v.payload[j], v.size[j], n, t.dec_of(j, v.set[j]), scratch + (size_t)j * align4(n), t.ctx[j]},
-          &sa, RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s, t.ctx[k]}, &sb);
+      kr.rans_decode2(RansStream{v.payload[j], v.size[j], n, t.dec_of(j, v.set[j]), scratch + (size_t)j * align4(n),
+                                 v.seeded_ctx(j, t.ctx[j], seeds.bytes)},
+                      &sa,
+                      RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s,
+                                 v.seeded_ctx(k, t.ctx[k], seeds.bytes)},
+                      &sb);
       if (sa != kOk) return sa;
       if (sb != kOk) return sb;
     } else {
@@ -105,10 +128,12 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   }
   if (pending >= 0) {
     const int st = kr.rans_decode(v.payload[pending], v.size[pending], n, t.dec_of(pending, v.set[pending]),
-                                  t.ctx[pending], scratch + (size_t)pending * align4(n));
+                                  v.seeded_ctx(pending, t.ctx[pending], seeds.bytes),
+                                  scratch + (size_t)pending * align4(n));
     if (st != kOk) return st;
   }
   kr.merge(dtype, streams, n, dst);
+  seeds.remerge(dtype, v, dst);
   return kOk;
 }
 
@@ -154,18 +179,24 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
         BlockView va, vb;
         const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
         const bool ok =
-            parse_block(K, dt.t.kind, dt.t.sets(), blocks + off[i], (size_t)(off[i + 1] - off[i]), na, &va) == kOk &&
-            parse_block(K, dt.t.kind, dt.t.sets(), blocks + off[i + 1], (size_t)(off[i + 2] - off[i + 1]), nb, &vb) ==
-                kOk &&
+            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.seeded, blocks + off[i], (size_t)(off[i + 1] - off[i]), na,
+                        &va) == kOk &&
+            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.seeded, blocks + off[i + 1],
+                        (size_t)(off[i + 2] - off[i + 1]), nb, &vb) == kOk &&
             va.mode[0] == kModeRans && va.mode[1] == kModeRaw && vb.mode[0] == kModeRans && vb.mode[1] == kModeRaw;
         if (ok) {
           uint8_t* oa = out_of(i, 0);
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
-          kr.rans_decode2_bf16(
-              RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa, dt.t.ctx[0]}, va.payload[1],
-              &sta, RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob, dt.t.ctx[0]},
-              vb.payload[1], &stb);
+          BlockSeeds sa, sb;  // seeded blocks (BlockSeeds)
+          kr.rans_decode2_bf16(RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa,
+                                          va.seeded_ctx(0, dt.t.ctx[0], sa.bytes)},
+                               va.stream_bytes(1), &sta,
+                               RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob,
+                                          vb.seeded_ctx(0, dt.t.ctx[0], sb.bytes)},
+                               vb.stream_bytes(1), &stb);
+          if (sta == kOk) sa.remerge(kBF16, va, oa);
+          if (stb == kOk) sb.remerge(kBF16, vb, ob);
           if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
             sta = kErrChecksum;
           if (stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(first + i + 1)) != vb.checksum)

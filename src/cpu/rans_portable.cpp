@@ -249,7 +249,7 @@ size_t encode_lanes(const uint8_t* sym, uint32_t n, const RansEncSym* enc_sym, c
   EncEntry enc[256 * kMaxContexts];
   build_enc_entries(enc_sym, Ctx ? ctx.n : 1u, enc);
   uint32_t x[kLanes];
-  for (int l = 0; l < kLanes; ++l) x[l] = kRansL;
+  for (int l = 0; l < kLanes; ++l) x[l] = rans_lane_start(ctx, l);
   uint32_t next_tab[256];
   if (Ctx) context_offsets(ctx, 256, next_tab);
   uint16_t* const wend = words + n;

@@ -202,7 +202,7 @@ struct StreamDec {
     while (fast()) step(k);
     alignas(32) uint32_t xs[kLanes];
     for (int v = 0; v < 4; ++v) _mm256_store_si256((__m256i*)(xs + 8 * v), x[v]);
-    if (!Ctx) return rans_decode_tail(xs, p, end, s, n, dec, emit);
+    if (!Ctx) return rans_decode_tail(xs, p, end, s, n, dec, emit, rans_ctx_seeds_only(ctx));
     alignas(32) uint32_t cx[kLanes];
     for (int v = 0; v < 4; ++v) _mm256_store_si256((__m256i*)(cx + 8 * v), _mm256_srli_epi32(c[v], kProbBits));
     return rans_decode_tail(xs, p, end, s, n, dec, emit, ctx, cx);
@@ -346,7 +346,7 @@ TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, c
   uint16_t* const wend = words + n;
   uint16_t* wp = wend;
   alignas(32) uint32_t xs[kLanes];
-  for (int l = 0; l < kLanes; ++l) xs[l] = kRansL;
+  for (int l = 0; l < kLanes; ++l) xs[l] = rans_lane_start(ctx, l);
   const uint32_t full_steps = n / kLanes;
   const bool use_ctx = ctx.n > 1;
   // The partial last step is encoded first (steps run backwards), scalar.

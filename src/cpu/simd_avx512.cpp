@@ -100,7 +100,7 @@ struct StreamDec {
     alignas(64) uint32_t x[kLanes];
     _mm512_store_si512(x, x0);
     _mm512_store_si512(x + 16, x1);
-    if (!Ctx) return rans_decode_tail(x, p, end, s, n, dec, emit);
+    if (!Ctx) return rans_decode_tail(x, p, end, s, n, dec, emit, rans_ctx_seeds_only(ctx));
     alignas(64) uint32_t cx[kLanes];
     _mm512_store_si512(cx, _mm512_srli_epi32(c0, kProbBits));
     _mm512_store_si512(cx + 16, _mm512_srli_epi32(c1, kProbBits));

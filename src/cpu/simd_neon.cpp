@@ -174,7 +174,7 @@ struct StreamDec {
     while (fast()) step();
     uint32_t xs[kLanes];
     for (int v = 0; v < kVecs; ++v) vst1q_u32(xs + kVec * v, x[v]);
-    if (!Ctx) return rans_decode_tail(xs, p, end, s, n, dec, emit);
+    if (!Ctx) return rans_decode_tail(xs, p, end, s, n, dec, emit, rans_ctx_seeds_only(ctx));
     uint32_t cx[kLanes];
     for (int v = 0; v < kVecs; ++v) vst1q_u32(cx + kVec * v, vshrq_n_u32(c[v], kProbBits));
     return rans_decode_tail(xs, p, end, s, n, dec, emit, ctx, cx);
@@ -264,7 +264,7 @@ size_t encode_neon(const uint8_t* sym, uint32_t n, const EncTables& t, const Ran
   uint16_t* const wend = words + n;
   uint16_t* wp = wend;
   uint32_t xs[kLanes];
-  for (int l = 0; l < kLanes; ++l) xs[l] = kRansL;
+  for (int l = 0; l < kLanes; ++l) xs[l] = rans_lane_start(ctx, l);
   const uint32_t full_steps = n / kLanes;
   const bool use_ctx = ctx.n > 1;
   if (n % kLanes) {  // the partial last step first (steps run backwards), scalar

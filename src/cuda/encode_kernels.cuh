@@ -17,14 +17,19 @@ namespace {
 // exactly the decision of rans_encode(..., limit = n).
 // With lane contexts (rc.n > 1), symbol i >= 32 is coded with table
 // ctx_of(symbol i - 32) of enc (rc.n tables of 256), as rans_encode_ctx.
+// Seeded (seed_at != BlockView::kNoSeed, doc/format.md 5.8): the lane
+// starts at L | the two bytes of field r of elements seed_at + 2 lane, + 1.
 template <int DT>
 __device__ uint32_t warp_rans_encode(const uint8_t* src, uint32_t n, int k, const RansEncSym* enc, RansCtx rc,
-                                     uint8_t* out, uint32_t lane) {
+                                     int r, uint32_t seed_at, uint8_t* out, uint32_t lane) {
   const int64_t cap = warp::enc_word_cap(n);
   if (cap < 0) return 0;
   uint16_t* const W = (uint16_t*)(out + kRansStateBytes);
   uint32_t wp = (uint32_t)cap;
   uint32_t x = kRansL;
+  if (seed_at != BlockView::kNoSeed)
+    x |= warp::elem_field<DT>(load_elem<DT>(src, seed_at + 2 * lane), r) |
+         warp::elem_field<DT>(load_elem<DT>(src, seed_at + 2 * lane + 1), r) << 8;
   const uint32_t n_steps = (n + 31) / 32;
   for (uint32_t s = n_steps; s-- > 0;) {
     const uint32_t i = s * 32 + lane;
@@ -77,27 +82,35 @@ __device__ void warp_raw_stream(const uint8_t* src, uint32_t n, int k, uint8_t* 
 
 // Same bytes as encode_block (codec/block.h) for one block, by one warp:
 // stream k is coded with the tables enc[tab0[k]...] of table set
-// (sel >> 8k) & 0xFF (lane contexts for stream 0 when ctx0.n > 1).
+// (sel >> 8k) & 0xFF (lane contexts for stream 0 when ctx0.n > 1); seeded:
+// the frame has seeded lane states (block_seed_stream, codec/block.h).
 template <int DT>
 __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint8_t* kind, const uint8_t* tab0,
-                                      RansCtx ctx0, uint32_t sel, const RansEncSym (*enc)[256],
+                                      RansCtx ctx0, uint32_t sel, bool seeded, const RansEncSym (*enc)[256],
                                       const uint32_t* crc_t, uint8_t* out, uint32_t lane, uint32_t salt) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   const uint32_t crc = warp_block_checksum(src, (uint64_t)n * es, crc_t, lane) ^ salt;
   uint32_t pos = (uint32_t)block_header_size(K);
+  const int r = seeded ? block_seed_stream(K, kind, n) : -1;
+  uint32_t n_seeded = 0;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     uint32_t size = 0;
     uint8_t mode = kModeRaw;
     if (kind_is_rans(kind[k])) {
-      size = warp_rans_encode<DT>(src, n, k, enc[tab0[k]], k == 0 ? ctx0 : RansCtx{}, out + pos, lane);
-      if (size) mode = kModeRans;
+      const uint32_t seed_at = k < r ? block_seed_at(n_seeded) : BlockView::kNoSeed;
+      size = warp_rans_encode<DT>(src, n, k, enc[tab0[k]], k == 0 ? ctx0 : RansCtx{}, r, seed_at, out + pos, lane);
+      if (size) {
+        mode = kModeRans;
+        n_seeded += k < r ? 1u : 0u;
+      }
     }
     if (mode == kModeRaw) {
       __syncwarp();  // a failed rANS attempt wrote words here from other lanes
-      warp_raw_stream<DT>(src, n, k, out + pos, lane);
-      size = n;
+      const uint32_t skip = k == r ? kSeedBytes * n_seeded : 0u;  // the seeds, carried by the lane states
+      size = n - skip;
+      warp_raw_stream<DT>(src + (uint64_t)skip * es, size, k, out + pos, lane);
     }
     if (lane == 0) ((uint32_t*)out)[1 + k] = stream_word_v3(size, mode, mode == kModeRans ? (sel >> (8 * k)) & 0xFFu : 0u);
     pos += (uint32_t)align4(size);
@@ -135,6 +148,7 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
   }
   build_crc_tables(crc_t);  // syncs
   const RansCtx ctx0{tab.ctx_base, tab.ctx_n};
+  const bool seeded = (encoder_frame_flags(tab.version, K, tab.kind) & kFlagSeededLanes) != 0;
   for (;;) {
     if (threadIdx.x == 0) {
       lead = kNone;
@@ -165,7 +179,7 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
       uint8_t* out = staging + it.staging_off + (uint64_t)b * it.block_stride;
       const uint32_t salt = block_checksum_salt(b);
       uint32_t size;
-#define TZ_WARP_ENCODE(DT) warp_encode_block<DT>(src, n, kind, tab0, ctx0, sel, enc, crc_t, out, lane, salt)
+#define TZ_WARP_ENCODE(DT) warp_encode_block<DT>(src, n, kind, tab0, ctx0, sel, seeded, enc, crc_t, out, lane, salt)
       switch (it.dtype) {
         case kBF16: size = TZ_WARP_ENCODE(kBF16); break;
         case kF16: size = TZ_WARP_ENCODE(kF16); break;
@@ -222,6 +236,7 @@ __global__ void __launch_bounds__(256) c_finalize_kernel(const CItem* items, con
   if (threadIdx.x == 0) {
     FrameHeader h{};
     h.version = tab.version;
+    h.flags = encoder_frame_flags(tab.version, it.n_streams, tab.kind);
     h.dtype = it.dtype;
     h.n_streams = it.n_streams;
     h.raw_size = it.n_bytes;

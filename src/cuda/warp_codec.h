@@ -44,6 +44,16 @@ TZ_HD uint32_t elem_merge(const uint32_t* s) {
   }
 }
 
+// Element bits v with field r replaced by byte b (the seeded lane states'
+// tail, doc/format.md 5.8: the decoder learns those bytes last).
+template <int DT>
+TZ_HD uint32_t elem_with_field(uint32_t v, int r, uint32_t b) {
+  constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
+  uint32_t f[K];
+  for (int k = 0; k < K; ++k) f[k] = k == r ? b : elem_field<DT>(v, k);
+  return elem_merge<DT>(f);
+}
+
 // ------------------------------------------------------- rANS words --
 // Encoder, one step of 32 symbols: lanes emit in descending lane order, each
 // word pushed in front of the previous one. With `ballot` the set of lanes

@@ -5,7 +5,9 @@
 //                bytes, edited header fields, swapped index entries); the
 //                encoder writes format version 3, so the frames with one
 //                table set are also written in the version-1/2 layout
-//                (valid-v12-*), and frames with several table sets get
+//                (valid-v12-*), seeded frames also as written before
+//                seeding (valid-unseeded-*, and with their flags swapped:
+//                mut-*-seed-flag-*), and frames with several table sets get
 //                damaged copies of their sets and compact tables (v3-*)
 //   roundtrip/   one control byte + real bytes (and special values) that
 //                fuzz_roundtrip compresses as every dtype
@@ -102,6 +104,18 @@ int main(int argc, char** argv) {
       if (frame[4] == 3) {
         write("decompress", "valid-v12-" + tag, tzt::as_version12(frame));
         ++n_files;
+      }
+      if (frame[7] & tz::kFlagSeededLanes) {
+        // Seeded lane states: the frame as written before them (flags 0),
+        // and the two layouts' flags swapped (raw payload sizes then wrong).
+        const Bytes plain = tzt::unseed_frame(frame);
+        write("decompress", "valid-unseeded-" + tag, plain);
+        tzt::FrameParts a(frame), b(plain);
+        a.set8(7, 0);
+        b.set8(7, tz::kFlagSeededLanes);
+        write("decompress", "mut-" + tag + "-seed-flag-cleared", a.bytes());
+        write("decompress", "mut-" + tag + "-seed-flag-set", b.bytes());
+        n_files += 3;
       }
       if (v.elems != 4096 + 50 || v.level != 1) continue;
       // Damaged copies of the two-block frame.

@@ -12,8 +12,11 @@
 namespace tz::ref {
 
 // Encodes n symbols with ctx.n tables freq (256 each, table c at +256 c).
-// Returns the payload (32 LE u32 states, then LE u16 words).
-inline std::vector<uint8_t> rans_encode(const uint8_t* sym, uint32_t n, const uint32_t* freq, const RansCtx& ctx) {
+// Returns the payload (32 LE u32 states, then LE u16 words). Lane l starts
+// at x0[l] when x0 is given (a seeded stream of doc/format.md 5.8: L + seed;
+// anything else only to build invalid streams), else at L.
+inline std::vector<uint8_t> rans_encode(const uint8_t* sym, uint32_t n, const uint32_t* freq, const RansCtx& ctx,
+                                        const uint32_t* x0 = nullptr) {
   std::vector<uint32_t> start((size_t)ctx.n * 256);
   for (uint32_t c = 0; c < ctx.n; ++c) {
     uint32_t acc = 0;
@@ -23,7 +26,7 @@ inline std::vector<uint8_t> rans_encode(const uint8_t* sym, uint32_t n, const ui
     }
   }
   uint32_t x[kLanes];
-  for (auto& v : x) v = kRansL;
+  for (int l = 0; l < kLanes; ++l) x[l] = x0 ? x0[l] : kRansL;
   std::vector<uint16_t> rev;  // words in push order (last word of the stream first)
   const uint32_t n_steps = (n + kLanes - 1) / kLanes;
   for (uint32_t s = n_steps; s-- > 0;) {
@@ -47,9 +50,10 @@ inline std::vector<uint8_t> rans_encode(const uint8_t* sym, uint32_t n, const ui
 
 // Decodes n symbols into out; kOk, or kErrCorruptBlock when a word is
 // missing, words are left over, a lane does not end at L, or the payload
-// size is not 128 + an even number.
+// size is not 128 + an even number. With seed (a seeded stream, 5.8): a lane
+// must end with x >> 16 == 1 instead, and seed[l] receives x & 0xFFFF.
 inline int rans_decode(const uint8_t* in, size_t size, uint32_t n, const uint32_t* freq, const RansCtx& ctx,
-                       uint8_t* out) {
+                       uint8_t* out, uint16_t* seed = nullptr) {
   if (size < kRansStateBytes || (size - kRansStateBytes) % 2) return kErrCorruptBlock;
   std::vector<uint8_t> sym_of((size_t)ctx.n * kProbScale);
   std::vector<uint32_t> start((size_t)ctx.n * 256);
@@ -79,7 +83,9 @@ inline int rans_decode(const uint8_t* in, size_t size, uint32_t n, const uint32_
   }
   if (pos != size) return kErrCorruptBlock;
   for (int l = 0; l < kLanes; ++l)
-    if (x[l] != kRansL) return kErrCorruptBlock;
+    if (seed ? (x[l] >> 16) != 1 : x[l] != kRansL) return kErrCorruptBlock;
+  if (seed)
+    for (int l = 0; l < kLanes; ++l) seed[l] = (uint16_t)(x[l] & 0xFFFF);
   return kOk;
 }
 

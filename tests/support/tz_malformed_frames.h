@@ -19,6 +19,7 @@
 #include "codec/frame_prefix.h"
 #include "common/crc32c.h"
 #include "tensorzip/tensorzip.h"
+#include "ref_rans.h"
 #include "tz_test_data.h"
 
 namespace tzt {
@@ -155,12 +156,75 @@ inline Bytes compress_cpu(const Bytes& data, tz_dtype dt, int level, unsigned bl
   return out;
 }
 
+// The frame with seeded lane states (doc/format.md 5.8) rewritten without
+// them: every seeded stream re-encoded from L with the same tables, the seed
+// stream's raw payload given back its head, flags 0 (what the encoder wrote
+// before seeding). Any other frame comes back unchanged. lane_x0, if given,
+// replaces the initial states of the first re-encoded stream (an invalid
+// stream for the final-state rule; the tail stays rebuilt).
+inline Bytes unseed_frame(const Bytes& frame, const uint32_t* lane_x0 = nullptr) {
+  tz::FrameHeader h{};
+  if (tz::check_frame_header(frame.data(), frame.size(), &h) != tz::kDefectNone)
+    throw std::runtime_error("unseed_frame: bad header");
+  if (!(h.flags & tz::kFlagSeededLanes)) return frame;
+  FrameParts f(frame);
+  static tz::FrameTables t;  // 32 KiB of frequencies: not on the stack
+  t = tz::FrameTables{};
+  if (tz::parse_table_section(h, frame.data() + 32, &t) != tz::kDefectNone)
+    throw std::runtime_error("unseed_frame: bad tables");
+  const int K = h.n_streams;
+  for (unsigned b = 0; b < f.blocks.size(); ++b) {
+    const Bytes blk = f.blocks[b];
+    const uint32_t n = tz::block_elem_count(h, b);
+    tz::BlockView v;
+    if (tz::parse_block(K, t.kind, t.n_sets, true, blk.data(), blk.size(), n, &v) != tz::kOk)
+      throw std::runtime_error("unseed_frame: bad block");
+    if (!v.n_seeded) continue;
+    const int r = v.seed_stream;
+    Bytes sr(n, 0);  // the seed stream: seeds (its head), then its payload
+    std::memcpy(sr.data() + tz::kSeedBytes * v.n_seeded, v.payload[r], v.size[r]);
+    std::vector<Bytes> pay(K);
+    for (int k = 0; k < K; ++k) {
+      pay[k].assign(v.payload[k], v.payload[k] + v.size[k]);
+      if (v.seed_at[k] == tz::BlockView::kNoSeed) continue;
+      const uint32_t nt = t.ctx[k].n;
+      std::vector<uint32_t> freq((size_t)nt * 256), dec((size_t)nt * tz::kProbScale);
+      for (uint32_t c = 0; c < nt; ++c) {
+        std::memcpy(&freq[256 * c], t.freq[t.first_table[k] + v.set[k] * nt + c], 1024);
+        tz::rans_build_dec(&freq[256 * c], &dec[(size_t)c * tz::kProbScale]);
+      }
+      Bytes sym(n);
+      tz::RansCtx c = t.ctx[k];
+      c.seed_out = sr.data() + v.seed_at[k];
+      if (tz::rans_decode_ctx(v.payload[k], v.size[k], n, dec.data(), c, sym.data()) != tz::kOk)
+        throw std::runtime_error("unseed_frame: stream does not decode");
+      pay[k] = tz::ref::rans_encode(sym.data(), n, freq.data(), t.ctx[k], lane_x0);
+      lane_x0 = nullptr;
+      if (pay[k].size() >= n) throw std::runtime_error("unseed_frame: unseeded stream would be stored raw");
+    }
+    pay[r] = sr;
+    Bytes out(blk.begin(), blk.begin() + 4 + 4 * K);
+    for (int k = 0; k < K; ++k) {
+      const uint32_t w = tz::load_le32(&blk[4 + 4 * k]);
+      tz::store_le32(&out[4 + 4 * k], tz::stream_word_v3((uint32_t)pay[k].size(), tz::stream_word_mode(w),
+                                                         tz::stream_word_v3_set(w)));
+      out.insert(out.end(), pay[k].begin(), pay[k].end());
+      while (out.size() % 4) out.push_back(0);
+    }
+    f.blocks[b] = out;
+  }
+  f.set8(7, 0);
+  return f.bytes();
+}
+
 // The same frame in the table layout of format versions 1 and 2 (the
 // encoder writes version 3 whenever a stream is coded): every rANS stream
 // must have one table set. The blocks are unchanged (set 0 in every stream
 // word reads the same in both layouts), so the frame decodes to the same
-// bytes: decoders of versions 1-2 keep being exercised.
-inline Bytes as_version12(const Bytes& frame) {
+// bytes: decoders of versions 1-2 keep being exercised. A seeded frame is
+// unseeded first (unseed_frame).
+inline Bytes as_version12(const Bytes& seeded_frame) {
+  const Bytes frame = unseed_frame(seeded_frame);  // seeded lane states are version 3 only
   FrameParts f(frame);
   if (f.hdr[4] != tz::kFormatVersionSets) return frame;
   tz::FrameHeader h{};
@@ -538,6 +602,48 @@ inline std::vector<MalformedFrame> malformed_frames() {
       throw std::runtime_error("malformed_frames: BF16 base frame is not version 3");
   }
   add("valid BF16 frame, version 3", bf3, bcap, kOk_, Stage::kValid);
+  // ---- seeded lane states (5.8): bf3 is seeded (stream 0 coded, stream 1 raw) ----
+  if (!(bf3[7] & kFlagSeededLanes)) throw std::runtime_error("malformed_frames: BF16 v3 frame is not seeded");
+  {
+    const Bytes plain = unseed_frame(bf3);
+    add("seeded: the same frame unseeded, flags 0 (valid)", plain, bcap, kOk_, Stage::kValid);
+    FrameParts u(bf3);
+    u.set8(7, 3);
+    prefix_rule("seeded: flag bit 1 in version 3", u.bytes(), bcap, kDefectFlags);
+    FrameParts z(bf3);
+    z.set8(7, 0);
+    add("seeded: flag cleared (raw payload n - 64)", z.bytes(), bcap, CB, Stage::kBlockHeader, kDefectNone, 0);
+    FrameParts o(plain);
+    o.set8(7, kFlagSeededLanes);
+    add("seeded: flag set on unseeded blocks (raw payload n)", o.bytes(), bcap, CB, Stage::kBlockHeader, kDefectNone,
+        0);
+    FrameParts v1(as_version12(bf3));
+    v1.set8(7, kFlagSeededLanes);
+    prefix_rule("seeded: flag in a version-1 frame", v1.bytes(), bcap, kDefectFlags);
+    // Block 0's stream 0 coded with lane 3 starting at 3 x 2^16 + its seed:
+    // every word is consumed and lane 3 ends with x >> 16 == 3.
+    {
+      uint32_t x0[kLanes];
+      // Seeds of block 0: bytes 0 .. 63 of its sign|mantissa stream.
+      for (int l = 0; l < kLanes; ++l) {
+        uint8_t lo = 0, hi = 0, e;
+        split_elem_bf16(load_le16(&bf_data[2 * (2 * l)]), e, lo);
+        split_elem_bf16(load_le16(&bf_data[2 * (2 * l + 1)]), e, hi);
+        x0[l] = kRansL | lo | (uint32_t)hi << 8;
+      }
+      x0[3] += 2 * kRansL;
+      const Bytes bad = unseed_frame(bf3, x0);
+      FrameParts bp(bad);
+      // Put the seeded layout back: flag set, stream 1's payload without its tail.
+      FrameParts good(bf3);
+      Bytes blk0(bp.blocks[0].begin(), bp.blocks[0].begin() + payload_offset(bp, 0, 1, K));
+      const size_t q = payload_offset(good, 0, 1, K);
+      blk0.insert(blk0.end(), good.blocks[0].begin() + q, good.blocks[0].end());
+      tz::store_le32(&blk0[8], good.word(0, 1));
+      good.blocks[0] = blk0;
+      add("seeded: lane final state with x >> 16 != 1", good.bytes(), bcap, CB, Stage::kBlockDecode, kDefectNone, 0);
+    }
+  }
   FrameHeader h3{};
   check_frame_header(bf3.data(), bf3.size(), &h3);
   FrameTables t3{};

@@ -73,7 +73,9 @@ Result emu_decompress(const std::vector<tz_cuda_decompress_item>& items) {
   return r;
 }
 
-void roundtrip_batch(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, const tz_params& p) {
+// *seeded (if given) counts the frames with seeded lane states (doc/format.md 5.8).
+void roundtrip_batch(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, const tz_params& p,
+                     size_t* seeded = nullptr) {
   const size_t n = tensors.size();
   std::vector<std::unique_ptr<Buf>> src, dst, back, cpuf, back2;
   std::vector<tz_cuda_compress_item> items;
@@ -99,6 +101,7 @@ void roundtrip_batch(const std::vector<std::pair<tz_dtype, Bytes>>& tensors, con
     const Bytes g = dst[i]->get(c.size[i]);
     ASSERT_EQ(g.size(), cpu.size());
     ASSERT_TRUE(g == cpu) << "emulated GPU frame differs from the CPU frame";
+    if (seeded && g.size() >= 32 && (g[7] & tz::kFlagSeededLanes)) ++*seeded;
     Bytes dec(data.size() + 1);
     ASSERT_EQ(tz_decompress(dec.data(), dec.size(), g.data(), g.size(), 1), data.size());
     back.push_back(std::make_unique<Buf>(data.size()));
@@ -174,7 +177,9 @@ TEST(CudaEmu, SmallBlocksEveryDtypeAndLevel) {
     p.level = level;
     p.block_elems = 4096;
     SCOPED_TRACE("level " + std::to_string(level));
-    roundtrip_batch(batch, p);
+    size_t seeded = 0;
+    roundtrip_batch(batch, p, &seeded);
+    if (level > 0) EXPECT_GT(seeded, 0u) << "seeded lane states coded and decoded by the emulated GPU";
   }
 }
 
