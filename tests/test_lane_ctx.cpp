@@ -13,6 +13,7 @@
 
 #include "codec/format.h"
 #include "codec/policy.h"
+#include "codec/policy_lane_ctx.h"
 #include "codec/rans.h"
 #include "common/crc32c.h"
 #include "cpu/kernels.h"

@@ -13,6 +13,7 @@
 
 #include "codec/fields.h"
 #include "codec/policy.h"
+#include "codec/policy_lane_ctx.h"
 #include "tz_test_util.h"
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include "codec/fields.h"
 #include "codec/frame_prefix.h"
+#include "codec/policy_lane_ctx.h"
 #include "cpu/kernels.h"
 
 namespace tz::cpu {

@@ -8,6 +8,7 @@
 // lane mask.
 #include "codec/fields.h"
 #include "codec/policy.h"
+#include "codec/policy_lane_ctx.h"
 #include "codec/rans.h"
 #include "cpu/kernels.h"
 #include "cpu/simd_common.h"

@@ -22,6 +22,7 @@
 #include "codec/checksum.h"
 #include "codec/frame_prefix.h"
 #include "codec/policy.h"
+#include "codec/policy_lane_ctx.h"
 #include "codec/predict.h"
 #include "cuda/warp_codec.h"
 #include "tensorzip/tensorzip_cuda.h"
