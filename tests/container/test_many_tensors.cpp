@@ -6,7 +6,10 @@
 // to ~31x measured on a loaded 2-vCPU machine: the 50,000-tensor header is
 // 4.5 MB, out of cache, the 5,000-tensor one is not; the quadratic DOM parse
 // this replaces took ~100x: 20,000 tensors 3.9 s, 200,000 more than 650 s).
-// CPU time of this process, so waiting on a loaded machine does not count.
+// CPU time of this process, so waiting on a loaded machine does not count;
+// the least of 3-4 runs, since system time still can spike there (one
+// export of 50,000 tensors took 0.35 s of CPU instead of ~0.03 s while two
+// builds and a test run shared the 2 vCPUs; the cause was not pinned down).
 #include <gtest/gtest.h>
 #include <time.h>
 
@@ -92,7 +95,7 @@ TEST(ManyTensors, HeaderHandlingIsLinearInTheTensorCount) {
     tc::WriteOptions wo;
     wo.threads = 1;
     wo.force = true;
-    t[k][1] = timed(2, [&] { tc::compress_file(st, tz, wo); });
+    t[k][1] = timed(3, [&] { tc::compress_file(st, tz, wo); });
     t[k][2] = timed(3, [&] {
       tc::Reader r(tz, 1);
       ASSERT_EQ(r.tensors().size(), n);
@@ -104,9 +107,9 @@ TEST(ManyTensors, HeaderHandlingIsLinearInTheTensorCount) {
     tc::ReadOptions ro;
     ro.threads = 1;
     ro.force = true;
-    t[k][4] = timed(2, [&] { r.export_safetensors(d.path + "/back.safetensors", ro); });
+    t[k][4] = timed(4, [&] { r.export_safetensors(d.path + "/back.safetensors", ro); });
     EXPECT_TRUE(read_all(d.path + "/back.safetensors") == read_all(st));
-    t[k][5] = timed(2, [&] { r.verify("", ro); });
+    t[k][5] = timed(4, [&] { r.verify("", ro); });
   }
   const char* names[] = {"parse safetensors header", "compress", "open .tzip (inspect)", "find by name", "decompress",
                          "verify"};
