@@ -225,7 +225,9 @@ void expect_portable_decode_as_shared(const Bytes& c, uint32_t n, const Tables& 
     ASSERT_EQ(st, tz::kOk) << tag;
     ASSERT_EQ(back, *coded) << tag;
   }
-  if (st == tz::kOk) ASSERT_EQ(back, want) << tag;
+  if (st == tz::kOk) {
+    ASSERT_EQ(back, want) << tag;
+  }
 }
 
 TEST(Simd, PortableCoderMatchesTheSharedCoder) {
