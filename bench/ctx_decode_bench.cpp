@@ -192,6 +192,12 @@ struct CodedBlock {
   uint32_t n_ctx = 1;
 };
 
+// The decode tables of a block from its frequencies (rans_build_dec per table).
+inline void build_dec_tables(CodedBlock& k) {
+  for (uint32_t c = 0; c < k.n_ctx; ++c)
+    rans_build_dec(k.freq.data() + 256 * (size_t)c, k.dec.data() + (size_t)kProbScale * c);
+}
+
 // Encoder: the order of rans_encode_ctx (steps backwards, lanes backwards),
 // symbol i with table ctx[i]. Same payload layout.
 size_t encode_ctx_symbols(const uint8_t* sym, const uint8_t* ctx, uint32_t n, const RansEncSym* enc,
@@ -228,8 +234,8 @@ CodedBlock code_block(const uint8_t* e, const uint8_t* s1, uint32_t n, const Ctx
     uint32_t* f = b.freq.data() + 256 * (size_t)c;
     if (!rans_normalize(counts.data() + 256 * (size_t)c, f)) f[0] = kProbScale;  // unused table: any valid one
     rans_build_enc(f, enc.data() + 256 * (size_t)c);
-    rans_build_dec(f, b.dec.data() + (size_t)kProbScale * c);
   }
+  build_dec_tables(b);
   std::vector<uint16_t> words(n);
   b.payload.resize(kRansStateBytes + 2 * (size_t)n);
   b.payload.resize(encode_ctx_symbols(s1, b.ctx.data(), n, enc.data(), words.data(), b.payload.data()));
@@ -238,58 +244,64 @@ CodedBlock code_block(const uint8_t* e, const uint8_t* s1, uint32_t n, const Ctx
 
 // ----------------------------------------------------------- variants --
 
-using DecodeFn = int (*)(const uint8_t*, size_t, uint32_t, const uint32_t*, const uint8_t*, const uint32_t*, uint8_t*);
+constexpr int kVariants = 5;  // o0, ctx, lut, q8, q4 (main)
 
 struct Variant {
   const char* name;
   std::vector<CodedBlock> blocks;
-  int mode;
+  Mode mode;
   std::vector<double> times, built_times, hot_times;  // per pass (Pass)
 };
 
-// The timed (and callgrind-visible) loops: every block of a variant once.
-// Noinline and named so that callgrind_annotate lists them.
 // pass: kPassDecode decodes every block with tables built earlier;
 // kPassBuild builds each block's tables right before decoding it;
 // kPassHot decodes each block twice and adds the CPU time of the second
 // decode (tables as hot as their size allows) to *hot_s.
 enum Pass { kPassDecode = 0, kPassBuild = 1, kPassHot = 2 };
-#define CTXBENCH_LOOP(NAME, FN)                                                                              \
-  __attribute__((noinline)) int NAME(std::vector<CodedBlock>& bs, const std::vector<uint8_t>& e, uint8_t* out,  \
-                                     int pass, double* hot_s) {                                              \
-    int bad = 0;                                                                                             \
-    for (size_t b = 0; b < bs.size(); ++b) {                                                                 \
-      CodedBlock& k = bs[b];                                                                                 \
-      if (pass == kPassBuild)                                                                                \
-        for (uint32_t c = 0; c < k.n_ctx; ++c)                                                               \
-          rans_build_dec(k.freq.data() + 256 * (size_t)c, k.dec.data() + (size_t)kProbScale * c);            \
-      const uint8_t* cb = FN##_mode == kExpLut ? e.data() + b * kBlock : k.ctx.data();                       \
-      if (pass == kPassHot) {                                                                                \
-        bad |= FN(k.payload.data(), k.payload.size(), kBlock, k.dec.data(), cb, k.lut.data(), out + b * kBlock); \
-        const double t1 = cpu_seconds();                                                                     \
-        bad |= FN(k.payload.data(), k.payload.size(), kBlock, k.dec.data(), cb, k.lut.data(), out + b * kBlock); \
-        *hot_s += cpu_seconds() - t1;                                                                        \
-      } else {                                                                                               \
-        bad |= FN(k.payload.data(), k.payload.size(), kBlock, k.dec.data(), cb, k.lut.data(), out + b * kBlock); \
-      }                                                                                                      \
-    }                                                                                                        \
-    return bad;                                                                                              \
-  }
 
-constexpr int decode_portable_one_mode = kOne, decode_portable_ctx_mode = kCtxBytes, decode_portable_lut_mode = kExpLut;
-const DecodeFn decode_portable_one = decode_portable<kOne>, decode_portable_ctx = decode_portable<kCtxBytes>,
-               decode_portable_lut = decode_portable<kExpLut>;
-CTXBENCH_LOOP(ctxbench_decode_portable_one, decode_portable_one)
-CTXBENCH_LOOP(ctxbench_decode_portable_ctx, decode_portable_ctx)
-CTXBENCH_LOOP(ctxbench_decode_portable_lut, decode_portable_lut)
+// Every block of a variant once, with decoder decode_fn (of mode M): the
+// body of the timed loops below.
+template <int M>
+__attribute__((always_inline)) inline int decode_blocks(DecodeFn decode_fn, std::vector<CodedBlock>& bs,
+                                                        const std::vector<uint8_t>& e, uint8_t* out, int pass,
+                                                        double* hot_s) {
+  int bad = 0;
+  for (size_t b = 0; b < bs.size(); ++b) {
+    CodedBlock& k = bs[b];
+    if (pass == kPassBuild) build_dec_tables(k);
+    const uint8_t* cb = M == kExpLut ? e.data() + b * kBlock : k.ctx.data();
+    const auto decode = [&] {
+      return decode_fn(k.payload.data(), k.payload.size(), kBlock, k.dec.data(), cb, k.lut.data(), out + b * kBlock);
+    };
+    if (pass == kPassHot) {
+      bad |= decode();
+      const double t1 = cpu_seconds();
+      bad |= decode();
+      *hot_s += cpu_seconds() - t1;
+    } else {
+      bad |= decode();
+    }
+  }
+  return bad;
+}
+
+// The timed (and callgrind-visible) loops, one per path and mode: noinline
+// and named so that callgrind_annotate lists them.
+using BlockLoop = int (*)(std::vector<CodedBlock>&, const std::vector<uint8_t>&, uint8_t*, int, double*);
+#define CTXBENCH_LOOP(NAME, DECODER, M)                                                                      \
+  __attribute__((noinline)) int NAME(std::vector<CodedBlock>& bs, const std::vector<uint8_t>& e, uint8_t* out, \
+                                     int pass, double* hot_s) {                                              \
+    return decode_blocks<M>(DECODER<M>, bs, e, out, pass, hot_s);                                            \
+  }
+CTXBENCH_LOOP(ctxbench_decode_portable_one, decode_portable, kOne)
+CTXBENCH_LOOP(ctxbench_decode_portable_ctx, decode_portable, kCtxBytes)
+CTXBENCH_LOOP(ctxbench_decode_portable_lut, decode_portable, kExpLut)
 #if defined(__x86_64__)
-constexpr int decode_avx2_one_mode = kOne, decode_avx2_ctx_mode = kCtxBytes, decode_avx2_lut_mode = kExpLut;
-const DecodeFn decode_avx2_one = decode_avx2<kOne>, decode_avx2_ctx = decode_avx2<kCtxBytes>,
-               decode_avx2_lut = decode_avx2<kExpLut>;
-CTXBENCH_LOOP(ctxbench_decode_avx2_one, decode_avx2_one)
-CTXBENCH_LOOP(ctxbench_decode_avx2_ctx, decode_avx2_ctx)
-CTXBENCH_LOOP(ctxbench_decode_avx2_lut, decode_avx2_lut)
+CTXBENCH_LOOP(ctxbench_decode_avx2_one, decode_avx2, kOne)
+CTXBENCH_LOOP(ctxbench_decode_avx2_ctx, decode_avx2, kCtxBytes)
+CTXBENCH_LOOP(ctxbench_decode_avx2_lut, decode_avx2, kExpLut)
 #endif
+#undef CTXBENCH_LOOP
 
 // The context bytes from the decoded exponents (what the ctx variants need
 // first): one LUT load per symbol.
@@ -305,9 +317,7 @@ __attribute__((noinline)) void ctxbench_map_contexts(const std::vector<CodedBloc
 }
 
 __attribute__((noinline)) void ctxbench_build_tables(std::vector<CodedBlock>& bs) {
-  for (CodedBlock& k : bs)
-    for (uint32_t c = 0; c < k.n_ctx; ++c)
-      rans_build_dec(k.freq.data() + 256 * (size_t)c, k.dec.data() + (size_t)kProbScale * c);
+  for (CodedBlock& k : bs) build_dec_tables(k);
 }
 
 double median(std::vector<double> v) {
@@ -315,7 +325,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-using BlockLoop = int (*)(std::vector<CodedBlock>&, const std::vector<uint8_t>&, uint8_t*, int, double*);
 struct DecodePath {
   const char* name;
   bool ok;  // this CPU runs it
@@ -360,7 +369,7 @@ void code_variants(const Kind& kd, const std::vector<uint8_t>& e, const std::vec
               "all its blocks %u\n", kd.name, nb, (double)ctx_sum / (double)nb, (unsigned long long)ctx_min,
               (unsigned long long)ctx_max, whole.n);
   std::printf("  stream-1 payload bytes (lane states + words, tables not counted): ");
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < kVariants; ++i) {
     size_t bytes = 0, tables = 0;
     for (const CodedBlock& k : vs[i].blocks) {
       bytes += k.payload.size();
@@ -379,11 +388,11 @@ bool time_path(const Kind& kd, const DecodePath& pa, const Options& o, const std
   const size_t nb = e.size() / kBlock;
   std::vector<uint8_t> out(nb * kBlock), cmap(nb * kBlock);
   const double per_sym = o.ghz * 1e9 / (double)(nb * kBlock);
-  for (int i = 0; i < 5; ++i) vs[i].times.clear(), vs[i].built_times.clear(), vs[i].hot_times.clear();
+  for (int i = 0; i < kVariants; ++i) vs[i].times.clear(), vs[i].built_times.clear(), vs[i].hot_times.clear();
   std::vector<double> map_t, build_one, build_full;
   for (int r = 0; r < o.rounds; ++r) {
     for (int pass = kPassDecode; pass <= (o.decode_only ? kPassDecode : kPassHot); ++pass)
-      for (int i = 0; i < 5; ++i) {
+      for (int i = 0; i < kVariants; ++i) {
         Variant& v = vs[i];
         const BlockLoop loop = v.mode == kOne ? pa.one : v.mode == kExpLut ? pa.lut : pa.ctx;
         std::memset(out.data(), 0, out.size());
@@ -414,15 +423,18 @@ bool time_path(const Kind& kd, const DecodePath& pa, const Options& o, const std
     ctxbench_build_tables(vs[1].blocks);
     build_full.push_back(cpu_seconds() - t0);
   }
-  std::printf("  %-9s decode      ", pa.name);
-  for (int i = 0; i < 5; ++i) std::printf(" %s %.2f", vs[i].name, median(vs[i].times) * per_sym);
+  // One row per pass: every variant's median, in cycles per symbol.
+  const auto row = [&](const char* pass, std::vector<double> Variant::*times) {
+    std::printf("  %-9s %s", pa.name, pass);
+    for (int i = 0; i < kVariants; ++i) std::printf(" %s %.2f", vs[i].name, median(vs[i].*times) * per_sym);
+  };
+  row("decode      ", &Variant::times);
   std::printf(" | map %.2f | build o0 %.2f ctx %.2f\n", median(map_t) * per_sym, median(build_one) * per_sym,
               median(build_full) * per_sym);
   if (!o.decode_only) {
-    std::printf("  %-9s build+decode", pa.name);
-    for (int i = 0; i < 5; ++i) std::printf(" %s %.2f", vs[i].name, median(vs[i].built_times) * per_sym);
-    std::printf("\n  %-9s hot         ", pa.name);
-    for (int i = 0; i < 5; ++i) std::printf(" %s %.2f", vs[i].name, median(vs[i].hot_times) * per_sym);
+    row("build+decode", &Variant::built_times);
+    std::printf("\n");
+    row("hot         ", &Variant::hot_times);
     std::printf("\n");
   }
   return true;
@@ -471,7 +483,7 @@ int main(int argc, char** argv) {
     if (o.max_blocks && nb > o.max_blocks) nb = o.max_blocks;
     e.resize(nb * kBlock);
     s1.resize(nb * kBlock);
-    Variant vs[5] = {{"o0", {}, kOne, {}, {}, {}}, {"ctx", {}, kCtxBytes, {}, {}, {}},
+    Variant vs[kVariants] = {{"o0", {}, kOne, {}, {}, {}}, {"ctx", {}, kCtxBytes, {}, {}, {}},
                      {"lut", {}, kExpLut, {}, {}, {}}, {"q8", {}, kCtxBytes, {}, {}, {}},
                      {"q4", {}, kCtxBytes, {}, {}, {}}};
     code_variants(kd, e, s1, nb, vs);

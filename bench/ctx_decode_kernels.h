@@ -21,6 +21,11 @@ namespace tz::ctxbench {
 // How a decoder finds symbol i's table.
 enum Mode { kOne = 0, kCtxBytes = 1, kExpLut = 2 };
 
+// Every decoder here (decode_portable<M>, decode_avx2<M>): n symbols of the
+// payload in[0, size) to out, symbol i with the table table_of<M> gives.
+using DecodeFn = int (*)(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const uint8_t* cb,
+                         const uint32_t* lut, uint8_t* out);
+
 template <int M>
 inline const uint32_t* table_of(const uint32_t* dec, const uint8_t* cb, const uint32_t* lut, uint32_t i) {
   if (M == kOne) return dec;

@@ -18,11 +18,12 @@
 #include "codec/format.h"
 #include "codec/rans.h"
 #include "cpu/kernels.h"
+#include "simd_paths.h"
 
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-using tz::cpu::kPortableKernels;
+using tz::test::expect_portable_decode_as_shared;
 
 // A table set of nc tables: every symbol of the first `spread` present,
 // the rest of the probability on symbols 254 and 255 (so that two sets
@@ -78,23 +79,6 @@ Bytes encode(const Set& t, const Bytes& sym) {
   return out;
 }
 
-// Decodes c with the portable kernels from the decode tables at dec (the
-// caller's buffer, holding t's tables) and with the shared decoder: same
-// status, same symbols where it decodes, and sym where c is intact.
-void expect_decodes(const Bytes& c, uint32_t n, const uint32_t* dec, const Set& t, const Bytes* sym,
-                    const std::string& tag) {
-  Bytes want(n, 0xAB), got(n, 0xCD);
-  const int st = tz::rans_decode_ctx(c.data(), c.size(), n, t.dec.data(), t.ctx, want.data());
-  ASSERT_EQ(kPortableKernels.rans_decode(c.data(), c.size(), n, dec, t.ctx, got.data()), st) << tag;
-  if (sym) {
-    ASSERT_EQ(st, tz::kOk) << tag;
-    ASSERT_EQ(got, *sym) << tag;
-  }
-  if (st == tz::kOk) {
-    ASSERT_EQ(got, want) << tag;
-  }
-}
-
 TEST(SimdPortableTables, OneBufferRewrittenWithTablesDifferingInTheLastSlots) {
   // The frame decoder reuses its decode-table buffers from frame to frame:
   // the same address with other tables must not find the old split tables.
@@ -112,7 +96,7 @@ TEST(SimdPortableTables, OneBufferRewrittenWithTablesDifferingInTheLastSlots) {
                                 (t == &a ? " set a" : " set b");
         std::copy(t->dec.begin(), t->dec.end(), buf.begin());
         const Bytes sym = symbols(*t, n, n + nc + (t == &a ? 0u : 1u));
-        ASSERT_NO_FATAL_FAILURE(expect_decodes(encode(*t, sym), n, buf.data(), *t, &sym, tag));
+        ASSERT_NO_FATAL_FAILURE(expect_portable_decode_as_shared(encode(*t, sym), n, buf.data(), t->ctx, &sym, tag));
       }
     }
   }
@@ -131,13 +115,13 @@ TEST(SimdPortableTables, MoreTableSetsInTurnThanKept) {
       const Bytes sym = symbols(t, n, (uint32_t)(round * 10 + k));
       const Bytes c = encode(t, sym);
       const std::string tag = "round " + std::to_string(round) + " set " + std::to_string(k);
-      ASSERT_NO_FATAL_FAILURE(expect_decodes(c, n, t.dec.data(), t, &sym, tag));
+      ASSERT_NO_FATAL_FAILURE(expect_portable_decode_as_shared(c, n, t.dec.data(), t.ctx, &sym, tag));
       Bytes bad = c;
       bad[tz::kRansStateBytes + rng() % (bad.size() - tz::kRansStateBytes)] ^= (uint8_t)(1u << (rng() % 8));
-      ASSERT_NO_FATAL_FAILURE(expect_decodes(bad, n, t.dec.data(), t, nullptr, tag + " damaged"));
+      ASSERT_NO_FATAL_FAILURE(expect_portable_decode_as_shared(bad, n, t.dec.data(), t.ctx, nullptr, tag + " damaged"));
       bad = c;
       bad.resize(bad.size() - 2 * (1 + rng() % 20));
-      ASSERT_NO_FATAL_FAILURE(expect_decodes(bad, n, t.dec.data(), t, nullptr, tag + " cut"));
+      ASSERT_NO_FATAL_FAILURE(expect_portable_decode_as_shared(bad, n, t.dec.data(), t.ctx, nullptr, tag + " cut"));
     }
 }
 

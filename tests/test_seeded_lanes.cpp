@@ -30,8 +30,6 @@ namespace {
 
 using tzt::Bytes;
 
-const char* test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-
 // Seeding switched off for a scope (the encoder of before: flags 0).
 struct NoSeeds {
   NoSeeds() { tz::cpu::set_encoder_seeded_lanes(false); }
@@ -95,7 +93,7 @@ TEST(SeededLanes, LaneEndRule) {
 // at L + seed), decodes them back with the seeds, and rejects them unseeded.
 TEST(SeededLanes, StreamsMatchTheReferenceOnEveryPath) {
   std::vector<const tz::cpu::CodecKernels*> paths{&tz::cpu::kPortableKernels};
-  for (const auto* k : tz::test::simd_kernels_to_test(test_name())) paths.push_back(k);
+  for (const auto* k : tz::test::simd_kernels_to_test(tz::test::current_test_name())) paths.push_back(k);
   std::mt19937 rng(15);
   for (uint32_t nctx : {1u, 3u}) {
     tz::RansCtx ctx{};
@@ -182,7 +180,7 @@ TEST(SeededLanes, StreamsMatchTheReferenceOnEveryPath) {
 // frame the encoder writes with seeding off.
 TEST(SeededLanes, FramesOfEveryDtypeRoundTripOnEveryPath) {
   const tz_dtype dts[] = {TZ_DTYPE_BF16, TZ_DTYPE_F16, TZ_DTYPE_F32, TZ_DTYPE_F8_E4M3, TZ_DTYPE_F8_E5M2};
-  const auto paths = tz::test::paths_to_test(test_name());
+  const auto paths = tz::test::paths_to_test(tz::test::current_test_name());
   uint64_t seeded_total = 0;
   for (tz_dtype dt : dts) {
     const uint32_t es = tz::dtype_elem_size((uint8_t)dt);
@@ -247,7 +245,7 @@ TEST(SeededLanes, LaneContextFramesAreSeeded) {
   ASSERT_EQ(info.stream_kind[0], tz::kKindRansCtx);
   ASSERT_EQ(f[7], tz::kFlagSeededLanes);
   EXPECT_GT(seeded_streams(f), 0u);
-  for (tz::cpu::SimdPath p : tz::test::paths_to_test(test_name())) {
+  for (tz::cpu::SimdPath p : tz::test::paths_to_test(tz::test::current_test_name())) {
     tz::cpu::ScopedSimdPath use(p);
     Bytes back;
     ASSERT_EQ(decompress(f, &back, src.size()), 0) << tz::cpu::simd_path_name(p);
@@ -273,7 +271,7 @@ TEST(SeededLanes, FramesWrittenBeforeSeedingStillDecode) {
     for (unsigned k = 0; k < info.n_streams; ++k) kinds[k] = (uint8_t)info.stream_kind[k];
     would_seed += tz::encoder_frame_flags(f[4], (int)info.n_streams, kinds) != 0;
     Bytes first;
-    for (tz::cpu::SimdPath p : tz::test::paths_to_test(test_name())) {
+    for (tz::cpu::SimdPath p : tz::test::paths_to_test(tz::test::current_test_name())) {
       tz::cpu::ScopedSimdPath use(p);
       Bytes back;
       ASSERT_EQ(decompress(f, &back, info.raw_size), 0) << e.path() << " " << tz::cpu::simd_path_name(p);

@@ -18,8 +18,6 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-const char* test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-
 // ------------------------------------------------- whole frames per path --
 
 struct FrameCase {
@@ -65,7 +63,7 @@ Bytes compress_frame(const FrameCase& c, int level, unsigned block_elems) {
 TEST(Simd, FramesAreIdenticalOnEveryPath) {
   // The same frame bytes from every path at every level and two block
   // sizes, and every path decodes every frame.
-  const auto paths = tz::test::paths_to_test(test_name());
+  const auto paths = tz::test::paths_to_test(tz::test::current_test_name());
   if (paths.size() < 2) GTEST_SKIP() << "only the portable path runs here: nothing to compare";
   for (const FrameCase& c : frame_cases())
     for (int level = -1; level <= 3; ++level)
@@ -94,7 +92,7 @@ TEST(Simd, CorruptFramesGiveTheSameResultOnEveryPath) {
   // Damaged block bytes (the header CRC covers the prefix, so the damage
   // reaches the block decoders): every path reports the same error, the
   // same message (naming the same block) and the same first bad block.
-  const auto paths = tz::test::paths_to_test(test_name());
+  const auto paths = tz::test::paths_to_test(tz::test::current_test_name());
   if (paths.size() < 2) GTEST_SKIP() << "only the portable path runs here: nothing to compare";
   std::mt19937 rng(7);
   const auto cases = frame_cases();

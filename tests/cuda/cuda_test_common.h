@@ -1,5 +1,5 @@
 // Helpers shared by the CUDA backend's tests on a GPU (test_cuda_gpu.cpp)
-// and under the CPU emulation (emu/test_cuda_emu.cpp): per-item batch
+// and under the CPU emulation (emu/test_cuda_emu_*.cpp): per-item batch
 // results, the CPU encoder's frame for comparison, and test tensors.
 #pragma once
 

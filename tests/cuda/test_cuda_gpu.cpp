@@ -66,18 +66,18 @@ struct DevBuf {
   }
 };
 
-// Runs one batch call with fresh temp memory and returns per-item results.
-Result gpu_compress(const std::vector<tz_cuda_compress_item>& items, const tz_params& p) {
-  const size_t n = items.size();
-  const size_t tb = tz_cuda_compress_temp_size(items.data(), n, &p);
-  EXPECT_FALSE(tz_is_error(tb));
+// Runs one batch call with fresh temp memory of temp_bytes and returns the
+// per-item results: launch(temp, d_sizes, d_status) makes the tz_cuda_* call
+// with the device arrays of per-item sizes and status codes.
+template <class Launch>
+Result run_gpu_batch(size_t n, size_t temp_bytes, Launch&& launch) {
   void* temp = nullptr;
   size_t* d_sizes = nullptr;
   int* d_status = nullptr;
-  EXPECT_EQ(cudaMalloc(&temp, tb + 256), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&temp, temp_bytes + 256), cudaSuccess);
   EXPECT_EQ(cudaMalloc(&d_sizes, n * sizeof(size_t) + 8), cudaSuccess);
   EXPECT_EQ(cudaMalloc(&d_status, n * sizeof(int) + 8), cudaSuccess);
-  const size_t r = tz_cuda_compress(items.data(), n, &p, temp, tb, d_sizes, d_status, 0);
+  const size_t r = launch(temp, d_sizes, d_status);
   EXPECT_EQ(r, 0u) << tz_get_error_name(r);
   Result res{std::vector<size_t>(n), std::vector<int>(n)};
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -89,26 +89,22 @@ Result gpu_compress(const std::vector<tz_cuda_compress_item>& items, const tz_pa
   return res;
 }
 
+Result gpu_compress(const std::vector<tz_cuda_compress_item>& items, const tz_params& p) {
+  const size_t n = items.size();
+  const size_t tb = tz_cuda_compress_temp_size(items.data(), n, &p);
+  EXPECT_FALSE(tz_is_error(tb));
+  return run_gpu_batch(n, tb, [&](void* temp, size_t* d_sizes, int* d_status) {
+    return tz_cuda_compress(items.data(), n, &p, temp, tb, d_sizes, d_status, 0);
+  });
+}
+
 Result gpu_decompress(const std::vector<tz_cuda_decompress_item>& items) {
   const size_t n = items.size();
   const size_t tb = tz_cuda_decompress_temp_size(items.data(), n);
   EXPECT_FALSE(tz_is_error(tb));
-  void* temp = nullptr;
-  size_t* d_sizes = nullptr;
-  int* d_status = nullptr;
-  EXPECT_EQ(cudaMalloc(&temp, tb + 256), cudaSuccess);
-  EXPECT_EQ(cudaMalloc(&d_sizes, n * sizeof(size_t) + 8), cudaSuccess);
-  EXPECT_EQ(cudaMalloc(&d_status, n * sizeof(int) + 8), cudaSuccess);
-  const size_t r = tz_cuda_decompress(items.data(), n, temp, tb, d_sizes, d_status, 0);
-  EXPECT_EQ(r, 0u) << tz_get_error_name(r);
-  Result res{std::vector<size_t>(n), std::vector<int>(n)};
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(res.size.data(), d_sizes, n * sizeof(size_t), cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(res.status.data(), d_status, n * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(temp);
-  cudaFree(d_sizes);
-  cudaFree(d_status);
-  return res;
+  return run_gpu_batch(n, tb, [&](void* temp, size_t* d_sizes, int* d_status) {
+    return tz_cuda_decompress(items.data(), n, temp, tb, d_sizes, d_status, 0);
+  });
 }
 
 uint32_t elem_size(tz_dtype dt) {

@@ -12,6 +12,7 @@
 //   roundtrip/   one control byte + real bytes (and special values) that
 //                fuzz_roundtrip compresses as every dtype
 // Usage: tz_make_corpus OUT_DIR   (e.g. tests/fuzz/corpus)
+#include <algorithm>
 #include <cstdio>
 #include <cmath>
 #include <cstring>
@@ -250,8 +251,16 @@ int main(int argc, char** argv) {
     if (dt == TZ_DTYPE_BYTES) continue;
     const std::string name = tz_dtype_name(dt);
     for (const auto& [ctl, n] : std::vector<std::pair<uint8_t, size_t>>{{1, 257}, {2, 1000}, {3, 9001}, {4, 64}}) {
-      Bytes in(1, ctl);
-      in.insert(in.end(), src.begin() + 100, src.begin() + 100 + (ptrdiff_t)n);
+      // The control byte and n bytes of src from byte 100 on, made at their
+      // final size (no insertion behind a one-byte vector).
+      if (src.size() < 100 + n) {
+        std::fprintf(stderr, "%s: %zu bytes of data, the round-trip inputs need %zu\n", name.c_str(), src.size(),
+                     100 + n);
+        std::exit(1);
+      }
+      Bytes in(1 + n);
+      in[0] = ctl;
+      std::copy_n(src.begin() + 100, n, in.begin() + 1);
       write("roundtrip", name + "-" + std::to_string(n) + "-c" + std::to_string(ctl), in);
       ++n_files;
     }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "emu_buf.h"
 #include "kv_test_util.hpp"
 #include "tensorzip/tensorzip_kv_cuda.h"
 
@@ -14,24 +15,7 @@ namespace {
 
 using kvt::Bytes;
 
-// "Device" buffer: host memory, 256-aligned, with canaries on both sides.
-struct Buf {
-  static constexpr size_t kGuard = 256;
-  uint8_t* base;
-  size_t size;
-  explicit Buf(size_t n) : size(n) {
-    base = (uint8_t*)std::aligned_alloc(256, (n + 2 * kGuard + 255) / 256 * 256);
-    memset(base, 0xA5, n + 2 * kGuard);
-  }
-  ~Buf() { std::free(base); }
-  Buf(const Buf&) = delete;
-  uint8_t* p() const { return base + kGuard; }
-  bool intact() const {
-    for (size_t i = 0; i < kGuard; ++i)
-      if (base[i] != 0xA5 || base[kGuard + size + i] != 0xA5) return false;
-    return true;
-  }
-};
+using tz_emu_test::Buf;  // tests/cuda/emu/emu_buf.h
 
 struct Emu {
   tz_kv_codec* codec = nullptr;
@@ -60,11 +44,11 @@ struct Emu {
     EXPECT_EQ(tz_kv_cuda_encode(codec, tables->p(), items.data(), items.size(), temp.p(), ts, sizes.data(),
                                 status.data(), nullptr),
               0u);
-    EXPECT_TRUE(temp.intact());
+    EXPECT_TRUE(temp.guards_intact());
     std::vector<Bytes> out;
     for (size_t i = 0; i < items.size(); ++i) {
       EXPECT_EQ(status[i], 0) << i;
-      EXPECT_TRUE(dst[i]->intact()) << i;
+      EXPECT_TRUE(dst[i]->guards_intact()) << i;
       out.emplace_back(dst[i]->p(), dst[i]->p() + sizes[i]);
     }
     return out;
@@ -86,11 +70,11 @@ struct Emu {
     EXPECT_EQ(tz_kv_cuda_decode(codec, tables->p(), items.data(), items.size(), temp.p(), ts, sizes.data(),
                                 status->data(), nullptr),
               0u);
-    EXPECT_TRUE(temp.intact());
+    EXPECT_TRUE(temp.guards_intact());
     outs->clear();
     for (size_t i = 0; i < items.size(); ++i) {
-      EXPECT_TRUE(dst[i]->intact()) << i;
-      EXPECT_TRUE(src[i]->intact()) << i;
+      EXPECT_TRUE(dst[i]->guards_intact()) << i;
+      EXPECT_TRUE(src[i]->guards_intact()) << i;
       outs->emplace_back(dst[i]->p(), dst[i]->p() + ((*status)[i] == 0 ? sizes[i] : 0));
     }
   }
