@@ -398,8 +398,11 @@ inline std::vector<MalformedFrame> malformed_frames() {
     const Bytes plain = unseed_frame(bf3);
     add("seeded: the same frame unseeded, flags 0 (valid)", plain, bcap, kOk_, Stage::kValid);
     FrameParts u(bf3);
-    u.set8(7, 3);
-    prefix_rule("seeded: flag bit 1 in version 3", u.bytes(), bcap, kDefectFlags);
+    u.set8(7, 5);
+    prefix_rule("seeded: flag bit 2 in version 3", u.bytes(), bcap, kDefectFlags);
+    FrameParts u7(bf3);
+    u7.set8(7, 0x80);
+    prefix_rule("flags: bit 7 in version 3", u7.bytes(), bcap, kDefectFlags);
     FrameParts z(bf3);
     z.set8(7, 0);
     add("seeded: flag cleared (raw payload n - 64)", z.bytes(), bcap, CB, Stage::kBlockHeader, kDefectNone, 0);
@@ -432,6 +435,69 @@ inline std::vector<MalformedFrame> malformed_frames() {
       tz::store_le32(&blk0[8], good.word(0, 1));
       good.blocks[0] = blk0;
       add("seeded: lane final state with x >> 16 != 1", good.bytes(), bcap, CB, Stage::kBlockDecode, kDefectNone, 0);
+    }
+  }
+  // ---- self-seeded streams (5.9): an FP8 frame (one stream, coded) ----
+  {
+    const Bytes e5 = to_f8_e5m2(normal_floats(2 * 4096 + 77, 12, 0.02f));
+    const size_t ecap = e5.size();
+    const Bytes f8 = compress_cpu(e5, TZ_DTYPE_F8_E5M2, 1, 4096);
+    if (f8[7] != kFlagSelfSeeded) throw std::runtime_error("malformed_frames: FP8 frame is not self-seeded");
+    add("self-seeded: valid FP8 frame", f8, ecap, kOk_, Stage::kValid);
+    const Bytes plain = unseed_frame(f8);
+    add("self-seeded: the same frame unseeded, flags 0 (valid)", plain, ecap, kOk_, Stage::kValid);
+    FrameParts z(f8);
+    z.set8(7, 0);
+    add("self-seeded: flag cleared (n - 64 symbols coded)", z.bytes(), ecap, CB, Stage::kBlockDecode, kDefectNone, 0);
+    FrameParts o(plain);
+    o.set8(7, kFlagSelfSeeded);
+    add("self-seeded: flag set on a stream coded without it", o.bytes(), ecap, CB, Stage::kBlockDecode, kDefectNone,
+        0);
+    FrameParts v1(as_version12(f8));
+    v1.set8(7, kFlagSelfSeeded);
+    prefix_rule("self-seeded: flag in a version-1 frame", v1.bytes(), ecap, kDefectFlags);
+    FrameParts v2(as_version12(f8));
+    v2.set8(4, 2);
+    v2.set8(7, kFlagSelfSeeded | kFlagSeededLanes);
+    prefix_rule("self-seeded: both flags in a version-2 frame", v2.bytes(), ecap, kDefectFlags);
+    // Block 1's stream coded self-seeded with lane 5 starting at 3 x 2^16 +
+    // its seed: every word is consumed and lane 5 ends with x >> 16 == 3.
+    {
+      Bytes s1(e5.begin() + 4096, e5.begin() + 2 * 4096);
+      std::vector<uint32_t> x0 = self_seed_states(s1, 4096);
+      add("self-seeded: the stream re-encoded from its seeds (valid)",
+          recode_stream(f8, 1, 0, 4096 - kSeedBytes, x0.data()), ecap, kOk_, Stage::kValid);
+      x0[5] += 2 * kRansL;
+      add("self-seeded: lane final state with x >> 16 != 1", recode_stream(f8, 1, 0, 4096 - kSeedBytes, x0.data()),
+          ecap, CB, Stage::kBlockDecode, kDefectNone, 1);
+      x0[5] -= 2 * kRansL;
+      x0[9] = kRansL;  // lane 9 unseeded: ends at L, not with its seed
+      add("self-seeded: a lane's seed changed", recode_stream(f8, 1, 0, 4096 - kSeedBytes, x0.data()), ecap,
+          TZ_ERROR_CHECKSUM, Stage::kBlockCrc, kDefectNone, 1);
+    }
+    // The threshold (n >= 128): a constant tensor (one symbol of frequency
+    // 4096: a payload is its 128 state bytes) whose last block of 127 or 128
+    // elements the encoder stores raw (not smaller), coded by hand.
+    for (uint32_t tail : {127u, 128u}) {
+      const Bytes c(4096 + tail, 0x3C);
+      const Bytes fc = compress_cpu(c, TZ_DTYPE_F8_E5M2, 1, 4096);
+      if (fc[7] != kFlagSelfSeeded) throw std::runtime_error("malformed_frames: constant FP8 frame not self-seeded");
+      const std::vector<uint32_t> seeds = self_seed_states(Bytes(c.begin() + 4096, c.end()), tail);
+      const std::string nb = std::to_string(tail) + "-element block";
+      if (tail >= kSelfSeedMinElems) {
+        add("self-seeded: " + nb + " coded self-seeded (valid)", recode_stream(fc, 1, 0, tail - kSeedBytes,
+            seeds.data()), tail + 4096, kOk_, Stage::kValid);
+        // Read as self-seeded: 64 symbols, lanes ending at L + 0, so the
+        // last 64 bytes come out 0: the checksum fails.
+        add("self-seeded: " + nb + " coded unseeded", recode_stream(fc, 1, 0, tail, nullptr), tail + 4096,
+            TZ_ERROR_CHECKSUM, Stage::kBlockCrc, kDefectNone, 1);
+      } else {
+        add("self-seeded: " + nb + " coded unseeded (valid: below the threshold)",
+            recode_stream(fc, 1, 0, tail, nullptr), tail + 4096, kOk_, Stage::kValid);
+        add("self-seeded: " + nb + " coded self-seeded (below the threshold)",
+            recode_stream(fc, 1, 0, tail - kSeedBytes, seeds.data()), tail + 4096, CB, Stage::kBlockDecode,
+            kDefectNone, 1);
+      }
     }
   }
   FrameHeader h3{};
