@@ -9,6 +9,7 @@
 // test_frame_validation.cpp and the CUDA emulation tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +71,40 @@ SelfSeedCount self_seeded_streams(const Bytes& frame) {
     pos += sz;
   }
   return c;
+}
+
+// Every block decoded by codec/block.h's decode_block (the TZ_HD decoder a
+// GPU thread runs), against the source bytes.
+void decode_blocks_with_codec(const Bytes& frame, const Bytes& src, const std::string& tag) {
+  tz::FrameHeader h{};
+  ASSERT_EQ(tz::check_frame_header(frame.data(), frame.size(), &h), tz::kDefectNone) << tag;
+  static tz::FrameTables t;
+  t = tz::FrameTables{};
+  ASSERT_EQ(tz::parse_table_section(h, frame.data() + 32, &t), tz::kDefectNone) << tag;
+  std::vector<uint32_t> dec((size_t)t.n_tables * tz::kProbScale + 64);
+  for (uint32_t j = 0; j < t.n_tables; ++j) tz::rans_build_dec(t.freq[j], dec.data() + (size_t)j * tz::kProbScale);
+  tz::BlockDecTables dt{};
+  dt.v3 = h.version >= tz::kFormatVersionSets;
+  dt.flags = h.flags;
+  for (int k = 0; k < h.n_streams; ++k) {
+    dt.kind[k] = t.kind[k];
+    dt.ctx[k] = t.ctx[k];
+    dt.n_sets[k] = t.n_sets[k];
+    if (tz::kind_is_rans(t.kind[k])) dt.dec[k] = dec.data() + (size_t)t.first_table[k] * tz::kProbScale;
+  }
+  const uint32_t es = tz::dtype_elem_size(h.dtype);
+  uint64_t pos = tz::frame_prefix_size(h);
+  for (uint32_t b = 0; b < h.n_blocks; ++b) {
+    const uint32_t sz = tz::load_le32(frame.data() + 32 + h.tables_size + 4ull * b);
+    const uint32_t n = tz::block_elem_count(h, b);
+    Bytes scratch(tz::block_scratch_size(n, h.n_streams)), out((size_t)n * es);
+    uint32_t stored = 0;
+    ASSERT_EQ(tz::decode_block(h.dtype, dt, frame.data() + pos, sz, n, scratch.data(), out.data(), &stored), tz::kOk)
+        << tag << " block " << b;
+    ASSERT_TRUE(std::equal(out.begin(), out.end(), src.begin() + (ptrdiff_t)((uint64_t)b * h.block_elems * es)))
+        << tag << " block " << b;
+    pos += sz;
+  }
 }
 
 TEST(SelfSeeded, RuleOfTheText) {
@@ -183,6 +218,7 @@ TEST(SelfSeeded, FramesOfEveryDtypeRoundTripOnEveryPath) {
           for (unsigned k = 0; k < info.n_streams; ++k) kinds[k] = (uint8_t)info.stream_kind[k];
           EXPECT_EQ(f[7], tz::encoder_frame_flags(f[4], (int)info.n_streams, kinds)) << tag;
           const SelfSeedCount s = self_seeded_streams(f);
+          decode_blocks_with_codec(f, src, tag);
           total.streams += s.streams;
           total.in_short_blocks += s.in_short_blocks;
           if (es == 1) fp8_self += s.streams;

@@ -72,8 +72,8 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   uint32_t seed = 300;
   for (tz_dtype dt : kFloatTypes)
-    for (size_t n : {4096 + 127, 4096 + 128, 4096 + 129, 4096 + 160, 4096 + 191, 4096 + 193, 2 * 4096 + 77}) {
-      out.push_back({dt, make_tensor(dt, n, seed++)});
+    for (size_t n : {4096 + 128, 4096 + 129, 4096 + 160, 4096 + 193, 2 * 4096 + 77}) {
+      if (n == 4096 + 160 || n == 2 * 4096 + 77) out.push_back({dt, make_tensor(dt, n, seed++)});
       out.push_back({dt, concentrated(dt, n, seed++)});
     }
   return out;
