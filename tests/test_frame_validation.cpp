@@ -107,7 +107,7 @@ TEST(FrameValidation, RejectedByTheIntendedCheck) {
       const uint32_t sz = tz::load_le32(v.index + 4ull * b);
       tz::BlockView bv;
       const int st = tz::parse_block(v.h.n_streams, v.t.kind, v.h.version >= tz::kFormatVersionSets ? v.t.n_sets : nullptr,
-                                     (v.h.flags & tz::kFlagSeededLanes) != 0, bytes_of(m.frame) + off, sz,
+                                     v.h.flags, bytes_of(m.frame) + off, sz,
                                      tz::block_elem_count(v.h, b), &bv);
       const bool header_rule = m.stage == Stage::kBlockHeader && b == m.block;
       EXPECT_EQ(st, header_rule ? (int)tz::kErrCorruptBlock : (int)tz::kOk) << "block " << b;

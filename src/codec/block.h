@@ -16,7 +16,7 @@ struct BlockEncTables {
   RansCtx ctx[kMaxStreams];            // n = 1 unless kind == kKindRansCtx
   uint8_t set[kMaxStreams];            // v3: table set of stream k in this block
   uint8_t v3;                          // stream words in the version-3 layout
-  uint8_t seeded;                      // frame flag kFlagSeededLanes (v3): seeded lane states
+  uint8_t flags;                       // the frame's flags (v3): kFlagSeededLanes, kFlagSelfSeeded
 };
 
 // Decode tables of a frame. dec[k] holds stream k's n_sets[k] sets of
@@ -28,7 +28,7 @@ struct BlockDecTables {
   RansCtx ctx[kMaxStreams];
   uint8_t n_sets[kMaxStreams];
   uint8_t v3;  // stream words in the version-3 layout (then n_sets validates their set field)
-  uint8_t seeded;  // frame flag kFlagSeededLanes: seeded lane states (doc/format.md 5.8)
+  uint8_t flags;   // the frame's flags: kFlagSeededLanes (doc/format.md 5.8), kFlagSelfSeeded (5.9)
   TZ_HD const uint8_t* sets() const { return v3 ? n_sets : nullptr; }
   // Decode tables of stream k in table set j.
   TZ_HD const uint32_t* dec_of(int k, uint32_t j) const { return dec[k] + (size_t)j * ctx[k].n * kProbScale; }
@@ -59,12 +59,41 @@ TZ_HD int block_seed_stream(int K, const uint8_t* kind, uint32_t n) {
 // later streams code; the seed stream's payload is its bytes from
 // kSeedBytes x (seeded streams) on.
 TZ_HD uint32_t block_seed_at(uint32_t i) { return kSeedBytes * i; }
+// Where the seeds of stream k come from, in a block of n elements that codes
+// stream k in rANS mode (doc/format.md 5.8, 5.9): the one statement of the
+// rule for every encoder and decoder. r: the block's seed stream
+// (block_seed_stream; -1 when the frame is not seeded or the block has
+// none); seeded_before: the streams before k that took seeds from it.
+struct StreamSeeds {
+  int from;        // the stream whose bytes [at, at + kSeedBytes) are the seeds; -1: none (lanes end at L)
+  uint32_t at;
+  uint32_t coded;  // symbols the payload codes: n, or n - kSeedBytes when the stream seeds itself (from = k)
+  TZ_HD bool self(int k) const { return from == k; }
+};
+TZ_HD StreamSeeds block_stream_seeds(uint8_t flags, int k, int r, uint32_t n, uint32_t seeded_before) {
+  if (k < r) return StreamSeeds{r, block_seed_at(seeded_before), n};  // bit 0: the seed stream's head
+  if ((flags & kFlagSelfSeeded) && n >= kSelfSeedMinElems)
+    return StreamSeeds{k, n - kSeedBytes, n - kSeedBytes};  // bit 1: its own last kSeedBytes symbols
+  return StreamSeeds{-1, 0, n};
+}
+// The block's seed stream under the frame's flags (-1 without bit 0).
+TZ_HD int block_seed_stream_of(uint8_t flags, int K, const uint8_t* kind, uint32_t n) {
+  return (flags & kFlagSeededLanes) ? block_seed_stream(K, kind, n) : -1;
+}
 // The flags byte the reference encoders (CPU and CUDA) write for a frame of
-// this version and these stream kinds: seeded lane states in version 3
-// wherever a block can be seeded (a raw-kind stream after a rANS-kind one).
+// this version and these stream kinds, in version 3: seeded lane states
+// wherever a block can be seeded (a raw-kind stream after a rANS-kind one),
+// self-seeded streams wherever a rANS-kind stream can take no seed from it
+// (it comes after the last raw-kind stream, or there is none).
 TZ_HD uint8_t encoder_frame_flags(uint8_t version, int K, const uint8_t* kind) {
   if (version < kFormatVersionSets) return 0;
-  return block_seed_stream(K, kind, UINT32_MAX) >= 0 ? kFlagSeededLanes : 0u;
+  int last_raw = -1;
+  for (int k = 0; k < K; ++k)
+    if (kind[k] == kKindRaw) last_raw = k;
+  bool unseedable = false;
+  for (int k = last_raw + 1; k < K; ++k) unseedable = unseedable || kind_is_rans(kind[k]);
+  return (uint8_t)((block_seed_stream(K, kind, UINT32_MAX) >= 0 ? kFlagSeededLanes : 0u) |
+                   (unseedable ? kFlagSelfSeeded : 0u));
 }
 // A decoder that merged the seed stream's head into dst before the seeds
 // were known (the decode-and-merge paths: they read the seed stream from
@@ -138,17 +167,18 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
 
   store_le32(out, checksum);
   size_t pos = block_header_size(K);
-  const int r = t.seeded ? block_seed_stream(K, t.kind, n) : -1;
-  uint32_t seeded = 0;  // streams coded with seeds so far
+  const int r = block_seed_stream_of(t.flags, K, t.kind, n);
+  uint32_t seeded = 0;  // streams coded with seeds of the seed stream so far
   for (int k = 0; k < K; ++k) {
     size_t size = 0;
     uint8_t mode = kModeRaw;
     if (kind_is_rans(t.kind[k])) {
-      const uint8_t* seed = k < r ? sym[r] + block_seed_at(seeded) : nullptr;
-      size = coder(k, sym[k], n, seed, words, out + pos, n);
+      const StreamSeeds sd = block_stream_seeds(t.flags, k, r, n, seeded);
+      const uint8_t* seed = sd.from >= 0 ? sym[sd.from] + sd.at : nullptr;
+      size = coder(k, sym[k], sd.coded, seed, words, out + pos, n);
       if (size) {
         mode = kModeRans;
-        seeded += seed ? 1u : 0u;
+        seeded += sd.from == r && r >= 0 ? 1u : 0u;
       }
     }
     if (mode == kModeRaw) {
@@ -180,16 +210,25 @@ struct BlockView {
   const uint8_t* payload[kMaxStreams];
   // Seeded lane states (doc/format.md 5.8): seed_stream is the stream whose
   // head holds the seeds (-1: none in this block), n_seeded the streams
-  // coded with seeds, seed_at[k] where stream k's seeds lie in the seed
-  // stream (kNoSeed: stream k ends at L).
+  // coded with seeds from it, seed_at[k] where stream k's seeds lie in the
+  // seed stream (kNoSeed: stream k ends at L, or seeds itself).
+  // Self-seeded streams (5.9): bit k of self_seeded; such a stream's payload
+  // codes its first coded[k] = n - kSeedBytes symbols, its lanes' final
+  // states its last kSeedBytes. coded[k]: the symbols stream k's rANS
+  // payload decodes to (n for every other coded stream).
   int seed_stream;
   uint32_t n_seeded;
   uint32_t seed_at[kMaxStreams];
+  uint32_t coded[kMaxStreams];
+  uint32_t self_seeded;
   static constexpr uint32_t kNoSeed = 0xFFFFFFFFu;
+  TZ_HD bool self_seeds(int k) const { return (self_seeded >> k) & 1u; }
   // The lane model of stream k for its decode: ctx with seed_out at its
-  // seeds' place in sr (the seed stream's first kSeedBytes x n_seeded bytes).
-  TZ_HD RansCtx seeded_ctx(int k, RansCtx ctx, uint8_t* sr) const {
-    ctx.seed_out = seed_at[k] != kNoSeed ? sr + seed_at[k] : nullptr;
+  // seeds' place in sr (the seed stream's first kSeedBytes x n_seeded
+  // bytes), or for a self-seeded stream at tail (where its last kSeedBytes
+  // symbols go; a decoder into a stream buffer s passes s + coded[k]).
+  TZ_HD RansCtx seeded_ctx(int k, RansCtx ctx, uint8_t* sr, uint8_t* tail) const {
+    ctx.seed_out = seed_at[k] != kNoSeed ? sr + seed_at[k] : self_seeds(k) ? tail : nullptr;
     return ctx;
   }
   // Stream k's bytes as a decoder merges them: its payload, or for the seed
@@ -214,20 +253,22 @@ struct BlockView {
 // instantiated per dtype, keeps the view in registers); KC = 0: K at run
 // time (the CPU decoders). n_sets: null before format version 3 (30-bit
 // sizes); in version 3 the table sets of each stream: a rANS stream's set
-// must be below its count, every other stream's set field zero. seeded: the
-// frame's kFlagSeededLanes (version 3 only, checked with the header): the
-// seed stream's raw payload is n - kSeedBytes x (streams coded before it)
-// bytes, and every coded stream before it is seeded.
+// must be below its count, every other stream's set field zero. flags: the
+// frame's flags (version 3 only, checked with the header). kFlagSeededLanes:
+// the seed stream's raw payload is n - kSeedBytes x (streams coded before it)
+// bytes, and every coded stream before it is seeded; kFlagSelfSeeded: where
+// each coded stream's seeds come from (block_stream_seeds).
 template <int KC>
-TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_sets, bool seeded, const uint8_t* blk,
-                           size_t blk_size, uint32_t n, BlockView* v) {
+TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_sets, uint8_t flags,
+                           const uint8_t* blk, size_t blk_size, uint32_t n, BlockView* v) {
   const int K = KC > 0 ? KC : k_streams;
   const size_t hdr = block_header_size(K);
   if (blk_size < hdr || (blk_size & 3u)) return kErrCorruptBlock;
   v->checksum = load_le32(blk);
-  const int r = seeded ? block_seed_stream(K, kind, n) : -1;
+  const int r = block_seed_stream_of(flags, K, kind, n);
   v->seed_stream = r;
   v->n_seeded = 0;
+  v->self_seeded = 0;
   size_t pos = hdr;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -244,12 +285,16 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_
     for (size_t i = size; i < padded; ++i)
       if (payload[i] != 0) return kErrCorruptBlock;
     v->seed_at[k] = BlockView::kNoSeed;
+    v->coded[k] = n;
     if (mode == kModeRaw) {
       if (size != (k == r ? n - kSeedBytes * v->n_seeded : n)) return kErrCorruptBlock;
     } else if (mode == kModeRans) {
       if (!kind_is_rans(kind[k])) return kErrCorruptBlock;
       if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
-      if (k < r) v->seed_at[k] = block_seed_at(v->n_seeded++);
+      const StreamSeeds sd = block_stream_seeds(flags, k, r, n, v->n_seeded);
+      v->coded[k] = sd.coded;
+      if (sd.self(k)) v->self_seeded |= 1u << k;
+      else if (sd.from >= 0) v->seed_at[k] = block_seed_at(v->n_seeded++);
     } else if (mode == kModeZstd) {
       if (kind[k] != kKindZstd) return kErrCorruptBlock;
     } else {
@@ -266,16 +311,16 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_
 }
 
 TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* blk, size_t blk_size, uint32_t n, BlockView* v) {
-  return parse_block_impl<0>(K, kind, nullptr, false, blk, blk_size, n, v);
+  return parse_block_impl<0>(K, kind, nullptr, 0, blk, blk_size, n, v);
 }
-TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* n_sets, bool seeded, const uint8_t* blk,
+TZ_HD int parse_block(int K, const uint8_t* kind, const uint8_t* n_sets, uint8_t flags, const uint8_t* blk,
                       size_t blk_size, uint32_t n, BlockView* v) {
-  return parse_block_impl<0>(K, kind, n_sets, seeded, blk, blk_size, n, v);
+  return parse_block_impl<0>(K, kind, n_sets, flags, blk, blk_size, n, v);
 }
 template <int K>
-TZ_HD int parse_block_k(const uint8_t* kind, const uint8_t* n_sets, bool seeded, const uint8_t* blk,
+TZ_HD int parse_block_k(const uint8_t* kind, const uint8_t* n_sets, uint8_t flags, const uint8_t* blk,
                         size_t blk_size, uint32_t n, BlockView* v) {
-  return parse_block_impl<K>(K, kind, n_sets, seeded, blk, blk_size, n, v);
+  return parse_block_impl<K>(K, kind, n_sets, flags, blk, blk_size, n, v);
 }
 
 // Decodes one block of n elements into dst (n * elem_size bytes). On kOk,
@@ -286,7 +331,7 @@ TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const ui
                                 uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored_checksum) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
-  const int pst = parse_block(K, t.kind, t.sets(), t.seeded, blk, blk_size, n, &v);
+  const int pst = parse_block(K, t.kind, t.sets(), t.flags, blk, blk_size, n, &v);
   if (pst != kOk) return pst;
   *stored_checksum = v.checksum;
   const uint8_t* streams[kMaxStreams];
@@ -302,8 +347,8 @@ TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const ui
       }
     } else if (v.mode[k] == kModeRans) {
       uint8_t* s = scratch + (size_t)k * align4(n);
-      const int st =
-          rans_decode_ctx(v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), v.seeded_ctx(k, t.ctx[k], sr), s);
+      const int st = rans_decode_ctx(v.payload[k], v.size[k], v.coded[k], t.dec_of(k, v.set[k]),
+                                     v.seeded_ctx(k, t.ctx[k], sr, s + v.coded[k]), s);
       if (st != kOk) return st;
       streams[k] = s;
     } else {

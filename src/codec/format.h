@@ -28,6 +28,13 @@ constexpr size_t kRansStateBytes = kLanes * 4;
 // stream are kSeedBytes bytes of the block's last raw-kind stream.
 constexpr uint8_t kFlagSeededLanes = 1u;
 constexpr uint32_t kSeedBytes = 2 * kLanes;
+// Self-seeded streams (doc/format.md 5.9, version 3 with header flag bit 1):
+// a coded stream that takes no seed under bit 0's rule, in a block of at
+// least kSelfSeedMinElems elements, codes its first n - kSeedBytes symbols
+// and carries its last kSeedBytes symbols in its lane states.
+constexpr uint8_t kFlagSelfSeeded = 2u;
+constexpr uint8_t kFrameFlagsKnown = kFlagSeededLanes | kFlagSelfSeeded;
+constexpr uint32_t kSelfSeedMinElems = 2 * kSeedBytes;
 // A coded rANS stream holds the lane states and then whole 16-bit words
 // (doc/format.md section 5): the size check every decoder makes first.
 TZ_HD bool rans_stream_size_ok(size_t size) { return size >= kRansStateBytes && ((size - kRansStateBytes) & 1u) == 0; }

@@ -30,7 +30,7 @@ enum FrameDefect : uint8_t {
   kDefectBadVersion,
   kDefectDType,            // unknown dtype
   kDefectStreamCount,      // n_streams does not match the dtype
-  kDefectFlags,            // a flag bit other than kFlagSeededLanes, or that one before version 3
+  kDefectFlags,            // a flag bit other than kFlagSeededLanes / kFlagSelfSeeded, or either before version 3
   kDefectBlockElems,       // not a power of two in [4096, 2^20]
   kDefectRawSize,          // not a multiple of the element size, or > 2^56
   kDefectBlockCount,       // n_blocks != ceil(elements / block_elems)
@@ -132,7 +132,7 @@ TZ_HD FrameDefect check_frame_header(const uint8_t* p, size_t n, FrameHeader* h)
   h->header_crc = load_le32(p + 28);
   if (h->dtype >= kDTypeCount) return kDefectDType;
   if (h->n_streams != dtype_stream_count(h->dtype)) return kDefectStreamCount;
-  if ((h->flags & ~kFlagSeededLanes) != 0) return kDefectFlags;
+  if ((h->flags & ~kFrameFlagsKnown) != 0) return kDefectFlags;
   if (h->flags != 0 && h->version < kFormatVersionSets) return kDefectFlags;
   if (!block_elems_valid(h->block_elems)) return kDefectBlockElems;
   const uint32_t es = dtype_elem_size(h->dtype);

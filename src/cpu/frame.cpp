@@ -99,7 +99,7 @@ struct KernelCoder {
 struct FrameEncTables {
   const TensorTables& tt;
   int K;
-  uint8_t flags;  // of the frame's header (kFlagSeededLanes)
+  uint8_t flags;  // of the frame's header (kFlagSeededLanes, kFlagSelfSeeded)
   std::vector<RansEncSym> enc[kMaxStreams];
   std::vector<uint32_t> fst[kMaxStreams];
   FrameEncTables(const TensorTables& t, int n_streams, uint8_t frame_flags)
@@ -120,7 +120,7 @@ struct FrameEncTables {
   void block(uint32_t b, BlockEncTables* et, const uint32_t** fk) const {
     *et = BlockEncTables{};
     et->v3 = tt.version >= kFormatVersionSets;
-    et->seeded = (flags & kFlagSeededLanes) != 0;
+    et->flags = flags;
     for (int k = 0; k < K; ++k) {
       const StreamTables& st = tt.s[k];
       et->kind[k] = st.kind;
@@ -233,9 +233,10 @@ uint64_t encode_blocks(Context& ctx, const FrameShape& f, const FrameEncTables& 
 }  // namespace
 
 namespace {
-std::atomic<bool> g_seeded_lanes{true};
+std::atomic<uint8_t> g_flags_mask{kFrameFlagsKnown};
 }  // namespace
-void set_encoder_seeded_lanes(bool on) { g_seeded_lanes.store(on, std::memory_order_relaxed); }
+void set_encoder_seeded_lanes(bool on) { set_encoder_flags_mask(on ? kFrameFlagsKnown : 0); }
+void set_encoder_flags_mask(uint8_t mask) { g_flags_mask.store(mask, std::memory_order_relaxed); }
 
 size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, const tz_params& p) {
   if (!src && n) return make_error(kErrBadParam, "source is null");
@@ -276,7 +277,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
 
   uint8_t kinds[kMaxStreams];
   for (int k = 0; k < K; ++k) kinds[k] = tt.s[k].kind;
-  const uint8_t flags = g_seeded_lanes.load(std::memory_order_relaxed) ? encoder_frame_flags(tt.version, K, kinds) : 0;
+  const uint8_t flags = encoder_frame_flags(tt.version, K, kinds) & g_flags_mask.load(std::memory_order_relaxed);
   const FrameEncTables enc(tt, K, flags);
   std::vector<uint32_t> sizes(n_blocks);
   bool overflow = false;

@@ -62,6 +62,10 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
 // Off, it writes the version-3 frames of before (flags 0), for the tests
 // that check those still decode. Process-wide.
 void set_encoder_seeded_lanes(bool on);
+// The flags compress_frame may write (encoder_frame_flags & mask; default
+// every known flag): kFlagSeededLanes alone writes the seeded frames of
+// before self-seeded streams (doc/format.md 5.9). Process-wide.
+void set_encoder_flags_mask(uint8_t mask);
 size_t decompress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, bool write,
                         unsigned* bad_block);
 size_t decompress_blocks(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* prefix, size_t prefix_size,

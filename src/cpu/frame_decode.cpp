@@ -36,7 +36,7 @@ struct DecTables {
     if (entries) dec.reset(new uint32_t[entries]);  // not cleared: the tables are built in order over all of it
     for (uint32_t j = 0; j < ft.n_tables; ++j) build_dec_table(ft.freq[j], dec.get() + (size_t)j * kProbScale);
     t.v3 = fp.h.version >= kFormatVersionSets;
-    t.seeded = (fp.h.flags & kFlagSeededLanes) != 0;
+    t.flags = fp.h.flags;
     for (int k = 0; k < fp.h.n_streams; ++k) {
       t.kind[k] = ft.kind[k];
       t.ctx[k] = ft.ctx[k];
@@ -69,11 +69,27 @@ int decode_bytes_block(ZSTD_DCtx* dctx, uint8_t kind, const uint8_t* blk, size_t
 // head, inside the block), so the head's elements are merged from other
 // bytes first and merged again with the seeds once they are known. No copy
 // of the raw stream.
+// Self-seeded streams (5.9) in those paths: the fused decoder merges the
+// stream's first n - kSeedBytes symbols; its last kSeedBytes land in `tail`
+// and merge_tail merges the block's last kSeedBytes elements from them.
 struct BlockSeeds {
   uint8_t bytes[kMaxStreams * kSeedBytes];
+  uint8_t tail[kMaxStreams][kSeedBytes];
+  uint8_t* tail_of(int k) { return tail[k]; }
   // After every stream decoded and dst merged.
   void remerge(uint8_t dtype, const BlockView& v, uint8_t* dst) const {
     if (v.n_seeded) block_seed_remerge(dtype, v.seed_stream, bytes, 0, kSeedBytes * v.n_seeded, dst);
+  }
+  // After a fused decode+merge of every element below n - kSeedBytes of
+  // the self-seeded streams: the last kSeedBytes elements, from the tails
+  // and the other streams' bytes (stream_bytes).
+  void merge_tail(uint8_t dtype, const BlockView& v, uint32_t n, uint8_t* dst) const {
+    if (!v.self_seeded) return;
+    const int K = dtype_stream_count(dtype);
+    const uint32_t i0 = n - kSeedBytes;
+    const uint8_t* f[kMaxStreams];
+    for (int k = 0; k < K; ++k) f[k] = v.self_seeds(k) ? tail[k] : v.stream_bytes(k) + i0;
+    merge_fields(dtype, f, kSeedBytes, dst + (size_t)i0 * dtype_elem_size(dtype));
   }
 };
 
@@ -85,20 +101,27 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
                          size_t sz, uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);
   BlockView v;
-  const int pst = parse_block(K, t.kind, t.sets(), t.seeded, blk, sz, n, &v);
+  const int pst = parse_block(K, t.kind, t.sets(), t.flags, blk, sz, n, &v);
   if (pst != kOk) return pst;
   *stored = v.checksum;
   BlockSeeds seeds;
   if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw) {
-    const int st = kr.rans_decode_bf16(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]),
-                                       v.seeded_ctx(0, t.ctx[0], seeds.bytes), v.stream_bytes(1), dst);
-    if (st == kOk) seeds.remerge(dtype, v, dst);
+    const int st = kr.rans_decode_bf16(v.payload[0], v.size[0], v.coded[0], t.dec_of(0, v.set[0]),
+                                       v.seeded_ctx(0, t.ctx[0], seeds.bytes, seeds.tail_of(0)), v.stream_bytes(1),
+                                       dst);
+    if (st == kOk) {
+      seeds.remerge(dtype, v, dst);
+      seeds.merge_tail(dtype, v, n, dst);
+    }
     return st;
   }
   // One coded stream (FP8): its bytes are the elements, decoded in place
-  // (merge would only copy them from scratch). Never seeded (no raw stream).
+  // (merge would only copy them from scratch); a self-seeded one's last
+  // kSeedBytes symbols land behind the others. Never seeded from another
+  // stream (no raw stream).
   if (K == 1 && v.mode[0] == kModeRans)
-    return kr.rans_decode(v.payload[0], v.size[0], n, t.dec_of(0, v.set[0]), t.ctx[0], dst);
+    return kr.rans_decode(v.payload[0], v.size[0], v.coded[0], t.dec_of(0, v.set[0]),
+                          v.seeded_ctx(0, t.ctx[0], nullptr, dst + v.coded[0]), dst);
   const uint8_t* streams[kMaxStreams];
   int pending = -1;  // a coded stream waiting for a partner
   for (int k = 0; k < K; ++k) {
@@ -114,11 +137,12 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
       const int j = pending;
       pending = -1;
       int sa, sb;
-      kr.rans_decode2(RansStream{v.payload[j], v.size[j], n, t.dec_of(j, v.set[j]), scratch + (size_t)j * align4(n),
-                                 v.seeded_ctx(j, t.ctx[j], seeds.bytes)},
+      uint8_t* sj = scratch + (size_t)j * align4(n);
+      kr.rans_decode2(RansStream{v.payload[j], v.size[j], v.coded[j], t.dec_of(j, v.set[j]), sj,
+                                 v.seeded_ctx(j, t.ctx[j], seeds.bytes, sj + v.coded[j])},
                       &sa,
-                      RansStream{v.payload[k], v.size[k], n, t.dec_of(k, v.set[k]), s,
-                                 v.seeded_ctx(k, t.ctx[k], seeds.bytes)},
+                      RansStream{v.payload[k], v.size[k], v.coded[k], t.dec_of(k, v.set[k]), s,
+                                 v.seeded_ctx(k, t.ctx[k], seeds.bytes, s + v.coded[k])},
                       &sb);
       if (sa != kOk) return sa;
       if (sb != kOk) return sb;
@@ -127,9 +151,10 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
     }
   }
   if (pending >= 0) {
-    const int st = kr.rans_decode(v.payload[pending], v.size[pending], n, t.dec_of(pending, v.set[pending]),
-                                  v.seeded_ctx(pending, t.ctx[pending], seeds.bytes),
-                                  scratch + (size_t)pending * align4(n));
+    uint8_t* sp = scratch + (size_t)pending * align4(n);
+    const int st = kr.rans_decode(v.payload[pending], v.size[pending], v.coded[pending],
+                                  t.dec_of(pending, v.set[pending]),
+                                  v.seeded_ctx(pending, t.ctx[pending], seeds.bytes, sp + v.coded[pending]), sp);
     if (st != kOk) return st;
   }
   kr.merge(dtype, streams, n, dst);
@@ -179,9 +204,9 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
         BlockView va, vb;
         const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
         const bool ok =
-            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.seeded, blocks + off[i], (size_t)(off[i + 1] - off[i]), na,
+            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.flags, blocks + off[i], (size_t)(off[i + 1] - off[i]), na,
                         &va) == kOk &&
-            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.seeded, blocks + off[i + 1],
+            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.flags, blocks + off[i + 1],
                         (size_t)(off[i + 2] - off[i + 1]), nb, &vb) == kOk &&
             va.mode[0] == kModeRans && va.mode[1] == kModeRaw && vb.mode[0] == kModeRans && vb.mode[1] == kModeRaw;
         if (ok) {
@@ -189,14 +214,20 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
           BlockSeeds sa, sb;  // seeded blocks (BlockSeeds)
-          kr.rans_decode2_bf16(RansStream{va.payload[0], va.size[0], na, dt.t.dec_of(0, va.set[0]), oa,
-                                          va.seeded_ctx(0, dt.t.ctx[0], sa.bytes)},
+          kr.rans_decode2_bf16(RansStream{va.payload[0], va.size[0], va.coded[0], dt.t.dec_of(0, va.set[0]), oa,
+                                          va.seeded_ctx(0, dt.t.ctx[0], sa.bytes, sa.tail_of(0))},
                                va.stream_bytes(1), &sta,
-                               RansStream{vb.payload[0], vb.size[0], nb, dt.t.dec_of(0, vb.set[0]), ob,
-                                          vb.seeded_ctx(0, dt.t.ctx[0], sb.bytes)},
+                               RansStream{vb.payload[0], vb.size[0], vb.coded[0], dt.t.dec_of(0, vb.set[0]), ob,
+                                          vb.seeded_ctx(0, dt.t.ctx[0], sb.bytes, sb.tail_of(0))},
                                vb.stream_bytes(1), &stb);
-          if (sta == kOk) sa.remerge(kBF16, va, oa);
-          if (stb == kOk) sb.remerge(kBF16, vb, ob);
+          if (sta == kOk) {
+            sa.remerge(kBF16, va, oa);
+            sa.merge_tail(kBF16, va, na, oa);
+          }
+          if (stb == kOk) {
+            sb.remerge(kBF16, vb, ob);
+            sb.merge_tail(kBF16, vb, nb, ob);
+          }
           if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
             sta = kErrChecksum;
           if (stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(first + i + 1)) != vb.checksum)

@@ -100,20 +100,22 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
 // Ctx: the frame has a lane-context stream (kind 3); without it the per-
 // symbol table offset and context update are compiled out.
 // dec + tab0[k] * kProbScale: stream k's tables in the block's table set;
-// n_sets: the streams' set counts (format version 3), else null; seeded:
-// the frame has seeded lane states (doc/format.md 5.8): the seed stream is
+// n_sets: the streams' set counts (format version 3), else null; flags: the
+// frame's flags. Seeded lane states (doc/format.md 5.8): the seed stream is
 // read from BlockView::stream_bytes (its head from other bytes of the block)
 // while the streams decode, then each lane puts its two seed bytes of every
-// seeded stream into their elements.
+// seeded stream into their elements. Self-seeded streams (5.9) decode their
+// first coded[k] symbols (field 0 in the elements after them), then each
+// lane puts its two bytes into field k of the last kSeedBytes elements.
 template <int DT, bool Ctx>
 __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t n, const uint8_t* kind,
-                                 const uint8_t* n_sets, bool seeded, const uint32_t* dec, const uint8_t* tab0,
+                                 const uint8_t* n_sets, uint8_t flags, const uint32_t* dec, const uint8_t* tab0,
                                  const uint8_t* ctx_base, const uint8_t* ctx_n, const uint32_t* crc_t, uint8_t* dst,
                                  uint32_t lane, uint32_t salt) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   BlockView v;
-  const int pst = parse_block_k<K>(kind, n_sets, seeded, blk, blk_size, n, &v);
+  const int pst = parse_block_k<K>(kind, n_sets, flags, blk, blk_size, n, &v);
   if (pst != kOk) return pst;
   const uint32_t stored = v.checksum;
   // Modes are raw or rANS: zstd passes parse_block only in a frame with a
@@ -127,12 +129,14 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
   for (int k = 0; k < K; ++k) coded[k] = v.mode[k] == kModeRans;
 
   uint32_t x[K], p[K], coff[K];  // coff: this lane's table offset (lane context x kProbScale)
+  uint32_t ncoded[K];             // symbols the payload codes (v.coded)
   RansCtx rc[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     x[k] = coded[k] ? ((const uint32_t*)pay[k])[lane] : 0;
     p[k] = kRansStateBytes;
     coff[k] = 0;
+    ncoded[k] = v.coded[k];
     rc[k].base = ctx_base[k];
     rc[k].n = ctx_n[k];
   }
@@ -146,7 +150,7 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
       if (coded[k]) {
         uint32_t sym = 0;
         bool need = false;
-        if (active) {
+        if (i < ncoded[k]) {
           sym = rans_dec_sym(x[k], dec + (size_t)tab0[k] * kProbScale + (Ctx ? coff[k] : 0u));
           if (Ctx && rc[k].n > 1) coff[k] = rans_ctx_of(sym, rc[k]) * kProbScale;
           need = x[k] < kRansL;
@@ -167,7 +171,8 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     if (!coded[k]) continue;
-    const bool end_ok = v.seed_at[k] != BlockView::kNoSeed ? (x[k] >> 16) == 1u : x[k] == kRansL;
+    const bool end_ok =
+        v.seed_at[k] != BlockView::kNoSeed || v.self_seeds(k) ? (x[k] >> 16) == 1u : x[k] == kRansL;
     if (p[k] != psz[k] || !__all_sync(kFull, end_ok)) return kErrCorruptBlock;
   }
   __syncwarp();
@@ -182,6 +187,18 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
       }
     }
     __syncwarp();
+  }
+  if (v.self_seeded) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!v.self_seeds(k)) continue;
+#pragma unroll
+      for (uint32_t j = 0; j < 2; ++j) {
+        const uint32_t e = ncoded[k] + 2 * lane + j;
+        store_elem<DT>(dst, e, warp::elem_with_field<DT>(load_elem<DT>(dst, e), k, (x[k] >> (8 * j)) & 0xFFu));
+      }
+      __syncwarp();
+    }
   }
   if ((warp_block_checksum(dst, (uint64_t)n * es, crc_t, lane) ^ salt) != stored) return kErrChecksum;
   return kOk;
@@ -291,11 +308,11 @@ __global__ void __launch_bounds__(kCtaThreads) d_decode_kernel(const DItem* item
       uint8_t* dst = it.dst + (uint64_t)b * h.block_elems * es;
       const uint32_t salt = block_checksum_salt(b);
       const uint8_t* ns = v3 ? n_sets : nullptr;
-      const bool seeded = (h.flags & kFlagSeededLanes) != 0;
+      const uint8_t flags = h.flags;
       int st;
 #define TZ_WARP_DECODE(DT)                                                                                       \
-  (has_ctx ? warp_decode_block<DT, true>(blk, bsz, n, kind, ns, seeded, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt) \
-           : warp_decode_block<DT, false>(blk, bsz, n, kind, ns, seeded, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt))
+  (has_ctx ? warp_decode_block<DT, true>(blk, bsz, n, kind, ns, flags, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt) \
+           : warp_decode_block<DT, false>(blk, bsz, n, kind, ns, flags, dec, tab0, ctx_base, ctx_n, crc_t, dst, lane, salt))
       switch (h.dtype) {
         case kBF16: st = TZ_WARP_DECODE(kBF16); break;
         case kF16: st = TZ_WARP_DECODE(kF16); break;

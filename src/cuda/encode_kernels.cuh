@@ -17,19 +17,22 @@ namespace {
 // exactly the decision of rans_encode(..., limit = n).
 // With lane contexts (rc.n > 1), symbol i >= 32 is coded with table
 // ctx_of(symbol i - 32) of enc (rc.n tables of 256), as rans_encode_ctx.
-// Seeded (seed_at != BlockView::kNoSeed, doc/format.md 5.8): the lane
-// starts at L | the two bytes of field r of elements seed_at + 2 lane, + 1.
+// Seeds (block_stream_seeds, doc/format.md 5.8, 5.9): with sd.from >= 0 the
+// lane starts at L | the two bytes of field sd.from of elements sd.at +
+// 2 lane, + 1, and the payload codes the first sd.coded elements (n: the
+// block's, which a payload must beat).
 template <int DT>
 __device__ uint32_t warp_rans_encode(const uint8_t* src, uint32_t n, int k, const RansEncSym* enc, RansCtx rc,
-                                     int r, uint32_t seed_at, uint8_t* out, uint32_t lane) {
+                                     StreamSeeds sd, uint8_t* out, uint32_t lane) {
   const int64_t cap = warp::enc_word_cap(n);
   if (cap < 0) return 0;
   uint16_t* const W = (uint16_t*)(out + kRansStateBytes);
   uint32_t wp = (uint32_t)cap;
   uint32_t x = kRansL;
-  if (seed_at != BlockView::kNoSeed)
-    x |= warp::elem_field<DT>(load_elem<DT>(src, seed_at + 2 * lane), r) |
-         warp::elem_field<DT>(load_elem<DT>(src, seed_at + 2 * lane + 1), r) << 8;
+  if (sd.from >= 0)
+    x |= warp::elem_field<DT>(load_elem<DT>(src, sd.at + 2 * lane), sd.from) |
+         warp::elem_field<DT>(load_elem<DT>(src, sd.at + 2 * lane + 1), sd.from) << 8;
+  n = sd.coded;
   const uint32_t n_steps = (n + 31) / 32;
   for (uint32_t s = n_steps; s-- > 0;) {
     const uint32_t i = s * 32 + lane;
@@ -82,25 +85,26 @@ __device__ void warp_raw_stream(const uint8_t* src, uint32_t n, int k, uint8_t* 
 
 // Same bytes as encode_block (codec/block.h) for one block, by one warp:
 // stream k is coded with the tables enc[tab0[k]...] of table set
-// (sel >> 8k) & 0xFF (lane contexts for stream 0 when ctx0.n > 1); seeded:
-// the frame has seeded lane states (block_seed_stream, codec/block.h).
+// (sel >> 8k) & 0xFF (lane contexts for stream 0 when ctx0.n > 1); flags:
+// the frame's (seeded lane states, self-seeded streams: block_stream_seeds,
+// codec/block.h).
 template <int DT>
 __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint8_t* kind, const uint8_t* tab0,
-                                      RansCtx ctx0, uint32_t sel, bool seeded, const RansEncSym (*enc)[256],
+                                      RansCtx ctx0, uint32_t sel, uint8_t flags, const RansEncSym (*enc)[256],
                                       const uint32_t* crc_t, uint8_t* out, uint32_t lane, uint32_t salt) {
   constexpr int K = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   constexpr uint32_t es = DT == kF32 ? 4 : (DT == kBF16 || DT == kF16) ? 2 : 1;
   const uint32_t crc = warp_block_checksum(src, (uint64_t)n * es, crc_t, lane) ^ salt;
   uint32_t pos = (uint32_t)block_header_size(K);
-  const int r = seeded ? block_seed_stream(K, kind, n) : -1;
+  const int r = block_seed_stream_of(flags, K, kind, n);
   uint32_t n_seeded = 0;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     uint32_t size = 0;
     uint8_t mode = kModeRaw;
     if (kind_is_rans(kind[k])) {
-      const uint32_t seed_at = k < r ? block_seed_at(n_seeded) : BlockView::kNoSeed;
-      size = warp_rans_encode<DT>(src, n, k, enc[tab0[k]], k == 0 ? ctx0 : RansCtx{}, r, seed_at, out + pos, lane);
+      const StreamSeeds sd = block_stream_seeds(flags, k, r, n, n_seeded);
+      size = warp_rans_encode<DT>(src, n, k, enc[tab0[k]], k == 0 ? ctx0 : RansCtx{}, sd, out + pos, lane);
       if (size) {
         mode = kModeRans;
         n_seeded += k < r ? 1u : 0u;
@@ -148,7 +152,7 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
   }
   build_crc_tables(crc_t);  // syncs
   const RansCtx ctx0{tab.ctx_base, tab.ctx_n};
-  const bool seeded = (encoder_frame_flags(tab.version, K, tab.kind) & kFlagSeededLanes) != 0;
+  const uint8_t flags = encoder_frame_flags(tab.version, K, tab.kind);
   for (;;) {
     if (threadIdx.x == 0) {
       lead = kNone;
@@ -179,7 +183,7 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
       uint8_t* out = staging + it.staging_off + (uint64_t)b * it.block_stride;
       const uint32_t salt = block_checksum_salt(b);
       uint32_t size;
-#define TZ_WARP_ENCODE(DT) warp_encode_block<DT>(src, n, kind, tab0, ctx0, sel, seeded, enc, crc_t, out, lane, salt)
+#define TZ_WARP_ENCODE(DT) warp_encode_block<DT>(src, n, kind, tab0, ctx0, sel, flags, enc, crc_t, out, lane, salt)
       switch (it.dtype) {
         case kBF16: size = TZ_WARP_ENCODE(kBF16); break;
         case kF16: size = TZ_WARP_ENCODE(kF16); break;

@@ -7,7 +7,9 @@
 //                table set are also written in the version-1/2 layout
 //                (valid-v12-*), seeded frames also as written before
 //                seeding (valid-unseeded-*, and with their flags swapped:
-//                mut-*-seed-flag-*), and frames with several table sets get
+//                mut-*-seed-flag-*), self-seeded frames also as written
+//                before self-seeding (valid-unselfseeded-*, and flags
+//                swapped: mut-*-selfseed-flag-*), and frames with several table sets get
 //                damaged copies of their sets and compact tables (v3-*)
 //   roundtrip/   one control byte + real bytes (and special values) that
 //                fuzz_roundtrip compresses as every dtype
@@ -116,6 +118,19 @@ int main(int argc, char** argv) {
         b.set8(7, tz::kFlagSeededLanes);
         write("decompress", "mut-" + tag + "-seed-flag-cleared", a.bytes());
         write("decompress", "mut-" + tag + "-seed-flag-set", b.bytes());
+        n_files += 3;
+      }
+      if (frame[7] & tz::kFlagSelfSeeded) {
+        // Self-seeded streams: the frame as written before them (bit 1
+        // clear), and the two layouts' flags swapped (symbol counts and
+        // final states then wrong).
+        const Bytes plain = tzt::unseed_frame(frame, nullptr, tz::kFlagSelfSeeded);
+        write("decompress", "valid-unselfseeded-" + tag, plain);
+        tzt::FrameParts a(frame), b(plain);
+        a.set8(7, (uint8_t)(frame[7] & ~tz::kFlagSelfSeeded));
+        b.set8(7, (uint8_t)(plain[7] | tz::kFlagSelfSeeded));
+        write("decompress", "mut-" + tag + "-selfseed-flag-cleared", a.bytes());
+        write("decompress", "mut-" + tag + "-selfseed-flag-set", b.bytes());
         n_files += 3;
       }
       if (v.elems != 4096 + 50 || v.level != 1) continue;

@@ -1,7 +1,8 @@
 // Frame editing for the malformed-frame table and the format tests: a frame
 // cut into its parts (FrameParts) and put back together with its header CRC,
-// serialised tables, payload offsets, a CPU frame writer, seeded frames
-// turned back into the frames written without seeds (unseed_frame), and
+// serialised tables, payload offsets, a CPU frame writer, seeded and
+// self-seeded frames turned back into the frames written without seeds
+// (unseed_frame), and
 // version-3 frames rewritten in the version-1/2 layout (as_version12).
 // Header-only; needs the tensorzip library and src/ on the include path.
 #pragma once
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/fields.h"
 #include "codec/frame_prefix.h"
 #include "common/crc32c.h"
 #include "tensorzip/tensorzip.h"
@@ -132,17 +134,25 @@ inline Bytes compress_cpu(const Bytes& data, tz_dtype dt, int level, unsigned bl
   return out;
 }
 
-// The frame with seeded lane states (doc/format.md 5.8) rewritten without
-// them: every seeded stream re-encoded from L with the same tables, the seed
-// stream's raw payload given back its head, flags 0 (what the encoder wrote
-// before seeding). Any other frame comes back unchanged. lane_x0, if given,
-// replaces the initial states of the first re-encoded stream (an invalid
-// stream for the final-state rule; the tail stays rebuilt).
-inline Bytes unseed_frame(const Bytes& frame, const uint32_t* lane_x0 = nullptr) {
+// The frame with seeded lane states (doc/format.md 5.8) and self-seeded
+// streams (5.9) rewritten without them: every seeded stream re-encoded from
+// L over all its n symbols with the same tables, the seed stream's raw
+// payload given back its head, flags 0 (what the encoder wrote before
+// seeding). drop = kFlagSelfSeeded removes only self-seeding (the frames of
+// before it: a self-seeded stream whose unseeded payload would not beat raw
+// is stored raw, as the encoder does). Any other frame comes back unchanged.
+// lane_x0, if given, replaces the initial states of the first re-encoded
+// stream (an invalid stream for the final-state rule; the tail stays
+// rebuilt).
+inline Bytes unseed_frame(const Bytes& frame, const uint32_t* lane_x0 = nullptr,
+                          uint8_t drop = tz::kFrameFlagsKnown) {
   tz::FrameHeader h{};
   if (tz::check_frame_header(frame.data(), frame.size(), &h) != tz::kDefectNone)
     throw std::runtime_error("unseed_frame: bad header");
-  if (!(h.flags & tz::kFlagSeededLanes)) return frame;
+  drop &= h.flags;
+  if (!drop) return frame;
+  if ((drop & tz::kFlagSeededLanes) && !(drop & tz::kFlagSelfSeeded) && (h.flags & tz::kFlagSelfSeeded))
+    throw std::runtime_error("unseed_frame: seeded lanes dropped, self-seeding kept");  // would self-seed them
   FrameParts f(frame);
   static tz::FrameTables t;  // 32 KiB of frequencies: not on the stack
   t = tz::FrameTables{};
@@ -153,16 +163,25 @@ inline Bytes unseed_frame(const Bytes& frame, const uint32_t* lane_x0 = nullptr)
     const Bytes blk = f.blocks[b];
     const uint32_t n = tz::block_elem_count(h, b);
     tz::BlockView v;
-    if (tz::parse_block(K, t.kind, t.n_sets, true, blk.data(), blk.size(), n, &v) != tz::kOk)
+    if (tz::parse_block(K, t.kind, t.n_sets, h.flags, blk.data(), blk.size(), n, &v) != tz::kOk)
       throw std::runtime_error("unseed_frame: bad block");
-    if (!v.n_seeded) continue;
+    const bool from_r = v.n_seeded && (drop & tz::kFlagSeededLanes);
+    const bool self = v.self_seeded && (drop & tz::kFlagSelfSeeded);
+    if (!from_r && !self) continue;
     const int r = v.seed_stream;
-    Bytes sr(n, 0);  // the seed stream: seeds (its head), then its payload
-    std::memcpy(sr.data() + tz::kSeedBytes * v.n_seeded, v.payload[r], v.size[r]);
+    Bytes sr;  // the seed stream: seeds (its head), then its payload
+    if (from_r) {
+      sr.assign(n, 0);
+      std::memcpy(sr.data() + tz::kSeedBytes * v.n_seeded, v.payload[r], v.size[r]);
+    }
     std::vector<Bytes> pay(K);
+    uint8_t mode[tz::kMaxStreams];
     for (int k = 0; k < K; ++k) {
       pay[k].assign(v.payload[k], v.payload[k] + v.size[k]);
-      if (v.seed_at[k] == tz::BlockView::kNoSeed) continue;
+      mode[k] = v.mode[k];
+      const bool re_r = from_r && v.seed_at[k] != tz::BlockView::kNoSeed;
+      const bool re_self = self && v.self_seeds(k);
+      if (!re_r && !re_self) continue;
       const uint32_t nt = t.ctx[k].n;
       std::vector<uint32_t> freq((size_t)nt * 256), dec((size_t)nt * tz::kProbScale);
       for (uint32_t c = 0; c < nt; ++c) {
@@ -171,26 +190,88 @@ inline Bytes unseed_frame(const Bytes& frame, const uint32_t* lane_x0 = nullptr)
       }
       Bytes sym(n);
       tz::RansCtx c = t.ctx[k];
-      c.seed_out = sr.data() + v.seed_at[k];
-      if (tz::rans_decode_ctx(v.payload[k], v.size[k], n, dec.data(), c, sym.data()) != tz::kOk)
+      c.seed_out = re_r ? sr.data() + v.seed_at[k] : sym.data() + v.coded[k];
+      if (tz::rans_decode_ctx(v.payload[k], v.size[k], v.coded[k], dec.data(), c, sym.data()) != tz::kOk)
         throw std::runtime_error("unseed_frame: stream does not decode");
       pay[k] = tz::ref::rans_encode(sym.data(), n, freq.data(), t.ctx[k], lane_x0);
       lane_x0 = nullptr;
-      if (pay[k].size() >= n) throw std::runtime_error("unseed_frame: unseeded stream would be stored raw");
+      if (pay[k].size() >= n) {
+        if (re_r) throw std::runtime_error("unseed_frame: unseeded stream would be stored raw");
+        pay[k] = sym;
+        mode[k] = tz::kModeRaw;
+      }
     }
-    pay[r] = sr;
+    if (from_r) pay[r] = sr;
     Bytes out(blk.begin(), blk.begin() + 4 + 4 * K);
     for (int k = 0; k < K; ++k) {
       const uint32_t w = tz::load_le32(&blk[4 + 4 * k]);
-      tz::store_le32(&out[4 + 4 * k], tz::stream_word_v3((uint32_t)pay[k].size(), tz::stream_word_mode(w),
-                                                         tz::stream_word_v3_set(w)));
+      tz::store_le32(&out[4 + 4 * k], tz::stream_word_v3((uint32_t)pay[k].size(), mode[k],
+                                                         mode[k] == tz::kModeRans ? tz::stream_word_v3_set(w) : 0u));
       out.insert(out.end(), pay[k].begin(), pay[k].end());
       while (out.size() % 4) out.push_back(0);
     }
     f.blocks[b] = out;
   }
-  f.set8(7, 0);
+  f.set8(7, (uint8_t)(h.flags & ~drop));
   return f.bytes();
+}
+
+// The frame with stream k of block b coded in rANS mode with the frame's
+// tables (set 0 where the block stored it raw, otherwise its set): its first
+// n_coded symbols, lanes starting at x0 (kLanes states; null: L). The
+// stream's symbols come from the decoded frame. Builds blocks a conforming
+// encoder never writes (a stream coded although not smaller than raw,
+// self-seeded where the rule says it is not, bad initial states).
+inline Bytes recode_stream(const Bytes& frame, unsigned b, int k, uint32_t n_coded, const uint32_t* x0) {
+  tz::FrameHeader h{};
+  if (tz::check_frame_header(frame.data(), frame.size(), &h) != tz::kDefectNone)
+    throw std::runtime_error("recode_stream: bad header");
+  static tz::FrameTables t;
+  t = tz::FrameTables{};
+  if (tz::parse_table_section(h, frame.data() + 32, &t) != tz::kDefectNone)
+    throw std::runtime_error("recode_stream: bad tables");
+  if (!tz::kind_is_rans(t.kind[k])) throw std::runtime_error("recode_stream: stream has no table");
+  Bytes data(h.raw_size);
+  if (tz_decompress(data.data(), data.size(), frame.data(), frame.size(), 1) != data.size())
+    throw std::runtime_error("recode_stream: frame does not decode");
+  const int K = h.n_streams;
+  const uint32_t n = tz::block_elem_count(h, b), es = tz::dtype_elem_size(h.dtype);
+  std::vector<Bytes> fields(K, Bytes(n));
+  uint8_t* fp[tz::kMaxStreams];
+  for (int j = 0; j < K; ++j) fp[j] = fields[j].data();
+  tz::split_fields(h.dtype, data.data() + (size_t)b * h.block_elems * es, n, fp);
+  FrameParts f(frame);
+  const uint32_t w0 = f.word(b, k);
+  const uint32_t set = tz::stream_word_mode(w0) == tz::kModeRans ? tz::stream_word_v3_set(w0) : 0u;
+  const uint32_t nt = t.ctx[k].n;
+  std::vector<uint32_t> freq((size_t)nt * 256);
+  for (uint32_t c = 0; c < nt; ++c) std::memcpy(&freq[256 * c], t.freq[t.first_table[k] + set * nt + c], 1024);
+  for (uint32_t i = 0; i < n_coded; ++i)
+    if (!freq[fields[k][i]]) throw std::runtime_error("recode_stream: symbol outside the table");
+  const Bytes pay = tz::ref::rans_encode(fields[k].data(), n_coded, freq.data(), t.ctx[k], x0);
+  const Bytes& blk = f.blocks[b];
+  Bytes out(blk.begin(), blk.begin() + 4 + 4 * K);
+  for (int j = 0; j < K; ++j) {
+    const size_t at = payload_offset(f, b, j, K);
+    const uint32_t w = f.word(b, j);
+    if (j == k) {
+      tz::store_le32(&out[4 + 4 * j], tz::stream_word_v3((uint32_t)pay.size(), tz::kModeRans, set));
+      out.insert(out.end(), pay.begin(), pay.end());
+    } else {
+      out.insert(out.end(), blk.begin() + at, blk.begin() + at + tz::stream_word_v3_size(w));
+    }
+    while (out.size() % 4) out.push_back(0);
+  }
+  f.blocks[b] = out;
+  return f.bytes();
+}
+// The initial states of a self-seeded stream (doc/format.md 5.9): L + the
+// stream's symbols n - 64 .. n - 1 of block b, two per lane.
+inline std::vector<uint32_t> self_seed_states(const Bytes& stream_of_block, uint32_t n) {
+  std::vector<uint32_t> x0(tz::kLanes);
+  for (int l = 0; l < tz::kLanes; ++l)
+    x0[l] = tz::kRansL | tz::load_le16(&stream_of_block[n - tz::kSeedBytes + 2 * l]);
+  return x0;
 }
 
 // The same frame in the table layout of format versions 1 and 2 (the

@@ -5,7 +5,8 @@
 // valid CPU frame by editing one part, with the header CRC recomputed unless
 // the rule is about that CRC. The CPU tests (tests/test_frame_validation.cpp)
 // and the CUDA emulation tests (tests/cuda/emu) run every backend over it and
-// expect the same status code from each. Header-only; needs the tensorzip
+// expect the same status code from each (the seeded-lane rows are in
+// tz_malformed_seeded.h, the record type in tz_malformed_types.h). Header-only; needs the tensorzip
 // library and src/ on the include path.
 #pragma once
 #include <cmath>
@@ -21,30 +22,11 @@
 #include "tensorzip/tensorzip.h"
 #include "ref_rans.h"
 #include "tz_frame_edit.h"
+#include "tz_malformed_seeded.h"
+#include "tz_malformed_types.h"
 #include "tz_test_data.h"
 
 namespace tzt {
-
-// Which check must reject the frame (pinned by the CPU tests).
-enum class Stage {
-  kValid,        // no error on the CPU
-  kPrefix,       // parse_frame_prefix / check_frame_extent: `defect`
-  kDestination,  // the destination is too small
-  kBlockHeader,  // parse_block rejects block `block`
-  kBlockDecode,  // parse_block accepts block `block`; its rANS decoding fails
-  kBlockCrc,     // block `block` decodes but its checksum differs
-};
-
-struct MalformedFrame {
-  std::string rule;
-  Bytes frame;
-  size_t dst_capacity;  // the raw size, unless the rule is about it
-  int code;             // tz_error_code expected from every backend (0 = TZ_OK)
-  int gpu_code;         // what the CUDA decoder returns (differs only for zstd frames)
-  Stage stage;
-  tz::FrameDefect defect = tz::kDefectNone;  // for Stage::kPrefix
-  unsigned block = 0;                        // for the block stages
-};
 
 // The table. Base frames: BF16 of 2 x 4096 + 77 elements at level 1 with
 // 4096-element blocks (stream 0 rANS, stream 1 raw; block 2 partial), F32 at
@@ -392,48 +374,7 @@ inline std::vector<MalformedFrame> malformed_frames() {
       throw std::runtime_error("malformed_frames: BF16 base frame is not version 3");
   }
   add("valid BF16 frame, version 3", bf3, bcap, kOk_, Stage::kValid);
-  // ---- seeded lane states (5.8): bf3 is seeded (stream 0 coded, stream 1 raw) ----
-  if (!(bf3[7] & kFlagSeededLanes)) throw std::runtime_error("malformed_frames: BF16 v3 frame is not seeded");
-  {
-    const Bytes plain = unseed_frame(bf3);
-    add("seeded: the same frame unseeded, flags 0 (valid)", plain, bcap, kOk_, Stage::kValid);
-    FrameParts u(bf3);
-    u.set8(7, 3);
-    prefix_rule("seeded: flag bit 1 in version 3", u.bytes(), bcap, kDefectFlags);
-    FrameParts z(bf3);
-    z.set8(7, 0);
-    add("seeded: flag cleared (raw payload n - 64)", z.bytes(), bcap, CB, Stage::kBlockHeader, kDefectNone, 0);
-    FrameParts o(plain);
-    o.set8(7, kFlagSeededLanes);
-    add("seeded: flag set on unseeded blocks (raw payload n)", o.bytes(), bcap, CB, Stage::kBlockHeader, kDefectNone,
-        0);
-    FrameParts v1(as_version12(bf3));
-    v1.set8(7, kFlagSeededLanes);
-    prefix_rule("seeded: flag in a version-1 frame", v1.bytes(), bcap, kDefectFlags);
-    // Block 0's stream 0 coded with lane 3 starting at 3 x 2^16 + its seed:
-    // every word is consumed and lane 3 ends with x >> 16 == 3.
-    {
-      uint32_t x0[kLanes];
-      // Seeds of block 0: bytes 0 .. 63 of its sign|mantissa stream.
-      for (int l = 0; l < kLanes; ++l) {
-        uint8_t lo = 0, hi = 0, e;
-        split_elem_bf16(load_le16(&bf_data[2 * (2 * l)]), e, lo);
-        split_elem_bf16(load_le16(&bf_data[2 * (2 * l + 1)]), e, hi);
-        x0[l] = kRansL | lo | (uint32_t)hi << 8;
-      }
-      x0[3] += 2 * kRansL;
-      const Bytes bad = unseed_frame(bf3, x0);
-      FrameParts bp(bad);
-      // Put the seeded layout back: flag set, stream 1's payload without its tail.
-      FrameParts good(bf3);
-      Bytes blk0(bp.blocks[0].begin(), bp.blocks[0].begin() + payload_offset(bp, 0, 1, K));
-      const size_t q = payload_offset(good, 0, 1, K);
-      blk0.insert(blk0.end(), good.blocks[0].begin() + q, good.blocks[0].end());
-      tz::store_le32(&blk0[8], good.word(0, 1));
-      good.blocks[0] = blk0;
-      add("seeded: lane final state with x >> 16 != 1", good.bytes(), bcap, CB, Stage::kBlockDecode, kDefectNone, 0);
-    }
-  }
+  add_seeded_lane_rows(out, bf3, bf_data);
   FrameHeader h3{};
   check_frame_header(bf3.data(), bf3.size(), &h3);
   FrameTables t3{};
