@@ -86,7 +86,10 @@ macro(tz_find_gtest)
   if(NOT TARGET GTest::gtest)
     set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
     set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+    # Its cmake_minimum_required(3.5): CMake 4 warns below 3.10, and later ones refuse it.
+    set(CMAKE_POLICY_VERSION_MINIMUM 3.10)
     add_subdirectory("${TZ_DEPS_DIR}/googletest" ${PROJECT_BINARY_DIR}/_deps/googletest EXCLUDE_FROM_ALL)
+    unset(CMAKE_POLICY_VERSION_MINIMUM)
     foreach(lib gtest gtest_main)
       if(NOT TARGET GTest::${lib})  # GoogleTest >= 1.11 names them so itself
         add_library(GTest::${lib} ALIAS ${lib})
