@@ -30,7 +30,6 @@ namespace {
 
 using tzt::Bytes;
 
-
 // The encoder restricted to some flags for a scope (kFlagSeededLanes: the
 // encoder of before self-seeding).
 struct FlagsMask {

@@ -3,9 +3,10 @@
 bench/gpu/run.sh: the step-400 BF16 model file whole (9.9 MB), a slice of
 the FP32 optimizer file holding, for each of master / exp_avg / exp_avg_sq,
 its first tensors up to --per-kind-mib MiB, and the same master tensors at
-step 200 in step200/ (the GPU delta row). The default keeps the folder at
-~25 MB: the device tool sends at most 64 MiB in all (tracked files ~10 MB,
-this folder, the nvCOMP wheel in .whl/ ~30 MB); the total is printed.
+step 200 in step200/ (the GPU delta row). The default makes a folder of
+~25 MB; bench/gpu/prepare.sh, which calls this script, sizes --per-kind-mib
+to what is left of the 64 MiB a device call may send (tracked files ~16 MB,
+.device-deps ~22 MB, this folder); the total is printed.
 
     python3 bench/gpu/make_device_data.py [--fixtures ../shared/fixtures] [--out .device-data]
 """
@@ -93,17 +94,18 @@ def main():
     print(f"{a.out}: {total / 1e6:.1f} MB ({', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in used.items())}, "
           f"step-200 masters {off / 1e6:.1f} MB)")
     # What one device call sends: tracked and untracked-not-ignored files,
-    # plus the carried .device-data and .whl (limit 64 MiB).
+    # plus the carried .device-data and .device-deps (limit 64 MiB).
     try:
         files = subprocess.run(["git", "-C", repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                                check=True, capture_output=True).stdout.split(b"\0")
         tree = sum(os.path.getsize(os.path.join(repo, f.decode())) for f in files
                    if f and os.path.isfile(os.path.join(repo, f.decode())))
-        whl = sum(os.path.getsize(os.path.join(repo, ".whl", x)) for x in os.listdir(os.path.join(repo, ".whl"))) \
-            if os.path.isdir(os.path.join(repo, ".whl")) else 0
-        sent = tree + total + whl
+        deps_dir = os.path.join(repo, ".device-deps")
+        deps = sum(os.path.getsize(os.path.join(deps_dir, x)) for x in os.listdir(deps_dir)) \
+            if os.path.isdir(deps_dir) else 0
+        sent = tree + total + deps
         print(f"one device call sends {sent / 1048576:.1f} MiB (tree {tree / 1e6:.1f} MB, data {total / 1e6:.1f} MB, "
-              f".whl {whl / 1e6:.1f} MB): {'OK' if sent <= 64 * 1048576 else 'OVER the 64 MiB limit: lower --per-kind-mib'}")
+              f".device-deps {deps / 1e6:.1f} MB): {'OK' if sent <= 64 * 1048576 else 'OVER the 64 MiB limit: lower --per-kind-mib'}")
     except (OSError, subprocess.CalledProcessError):
         pass
 
