@@ -5,7 +5,7 @@
 //      simd_avx512.cpp, simd_neon.cpp; target attributes on the functions, so
 //      the rest of the build stays baseline) and define one CodecKernels
 //      table there. Every entry must give exactly the result (bytes and
-//      status) of the portable entry: tests/test_simd.cpp compares them.
+//      status) of the portable entry: tests/test_simd*.cpp compare them.
 //   2. Return it from codec_kernels_for() (kernels.cpp) for its SimdPath.
 //   3. Once every entry is the path's own, list the path in built_with()
 //      (simd_path.cpp): only then may active_simd_path() choose it.

@@ -1,6 +1,6 @@
 // AVX-512 kernels of the CPU backend (SimdPath::kAvx512, kernels.h). Each
 // produces exactly the bytes (or the status) of its portable counterpart;
-// tests/test_simd.cpp compares them.
+// tests/test_simd*.cpp compare them.
 //
 // The encoder entry is the AVX2 encoder (every AVX-512 CPU has AVX2): the
 // AVX-512 encoder (2 vectors of 16 lanes, compress and masked stores;
