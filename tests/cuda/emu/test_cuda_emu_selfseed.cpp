@@ -20,34 +20,14 @@
 #include "tensorzip/tensorzip.h"
 #include "tensorzip/tensorzip_cuda.h"
 #include "cuda_test_common.h"  // tests/cuda
+#include "emu_buf.h"
 #include "tz_test_data.h"
 
 namespace {
 
 using namespace tz_cuda_test;
 
-// "Device" buffer in host memory, 256-aligned, with canaries on both sides.
-struct DevBuf {
-  static constexpr size_t kGuard = 256;
-  uint8_t* base;
-  size_t size;
-  explicit DevBuf(size_t n) : size(n) {
-    base = (uint8_t*)std::aligned_alloc(256, (n + 2 * kGuard + 255) / 256 * 256);
-    std::memset(base, 0xA5, n + 2 * kGuard);
-  }
-  ~DevBuf() { std::free(base); }
-  DevBuf(const DevBuf&) = delete;
-  uint8_t* p() const { return base + kGuard; }
-  Bytes get(size_t n) const { return Bytes(p(), p() + n); }
-  void put(const Bytes& b) const {
-    if (!b.empty()) std::memcpy(p(), b.data(), b.size());
-  }
-  bool guards_intact() const {
-    for (size_t i = 0; i < kGuard; ++i)
-      if (base[i] != 0xA5 || base[kGuard + size + i] != 0xA5) return false;
-    return true;
-  }
-};
+using DevBuf = tz_emu_test::Buf;  // "device" buffer in host memory, with canaries (emu_buf.h)
 
 // Nearly constant values (about 1 % changes): streams coded even in blocks
 // of a little over 128 elements.
