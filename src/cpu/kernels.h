@@ -81,8 +81,9 @@ extern const CodecKernels kPortableKernels;
 #if defined(__x86_64__)
 extern const CodecKernels kAvx2Kernels;
 extern const CodecKernels kAvx512Kernels;
-// Kernels one table borrows from another (simd_avx2.cpp, histograms in simd_avx2_counts.cpp; the AVX-512 table
-// encodes, counts histograms and decodes BF16 with them).
+// Kernels one table borrows from another (simd_avx2.cpp, its histograms in
+// simd_avx2_counts.cpp; the AVX-512 table encodes, counts histograms and
+// decodes BF16 with them).
 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                    uint8_t* out, size_t limit);
 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
