@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -168,18 +167,9 @@ TEST(SelfSeeded, RuleOfTheText) {
   }
 }
 
-// Nearly constant values (a few distinct ones, about 1 % changes): streams
-// cheap enough to be coded in blocks of a little over 128 elements.
+// Nearly constant values (tzt::concentrated_bytes).
 Bytes concentrated(tz_dtype dt, size_t n_elems, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const uint32_t es = tz::dtype_elem_size((uint8_t)dt);
-  Bytes b(n_elems * es);
-  for (size_t i = 0; i < n_elems; ++i) {
-    const uint32_t r = rng() % 200;
-    const uint8_t v = r == 0 ? 0x3A : r == 1 ? 0x41 : 0x3C;
-    for (uint32_t j = 0; j < es; ++j) b[i * es + j] = j + 1 == es ? v : (uint8_t)(j == 0 ? 0x10 : 0);
-  }
-  return b;
+  return tzt::concentrated_bytes(tz::dtype_elem_size((uint8_t)dt), n_elems, seed);
 }
 
 // Every dtype, levels 1-3, real and nearly constant data, last blocks of

@@ -180,9 +180,9 @@ run_tests() {
 run_python() {
   fits 90 "Python module and its GPU tests" || return 0
   stamp "Python module with CUDA"
-  local PY PYPKG=/tmp/tz-py
+  local PY PYPKG
   PY=$(command -v python3)
-  rm -rf "$PYPKG"
+  PYPKG=$(mktemp -d /tmp/tz-py.XXXXXX)  # a folder of its own: nothing of anyone else's is removed
   if [ "${TZ_PY_PIP:-0}" = 1 ]; then
     local PIP_DEPS=()
     [ ${#DEPS_ARGS[@]} -gt 0 ] && PIP_DEPS=(-C "cmake.define.TZ_DEPS_DIR=$PWD/$BUILD/deps")
@@ -233,14 +233,16 @@ run_bench() {
     stamp "checkpoint I/O from/to GPU memory (tz_io_bench --gpu, with and without cuFile)"
     local FX="$BUILD/io-fixtures"
     mkdir -p "$FX"
+    local IO_DIR
+    IO_DIR=$(mktemp -d /tmp/tz-io-bench.XXXXXX)  # a folder of its own: nothing of anyone else's is removed
     # tz_io_bench reads the step-400 pair by name; the carried data holds the model file and a
     # slice of the optimizer file (the carry limit), which stand in for them here.
     ln -sf "$PWD/.device-data/step400-model-bf16.safetensors" "$FX/gpt-small-step400-model-bf16.safetensors"
     ln -sf "$PWD/.device-data/step400-optim-fp32-slice.safetensors" "$FX/gpt-small-step400-optim-fp32.safetensors"
     timeout "$(cap 150)" "$BUILD/tests/checkpoint/tz_io_bench" --fixtures "$FX" --gib "${TZ_IO_GIB:-2}" --gpu \
-      --dir /tmp/tz-io-bench 2>&1 | tee "$OUT/io_bench.txt"
+      --dir "$IO_DIR" 2>&1 | tee "$OUT/io_bench.txt"
     echo "tz_io_bench exit code ${PIPESTATUS[0]}"
-    rm -rf /tmp/tz-io-bench
+    rm -rf "$IO_DIR"
   fi
   if fits 60 "tz_gpu_bench"; then
     stamp "benchmark (tz_gpu_bench)"

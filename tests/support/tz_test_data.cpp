@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <stdexcept>
 
 #ifndef TZ_TEST_DATA_DIR
@@ -236,6 +237,17 @@ Bytes hash_stream(size_t n, uint64_t seed) {
     for (size_t k = 0; k < 8 && i + k < n; ++k) out[i + k] = (uint8_t)(v >> (8 * k));
   }
   return out;
+}
+
+Bytes concentrated_bytes(size_t elem_size, size_t n_elems, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Bytes b(n_elems * elem_size);
+  for (size_t i = 0; i < n_elems; ++i) {
+    const uint32_t r = rng() % 200;
+    const uint8_t v = r == 0 ? 0x3A : r == 1 ? 0x41 : 0x3C;
+    for (size_t j = 0; j < elem_size; ++j) b[i * elem_size + j] = j + 1 == elem_size ? v : (uint8_t)(j == 0 ? 0x10 : 0);
+  }
+  return b;
 }
 
 }  // namespace tzt

@@ -33,6 +33,10 @@ const Tensor& find_tensor(const std::vector<Tensor>& ts, const std::string& name
 Bytes concat(const std::vector<Tensor>& ts);
 // The first n bytes of `src` repeated as often as needed.
 Bytes tile(const Bytes& src, size_t n);
+// n_elems nearly constant little-endian elements of elem_size bytes (a few
+// distinct values, about 1 % of them changing; deterministic in seed):
+// streams cheap enough to be coded in blocks of a little over 128 elements.
+Bytes concentrated_bytes(size_t elem_size, size_t n_elems, uint32_t seed);
 
 // Real values as other dtypes (little-endian element bytes).
 std::vector<float> as_floats_f32(const Bytes& f32_bytes);

@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -29,18 +28,9 @@ using namespace tz_cuda_test;
 
 using DevBuf = tz_emu_test::Buf;  // "device" buffer in host memory, with canaries (emu_buf.h)
 
-// Nearly constant values (about 1 % changes): streams coded even in blocks
-// of a little over 128 elements.
+// Nearly constant values (tzt::concentrated_bytes).
 Bytes concentrated(tz_dtype dt, size_t n_elems, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const size_t es = dt == TZ_DTYPE_F32 ? 4 : (dt == TZ_DTYPE_BF16 || dt == TZ_DTYPE_F16) ? 2 : 1;
-  Bytes b(n_elems * es);
-  for (size_t i = 0; i < n_elems; ++i) {
-    const uint32_t r = rng() % 200;
-    const uint8_t v = r == 0 ? 0x3A : r == 1 ? 0x41 : 0x3C;
-    for (size_t j = 0; j < es; ++j) b[i * es + j] = j + 1 == es ? v : (uint8_t)(j == 0 ? 0x10 : 0);
-  }
-  return b;
+  return tzt::concentrated_bytes(tz::dtype_elem_size((uint8_t)dt), n_elems, seed);
 }
 
 struct Case {
