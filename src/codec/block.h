@@ -14,7 +14,7 @@ struct BlockEncTables {
   uint8_t kind[kMaxStreams];          // StreamKind per stream
   const RansEncSym* enc[kMaxStreams];  // ctx[k].n x 256 entries where kind_is_rans(kind)
   RansCtx ctx[kMaxStreams];            // n = 1 unless kind == kKindRansCtx
-  uint8_t set[kMaxStreams];            // v3: table set of stream k in this block
+  uint8_t set[kMaxStreams];            // v3: table set of stream k in this block (kSetRaw: stored raw, not coded)
   uint8_t v3;                          // stream words in the version-3 layout
   uint8_t flags;                       // the frame's flags (v3): kFlagSeededLanes, kFlagSelfSeeded
 };
@@ -172,7 +172,7 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
   for (int k = 0; k < K; ++k) {
     size_t size = 0;
     uint8_t mode = kModeRaw;
-    if (kind_is_rans(t.kind[k])) {
+    if (kind_is_rans(t.kind[k]) && t.set[k] != kSetRaw) {
       const StreamSeeds sd = block_stream_seeds(t.flags, k, r, n, seeded);
       const uint8_t* seed = sd.from >= 0 ? sym[sd.from] + sd.at : nullptr;
       size = coder(k, sym[k], sd.coded, seed, words, out + pos, n);

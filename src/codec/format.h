@@ -62,6 +62,9 @@ constexpr size_t kMaxTablesSize = kMaxStreams * (3 + kMaxContexts * kFreqTableMa
 // kMaxFrameTables; the frame holds at most kMaxFrameTablesV3 tables.
 constexpr uint32_t kMaxFrameTablesV3 = 32;
 constexpr uint32_t kMaxTableSets = 32;          // sets per stream
+// Encoder only, never in a frame: the per-block set number of a stream the
+// block stores raw without coding it (codec/policy_raw_runs.h).
+constexpr uint8_t kSetRaw = 0xFF;
 // Compact table (doc/format.md 5.7): 3 bytes, then at most 256 Exp-Golomb
 // codes of values <= 8192, each at most 27 bits (order 0), padded to a byte.
 constexpr size_t kCompactTableMaxBytes = 3 + (256 * 27 + 7) / 8;

@@ -192,7 +192,9 @@ TZ_HD bool lane_contexts_pay(uint64_t ctx_coded, uint64_t plain_coded) {
 //   b. each run gets a table (policy_table_counts: exact counts, or fast-table
 //      counts from the sample), and the sets are kept only if their
 //      estimate, compact tables included, beats one table for the stream
-//      (policy_sets_pay);
+//      (policy_sets_pay); runs that do not pay on their own are stored raw,
+//      never coded (codec/policy_raw_runs.h), which also lets a stream that
+//      one table does not code be coded in a few runs;
 //   c. stream 0 may get lane contexts (policy_ctx_window, policy_ctx_search)
 //      from a joint histogram of (row of the previous lane symbol, symbol)
 //      over the same elements (level 1: frames with exact tables of at

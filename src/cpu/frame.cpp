@@ -128,6 +128,7 @@ struct FrameEncTables {
       const uint32_t set = st.set_of(b);
       et->set[k] = (uint8_t)set;
       et->ctx[k] = st.ctx;
+      if (set == kSetRaw) continue;  // stored raw in this block, never coded (policy_raw_runs)
       et->enc[k] = enc[k].data() + (size_t)set * st.ctx.n * 256;
       fk[k] = fst[k].data() + (size_t)set * st.ctx.n * 256;
     }

@@ -9,6 +9,7 @@
 #include "codec/fields.h"
 #include "codec/frame_prefix.h"
 #include "codec/policy_lane_ctx.h"
+#include "codec/policy_raw_runs.h"
 #include "cpu/kernels.h"
 
 namespace tz::cpu {
@@ -407,6 +408,8 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   for (int k = 0; k < K; ++k) {
     uint32_t f[256];
     want[k] = !sampled || policy_sample_wants(level, tot[k], f, norm);
+    for (uint32_t b = 0; !want[k] && policy_tries_raw_runs(level, n_blocks) && b < n_blocks; ++b)
+      want[k] = policy_block_pays_alone(first.of(b, k));
     n_wanted += want[k];
   }
   if (!n_wanted) return;
@@ -462,27 +465,40 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
                                freq->data(), coded, &tsc);
     };
     const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
+    bool bound_pays = true;
     if (!policy_tries_sets(level, false) || max_sets <= 1) {
       // Sets only if one table pays: where even policy_one_table_bound does
-      // not, the stream is raw (the same decision, without a table).
+      // not, one table does not pay either (the same decision, without a
+      // table), and only raw runs may make the stream codable.
       uint64_t counts[256] = {};
       for (uint32_t b = 0; b < n_blocks; ++b)
         for (int x = 0; x < 256; ++x) counts[x] += H.of(b, k)[x];
-      if (!stream_pays(level, policy_one_table_bound(counts, counted, n_elems, n_blocks), n_elems)) continue;
+      bound_pays = stream_pays(level, policy_one_table_bound(counts, counted, n_elems, n_blocks), n_elems);
+      if (!bound_pays && !policy_tries_raw_runs(level, n_blocks)) continue;
     }
     std::vector<uint32_t> freq1, freqN;
-    uint64_t coded1 = 0, codedN = ~UINT64_C(0);
-    if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
-    const uint32_t n_sets = max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
-                                ? policy_segment_blocks(level, H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted,
-                                                        &seg, set_of.data())
-                                : 1;
-    if (n_sets > 1 && !evaluate(n_sets, set_of.data(), &freqN, &codedN)) codedN = ~UINT64_C(0);
-    const bool use_sets = n_sets > 1 && codedN != ~UINT64_C(0) && policy_sets_pay(level, fast, codedN, coded1);
+    uint64_t coded1 = ~UINT64_C(0), codedN = ~UINT64_C(0);
+    bool one_pays = false;
+    if (bound_pays) {
+      if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
+      one_pays = stream_pays(level, coded1, n_elems);
+    }
+    const bool sets_alone = !one_pays;
+    const uint32_t n_sets =
+        max_sets > 1 && (policy_tries_sets(level, one_pays) || policy_tries_raw_runs(level, n_blocks))
+            ? policy_segment_blocks(level, H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted, &seg,
+                                    set_of.data())
+            : 1;
+    uint32_t kept = 0;
+    if (n_sets > 1 && evaluate(n_sets, set_of.data(), &freqN, &codedN))
+      kept = policy_raw_runs(level, sets_alone, H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems,
+                             n_elems, set_of.data(), n_sets, freqN.data(), &codedN, &tsc);
+    const bool use_sets = kept > 0 && (sets_alone ? codedN < n_elems : policy_sets_pay(level, fast, codedN, coded1));
+    if (!use_sets && !one_pays) continue;
     const uint64_t coded = use_sets ? codedN : coded1;
-    if (!stream_pays(level, coded, n_elems)) continue;
     st.kind = kKindRans;
-    st.n_sets = use_sets ? n_sets : 1;
+    st.n_sets = use_sets ? kept : 1;
+    if (use_sets) freqN.resize((size_t)kept * 256);
     st.freq = use_sets ? freqN : freq1;
     if (use_sets) st.block_set = set_of;
     stream_coded[k] = coded;

@@ -23,6 +23,7 @@
 #include "codec/frame_prefix.h"
 #include "codec/policy.h"
 #include "codec/policy_lane_ctx.h"
+#include "codec/policy_raw_runs.h"
 #include "codec/predict.h"
 #include "cuda/warp_codec.h"
 #include "tensorzip/tensorzip_cuda.h"

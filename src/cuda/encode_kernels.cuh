@@ -85,7 +85,7 @@ __device__ void warp_raw_stream(const uint8_t* src, uint32_t n, int k, uint8_t* 
 
 // Same bytes as encode_block (codec/block.h) for one block, by one warp:
 // stream k is coded with the tables enc[tab0[k]...] of table set
-// (sel >> 8k) & 0xFF (lane contexts for stream 0 when ctx0.n > 1); flags:
+// (sel >> 8k) & 0xFF, or stored raw where that is kSetRaw (lane contexts for stream 0 when ctx0.n > 1); flags:
 // the frame's (seeded lane states, self-seeded streams: block_stream_seeds,
 // codec/block.h).
 template <int DT>
@@ -102,7 +102,7 @@ __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint
   for (int k = 0; k < K; ++k) {
     uint32_t size = 0;
     uint8_t mode = kModeRaw;
-    if (kind_is_rans(kind[k])) {
+    if (kind_is_rans(kind[k]) && ((sel >> (8 * k)) & 0xFFu) != kSetRaw) {
       const StreamSeeds sd = block_stream_seeds(flags, k, r, n, n_seeded);
       size = warp_rans_encode<DT>(src, n, k, enc[tab0[k]], k == 0 ? ctx0 : RansCtx{}, sd, out + pos, lane);
       if (size) {
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
     if (sel == kNone) break;
     // Thread j builds table j of the selection (one per stream and context).
     for (int k = 0; k < K; ++k) {
-      if (!kind_is_rans(tab.kind[k])) continue;
+      if (!kind_is_rans(tab.kind[k]) || ((sel >> (8 * k)) & 0xFFu) == kSetRaw) continue;
       const uint32_t nc = k == 0 ? tab.ctx_n : 1u;
       for (uint32_t c = threadIdx.x; c < nc; c += blockDim.x)
         rans_build_enc(tab.freq[tab.first_table[k] + ((sel >> (8 * k)) & 0xFFu) * nc + c], enc[tab0[k] + c]);

@@ -264,23 +264,28 @@ __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlo
     uint32_t* region = tab.freq[tab.region[k]];
     const bool ok1 = policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, nullptr, 1, fast,
                                        mm, kRangeBytes * kMaxStreams, W.freq1, &coded1, &W.ts);
-    const uint32_t n_sets = ok1 && max_sets > 1 && policy_tries_sets(level, stream_pays(level, coded1, n_elems))
-                                ? policy_segment_blocks(level, hist, kMaxStreams * 256, B, max_sets, n_elems, cnt, &W.seg, set_of)
-                                : 1;
+    const bool one_pays = ok1 && stream_pays(level, coded1, n_elems);
+    const bool sets_alone = !one_pays;
+    const uint32_t n_sets =
+        ok1 && max_sets > 1 && (policy_tries_sets(level, one_pays) || policy_tries_raw_runs(level, B))
+            ? policy_segment_blocks(level, hist, kMaxStreams * 256, B, max_sets, n_elems, cnt, &W.seg, set_of)
+            : 1;
+    uint32_t kept = 0;
     if (n_sets > 1 &&
-        !policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of, n_sets, fast, mm,
-                           kRangeBytes * kMaxStreams, region, &codedN, &W.ts))
-      codedN = ~UINT64_C(0);
-    const bool use_sets = ok1 && n_sets > 1 && codedN != ~UINT64_C(0) && policy_sets_pay(level, fast, codedN, coded1);
+        policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of, n_sets, fast, mm,
+                          kRangeBytes * kMaxStreams, region, &codedN, &W.ts))
+      kept = policy_raw_runs(level, sets_alone, hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of,
+                             n_sets, region, &codedN, &W.ts);
+    const bool use_sets = kept > 0 && (sets_alone ? codedN < n_elems : policy_sets_pay(level, fast, codedN, coded1));
     const uint64_t coded = use_sets ? codedN : coded1;
     uint8_t kind = kKindRaw;
-    if (ok1 && stream_pays(level, coded, n_elems)) kind = kKindRans;
+    if (use_sets || one_pays) kind = kKindRans;
     if (kind == kKindRans && !use_sets)
       for (uint32_t s = 0; s < 256; ++s) region[s] = W.freq1[s];
     if (!use_sets)
       for (uint32_t b = 0; b < B; ++b) set_of[b] = 0;
     tab.kind[k] = kind;
-    tab.n_sets[k] = (uint8_t)(kind == kKindRans ? (use_sets ? n_sets : 1u) : 0u);
+    tab.n_sets[k] = (uint8_t)(kind == kKindRans ? (use_sets ? kept : 1u) : 0u);
     tab.coded[k] = coded;
   }
   __syncwarp();
@@ -337,6 +342,8 @@ __global__ void c_table_kernel(const CItem* items, uint32_t n_items, int level, 
     if ((int)lane < K && codes) {
       CTab::Scratch& W = tab.scratch[lane];
       want = !policy_sampled(it.block_elems) || policy_sample_wants(level, (const uint64_t*)tab.total[lane], W.f, W.norm);
+      for (uint32_t b = 0; !want && policy_tries_raw_runs(level, it.n_blocks) && b < it.n_blocks; ++b)
+        want = policy_block_pays_alone(bs.hist + ((uint64_t)(it.first_block + b) * kMaxStreams + lane) * 256);
     }
     const uint32_t wmask = __ballot_sync(kFull, want) & ((1u << K) - 1u);
     __syncwarp();

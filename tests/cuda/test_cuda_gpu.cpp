@@ -336,6 +336,20 @@ TEST(CudaGpu, FixtureSlices) {
   roundtrip_batch(batch, p);
 }
 
+// Raw runs (codec/policy_raw_runs.h): an FP32 tensor with some blocks at FP16
+// precision, its streams 2 and 3 coded in those blocks alone, at the default
+// block size (one block of 40 and three of 24) and at levels 1 and 2.
+TEST(CudaGpu, RawRunsFp16Blocks) {
+  REQUIRE_GPU();
+  const std::vector<std::pair<tz_dtype, Bytes>> batch = {{TZ_DTYPE_F32, tzt::f32_with_fp16_blocks(65536, 40, 17, 18)},
+                                                         {TZ_DTYPE_F32, tzt::f32_with_fp16_blocks(65536, 24, 0, 3)}};
+  for (int level : {1, 2}) {
+    tz_params p{};
+    p.level = level;
+    roundtrip_batch(batch, p);
+  }
+}
+
 TEST(CudaGpu, ConvenienceCalls) {
   REQUIRE_GPU();
   const Bytes data = make_tensor(TZ_DTYPE_F32, 123457, 77);

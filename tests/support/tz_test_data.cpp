@@ -250,4 +250,19 @@ Bytes concentrated_bytes(size_t elem_size, size_t n_elems, uint32_t seed) {
   return b;
 }
 
+Bytes f32_with_fp16_blocks(uint32_t block_elems, uint32_t n_blocks, uint32_t fp16_b0, uint32_t fp16_b1) {
+  const Bytes& real = find_tensor(fp32_slice(), "master.blocks.2.proj.weight").data;
+  const size_t n = (size_t)block_elems * n_blocks;
+  Bytes b(n * 4);
+  for (size_t i = 0; i < n * 4; i += real.size()) std::memcpy(b.data() + i, real.data(), std::min(real.size(), n * 4 - i));
+  for (size_t i = (size_t)fp16_b0 * block_elems; i < (size_t)fp16_b1 * block_elems && i < n; ++i) {
+    float f;
+    std::memcpy(&f, b.data() + 4 * i, 4);
+    const double h = f16_to_double(f32_to_f16(f));
+    f = (float)h;
+    std::memcpy(b.data() + 4 * i, &f, 4);
+  }
+  return b;
+}
+
 }  // namespace tzt

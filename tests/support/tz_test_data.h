@@ -38,6 +38,13 @@ Bytes tile(const Bytes& src, size_t n);
 // streams cheap enough to be coded in blocks of a little over 128 elements.
 Bytes concentrated_bytes(size_t elem_size, size_t n_elems, uint32_t seed);
 
+// Real FP32 values (the fixture slice's master proj.weight, repeated) of
+// n_blocks x block_elems elements, with blocks [fp16_b0, fp16_b1) rounded to
+// FP16 precision (their 13 low mantissa bits zero): an embedding's rows that
+// training never touched, kept at the precision they were made in. Its
+// streams 2 and 3 pay in those blocks alone (policy_raw_runs).
+Bytes f32_with_fp16_blocks(uint32_t block_elems, uint32_t n_blocks, uint32_t fp16_b0, uint32_t fp16_b1);
+
 // Real values as other dtypes (little-endian element bytes).
 std::vector<float> as_floats_f32(const Bytes& f32_bytes);
 std::vector<float> as_floats_bf16(const Bytes& bf16_bytes);

@@ -1,7 +1,7 @@
 // The CUDA backend's batch encoder under the CPU emulation (cuda_emu.h):
 // frames of every dtype, level, table policy and size equal the CPU
 // encoder's byte for byte and decode on both sides (cuda_emu_batch.h,
-// roundtrip_batch), and so do the one-tensor calls. Inputs are small: the
+// roundtrip_batch), raw runs included, and so do the one-tensor calls. Inputs are small: the
 // emulation runs one OS thread per CUDA thread.
 #include <gtest/gtest.h>
 
@@ -72,6 +72,27 @@ TEST(CudaEmu, FastTablesRanges) {
   p.level = 1;
   p.block_elems = 16384;
   roundtrip_batch(batch, p);
+}
+
+// Raw runs (codec/policy.h, policy_raw_runs): FP32 values with some blocks
+// at FP16 precision, whose streams 2 and 3 the encoders code in those blocks
+// alone; sampled with fast tables (12 and 20 blocks of 8192; in the second,
+// one block of 20 is FP16, so the tensor's sample does not want stream 2 and
+// policy_block_pays_alone brings it in), sampled with exact tables (level 2)
+// and unsampled (blocks of 4096).
+TEST(CudaEmu, RawRunsFp16Blocks) {
+  const std::vector<std::pair<tz_dtype, Bytes>> sampled = {{TZ_DTYPE_F32, tzt::f32_with_fp16_blocks(8192, 12, 3, 6)},
+                                                           {TZ_DTYPE_F32, tzt::f32_with_fp16_blocks(8192, 20, 13, 14)}};
+  const std::vector<std::pair<tz_dtype, Bytes>> small = {{TZ_DTYPE_F32, tzt::f32_with_fp16_blocks(4096, 4, 1, 2)}};
+  for (int level : {1, 2}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    tz_params p{};
+    p.level = level;
+    p.block_elems = 8192;
+    roundtrip_batch(sampled, p);
+    p.block_elems = 4096;
+    roundtrip_batch(small, p);
+  }
 }
 
 // More items than one descriptor upload carries (60 / 64 per launch), with
