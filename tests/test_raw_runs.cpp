@@ -19,30 +19,18 @@
 #include "codec/policy_raw_runs.h"
 #include "cpu/simd_path.h"
 #include "simd_paths.h"
+#include "tz_frame_edit.h"
 #include "tz_test_util.h"
 
 namespace {
 
 using tzt::Bytes;
+constexpr int kF32Streams = 4;
 
 // Block b's mode of stream k, for every block of a frame.
 std::vector<std::vector<uint8_t>> block_modes(const Bytes& frame) {
   std::vector<std::vector<uint8_t>> modes;
-  tz::FrameHeader h{};
-  EXPECT_EQ(tz::check_frame_header(frame.data(), frame.size(), &h), tz::kDefectNone);
-  static tz::FrameTables t;
-  t = tz::FrameTables{};
-  EXPECT_EQ(tz::parse_table_section(h, frame.data() + 32, &t), tz::kDefectNone);
-  uint64_t pos = tz::frame_prefix_size(h);
-  for (uint32_t b = 0; b < h.n_blocks; ++b) {
-    const uint32_t sz = tz::load_le32(frame.data() + 32 + h.tables_size + 4ull * b);
-    tz::BlockView v{};
-    EXPECT_EQ(tz::parse_block(h.n_streams, t.kind, h.version >= tz::kFormatVersionSets ? t.n_sets : nullptr, h.flags,
-                              frame.data() + pos, sz, tz::block_elem_count(h, b), &v),
-              tz::kOk);
-    modes.emplace_back(v.mode, v.mode + h.n_streams);
-    pos += sz;
-  }
+  for (const tzt::ParsedBlock& pb : tzt::frame_blocks(frame)) modes.emplace_back(pb.v.mode, pb.v.mode + kF32Streams);
   return modes;
 }
 

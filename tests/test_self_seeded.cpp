@@ -49,23 +49,10 @@ struct SelfSeedCount {
 };
 SelfSeedCount self_seeded_streams(const Bytes& frame) {
   SelfSeedCount c;
-  tz::FrameHeader h{};
-  EXPECT_EQ(tz::check_frame_header(frame.data(), frame.size(), &h), tz::kDefectNone);
-  static tz::FrameTables t;
-  t = tz::FrameTables{};
-  EXPECT_EQ(tz::parse_table_section(h, frame.data() + 32, &t), tz::kDefectNone);
-  uint64_t pos = tz::frame_prefix_size(h);
-  for (uint32_t b = 0; b < h.n_blocks; ++b) {
-    const uint32_t sz = tz::load_le32(frame.data() + 32 + h.tables_size + 4ull * b);
-    const uint32_t n = tz::block_elem_count(h, b);
-    tz::BlockView v{};
-    EXPECT_EQ(tz::parse_block(h.n_streams, t.kind, h.version >= tz::kFormatVersionSets ? t.n_sets : nullptr, h.flags,
-                              frame.data() + pos, sz, n, &v),
-              tz::kOk);
-    const uint64_t s = (uint64_t)__builtin_popcount(v.self_seeded);
+  for (const tzt::ParsedBlock& pb : tzt::frame_blocks(frame)) {
+    const uint64_t s = (uint64_t)__builtin_popcount(pb.v.self_seeded);
     c.streams += s;
-    if (n < tz::kSelfSeedMinElems + 64) c.in_short_blocks += s;
-    pos += sz;
+    if (pb.n < tz::kSelfSeedMinElems + 64) c.in_short_blocks += s;
   }
   return c;
 }

@@ -3,7 +3,8 @@
 // serialised tables, payload offsets, a CPU frame writer, seeded and
 // self-seeded frames turned back into the frames written without seeds
 // (unseed_frame), and
-// version-3 frames rewritten in the version-1/2 layout (as_version12).
+// version-3 frames rewritten in the version-1/2 layout (as_version12), and
+// every block's parsed header (frame_blocks).
 // Header-only; needs the tensorzip library and src/ on the include path.
 #pragma once
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/block.h"
 #include "codec/fields.h"
 #include "codec/frame_prefix.h"
 #include "common/crc32c.h"
@@ -120,6 +122,36 @@ inline size_t payload_offset(const FrameParts& f, unsigned b, int k, int K) {
   size_t pos = 4 + 4 * (size_t)K;
   for (int j = 0; j < k; ++j) pos += tz::align4(tz::stream_word_size(f.word(b, j)));
   return pos;
+}
+
+// Every block of a valid frame, parsed by codec/block.h's parse_block: its
+// element count and view (modes, table sets, payloads: pointers into frame,
+// which must outlive the result). Throws on a frame the parser rejects.
+struct ParsedBlock {
+  uint32_t n;
+  tz::BlockView v;
+};
+inline std::vector<ParsedBlock> frame_blocks(const Bytes& frame) {
+  tz::FrameHeader h{};
+  if (tz::check_frame_header(frame.data(), frame.size(), &h) != tz::kDefectNone)
+    throw std::runtime_error("frame_blocks: bad header");
+  static tz::FrameTables t;  // large: not on the stack
+  t = tz::FrameTables{};
+  if (tz::parse_table_section(h, frame.data() + 32, &t) != tz::kDefectNone)
+    throw std::runtime_error("frame_blocks: bad table section");
+  std::vector<ParsedBlock> out;
+  uint64_t pos = tz::frame_prefix_size(h);
+  for (uint32_t b = 0; b < h.n_blocks; ++b) {
+    const uint32_t sz = tz::load_le32(frame.data() + 32 + h.tables_size + 4ull * b);
+    ParsedBlock pb{tz::block_elem_count(h, b), tz::BlockView{}};
+    if (pos + sz > frame.size() ||
+        tz::parse_block(h.n_streams, t.kind, h.version >= tz::kFormatVersionSets ? t.n_sets : nullptr, h.flags,
+                        frame.data() + pos, sz, pb.n, &pb.v) != tz::kOk)
+      throw std::runtime_error("frame_blocks: block " + std::to_string(b) + " rejected");
+    out.push_back(pb);
+    pos += sz;
+  }
+  return out;
 }
 
 inline Bytes compress_cpu(const Bytes& data, tz_dtype dt, int level, unsigned block_elems) {
