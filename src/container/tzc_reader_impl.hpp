@@ -230,9 +230,15 @@ struct Reader::Impl {
   }
 
   // Decodes a whole frame already in memory (checks its xxh64 first).
-  void decode_frame(tz_ctx* cx, const TensorEntry& t, size_t c, const uint8_t* src, uint8_t* dst) const {
+  // whole_file_checked: the caller checks the whole-file xxh64 over these
+  // bytes before anything it writes is kept (the pass of an export), so the
+  // frame is decoded first (the codec checks every block's checksum) and its
+  // own xxh64 is computed only if that fails, to name the damage as before.
+  void decode_frame(tz_ctx* cx, const TensorEntry& t, size_t c, const uint8_t* src, uint8_t* dst,
+                    bool whole_file_checked = false) const {
     const FrameRef& fr = t.frames[c];
     const uint64_t bpc = blocks_per_chunk(t);
+    if (whole_file_checked && dst && tz_ctx_decompress(cx, dst, fr.raw_size, src, fr.size) == fr.raw_size) return;
     if (XXH64(src, fr.size, 0) != fr.xxh64) {
       // Locate the damage: the codec's per-block checksums name the block.
       unsigned bad = 0;
@@ -259,8 +265,10 @@ struct Reader::Impl {
   }
 
   PassStats pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink, const ReadOptions& opt);
-  // max_raw_hint: the largest group's decoded size (s.raw grows to it at once).
-  void decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx, uint64_t max_raw_hint);
+  // max_raw_hint: the largest group's decoded size (s.raw grows to it at once);
+  // exporting: the pass has a sink (decode_frame's whole_file_checked).
+  void decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx, uint64_t max_raw_hint,
+                    bool exporting);
   static void apply_ref_options(Reader& self, const ReadOptions& opt);
 };
 

@@ -10,7 +10,8 @@ namespace tz::container {
 // Decodes the group's frames (read into s.comp from the first one's
 // read_from) into s.raw, predictions applied: what export writes and verify
 // discards.
-void Reader::Impl::decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx, uint64_t max_raw_hint) {
+void Reader::Impl::decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx, uint64_t max_raw_hint,
+                                bool exporting) {
   const uint64_t base = units[0].read_from;
   s.raw_off.resize(count);
   uint64_t raw_n = 0;
@@ -33,7 +34,7 @@ void Reader::Impl::decode_group(const PassUnit* units, size_t count, PassSlot& s
       corrupt(*u.seg, std::string("frame header: ") + tz_get_error_name(r) + " (data corrupted)");
     }
     check_frame_info(*u.seg, u.c, info);
-    decode_frame(cx, *u.seg, u.c, src, dst);
+    decode_frame(cx, *u.seg, u.c, src, dst, exporting);
     apply_prediction(*u.seg, u.c * h.chunk_bytes, dst, fr.raw_size);
   }
 }
@@ -108,7 +109,7 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
         XXH64_update(fh, p, n);
       },
       [&](size_t gi, PassSlot& s, unsigned w) {
-        decode_group(&units[groups[gi].first], groups[gi].count, s, ctxs.v[w], max_raw);
+        decode_group(&units[groups[gi].first], groups[gi].count, s, ctxs.v[w], max_raw, (bool)sink);
       },
       [&](size_t gi, PassSlot& s) {
         // The group's frames are consecutive chunks of the data section
