@@ -99,6 +99,17 @@ TEST(RawRuns, RunsThatDoNotPayAreRawAndTheRestRenumbered) {
   EXPECT_EQ(both[2], 1u);
 }
 
+// Sets over one table: where one table pays, only if the sets beat it
+// (policy_sets_pay); where it does not, whenever the kept runs beat raw.
+TEST(RawRuns, SetsAreUsedWhereTheyBeatOneTableOrRaw) {
+  EXPECT_FALSE(tz::policy_use_sets(1, false, true, 0, 10, 100, 1000));    // no run kept
+  EXPECT_TRUE(tz::policy_use_sets(1, false, true, 2, 99, 100, 1000));     // beats one table
+  EXPECT_FALSE(tz::policy_use_sets(1, false, true, 2, 100, 100, 1000));   // ties it
+  EXPECT_FALSE(tz::policy_use_sets(1, true, true, 2, 996, 1000, 10000));  // fast tables: 0.5 % margin
+  EXPECT_TRUE(tz::policy_use_sets(1, false, false, 1, 999, ~0ull, 1000));  // sets alone: below raw
+  EXPECT_FALSE(tz::policy_use_sets(1, false, false, 1, 1000, ~0ull, 1000));
+}
+
 // Real FP32 values in blocks of 8192 (sampled; fast tables at level 1),
 // some blocks at FP16 precision: streams 2 and 3 are coded in those blocks
 // and stored raw in every other, at every level and on every SIMD path.

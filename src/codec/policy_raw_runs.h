@@ -86,4 +86,16 @@ TZ_HD uint32_t policy_raw_runs(int level, bool sets_alone, const uint32_t* hist,
   return kept;
 }
 
+// Whether a wanted stream is coded with its sets (kept of them after
+// policy_raw_runs, estimated at sets_coded) rather than one table (one_coded,
+// paying at the level if one_pays): where one table pays, as policy_sets_pay;
+// where it does not (the sets alone make the stream codable), whenever the
+// kept runs, each paying at policy_run_pays' bar, make the stream smaller
+// than raw. The stream is coded at all if this holds or one_pays.
+TZ_HD bool policy_use_sets(int level, bool fast, bool one_pays, uint32_t kept, uint64_t sets_coded, uint64_t one_coded,
+                           uint64_t n_elems) {
+  if (kept == 0) return false;
+  return one_pays ? policy_sets_pay(level, fast, sets_coded, one_coded) : sets_coded < n_elems;
+}
+
 }  // namespace tz

@@ -483,7 +483,6 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
       if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
       one_pays = stream_pays(level, coded1, n_elems);
     }
-    const bool sets_alone = !one_pays;
     const uint32_t n_sets =
         max_sets > 1 && (policy_tries_sets(level, one_pays) || policy_tries_raw_runs(level, n_blocks))
             ? policy_segment_blocks(level, H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted, &seg,
@@ -491,9 +490,9 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
             : 1;
     uint32_t kept = 0;
     if (n_sets > 1 && evaluate(n_sets, set_of.data(), &freqN, &codedN))
-      kept = policy_raw_runs(level, sets_alone, H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems,
+      kept = policy_raw_runs(level, !one_pays, H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems,
                              n_elems, set_of.data(), n_sets, freqN.data(), &codedN, &tsc);
-    const bool use_sets = kept > 0 && (sets_alone ? codedN < n_elems : policy_sets_pay(level, fast, codedN, coded1));
+    const bool use_sets = policy_use_sets(level, fast, one_pays, kept, codedN, coded1, n_elems);
     if (!use_sets && !one_pays) continue;
     const uint64_t coded = use_sets ? codedN : coded1;
     st.kind = kKindRans;

@@ -85,9 +85,9 @@ __device__ void warp_raw_stream(const uint8_t* src, uint32_t n, int k, uint8_t* 
 
 // Same bytes as encode_block (codec/block.h) for one block, by one warp:
 // stream k is coded with the tables enc[tab0[k]...] of table set
-// (sel >> 8k) & 0xFF, or stored raw where that is kSetRaw (lane contexts for stream 0 when ctx0.n > 1); flags:
-// the frame's (seeded lane states, self-seeded streams: block_stream_seeds,
-// codec/block.h).
+// (sel >> 8k) & 0xFF, or stored raw where that is kSetRaw (lane contexts
+// for stream 0 when ctx0.n > 1); flags: the frame's (seeded lane states,
+// self-seeded streams: block_stream_seeds, codec/block.h).
 template <int DT>
 __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint8_t* kind, const uint8_t* tab0,
                                       RansCtx ctx0, uint32_t sel, uint8_t flags, const RansEncSym (*enc)[256],

@@ -265,7 +265,6 @@ __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlo
     const bool ok1 = policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, nullptr, 1, fast,
                                        mm, kRangeBytes * kMaxStreams, W.freq1, &coded1, &W.ts);
     const bool one_pays = ok1 && stream_pays(level, coded1, n_elems);
-    const bool sets_alone = !one_pays;
     const uint32_t n_sets =
         ok1 && max_sets > 1 && (policy_tries_sets(level, one_pays) || policy_tries_raw_runs(level, B))
             ? policy_segment_blocks(level, hist, kMaxStreams * 256, B, max_sets, n_elems, cnt, &W.seg, set_of)
@@ -274,9 +273,9 @@ __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlo
     if (n_sets > 1 &&
         policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of, n_sets, fast, mm,
                           kRangeBytes * kMaxStreams, region, &codedN, &W.ts))
-      kept = policy_raw_runs(level, sets_alone, hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of,
+      kept = policy_raw_runs(level, !one_pays, hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of,
                              n_sets, region, &codedN, &W.ts);
-    const bool use_sets = kept > 0 && (sets_alone ? codedN < n_elems : policy_sets_pay(level, fast, codedN, coded1));
+    const bool use_sets = policy_use_sets(level, fast, one_pays, kept, codedN, coded1, n_elems);
     const uint64_t coded = use_sets ? codedN : coded1;
     uint8_t kind = kKindRaw;
     if (use_sets || one_pays) kind = kKindRans;
