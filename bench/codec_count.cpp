@@ -6,6 +6,8 @@
 //   build/bench/tz_codec_count bf16w 3
 //   TZ_LEVEL=2 build/bench/tz_codec_count adam_v      (level; default 0, the default level)
 //   TZ_PER_TENSOR=1 build/bench/tz_codec_count master  (also: name, raw and frame bytes of each tensor)
+//   TZ_FRAME_FLAGS=3 build/bench/tz_codec_count adam_m  (the header flags the encoder may use: 3 = all
+//                                                       but zero elision, doc/format.md 5.10; default all)
 //   TZ_SIMD=avx2 valgrind --tool=callgrind --toggle-collect=tz_ctx_decompress build/bench/tz_codec_count bf16w
 //
 // Kinds: bf16w (BF16 weights), master, adam_m, adam_v (FP32, step 400), or
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/frame.h"
 #include "tensorzip/tensorzip.h"
 
 #ifndef TZ_BENCH_FIXTURES_DIR
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int reps = argc > 2 ? std::atoi(argv[2]) : 1;
+  if (const char* fl = std::getenv("TZ_FRAME_FLAGS")) tz::cpu::set_encoder_flags_mask((uint8_t)std::atoi(fl));
   const char* level_env = std::getenv("TZ_LEVEL");
   const int level = level_env && *level_env ? std::atoi(level_env) : 0;
   tz_dtype dt;

@@ -4,6 +4,7 @@
 #pragma once
 #include "codec/fields.h"
 #include "codec/rans.h"
+#include "codec/zero_elision.h"
 
 namespace tz {
 
@@ -16,7 +17,8 @@ struct BlockEncTables {
   RansCtx ctx[kMaxStreams];            // n = 1 unless kind == kKindRansCtx
   uint8_t set[kMaxStreams];            // v3: table set of stream k in this block (kSetRaw: stored raw, not coded)
   uint8_t v3;                          // stream words in the version-3 layout
-  uint8_t flags;                       // the frame's flags (v3): kFlagSeededLanes, kFlagSelfSeeded
+  uint8_t flags;                       // the frame's flags (v3): kFlagSeededLanes, kFlagSelfSeeded; kFlagZeroElided:
+                                       // streams may be stored elided (the header gets the bit if a block is)
 };
 
 // Decode tables of a frame. dec[k] holds stream k's n_sets[k] sets of
@@ -95,6 +97,25 @@ TZ_HD uint8_t encoder_frame_flags(uint8_t version, int K, const uint8_t* kind) {
   return (uint8_t)((block_seed_stream(K, kind, UINT32_MAX) >= 0 ? kFlagSeededLanes : 0u) |
                    (unseedable ? kFlagSelfSeeded : 0u));
 }
+// The flags an encoder codes a frame's blocks with: the header's
+// (encoder_frame_flags) and, in version 3 with two streams or more,
+// kFlagZeroElided, which the header keeps only where a block elides a
+// stream (block_elides).
+TZ_HD uint8_t encoder_block_flags(uint8_t version, int K, const uint8_t* kind) {
+  const uint8_t f = encoder_frame_flags(version, K, kind);
+  return version >= kFormatVersionSets && K >= 2 ? (uint8_t)(f | kFlagZeroElided) : f;
+}
+// Whether an encoded block of K streams stores a stream elided.
+TZ_HD bool block_elides(const uint8_t* blk, int K) {
+  for (int k = 0; k < K; ++k)
+    if (stream_word_mode(load_le32(blk + 4 + 4 * k)) == kModeRawElided) return true;
+  return false;
+}
+// The header's flags for blocks coded with encoder_block_flags' `flags`.
+TZ_HD uint8_t encoder_header_flags(uint8_t flags, bool any_elided) {
+  return any_elided ? flags : (uint8_t)(flags & ~kFlagZeroElided);
+}
+
 // A decoder that merged the seed stream's head into dst before the seeds
 // were known (the decode-and-merge paths: they read the seed stream from
 // payload - kSeedBytes x S, which lies inside the block, see
@@ -168,14 +189,19 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
   store_le32(out, checksum);
   size_t pos = block_header_size(K);
   const int r = block_seed_stream_of(t.flags, K, t.kind, n);
+  // Zero elision (doc/format.md 5.10): the streams stored without the
+  // bytes of the elements whose stream 0 is 0, and how many elements are kept.
+  const uint32_t elidable = block_elided_streams(t.flags, K, sym, n);
+  const uint32_t kept = elidable ? n - elided_count(sym[0], n) : n;
   uint32_t seeded = 0;  // streams coded with seeds of the seed stream so far
   for (int k = 0; k < K; ++k) {
     size_t size = 0;
     uint8_t mode = kModeRaw;
+    const bool elide = (elidable >> k) & 1u;
     if (kind_is_rans(t.kind[k]) && t.set[k] != kSetRaw) {
       const StreamSeeds sd = block_stream_seeds(t.flags, k, r, n, seeded);
       const uint8_t* seed = sd.from >= 0 ? sym[sd.from] + sd.at : nullptr;
-      size = coder(k, sym[k], sd.coded, seed, words, out + pos, n);
+      size = coder(k, sym[k], sd.coded, seed, words, out + pos, elide ? kept : n);
       if (size) {
         mode = kModeRans;
         seeded += sd.from == r && r >= 0 ? 1u : 0u;
@@ -183,8 +209,13 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
     }
     if (mode == kModeRaw) {
       const uint32_t skip = k == r ? kSeedBytes * seeded : 0u;  // the seeds, carried by the lane states
-      size = n - skip;
-      memcpy(out + pos, sym[k] + skip, size);
+      if (elide) {
+        mode = kModeRawElided;
+        size = elide_zeros(sym[0] + skip, sym[k] + skip, n - skip, out + pos);
+      } else {
+        size = n - skip;
+        memcpy(out + pos, sym[k] + skip, size);
+      }
     }
     store_le32(out + 4 + 4 * k, t.v3 ? stream_word_v3((uint32_t)size, mode, mode == kModeRans ? t.set[k] : 0u)
                                      : stream_word((uint32_t)size, mode));
@@ -221,6 +252,10 @@ struct BlockView {
   uint32_t seed_at[kMaxStreams];
   uint32_t coded[kMaxStreams];
   uint32_t self_seeded;
+  // Zero elision (5.10): bit k set where stream k is stored in mode
+  // kModeRawElided (its payload: the bytes of the elements whose stream 0 is
+  // not 0; the decoder checks their count once stream 0 is decoded).
+  uint32_t elided;
   static constexpr uint32_t kNoSeed = 0xFFFFFFFFu;
   TZ_HD bool self_seeds(int k) const { return (self_seeded >> k) & 1u; }
   // The lane model of stream k for its decode: ctx with seed_out at its
@@ -254,7 +289,10 @@ struct BlockView {
 // time (the CPU decoders). n_sets: null before format version 3 (30-bit
 // sizes); in version 3 the table sets of each stream: a rANS stream's set
 // must be below its count, every other stream's set field zero. flags: the
-// frame's flags (version 3 only, checked with the header). kFlagSeededLanes:
+// frame's flags (version 3 only, checked with the header). kFlagZeroElided:
+// streams k >= 1 may be stored elided, in at most the bytes of their raw
+// payload (the exact size is checked against stream 0, expand_elided).
+// kFlagSeededLanes:
 // the seed stream's raw payload is n - kSeedBytes x (streams coded before it)
 // bytes, and every coded stream before it is seeded; kFlagSelfSeeded: where
 // each coded stream's seeds come from (block_stream_seeds).
@@ -269,6 +307,7 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_
   v->seed_stream = r;
   v->n_seeded = 0;
   v->self_seeded = 0;
+  v->elided = 0;
   size_t pos = hdr;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -298,7 +337,11 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_
     } else if (mode == kModeZstd) {
       if (kind[k] != kKindZstd) return kErrCorruptBlock;
     } else {
-      return kErrCorruptBlock;
+      // kModeRawElided: only with the frame's flag, never stream 0 (the
+      // elements' key); at most the bytes a raw payload would hold.
+      if (!(flags & kFlagZeroElided) || k == 0 || size > (k == r ? n - kSeedBytes * v->n_seeded : n))
+        return kErrCorruptBlock;
+      v->elided |= 1u << k;
     }
     v->mode[k] = mode;
     v->set[k] = (uint8_t)set;
@@ -307,6 +350,28 @@ TZ_HD int parse_block_impl(int k_streams, const uint8_t* kind, const uint8_t* n_
     pos += padded;
   }
   if (pos != blk_size) return kErrCorruptBlock;
+  return kOk;
+}
+
+// Once stream 0 of a block is decoded (streams[0]): every elided stream's
+// payload holds exactly one byte per element kept (from element `from` on:
+// kSeedBytes x n_seeded for the seed stream, whose head the seeds carry, 0
+// for every other), and its n symbols are expanded into out[k] (n bytes
+// each, the caller's scratch); streams[k] then points there. The seed
+// stream's head is copied from seed_head unless that is null (out[r]
+// already holds it).
+TZ_HD int expand_elided(const BlockView& v, int K, uint32_t n, uint8_t* const* out, const uint8_t** streams,
+                        const uint8_t* seed_head) {
+  if (!v.elided) return kOk;
+  const uint8_t* s0 = streams[0];
+  for (int k = 1; k < K; ++k) {
+    if (!((v.elided >> k) & 1u)) continue;
+    const uint32_t from = k == v.seed_stream ? kSeedBytes * v.n_seeded : 0u;
+    if (v.size[k] != (n - from) - elided_count(s0 + from, n - from)) return kErrCorruptBlock;
+    if (from && seed_head) memcpy(out[k], seed_head, from);
+    expand_zeros(s0 + from, v.payload[k], n - from, out[k] + from);
+    streams[k] = out[k];
+  }
   return kOk;
 }
 
@@ -351,10 +416,16 @@ TZ_HD_NOINLINE int decode_block(uint8_t dtype, const BlockDecTables& t, const ui
                                      v.seeded_ctx(k, t.ctx[k], sr, s + v.coded[k]), s);
       if (st != kOk) return st;
       streams[k] = s;
+    } else if (v.mode[k] == kModeRawElided) {
+      streams[k] = nullptr;  // expand_elided, below
     } else {
       return kErrUnsupported;
     }
   }
+  uint8_t* slot[kMaxStreams];  // the seed stream's holds its seeds (sr)
+  for (int k = 0; k < K; ++k) slot[k] = scratch + (size_t)k * align4(n);
+  const int est = expand_elided(v, K, n, slot, streams, nullptr);
+  if (est != kOk) return est;
   merge_fields(dtype, streams, n, dst);
   return kOk;
 }

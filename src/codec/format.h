@@ -33,7 +33,11 @@ constexpr uint32_t kSeedBytes = 2 * kLanes;
 // least kSelfSeedMinElems elements, codes its first n - kSeedBytes symbols
 // and carries its last kSeedBytes symbols in its lane states.
 constexpr uint8_t kFlagSelfSeeded = 2u;
-constexpr uint8_t kFrameFlagsKnown = kFlagSeededLanes | kFlagSelfSeeded;
+// Zero elision (doc/format.md 5.10, version 3 with header flag bit 2): a
+// block may store a stream in mode kModeRawElided, its raw bytes less those
+// of the elements whose stream 0 is 0 (they are 0 in that stream).
+constexpr uint8_t kFlagZeroElided = 4u;
+constexpr uint8_t kFrameFlagsKnown = kFlagSeededLanes | kFlagSelfSeeded | kFlagZeroElided;
 constexpr uint32_t kSelfSeedMinElems = 2 * kSeedBytes;
 // A coded rANS stream holds the lane states and then whole 16-bit words
 // (doc/format.md section 5): the size check every decoder makes first.
@@ -86,7 +90,7 @@ enum DType : uint8_t {
 enum StreamKind : uint8_t { kKindRaw = 0, kKindRans = 1, kKindZstd = 2, kKindRansCtx = 3 };
 TZ_HD bool kind_is_rans(uint8_t kind) { return kind == kKindRans || kind == kKindRansCtx; }
 // Per-block mode of a stream (top two bits of the block's stream word).
-enum BlockMode : uint8_t { kModeRaw = 0, kModeRans = 1, kModeZstd = 2 };
+enum BlockMode : uint8_t { kModeRaw = 0, kModeRans = 1, kModeZstd = 2, kModeRawElided = 3 };
 
 TZ_HD uint32_t dtype_elem_size(uint8_t dt) {
   switch (dt) {

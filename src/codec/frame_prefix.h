@@ -30,7 +30,7 @@ enum FrameDefect : uint8_t {
   kDefectBadVersion,
   kDefectDType,            // unknown dtype
   kDefectStreamCount,      // n_streams does not match the dtype
-  kDefectFlags,            // a flag bit other than kFlagSeededLanes / kFlagSelfSeeded, or either before version 3
+  kDefectFlags,            // a flag bit other than kFlagSeededLanes / kFlagSelfSeeded / kFlagZeroElided, or any before version 3
   kDefectBlockElems,       // not a power of two in [4096, 2^20]
   kDefectRawSize,          // not a multiple of the element size, or > 2^56
   kDefectBlockCount,       // n_blocks != ceil(elements / block_elems)
@@ -76,7 +76,7 @@ inline const char* frame_defect_text(FrameDefect d) {
     case kDefectBadVersion: return "frame format version not supported";
     case kDefectDType: return "corrupt frame header: unknown dtype";
     case kDefectStreamCount: return "corrupt frame header: stream count does not match the dtype";
-    case kDefectFlags: return "corrupt frame header: unknown flag bits, or seeded lane states before version 3";
+    case kDefectFlags: return "corrupt frame header: unknown flag bits, or flags before version 3";
     case kDefectBlockElems: return "corrupt frame header: block_elems is not a power of two in [4096, 1048576]";
     case kDefectRawSize: return "corrupt frame header: raw size not a multiple of the element size or above 2^56";
     case kDefectBlockCount: return "corrupt frame header: block count does not match raw size and block_elems";

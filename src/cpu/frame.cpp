@@ -99,7 +99,7 @@ struct KernelCoder {
 struct FrameEncTables {
   const TensorTables& tt;
   int K;
-  uint8_t flags;  // of the frame's header (kFlagSeededLanes, kFlagSelfSeeded)
+  uint8_t flags;  // the blocks are coded with (encoder_block_flags): the header's, and kFlagZeroElided
   std::vector<RansEncSym> enc[kMaxStreams];
   std::vector<uint32_t> fst[kMaxStreams];
   FrameEncTables(const TensorTables& t, int n_streams, uint8_t frame_flags)
@@ -278,7 +278,7 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
 
   uint8_t kinds[kMaxStreams];
   for (int k = 0; k < K; ++k) kinds[k] = tt.s[k].kind;
-  const uint8_t flags = encoder_frame_flags(tt.version, K, kinds) & g_flags_mask.load(std::memory_order_relaxed);
+  const uint8_t flags = encoder_block_flags(tt.version, K, kinds) & g_flags_mask.load(std::memory_order_relaxed);
   const FrameEncTables enc(tt, K, flags);
   std::vector<uint32_t> sizes(n_blocks);
   bool overflow = false;
@@ -290,14 +290,18 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
 
   FrameHeader h{};
   h.version = tt.version;
-  h.flags = flags;
+  uint8_t* index = dst + kFrameHeaderSize + tables.size();
+  bool any_elided = false;  // the header names zero elision only where a block uses it
+  if (flags & kFlagZeroElided)
+    for (uint64_t b = 0, off = prefix; b < n_blocks && !any_elided; off += sizes[b++])
+      any_elided = block_elides(dst + off, K);
+  h.flags = encoder_header_flags(flags, any_elided);
   h.dtype = dtype;
   h.n_streams = (uint8_t)K;
   h.raw_size = n;
   h.block_elems = block_elems;
   h.n_blocks = n_blocks;
   h.tables_size = (uint32_t)tables.size();
-  uint8_t* index = dst + kFrameHeaderSize + tables.size();
   for (uint32_t b = 0; b < n_blocks; ++b) store_le32(index + 4 * b, sizes[b]);
   write_frame_header(dst, h);
   h.header_crc = frame_header_crc(dst, prefix, CpuCrc32c{});

@@ -62,9 +62,10 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
 // Off, it writes the version-3 frames of before (flags 0), for the tests
 // that check those still decode. Process-wide.
 void set_encoder_seeded_lanes(bool on);
-// The flags compress_frame may write (encoder_frame_flags & mask; default
+// The flags compress_frame may write (encoder_block_flags & mask; default
 // every known flag): kFlagSeededLanes alone writes the seeded frames of
-// before self-seeded streams (doc/format.md 5.9). Process-wide.
+// before self-seeded streams (doc/format.md 5.9); without kFlagZeroElided no
+// block elides a stream (5.10). Process-wide.
 void set_encoder_flags_mask(uint8_t mask);
 size_t decompress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src, size_t n, bool write,
                         unsigned* bad_block);

@@ -146,6 +146,8 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
                       &sb);
       if (sa != kOk) return sa;
       if (sb != kOk) return sb;
+    } else if (v.mode[k] == kModeRawElided) {
+      streams[k] = nullptr;  // expand_elided, below
     } else {
       return kErrUnsupported;
     }
@@ -156,6 +158,12 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
                                   t.dec_of(pending, v.set[pending]),
                                   v.seeded_ctx(pending, t.ctx[pending], seeds.bytes, sp + v.coded[pending]), sp);
     if (st != kOk) return st;
+  }
+  if (v.elided) {
+    uint8_t* slot[kMaxStreams];
+    for (int k = 0; k < K; ++k) slot[k] = scratch + (size_t)k * align4(n);
+    const int est = expand_elided(v, K, n, slot, streams, seeds.bytes);
+    if (est != kOk) return est;
   }
   kr.merge(dtype, streams, n, dst);
   seeds.remerge(dtype, v, dst);

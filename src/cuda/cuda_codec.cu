@@ -466,7 +466,7 @@ extern "C" size_t tz_cuda_compress(const tz_cuda_compress_item* items, size_t n_
   }
   if (P.total_chunks)
     TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_encode_kernel)(d_items, n, tabs, bs, staging, sizes);
-  TZ_LAUNCH(n, 256, 0, stream, c_finalize_kernel)(d_items, tabs, sizes, offs, d_out_sizes, d_status);
+  TZ_LAUNCH(n, 256, 0, stream, c_finalize_kernel)(d_items, tabs, staging, sizes, offs, d_out_sizes, d_status);
   if (P.total_chunks)
     TZ_LAUNCH(P.total_chunks, kCtaThreads, 0, stream, c_gather_kernel)(d_items, n, tabs, staging, sizes, offs, d_status);
   return launch_status(cudaGetLastError());

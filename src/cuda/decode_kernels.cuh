@@ -93,6 +93,41 @@ __global__ void __launch_bounds__(256) d_parse_kernel(const DItem* items, uint32
   if (lane == 0) S.status = st;
 }
 
+// Zero elision (doc/format.md 5.10), after a block's lock-step decode left
+// its elided fields 0: field k of the elements whose field 0 (final, seeds
+// included) is not 0, from the stream's payload in element order
+// (expand_elided on the CPU), from element `from` on for the seed stream
+// (its head came with the seeds); then each payload's size is checked
+// against the elements kept. Warp-uniform status.
+template <int DT, int K>
+__device__ int warp_expand_elided(const BlockView& v, uint32_t n, uint8_t* dst, uint32_t lane) {
+  const uint32_t from = v.seed_stream >= 0 ? kSeedBytes * v.n_seeded : 0u;
+  uint32_t kept = 0, kept_r = 0;  // elements kept so far; of them, at or after `from`
+  for (uint32_t s = 0; s < (n + 31) / 32; ++s) {
+    const uint32_t i = s * 32 + lane;
+    uint32_t e = i < n ? load_elem<DT>(dst, i) : 0u;
+    const bool keep = i < n && warp::elem_field<DT>(e, 0) != 0;
+    const uint32_t b = __ballot_sync(kFull, keep);
+    const uint32_t br = __ballot_sync(kFull, keep && i >= from);
+    const uint32_t at = kept + warp::dec_word_slot(b, lane), at_r = kept_r + warp::dec_word_slot(br, lane);
+    kept += (uint32_t)__popc(b);
+    kept_r += (uint32_t)__popc(br);
+#pragma unroll
+    for (int k = 1; k < K; ++k) {
+      if (!((v.elided >> k) & 1u)) continue;
+      const bool seed = k == v.seed_stream;
+      if ((seed ? kept_r : kept) > v.size[k]) return kErrCorruptBlock;  // warp-uniform
+      if (keep && (!seed || i >= from)) e = warp::elem_with_field<DT>(e, k, v.payload[k][seed ? at_r : at]);
+    }
+    if (keep) store_elem<DT>(dst, i, e);
+  }
+#pragma unroll
+  for (int k = 1; k < K; ++k)
+    if (((v.elided >> k) & 1u) && (k == v.seed_stream ? kept_r : kept) != v.size[k]) return kErrCorruptBlock;
+  __syncwarp();
+  return kOk;
+}
+
 // Decodes one block with a warp: the block header validated by parse_block
 // (codec/block.h, as on the CPU), then all streams in lock step (one symbol
 // of every field per lane and step) so the fields merge straight into dst,
@@ -163,7 +198,8 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
         p[k] += 2 * cnt;
         f[k] = sym;
       } else {
-        f[k] = active ? pay[k][i] : 0;
+        // An elided stream's bytes (zero elision) go in after the loop.
+        f[k] = active && !((v.elided >> k) & 1u) ? pay[k][i] : 0;
       }
     }
     if (active) store_elem<DT>(dst, i, warp::elem_merge<DT>(f));
@@ -199,6 +235,10 @@ __device__ int warp_decode_block(const uint8_t* blk, uint32_t blk_size, uint32_t
       }
       __syncwarp();
     }
+  }
+  if (v.elided) {
+    const int est = warp_expand_elided<DT, K>(v, n, dst, lane);
+    if (est != kOk) return est;
   }
   if ((warp_block_checksum(dst, (uint64_t)n * es, crc_t, lane) ^ salt) != stored) return kErrChecksum;
   return kOk;

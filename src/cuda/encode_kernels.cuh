@@ -19,12 +19,13 @@ namespace {
 // ctx_of(symbol i - 32) of enc (rc.n tables of 256), as rans_encode_ctx.
 // Seeds (block_stream_seeds, doc/format.md 5.8, 5.9): with sd.from >= 0 the
 // lane starts at L | the two bytes of field sd.from of elements sd.at +
-// 2 lane, + 1, and the payload codes the first sd.coded elements (n: the
-// block's, which a payload must beat).
+// 2 lane, + 1, and the payload codes the first sd.coded elements. limit:
+// the size a payload must beat (the block's n, or the bytes of the stream
+// stored elided, doc/format.md 5.10).
 template <int DT>
 __device__ uint32_t warp_rans_encode(const uint8_t* src, uint32_t n, int k, const RansEncSym* enc, RansCtx rc,
-                                     StreamSeeds sd, uint8_t* out, uint32_t lane) {
-  const int64_t cap = warp::enc_word_cap(n);
+                                     StreamSeeds sd, uint32_t limit, uint8_t* out, uint32_t lane) {
+  const int64_t cap = warp::enc_word_cap(limit);
   if (cap < 0) return 0;
   uint16_t* const W = (uint16_t*)(out + kRansStateBytes);
   uint32_t wp = (uint32_t)cap;
@@ -83,6 +84,49 @@ __device__ void warp_raw_stream(const uint8_t* src, uint32_t n, int k, uint8_t* 
   __syncwarp();
 }
 
+// Field k of the elements whose field 0 is not 0, in element order, zero-
+// padded to 4 bytes (zero elision, doc/format.md 5.10: elide_zeros).
+// Returns their count.
+template <int DT>
+__device__ uint32_t warp_elided_stream(const uint8_t* src, uint32_t n, int k, uint8_t* out, uint32_t lane) {
+  uint32_t c = 0;
+  for (uint32_t s = 0; s < (n + 31) / 32; ++s) {
+    const uint32_t i = s * 32 + lane;
+    const uint32_t e = i < n ? load_elem<DT>(src, i) : 0u;
+    const bool keep = i < n && warp::elem_field<DT>(e, 0) != 0;
+    const uint32_t b = __ballot_sync(kFull, keep);
+    if (keep) out[c + warp::dec_word_slot(b, lane)] = (uint8_t)warp::elem_field<DT>(e, k);
+    c += (uint32_t)__popc(b);
+  }
+  __syncwarp();
+  if (lane == 0)
+    for (uint32_t j = c; j < (uint32_t)align4(c); ++j) out[j] = 0;
+  __syncwarp();
+  return c;
+}
+
+// The streams one warp stores elided in a block: block_elided_streams
+// (codec/zero_elision.h) over the block's elements; *kept: the elements
+// whose field 0 is not 0.
+template <int DT, int K>
+__device__ uint32_t warp_elided_streams(const uint8_t* src, uint32_t n, uint8_t flags, uint32_t* kept, uint32_t lane) {
+  *kept = n;
+  if (!(flags & kFlagZeroElided) || K < 2) return 0;
+  uint32_t z = 0, bad = 0;  // zeros of field 0; fields not 0 at one (elided_streams_of)
+  for (uint32_t s = 0; s < (n + 31) / 32; ++s) {
+    const uint32_t i = s * 32 + lane;
+    const uint32_t e = i < n ? load_elem<DT>(src, i) : 0u;
+    const bool zero = i < n && warp::elem_field<DT>(e, 0) == 0;
+    z += (uint32_t)__popc(__ballot_sync(kFull, zero));
+#pragma unroll
+    for (int k = 1; k < K; ++k)
+      if (__ballot_sync(kFull, zero && warp::elem_field<DT>(e, k) != 0)) bad |= 1u << k;
+  }
+  const uint32_t mask = elided_streams_of(flags, K, z != 0, bad);
+  if (mask) *kept = n - z;
+  return mask;
+}
+
 // Same bytes as encode_block (codec/block.h) for one block, by one warp:
 // stream k is coded with the tables enc[tab0[k]...] of table set
 // (sel >> 8k) & 0xFF, or stored raw where that is kSetRaw (lane contexts
@@ -97,14 +141,18 @@ __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint
   const uint32_t crc = warp_block_checksum(src, (uint64_t)n * es, crc_t, lane) ^ salt;
   uint32_t pos = (uint32_t)block_header_size(K);
   const int r = block_seed_stream_of(flags, K, kind, n);
+  uint32_t kept = n;
+  const uint32_t elidable = warp_elided_streams<DT, K>(src, n, flags, &kept, lane);
   uint32_t n_seeded = 0;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     uint32_t size = 0;
     uint8_t mode = kModeRaw;
+    const bool elide = (elidable >> k) & 1u;
     if (kind_is_rans(kind[k]) && ((sel >> (8 * k)) & 0xFFu) != kSetRaw) {
       const StreamSeeds sd = block_stream_seeds(flags, k, r, n, n_seeded);
-      size = warp_rans_encode<DT>(src, n, k, enc[tab0[k]], k == 0 ? ctx0 : RansCtx{}, sd, out + pos, lane);
+      size = warp_rans_encode<DT>(src, n, k, enc[tab0[k]], k == 0 ? ctx0 : RansCtx{}, sd, elide ? kept : n,
+                                  out + pos, lane);
       if (size) {
         mode = kModeRans;
         n_seeded += k < r ? 1u : 0u;
@@ -113,8 +161,13 @@ __device__ uint32_t warp_encode_block(const uint8_t* src, uint32_t n, const uint
     if (mode == kModeRaw) {
       __syncwarp();  // a failed rANS attempt wrote words here from other lanes
       const uint32_t skip = k == r ? kSeedBytes * n_seeded : 0u;  // the seeds, carried by the lane states
-      size = n - skip;
-      warp_raw_stream<DT>(src + (uint64_t)skip * es, size, k, out + pos, lane);
+      if (elide) {
+        mode = kModeRawElided;
+        size = warp_elided_stream<DT>(src + (uint64_t)skip * es, n - skip, k, out + pos, lane);
+      } else {
+        size = n - skip;
+        warp_raw_stream<DT>(src + (uint64_t)skip * es, size, k, out + pos, lane);
+      }
     }
     if (lane == 0) ((uint32_t*)out)[1 + k] = stream_word_v3(size, mode, mode == kModeRans ? (sel >> (8 * k)) & 0xFFu : 0u);
     pos += (uint32_t)align4(size);
@@ -152,7 +205,7 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
   }
   build_crc_tables(crc_t);  // syncs
   const RansCtx ctx0{tab.ctx_base, tab.ctx_n};
-  const uint8_t flags = encoder_frame_flags(tab.version, K, tab.kind);
+  const uint8_t flags = encoder_block_flags(tab.version, K, tab.kind);
   for (;;) {
     if (threadIdx.x == 0) {
       lead = kNone;
@@ -204,11 +257,13 @@ __global__ void __launch_bounds__(kCtaThreads) c_encode_kernel(const CItem* item
 // Per item, one CTA: exclusive scan of the block sizes (block offsets), the
 // capacity check, then tables, block index and header with its CRC written
 // to dst. Gather runs afterwards and skips items that failed here.
-__global__ void __launch_bounds__(256) c_finalize_kernel(const CItem* items, const CTab* tabs, const uint32_t* sizes,
-                                                         uint64_t* offs, size_t* out_sizes, int* status) {
+__global__ void __launch_bounds__(256) c_finalize_kernel(const CItem* items, const CTab* tabs, const uint8_t* staging,
+                                                         const uint32_t* sizes, uint64_t* offs, size_t* out_sizes,
+                                                         int* status) {
   using Scan = cub::BlockScan<unsigned long long, 256>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ uint32_t crc_t[8 * 256];
+  __shared__ unsigned any_elided;  // a staged block stores a stream elided (block_elides)
   const uint32_t ii = blockIdx.x;
   const CItem it = items[ii];
   if (it.status0 != kOk) return;
@@ -236,11 +291,18 @@ __global__ void __launch_bounds__(256) c_finalize_kernel(const CItem* items, con
   for (uint32_t j = threadIdx.x; j < ts; j += blockDim.x) dst[kFrameHeaderSize + j] = tab.tables[j];
   for (uint32_t j = threadIdx.x; j < nb; j += blockDim.x)
     ((uint32_t*)(dst + kFrameHeaderSize + ts))[j] = sizes[it.first_block + j];
+  const uint8_t flags = encoder_block_flags(tab.version, it.n_streams, tab.kind);
+  if (threadIdx.x == 0) any_elided = 0;
+  __syncthreads();
+  if (flags & kFlagZeroElided)
+    for (uint32_t j = threadIdx.x; j < nb; j += blockDim.x)
+      if (block_elides(staging + it.staging_off + (uint64_t)j * it.block_stride, it.n_streams))
+        atomicMax(&any_elided, 1u);
   __syncthreads();
   if (threadIdx.x == 0) {
     FrameHeader h{};
     h.version = tab.version;
-    h.flags = encoder_frame_flags(tab.version, it.n_streams, tab.kind);
+    h.flags = encoder_header_flags(flags, any_elided != 0);
     h.dtype = it.dtype;
     h.n_streams = it.n_streams;
     h.raw_size = it.n_bytes;

@@ -350,6 +350,21 @@ TEST(CudaGpu, RawRunsFp16Blocks) {
   }
 }
 
+// Zero elision (doc/format.md 5.10) at full block size: FP32 with zero rows
+// (a fifth: every stream coded and elided; one in 32: the seed stream
+// elided behind its head), BF16 pruned 2:4. GPU frames equal the CPU's.
+TEST(CudaGpu, ZeroElision) {
+  REQUIRE_GPU();
+  const std::vector<std::pair<tz_dtype, Bytes>> batch = {{TZ_DTYPE_F32, tzt::f32_with_zero_rows(12 * 65536, 256, 5)},
+                                                         {TZ_DTYPE_F32, tzt::f32_with_zero_rows(9 * 65536, 256, 32)},
+                                                         {TZ_DTYPE_BF16, tzt::bf16_pruned_2of4(7 * 65536 + 999)}};
+  for (int level : {1, 2}) {
+    tz_params p{};
+    p.level = level;
+    roundtrip_batch(batch, p);
+  }
+}
+
 TEST(CudaGpu, ConvenienceCalls) {
   REQUIRE_GPU();
   const Bytes data = make_tensor(TZ_DTYPE_F32, 123457, 77);

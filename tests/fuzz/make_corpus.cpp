@@ -293,6 +293,40 @@ int main(int argc, char** argv) {
     write("roundtrip", "zeros", Bytes(5000, 0));
     n_files += 3;
   }
+  {
+    // Zero elision (doc/format.md 5.10): FP32 with +0.0 rows, BF16 pruned
+    // 2:4, each valid and with its flag cleared, an elided payload one word
+    // short, and stream 0 marked elided.
+    const std::pair<std::string, std::pair<tz_dtype, Bytes>> zs[] = {
+        {"f32-zero-rows", {TZ_DTYPE_F32, tzt::f32_with_zero_rows(2 * 4096 + 300, 256, 5)}},
+        {"bf16-2of4", {TZ_DTYPE_BF16, tzt::bf16_pruned_2of4(2 * 4096 + 300)}}};
+    for (const auto& [name, z] : zs) {
+      const Bytes frame = tzt::compress_cpu(z.second, z.first, 1, 4096);
+      if (!(frame[7] & tz::kFlagZeroElided)) {
+        std::fprintf(stderr, "%s: no zero elision\n", name.c_str());
+        std::exit(1);
+      }
+      write("decompress", "valid-elided-" + name, frame);
+      tzt::FrameParts a(frame);
+      a.set8(7, a.hdr[7] & ~tz::kFlagZeroElided);
+      write("decompress", "mut-elided-" + name + "-flag-cleared", a.bytes());
+      tzt::FrameParts b(frame);
+      const uint32_t w0 = b.word(0, 0);
+      b.set_word(0, 0, (w0 & 0x3FFFFFFFu) | (uint32_t)tz::kModeRawElided << 30);
+      write("decompress", "mut-elided-" + name + "-stream0", b.bytes());
+      tzt::FrameParts c(frame);
+      const uint32_t w = c.word(0, 1);
+      const uint32_t size = tz::stream_word_v3_size(w);
+      if (tz::stream_word_mode(w) == tz::kModeRawElided && size >= 4 && size % 4 == 0) {
+        const size_t at = tzt::payload_offset(c, 0, 1, (int)tz::dtype_stream_count((uint8_t)z.first)) + size - 4;
+        c.blocks[0].erase(c.blocks[0].begin() + (long)at, c.blocks[0].begin() + (long)at + 4);
+        c.set_word(0, 1, tz::stream_word_v3(size - 4, tz::kModeRawElided, 0));
+        write("decompress", "mut-elided-" + name + "-short", c.bytes());
+        ++n_files;
+      }
+      n_files += 3;
+    }
+  }
   std::printf("wrote %d files under %s\n", n_files, argv[1]);
   return 0;
 }

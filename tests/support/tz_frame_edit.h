@@ -181,6 +181,9 @@ inline Bytes unseed_frame(const Bytes& frame, const uint32_t* lane_x0 = nullptr,
   tz::FrameHeader h{};
   if (tz::check_frame_header(frame.data(), frame.size(), &h) != tz::kDefectNone)
     throw std::runtime_error("unseed_frame: bad header");
+  // Zero elision (5.10) is no seed flag, and an elided seed stream has no
+  // unseeded form here: such frames are not rewritten.
+  if (h.flags & tz::kFlagZeroElided) throw std::runtime_error("unseed_frame: zero elision");
   drop &= h.flags;
   if (!drop) return frame;
   if ((drop & tz::kFlagSeededLanes) && !(drop & tz::kFlagSelfSeeded) && (h.flags & tz::kFlagSelfSeeded))
@@ -311,7 +314,8 @@ inline std::vector<uint32_t> self_seed_states(const Bytes& stream_of_block, uint
 // must have one table set. The blocks are unchanged (set 0 in every stream
 // word reads the same in both layouts), so the frame decodes to the same
 // bytes: decoders of versions 1-2 keep being exercised. A seeded frame is
-// unseeded first (unseed_frame).
+// unseeded first (unseed_frame); a frame with zero elision (version 3 only)
+// has no such form (throws).
 inline Bytes as_version12(const Bytes& seeded_frame) {
   const Bytes frame = unseed_frame(seeded_frame);  // seeded lane states are version 3 only
   FrameParts f(frame);

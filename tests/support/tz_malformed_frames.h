@@ -22,6 +22,7 @@
 #include "tensorzip/tensorzip.h"
 #include "ref_rans.h"
 #include "tz_frame_edit.h"
+#include "tz_malformed_elided.h"
 #include "tz_malformed_seeded.h"
 #include "tz_malformed_types.h"
 #include "tz_test_data.h"
@@ -375,6 +376,7 @@ inline std::vector<MalformedFrame> malformed_frames() {
   }
   add("valid BF16 frame, version 3", bf3, bcap, kOk_, Stage::kValid);
   add_seeded_lane_rows(out, bf3, bf_data);
+  add_zero_elision_rows(out);
   FrameHeader h3{};
   check_frame_header(bf3.data(), bf3.size(), &h3);
   FrameTables t3{};

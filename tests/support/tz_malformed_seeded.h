@@ -41,8 +41,8 @@ inline void add_seeded_lane_rows(std::vector<MalformedFrame>& out, const Bytes& 
     const Bytes plain = unseed_frame(bf3);
     add("seeded: the same frame unseeded, flags 0 (valid)", plain, bcap, kOk_, Stage::kValid);
     FrameParts u(bf3);
-    u.set8(7, 5);
-    prefix_rule("seeded: flag bit 2 in version 3", u.bytes(), bcap, kDefectFlags);
+    u.set8(7, 9);
+    prefix_rule("seeded: flag bit 3 in version 3", u.bytes(), bcap, kDefectFlags);
     FrameParts u7(bf3);
     u7.set8(7, 0x80);
     prefix_rule("flags: bit 7 in version 3", u7.bytes(), bcap, kDefectFlags);

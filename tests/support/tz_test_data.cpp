@@ -265,4 +265,29 @@ Bytes f32_with_fp16_blocks(uint32_t block_elems, uint32_t n_blocks, uint32_t fp1
   return b;
 }
 
+Bytes f32_with_zero_rows(size_t n, size_t row_elems, uint32_t every, bool neg_zero) {
+  Bytes b = tile(find_tensor(fp32_slice(), "master.blocks.2.proj.weight").data, n * 4);
+  const uint32_t zero = neg_zero ? 0x80000000u : 0u;
+  for (size_t r = 0; r * row_elems < n; ++r)
+    if ((r * 37) % every == 0)
+      for (size_t i = r * row_elems; i < std::min(n, (r + 1) * row_elems); ++i) std::memcpy(b.data() + 4 * i, &zero, 4);
+  return b;
+}
+
+Bytes bf16_pruned_2of4(size_t n) {
+  const std::vector<Tensor>& ts = bf16_slice();
+  Bytes b = tile(ts[0].data, n * 2);
+  for (size_t g = 0; g + 4 <= n; g += 4) {
+    uint16_t v[4], mag[4];
+    std::memcpy(v, b.data() + 2 * g, 8);
+    for (int j = 0; j < 4; ++j) mag[j] = v[j] & 0x7FFF;
+    int order[4] = {0, 1, 2, 3};
+    std::sort(order, order + 4, [&](int x, int y) { return mag[x] < mag[y] || (mag[x] == mag[y] && x < y); });
+    v[order[0]] = 0;
+    v[order[1]] = 0;
+    std::memcpy(b.data() + 2 * g, v, 8);
+  }
+  return b;
+}
+
 }  // namespace tzt

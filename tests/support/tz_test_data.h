@@ -44,6 +44,14 @@ Bytes concentrated_bytes(size_t elem_size, size_t n_elems, uint32_t seed);
 // training never touched, kept at the precision they were made in. Its
 // streams 2 and 3 pay in those blocks alone (policy_raw_runs).
 Bytes f32_with_fp16_blocks(uint32_t block_elems, uint32_t n_blocks, uint32_t fp16_b0, uint32_t fp16_b1);
+// n real FP32 values (the fixture's master weights, tiled) in rows of
+// row_elems, of which the rows r with (r * 37) % every == 0 are exactly 0:
+// an optimizer moment's rows that training never touched (zero elision,
+// doc/format.md 5.10). neg_zero: those rows hold -0.0 instead.
+Bytes f32_with_zero_rows(size_t n, size_t row_elems, uint32_t every, bool neg_zero = false);
+// n real BF16 weights (the fixture's, tiled) pruned 2:4: in every group of
+// four, the two of smallest magnitude set to +0.0.
+Bytes bf16_pruned_2of4(size_t n);
 
 // Real values as other dtypes (little-endian element bytes).
 std::vector<float> as_floats_f32(const Bytes& f32_bytes);

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cuda_emu_batch.h"
+#include "tz_frame_edit.h"
 
 namespace {
 
@@ -93,6 +95,61 @@ TEST(CudaEmu, RawRunsFp16Blocks) {
     p.block_elems = 4096;
     roundtrip_batch(small, p);
   }
+}
+
+// Zero elision (doc/format.md 5.10): FP32 with +0.0 rows, -0.0 rows and
+// subnormals among them, BF16 pruned 2:4, FP16 with zero rows. The emulated
+// GPU encoder elides the same streams of the same blocks (the same frames as
+// the CPU's), and its decoder rebuilds them; an elided payload one word
+// short is a corrupt block there too.
+TEST(CudaEmu, ZeroElision) {
+  constexpr unsigned kE = 4096;
+  Bytes sub = tzt::f32_with_zero_rows(3 * kE, 256, 5);
+  const uint32_t denorm = 0x00012301u;
+  std::memcpy(&sub[0], &denorm, 4);
+  const std::vector<std::pair<tz_dtype, Bytes>> batch = {
+      {TZ_DTYPE_F32, tzt::f32_with_zero_rows(3 * kE, 256, 5)},
+      {TZ_DTYPE_F32, tzt::f32_with_zero_rows(4 * kE, 256, 32)},  // the seed stream elided (blocks 0, 2)
+      {TZ_DTYPE_F32, tzt::f32_with_zero_rows(2 * kE, 256, 3, true)},
+      {TZ_DTYPE_F32, sub},
+      {TZ_DTYPE_BF16, tzt::bf16_pruned_2of4(3 * kE)},
+      {TZ_DTYPE_F16, tzt::to_f16(tzt::as_floats_f32(tzt::f32_with_zero_rows(2 * kE, 256, 3)))}};
+  for (int level : {1, 2}) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    tz_params p{};
+    p.level = level;
+    p.block_elems = kE;
+    size_t elided = 0, seed_elided = 0;
+    for (const auto& [dt, data] : batch) {
+      tz_params cp = p;
+      cp.dtype = dt;
+      const Bytes f = cpu_compress(data, cp);
+      elided += f.size() >= 32 && (f[7] & tz::kFlagZeroElided);
+      for (const tzt::ParsedBlock& pb : tzt::frame_blocks(f))
+        seed_elided += pb.v.seed_stream > 0 && ((pb.v.elided >> pb.v.seed_stream) & 1u);
+    }
+    EXPECT_EQ(elided, batch.size());
+    EXPECT_GT(seed_elided, 0u);
+    roundtrip_batch(batch, p);
+  }
+  tz_params cp{};
+  cp.dtype = TZ_DTYPE_F32;
+  cp.block_elems = kE;
+  const Bytes& src = batch[0].second;
+  const Bytes f = cpu_compress(src, cp);
+  tzt::FrameParts fp(f);
+  const uint32_t w = fp.word(1, 3);
+  ASSERT_EQ(tz::stream_word_mode(w), tz::kModeRawElided);
+  const uint32_t size = tz::stream_word_v3_size(w);
+  ASSERT_EQ(size % 4, 0u);
+  const size_t at = tzt::payload_offset(fp, 1, 3, 4) + size - 4;
+  fp.blocks[1].erase(fp.blocks[1].begin() + (long)at, fp.blocks[1].begin() + (long)at + 4);
+  fp.set_word(1, 3, tz::stream_word_v3(size - 4, tz::kModeRawElided, 0));
+  const Bytes bad = fp.bytes();
+  Buf in(bad.size()), out(src.size());
+  in.put(bad);
+  const Result r = emu_decompress({{in.p(), bad.size(), out.p(), src.size()}});
+  EXPECT_EQ(r.status[0], TZ_ERROR_CORRUPT_BLOCK);
 }
 
 // More items than one descriptor upload carries (60 / 64 per launch), with
