@@ -18,7 +18,7 @@
 #include "codec/zero_elision.h"
 #include "cpu/frame.h"
 #include "cpu/simd_path.h"
-#include "simd_paths.h"
+#include "tz_every_path.h"
 #include "tz_frame_edit.h"
 #include "tz_test_util.h"
 
@@ -32,23 +32,6 @@ struct FlagsMask {
   ~FlagsMask() { tz::cpu::set_encoder_flags_mask(tz::kFrameFlagsKnown); }
 };
 constexpr uint8_t kNoElision = tz::kFlagSeededLanes | tz::kFlagSelfSeeded;
-
-// The frame on every SIMD path (the same bytes on each), decoded on each.
-Bytes compress_every_path(const Bytes& src, tz_dtype dt, int level, unsigned block_elems) {
-  Bytes f;
-  for (tz::cpu::SimdPath p : tz::test::paths_to_test(tz::test::current_test_name())) {
-    tz::cpu::ScopedSimdPath use(p);
-    const Bytes g = tzt::compress(src, dt, level, block_elems);
-    if (g.empty()) return {};
-    if (f.empty()) f = g;
-    EXPECT_EQ(g, f) << tz::cpu::simd_path_name(p);
-    Bytes back(src.size(), 0xA5);
-    const size_t r = tz_decompress(back.data(), back.size(), g.data(), g.size(), 1);
-    EXPECT_FALSE(tz_is_error(r)) << tz::cpu::simd_path_name(p) << ": " << tz_get_error_name(r);
-    EXPECT_EQ(back, src) << tz::cpu::simd_path_name(p);
-  }
-  return f;
-}
 
 // Streams stored elided, as a bit mask over all blocks, and the blocks that
 // elide some stream.
@@ -108,7 +91,7 @@ TEST(ZeroElision, ZeroRowsOfFp32AreElided) {
   ASSERT_GT(zeros, 8u * kE / 6);
   for (int level = 1; level <= 3; ++level) {
     SCOPED_TRACE("level " + std::to_string(level));
-    const Bytes f = compress_every_path(src, TZ_DTYPE_F32, level, kE);
+    const Bytes f = tzt::compress_every_path(src, TZ_DTYPE_F32, level, kE);
     ASSERT_FALSE(f.empty());
     EXPECT_EQ(f[7] & tz::kFlagZeroElided, tz::kFlagZeroElided);
     const Elided e = elided_of(f);
@@ -134,7 +117,7 @@ TEST(ZeroElision, PrunedBf16IsElided) {
   ASSERT_EQ(zeros, 3u * kE);
   for (int level = 1; level <= 3; ++level) {
     SCOPED_TRACE("level " + std::to_string(level));
-    const Bytes f = compress_every_path(src, TZ_DTYPE_BF16, level, kE);
+    const Bytes f = tzt::compress_every_path(src, TZ_DTYPE_BF16, level, kE);
     ASSERT_FALSE(f.empty());
     EXPECT_EQ(elided_of(f).streams, 0x2u);
     Bytes off;
@@ -174,7 +157,7 @@ TEST(ZeroElision, ZeroRowsOfFp16AreElidedWhereNoSubnormalSharesTheirKey) {
   ASSERT_FALSE(want[0]);
   ASSERT_TRUE(want[1] || want[2] || want[3]);
   for (int level = 1; level <= 3; ++level) {
-    const Bytes f = compress_every_path(src, TZ_DTYPE_F16, level, kE);
+    const Bytes f = tzt::compress_every_path(src, TZ_DTYPE_F16, level, kE);
     ASSERT_FALSE(f.empty());
     const std::vector<tzt::ParsedBlock> bl = tzt::frame_blocks(f);
     ASSERT_EQ(bl.size(), kB);
@@ -192,7 +175,7 @@ TEST(ZeroElision, TheSeedStreamIsElidedBehindItsSeeds) {
   const Bytes src = tzt::f32_with_zero_rows(kB * kE, 256, 32);
   const uint64_t zeros = count_zero_elems(src, 4);
   ASSERT_EQ(zeros, kB * 256u);
-  const Bytes f = compress_every_path(src, TZ_DTYPE_F32, 1, kE);
+  const Bytes f = tzt::compress_every_path(src, TZ_DTYPE_F32, 1, kE);
   ASSERT_FALSE(f.empty());
   EXPECT_EQ(f[7], tz::kFlagSeededLanes | tz::kFlagZeroElided);
   for (const tzt::ParsedBlock& pb : tzt::frame_blocks(f)) {
@@ -217,7 +200,7 @@ TEST(ZeroElision, TheSeedStreamIsElidedBehindItsSeeds) {
 TEST(ZeroElision, NegativeZerosAndSubnormalsKeepTheirBytes) {
   constexpr unsigned kE = 8192;
   const Bytes neg = tzt::f32_with_zero_rows(4 * kE, 256, 5, true);
-  const Bytes f = compress_every_path(neg, TZ_DTYPE_F32, 1, kE);
+  const Bytes f = tzt::compress_every_path(neg, TZ_DTYPE_F32, 1, kE);
   ASSERT_FALSE(f.empty());
   EXPECT_EQ(elided_of(f).streams, 0xCu);
   Bytes sub = tzt::f32_with_zero_rows(4 * kE, 256, 5);
@@ -226,7 +209,7 @@ TEST(ZeroElision, NegativeZerosAndSubnormalsKeepTheirBytes) {
   std::memcpy(&sub[4 * (kE + 2 * 37 * 256 % kE)], &denorm[1], 4);
   ASSERT_EQ(sub[4 * 0 + 0], 1);
   for (int level = 1; level <= 3; ++level) {
-    const Bytes g = compress_every_path(sub, TZ_DTYPE_F32, level, kE);
+    const Bytes g = tzt::compress_every_path(sub, TZ_DTYPE_F32, level, kE);
     ASSERT_FALSE(g.empty());
     const std::vector<tzt::ParsedBlock> bl = tzt::frame_blocks(g);
     ASSERT_EQ(bl.size(), 4u);

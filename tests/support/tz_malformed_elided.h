@@ -67,26 +67,21 @@ inline void add_zero_elision_rows(std::vector<MalformedFrame>& out) {
   add("elided: payload one word past the elements kept", resized(fr, 0, 1, 4), cap, CB, Stage::kBlockDecode, 0);
   add("elided: seed stream's payload one word short", resized(fs, 0, 3, -4), sparse.size(), CB, Stage::kBlockDecode,
       0);
-  {
-    // Block 0 (4096 elements, a fifth of them zero) with stream 1's payload
-    // replaced by 4096 zero bytes: mode 3's at most n bytes hold, the count
-    // of kept elements does not; with 4100, parse_block rejects it.
+  // Block 0 (4096 elements, a fifth of them zero) with stream 1's payload
+  // replaced by `size` zero bytes: 4096 = n passes parse_block (mode 3 holds
+  // at most n bytes) and fails the count of kept elements; 4100 fails
+  // parse_block.
+  auto zero_payload = [&](uint32_t size) {
     FrameParts p(fr);
-    const unsigned b = 0;
-    const uint32_t size = stream_word_v3_size(p.word(b, 1));
-    const size_t at = payload_offset(p, b, 1, 4);
-    p.blocks[b].erase(p.blocks[b].begin() + (long)at, p.blocks[b].begin() + (long)(at + align4(size)));
-    p.blocks[b].insert(p.blocks[b].begin() + (long)at, 4096, 0);
-    p.set_word(b, 1, stream_word_v3(4096, kModeRawElided, 0));
-    add("elided: payload of n bytes", p.bytes(), cap, CB, Stage::kBlockDecode, b);
-    FrameParts q(fr);
-    const uint32_t qs = stream_word_v3_size(q.word(b, 1));
-    const size_t qat = payload_offset(q, b, 1, 4);
-    q.blocks[b].erase(q.blocks[b].begin() + (long)qat, q.blocks[b].begin() + (long)(qat + align4(qs)));
-    q.blocks[b].insert(q.blocks[b].begin() + (long)qat, 4100, 0);
-    q.set_word(b, 1, stream_word_v3(4100, kModeRawElided, 0));
-    add("elided: payload above n bytes", q.bytes(), cap, CB, Stage::kBlockHeader, b);
-  }
+    const uint32_t old = stream_word_v3_size(p.word(0, 1));
+    const size_t at = payload_offset(p, 0, 1, 4);
+    p.blocks[0].erase(p.blocks[0].begin() + (long)at, p.blocks[0].begin() + (long)(at + align4(old)));
+    p.blocks[0].insert(p.blocks[0].begin() + (long)at, size, 0);
+    p.set_word(0, 1, stream_word_v3(size, kModeRawElided, 0));
+    return p.bytes();
+  };
+  add("elided: payload of n bytes", zero_payload(4096), cap, CB, Stage::kBlockDecode, 0);
+  add("elided: payload above n bytes", zero_payload(4100), cap, CB, Stage::kBlockHeader, 0);
 }
 
 }  // namespace tzt
