@@ -72,12 +72,16 @@ TEST(ZeroElision, HelpersFollowTheRule) {
   tz::expand_zeros(s0, kept, 8, back);
   EXPECT_EQ(0, std::memcmp(back, ok, 8));
   const uint8_t* const s[3] = {s0, ok, bad};
-  EXPECT_EQ(tz::block_elided_streams(tz::kFlagZeroElided, 3, s, 8), 2u);  // stream 1 only
-  EXPECT_EQ(tz::block_elided_streams(0, 3, s, 8), 0u);                    // not allowed
-  EXPECT_EQ(tz::block_elided_streams(tz::kFlagZeroElided, 1, s, 8), 0u);  // one stream: nothing to elide
+  uint32_t n_kept = 0;
+  EXPECT_EQ(tz::block_elided_streams(tz::kFlagZeroElided, 3, s, 8, &n_kept), 2u);  // stream 1 only
+  EXPECT_EQ(n_kept, 5u);
+  EXPECT_EQ(tz::block_elided_streams(0, 3, s, 8, &n_kept), 0u);  // not allowed
+  EXPECT_EQ(n_kept, 8u);
+  EXPECT_EQ(tz::block_elided_streams(tz::kFlagZeroElided, 1, s, 8, &n_kept), 0u);  // one stream: nothing to elide
   const uint8_t nz[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   const uint8_t* const t[2] = {nz, ok};
-  EXPECT_EQ(tz::block_elided_streams(tz::kFlagZeroElided, 2, t, 8), 0u);  // no zero
+  EXPECT_EQ(tz::block_elided_streams(tz::kFlagZeroElided, 2, t, 8, &n_kept), 0u);  // no zero
+  EXPECT_EQ(n_kept, 8u);
 }
 
 // FP32 with a fifth of its 256-element rows at +0.0: streams 1-3 elided in

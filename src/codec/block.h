@@ -191,8 +191,8 @@ TZ_HD size_t encode_block_with(uint8_t dtype, const BlockEncTables& t, const uin
   const int r = block_seed_stream_of(t.flags, K, t.kind, n);
   // Zero elision (doc/format.md 5.10): the streams stored without the
   // bytes of the elements whose stream 0 is 0, and how many elements are kept.
-  const uint32_t elidable = block_elided_streams(t.flags, K, sym, n);
-  const uint32_t kept = elidable ? n - elided_count(sym[0], n) : n;
+  uint32_t kept;
+  const uint32_t elidable = block_elided_streams(t.flags, K, sym, n, &kept);
   uint32_t seeded = 0;  // streams coded with seeds of the seed stream so far
   for (int k = 0; k < K; ++k) {
     size_t size = 0;
@@ -364,10 +364,14 @@ TZ_HD int expand_elided(const BlockView& v, int K, uint32_t n, uint8_t* const* o
                         const uint8_t* seed_head) {
   if (!v.elided) return kOk;
   const uint8_t* s0 = streams[0];
+  // Elements kept: in the block, and in the seed stream's head (counted once).
+  const uint32_t head = v.seed_stream >= 0 ? kSeedBytes * v.n_seeded : 0u;
+  const uint32_t kept = n - elided_count(s0, n);
+  const uint32_t kept_head = head - elided_count(s0, head);
   for (int k = 1; k < K; ++k) {
     if (!((v.elided >> k) & 1u)) continue;
-    const uint32_t from = k == v.seed_stream ? kSeedBytes * v.n_seeded : 0u;
-    if (v.size[k] != (n - from) - elided_count(s0 + from, n - from)) return kErrCorruptBlock;
+    const uint32_t from = k == v.seed_stream ? head : 0u;
+    if (v.size[k] != (from ? kept - kept_head : kept)) return kErrCorruptBlock;
     if (from && seed_head) memcpy(out[k], seed_head, from);
     expand_zeros(s0 + from, v.payload[k], n - from, out[k] + from);
     streams[k] = out[k];

@@ -62,13 +62,18 @@ TZ_HD uint32_t elided_streams_of(uint8_t flags, int K, bool any_zero, uint32_t n
     if (!((not_zero >> k) & 1u)) mask |= 1u << k;
   return mask;
 }
-// The same over a block's n elements split into streams s[0..K-1].
-TZ_HD uint32_t block_elided_streams(uint8_t flags, int K, const uint8_t* const* s, uint32_t n) {
+// The same over a block's n elements split into streams s[0..K-1]; *kept:
+// the elements whose stream-0 symbol is not 0 where a stream is elided (n
+// otherwise).
+TZ_HD uint32_t block_elided_streams(uint8_t flags, int K, const uint8_t* const* s, uint32_t n, uint32_t* kept) {
+  *kept = n;
   if (!(flags & kFlagZeroElided) || K < 2 || !has_elided(s[0], n)) return 0;
   uint32_t not_zero = 0;
   for (int k = 1; k < K; ++k)
     if (!stream_elidable(s[0], s[k], n)) not_zero |= 1u << k;
-  return elided_streams_of(flags, K, true, not_zero);
+  const uint32_t mask = elided_streams_of(flags, K, true, not_zero);
+  if (mask) *kept = n - elided_count(s[0], n);
+  return mask;
 }
 
 }  // namespace tz
