@@ -148,12 +148,12 @@ int main(int argc, char** argv) {
     });
     const double db = cost([&] {
       for (int b = 0; b < B; ++b)
-        bad |= k->rans_decode_bf16(payload[b].data(), payload[b].size(), n, dec.data(), RansCtx{},
+        bad |= k->rans_decode_merged(kBF16, payload[b].data(), payload[b].size(), n, dec.data(), RansCtx{},
                                    mant.data() + (size_t)b * n, out.data() + 2 * (size_t)b * n);
     });
     const double d2b = cost([&] {
       for (int b = 0; b < B; b += 2)
-        k->rans_decode2_bf16(stream(b, out.data() + 2 * (size_t)b * n), mant.data() + (size_t)b * n, &sa,
+        k->rans_decode2_merged(kBF16, stream(b, out.data() + 2 * (size_t)b * n), mant.data() + (size_t)b * n, &sa,
                              stream(b + 1, out.data() + 2 * (size_t)(b + 1) * n), mant.data() + (size_t)(b + 1) * n,
                              &sb);
       bad |= sa | sb;
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
     // As dec2_bf16, the second block of each pair with its own table.
     const double d2t = cost([&] {
       for (int b = 0; b < B; b += 2)
-        k->rans_decode2_bf16(stream(b, out.data() + 2 * (size_t)b * n), mant.data() + (size_t)b * n, &sa,
+        k->rans_decode2_merged(kBF16, stream(b, out.data() + 2 * (size_t)b * n), mant.data() + (size_t)b * n, &sa,
                              stream(b + 1, out.data() + 2 * (size_t)(b + 1) * n, dec_copy.data()),
                              mant.data() + (size_t)(b + 1) * n, &sb);
       bad |= sa | sb;

@@ -149,7 +149,7 @@ TEST(SeededLanes, StreamsMatchTheReferenceOnEveryPath) {
         EXPECT_EQ(seeds_back, seed) << tag;
         EXPECT_EQ(kr->rans_decode(out.data(), out.size(), n, dec.data(), ctx, back.data()), tz::kErrCorruptBlock)
             << tag << ": a seeded stream read as unseeded";
-        // The two-stream entry, and the fused BF16 one (exponents + mantissas).
+        // The two-stream entry, and the merged BF16 and FP16 ones.
         Bytes b2(n), sb2(tz::kSeedBytes, 0);
         tz::RansCtx dc2 = ctx;
         dc2.seed_out = sb2.data();
@@ -160,16 +160,21 @@ TEST(SeededLanes, StreamsMatchTheReferenceOnEveryPath) {
         EXPECT_EQ(sb, tz::kOk) << tag;
         EXPECT_EQ(b2, sym) << tag;
         EXPECT_EQ(sb2, seed) << tag;
-        Bytes mant(n), merged(2 * (size_t)n), sb3(tz::kSeedBytes, 0);
+        Bytes mant(n);
         for (auto& m : mant) m = (uint8_t)rng();
-        tz::RansCtx dc3 = ctx;
-        dc3.seed_out = sb3.data();
-        ASSERT_EQ(kr->rans_decode_bf16(out.data(), out.size(), n, dec.data(), dc3, mant.data(), merged.data()),
-                  tz::kOk)
-            << tag;
-        EXPECT_EQ(sb3, seed) << tag;
-        for (uint32_t i = 0; i < n; ++i)
-          ASSERT_EQ(tz::load_le16(&merged[2 * i]), tz::merge_elem_bf16(sym[i], mant[i])) << tag << " i=" << i;
+        for (const uint8_t dt : {tz::kBF16, tz::kF16}) {
+          Bytes merged(2 * (size_t)n), sb3(tz::kSeedBytes, 0);
+          tz::RansCtx dc3 = ctx;
+          dc3.seed_out = sb3.data();
+          ASSERT_EQ(kr->rans_decode_merged(dt, out.data(), out.size(), n, dec.data(), dc3, mant.data(), merged.data()),
+                    tz::kOk)
+              << tag << " " << (dt == tz::kF16 ? "FP16" : "BF16");
+          EXPECT_EQ(sb3, seed) << tag;
+          for (uint32_t i = 0; i < n; ++i)
+            ASSERT_EQ(tz::load_le16(&merged[2 * i]), dt == tz::kF16 ? tz::merge_elem_f16(sym[i], mant[i])
+                                                                    : tz::merge_elem_bf16(sym[i], mant[i]))
+                << tag << " " << (dt == tz::kF16 ? "FP16" : "BF16") << " i=" << i;
+        }
       }
     }
   }

@@ -18,6 +18,8 @@ TZ_HD void split_elem_bf16(uint16_t v, uint8_t& s0, uint8_t& s1) {
 TZ_HD uint16_t merge_elem_bf16(uint8_t s0, uint8_t s1) {
   return (uint16_t)(((uint32_t)(s1 & 0x80u) << 8) | ((uint32_t)s0 << 7) | (s1 & 0x7Fu));
 }
+// FP16: stream 0 is the top byte, stream 1 the low byte.
+TZ_HD uint16_t merge_elem_f16(uint8_t s0, uint8_t s1) { return (uint16_t)(((uint32_t)s0 << 8) | s1); }
 TZ_HD void split_elem_f32(uint32_t v, uint8_t& s0, uint8_t& s1, uint8_t& s2, uint8_t& s3) {
   s0 = (uint8_t)(v >> 23);
   s1 = (uint8_t)(((v >> 24) & 0x80u) | ((v >> 16) & 0x7Fu));

@@ -95,8 +95,8 @@ struct BlockSeeds {
 
 // tz::decode_block through the kernel table: same validation (parse_block),
 // same output and status, coded streams decoded two at a time, and the
-// common BF16 layout (exponents coded, sign|mantissa raw) decoded and merged
-// in one pass.
+// common BF16 / FP16 layout (stream 0 coded, stream 1 raw) decoded and
+// merged in one pass.
 int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTables& t, const uint8_t* blk,
                          size_t sz, uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);
@@ -105,8 +105,8 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   if (pst != kOk) return pst;
   *stored = v.checksum;
   BlockSeeds seeds;
-  if (dtype == kBF16 && v.mode[0] == kModeRans && v.mode[1] == kModeRaw) {
-    const int st = kr.rans_decode_bf16(v.payload[0], v.size[0], v.coded[0], t.dec_of(0, v.set[0]),
+  if (decodes_merged(dtype) && v.mode[0] == kModeRans && v.mode[1] == kModeRaw) {
+    const int st = kr.rans_decode_merged(dtype, v.payload[0], v.size[0], v.coded[0], t.dec_of(0, v.set[0]),
                                        v.seeded_ctx(0, t.ctx[0], seeds.bytes, seeds.tail_of(0)), v.stream_bytes(1),
                                        dst);
     if (st == kOk) {
@@ -206,9 +206,9 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       }
     };
     for (uint32_t i = i0; i < i1;) {
-      // BF16 blocks (exponents coded, sign|mantissa raw) go two at a time
-      // through the interleaved SIMD decoder.
-      if (h.dtype == kBF16 && i + 1 < i1) {
+      // BF16 and FP16 blocks (stream 0 coded, stream 1 raw) go two at a
+      // time through the merged decoder.
+      if (decodes_merged(h.dtype) && i + 1 < i1) {
         BlockView va, vb;
         const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
         const bool ok =
@@ -222,19 +222,19 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
           uint8_t* ob = out_of(i + 1, 1);
           int sta, stb;
           BlockSeeds sa, sb;  // seeded blocks (BlockSeeds)
-          kr.rans_decode2_bf16(RansStream{va.payload[0], va.size[0], va.coded[0], dt.t.dec_of(0, va.set[0]), oa,
+          kr.rans_decode2_merged(h.dtype, RansStream{va.payload[0], va.size[0], va.coded[0], dt.t.dec_of(0, va.set[0]), oa,
                                           va.seeded_ctx(0, dt.t.ctx[0], sa.bytes, sa.tail_of(0))},
                                va.stream_bytes(1), &sta,
                                RansStream{vb.payload[0], vb.size[0], vb.coded[0], dt.t.dec_of(0, vb.set[0]), ob,
                                           vb.seeded_ctx(0, dt.t.ctx[0], sb.bytes, sb.tail_of(0))},
                                vb.stream_bytes(1), &stb);
           if (sta == kOk) {
-            sa.remerge(kBF16, va, oa);
-            sa.merge_tail(kBF16, va, na, oa);
+            sa.remerge(h.dtype, va, oa);
+            sa.merge_tail(h.dtype, va, na, oa);
           }
           if (stb == kOk) {
-            sb.remerge(kBF16, vb, ob);
-            sb.merge_tail(kBF16, vb, nb, ob);
+            sb.remerge(h.dtype, vb, ob);
+            sb.merge_tail(h.dtype, vb, nb, ob);
           }
           if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
             sta = kErrChecksum;

@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <vector>
+
 #include "codec/rans.h"
 #include "cpu/simd_path.h"
 
@@ -49,15 +51,16 @@ struct CodecKernels {
   // As tz::rans_decode_ctx.
   int (*rans_decode)(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
                      uint8_t* out);
-  // BF16 with the exponent stream coded and sign|mantissa raw: decodes the
-  // exponents and merges them with `mant` into n LE16 values in one pass.
-  // Status as tz::rans_decode_ctx of the exponents.
-  int (*rans_decode_bf16)(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
-                          const uint8_t* mant, uint8_t* out);
-  // Two independent streams (or BF16 blocks) in lockstep; each its own status.
+  // A two-stream 16-bit dtype (BF16 or FP16) with stream 0 coded and
+  // stream 1 raw: decodes stream 0 and merges it with stream 1's bytes
+  // `raw1` into n LE16 values in one pass (tz::merge_fields of the two).
+  // Status as tz::rans_decode_ctx of stream 0.
+  int (*rans_decode_merged)(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                            const RansCtx& ctx, const uint8_t* raw1, uint8_t* out);
+  // Two independent streams (or such blocks) in lockstep; each its own status.
   void (*rans_decode2)(const RansStream& a, int* st_a, const RansStream& b, int* st_b);
-  void (*rans_decode2_bf16)(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
-                            const uint8_t* mant_b, int* st_b);
+  void (*rans_decode2_merged)(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a,
+                              const RansStream& b, const uint8_t* raw1_b, int* st_b);
   // Adds the histogram of field stream k of n elements at src to hist[256].
   void (*histogram)(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
   // Extremes of the bytes of field stream k of n elements, range[0..3]: the
@@ -69,7 +72,13 @@ struct CodecKernels {
   void (*merge)(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst);
 };
 
-// The table of path p in this build, or nullptr when the build has none.
+// Whether rans_decode_merged serves dtype (BF16, FP16).
+inline bool decodes_merged(uint8_t dtype) { return dtype == kBF16 || dtype == kF16; }
+
+// Every table of path p in this build (none, one, or for AVX-512 both
+// variants, the one codec_kernels_for picks first): tests compare each.
+std::vector<const CodecKernels*> codec_kernel_variants(SimdPath p);
+// The table of path p in this build for this CPU, or nullptr when the build has none.
 // (Whether the CPU can run it: simd_path_cpu_has.)
 const CodecKernels* codec_kernels_for(SimdPath p);
 // The table of active_simd_path().
@@ -81,9 +90,12 @@ extern const CodecKernels kPortableKernels;
 #if defined(__x86_64__)
 extern const CodecKernels kAvx2Kernels;
 extern const CodecKernels kAvx512Kernels;
+// The AVX-512 table for AMD CPUs: its BF16/FP16 merged decoders are the
+// AVX2 ones (simd_avx512.cpp says why).
+extern const CodecKernels kAvx512AmdKernels;
 // Kernels one table borrows from another (simd_avx2.cpp, its histograms in
 // simd_avx2_counts.cpp; the AVX-512 table encodes, counts histograms and
-// decodes BF16 with them).
+// decodes BF16 and FP16 merged with them).
 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                    uint8_t* out, size_t limit);
 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
@@ -95,10 +107,10 @@ void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64
 // rows' sums).
 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t skip, uint32_t lo, uint32_t* J,
                        uint32_t* hist);
-int decode_bf16_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
-                     const uint8_t* mant, uint8_t* out);
-void decode2_bf16_avx2(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
-                       const uint8_t* mant_b, int* st_b);
+int decode_merged_avx2(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                       const RansCtx& ctx, const uint8_t* raw1, uint8_t* out);
+void decode2_merged_avx2(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a, const RansStream& b,
+                         const uint8_t* raw1_b, int* st_b);
 #endif
 #if defined(__aarch64__)
 extern const CodecKernels kNeonKernels;

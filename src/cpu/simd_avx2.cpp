@@ -117,9 +117,11 @@ TZ_AVX2 inline __m256i pack_step_bytes(__m256i e0, __m256i e1, __m256i e2, __m25
 }
 
 // 16 symbols (two vectors of entries in lane order) as 16-bit values
-// symbol << 7 (a BF16 exponent in place), in order.
-TZ_AVX2 inline __m256i pack_exponents16(__m256i e0, __m256i e1) {
-  return _mm256_permute4x64_epi64(_mm256_packus_epi32(entry_sym<7>(e0), entry_sym<7>(e1)), 0xD8);
+// symbol << Sh, in order (Sh = 7: a BF16 exponent in place; 8: an FP16 top
+// byte in place).
+template <int Sh>
+TZ_AVX2 inline __m256i pack_symbols16(__m256i e0, __m256i e1) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(entry_sym<Sh>(e0), entry_sym<Sh>(e1)), 0xD8);
 }
 
 // Emitters (structs, not lambdas: GCC does not give a lambda its enclosing
@@ -146,13 +148,27 @@ struct EmitBF16 {
         _mm256_and_si256(_mm256_or_si256(mv, _mm256_slli_epi16(mv, 8)), _mm256_set1_epi16((short)0x807F)), e7);
   }
   TZ_AVX2 void step(uint32_t base, __m256i e0, __m256i e1, __m256i e2, __m256i e3) const {
-    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base), merge16(pack_exponents16(e0, e1), mant + base));
+    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base), merge16(pack_symbols16<7>(e0, e1), mant + base));
     _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base + 32),
-                        merge16(pack_exponents16(e2, e3), mant + base + 16));
+                        merge16(pack_symbols16<7>(e2, e3), mant + base + 16));
   }
   void operator()(uint32_t i, uint32_t sym) const {
     store_le16(out + 2 * (size_t)i, merge_elem_bf16((uint8_t)sym, mant[i]));
   }
+};
+
+// FP16 = top byte << 8 | low byte (stream 1, raw).
+struct EmitF16 {
+  uint8_t* out;
+  const uint8_t* low;
+  TZ_AVX2 static __m256i merge16(__m256i hi8, const uint8_t* l) {
+    return _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)l)), hi8);
+  }
+  TZ_AVX2 void step(uint32_t base, __m256i e0, __m256i e1, __m256i e2, __m256i e3) const {
+    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base), merge16(pack_symbols16<8>(e0, e1), low + base));
+    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base + 32), merge16(pack_symbols16<8>(e2, e3), low + base + 16));
+  }
+  void operator()(uint32_t i, uint32_t sym) const { store_le16(out + 2 * (size_t)i, merge_elem_f16((uint8_t)sym, low[i])); }
 };
 
 // Decoder of one stream: four vectors of 8 lane states, the vector step,
@@ -243,20 +259,21 @@ TZ_AVX2 void decode2_avx2(const RansStream& a, int* st_a, const RansStream& b, i
 
 }  // namespace
 
-// The BF16 decoders are not in the anonymous namespace: the AVX-512 table
+// The merged decoders are not in the anonymous namespace: the AVX-512 table
 // uses them too (kernels.h).
-// Merged in the step (EmitBF16): measured faster than decoding the bytes,
-// then merging (1.94 against 2.2 cycles per element on real BF16 weights,
-// before the two-constant step).
-TZ_AVX2 int decode_bf16_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
-                             const uint8_t* mant, uint8_t* out) {
-  return decode_one(in, size, n, dec, ctx, EmitBF16{out, mant});
+// Merged in the step (EmitBF16, EmitF16): measured faster than decoding the
+// bytes, then merging (BF16: 1.94 against 2.2 cycles per element on real
+// BF16 weights, before the two-constant step).
+TZ_AVX2 int decode_merged_avx2(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                               const RansCtx& ctx, const uint8_t* raw1, uint8_t* out) {
+  return dtype == kF16 ? decode_one(in, size, n, dec, ctx, EmitF16{out, raw1})
+                       : decode_one(in, size, n, dec, ctx, EmitBF16{out, raw1});
 }
 
-TZ_AVX2 void decode2_bf16_avx2(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
-                               const uint8_t* mant_b, int* st_b) {
-  *st_a = decode_bf16_avx2(a.in, a.size, a.n, a.dec, a.ctx, mant_a, a.out);
-  *st_b = decode_bf16_avx2(b.in, b.size, b.n, b.dec, b.ctx, mant_b, b.out);
+TZ_AVX2 void decode2_merged_avx2(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a,
+                                 const RansStream& b, const uint8_t* raw1_b, int* st_b) {
+  *st_a = decode_merged_avx2(dtype, a.in, a.size, a.n, a.dec, a.ctx, raw1_a, a.out);
+  *st_b = decode_merged_avx2(dtype, b.in, b.size, b.n, b.dec, b.ctx, raw1_b, b.out);
 }
 
 namespace {
@@ -430,8 +447,8 @@ namespace loops {
 }  // namespace
 
 const CodecKernels kAvx2Kernels = {
-    SimdPath::kAvx2,   encode_avx2,    decode_avx2,   decode_bf16_avx2, decode2_avx2,
-    decode2_bf16_avx2, histogram_avx2, loops::minmax, loops::split,     loops::merge,
+    SimdPath::kAvx2,   encode_avx2,    decode_avx2,   decode_merged_avx2, decode2_avx2,
+    decode2_merged_avx2, histogram_avx2, loops::minmax, loops::split,     loops::merge,
 };
 
 }  // namespace tz::cpu

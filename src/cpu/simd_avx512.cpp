@@ -2,18 +2,26 @@
 // produces exactly the bytes (or the status) of its portable counterpart;
 // tests/test_simd*.cpp compare them.
 //
-// The encoder entry is the AVX2 encoder (every AVX-512 CPU has AVX2): the
-// AVX-512 encoder (2 vectors of 16 lanes, compress and masked stores;
-// removed, see git history) measured slower on AMD EPYC Zen 4, the only
-// AVX-512 CPU at hand: 2.5 against 1.95 cycles per symbol on real BF16
-// exponents, 1.03 against 1.17 GB/s compressing the BF16 fixture. The BF16
-// decoders (exponents decoded and merged with the raw sign|mantissa bytes)
-// are the AVX2 ones as well: 1.55 against 1.62 cycles per element for one
-// block, 1.55 against 1.62 for two blocks of one table and 1.55 against
-// 1.85 for two tables, same CPU and data (tz_kernel_bench, runs
-// alternated). The histogram entry is the AVX2 one too (a window of common values counted in
-// 32-byte vectors: 0.47 against 0.87 cycles per byte with the plain loop
-// compiled for AVX-512, same CPU and data).
+// Two tables. The encoder entry of both is the AVX2 encoder (every AVX-512
+// CPU has AVX2): an AVX-512 encoder (2 vectors of 16 lanes, compress and
+// masked stores; see git history) measured slower on AMD EPYC Zen 4 (2.5
+// against 1.95 cycles per symbol on real BF16 exponents) and no faster on
+// an Intel Xeon (family 6 model 207: MiniLM FP8 E4M3 compress 0.50-0.56
+// against 0.49-0.61 GB/s, FP32 0.98 against 1.07-1.10). The merged
+// decoders (BF16 and FP16 blocks whose stream 0 is coded and stream 1 raw,
+// decoded and merged in one pass) differ:
+// - kAvx512Kernels (every CPU but AMD's): 16-lane merged decoders, two
+//   blocks in lockstep. Intel Xeon model 207, MiniLM, one thread, against
+//   the AVX2 ones: BF16 decompress 2.73-2.97 against 1.86-1.91 GB/s, FP16
+//   2.68-2.77 against 1.94-2.00; one block after the other instead of
+//   lockstep, 2.55-2.68 and 2.42-2.66.
+// - kAvx512AmdKernels (AMD, whose Zen 4 runs a 512-bit vector as two
+//   halves): the AVX2 merged decoders, measured faster there (BF16: 1.55
+//   against 1.62 cycles per element for one block, 1.55 against 1.85 for
+//   two blocks of two tables in lockstep; tz_kernel_bench, runs alternated).
+// The histogram entry is the AVX2 one in both (a window of common values
+// counted in 32-byte vectors: 0.47 against 0.87 cycles per byte with the
+// plain loop compiled for AVX-512, Zen 4).
 #include "codec/fields.h"
 #include "codec/rans.h"
 #include "cpu/kernels.h"
@@ -171,6 +179,28 @@ struct EmitBytes {
 
 
 
+// BF16 = sign << 15 | exponent << 7 | mantissa from the raw byte
+// b = sign << 7 | mantissa ((b | b << 8) & 0x807F, as the AVX2 emitter);
+// FP16 = top byte << 8 | low byte. 16 symbols a half.
+template <bool F16>
+struct EmitMerged16 {
+  uint8_t* out;
+  const uint8_t* raw1;
+  TZ_AVX512 void operator()(uint32_t base, int half, __m512i sym) const {
+    const uint32_t i = base + 16 * half;
+    const __m256i s16 = _mm512_cvtepi32_epi16(sym);
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(raw1 + i)));
+    const __m256i v =
+        F16 ? _mm256_or_si256(_mm256_slli_epi16(s16, 8), b)
+            : _mm256_or_si256(_mm256_slli_epi16(s16, 7),
+                              _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi16(b, 8)), _mm256_set1_epi16((short)0x807F)));
+    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)i), v);
+  }
+  void operator()(uint32_t i, uint32_t sym) const {
+    store_le16(out + 2 * (size_t)i, F16 ? merge_elem_f16((uint8_t)sym, raw1[i]) : merge_elem_bf16((uint8_t)sym, raw1[i]));
+  }
+};
+
 TZ_AVX512 int decode_avx512(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
                             uint8_t* out) {
   return decode_one(in, size, n, dec, EmitBytes{out}, ctx);
@@ -183,6 +213,22 @@ TZ_AVX512 void decode2_avx512(const RansStream& a, int* st_a, const RansStream& 
 }
 
 
+TZ_AVX512 int decode_merged_avx512(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                                   const RansCtx& ctx, const uint8_t* raw1, uint8_t* out) {
+  return dtype == kF16 ? decode_one(in, size, n, dec, EmitMerged16<true>{out, raw1}, ctx)
+                       : decode_one(in, size, n, dec, EmitMerged16<false>{out, raw1}, ctx);
+}
+
+TZ_AVX512 void decode2_merged_avx512(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a,
+                                     const RansStream& b, const uint8_t* raw1_b, int* st_b) {
+  if (dtype == kF16)
+    decode_two(a.in, a.size, a.n, a.dec, EmitMerged16<true>{a.out, raw1_a}, st_a, b.in, b.size, b.n, b.dec,
+               EmitMerged16<true>{b.out, raw1_b}, st_b, a.ctx, b.ctx);
+  else
+    decode_two(a.in, a.size, a.n, a.dec, EmitMerged16<false>{a.out, raw1_a}, st_a, b.in, b.size, b.n, b.dec,
+               EmitMerged16<false>{b.out, raw1_b}, st_b, a.ctx, b.ctx);
+}
+
 // Field loops (split, merge, min/max) compiled for AVX-512.
 namespace loops {
 #define TZ_LOOP_TARGET TZ_AVX512
@@ -193,8 +239,13 @@ namespace loops {
 }  // namespace
 
 const CodecKernels kAvx512Kernels = {
-    SimdPath::kAvx512, encode_avx2,    decode_avx512, decode_bf16_avx2, decode2_avx512,
-    decode2_bf16_avx2, histogram_avx2, loops::minmax, loops::split,     loops::merge,
+    SimdPath::kAvx512, encode_avx2,    decode_avx512, decode_merged_avx512, decode2_avx512,
+    decode2_merged_avx512, histogram_avx2, loops::minmax, loops::split,     loops::merge,
+};
+
+const CodecKernels kAvx512AmdKernels = {
+    SimdPath::kAvx512, encode_avx2,    decode_avx512, decode_merged_avx2, decode2_avx512,
+    decode2_merged_avx2, histogram_avx2, loops::minmax, loops::split,     loops::merge,
 };
 
 }  // namespace tz::cpu

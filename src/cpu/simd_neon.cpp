@@ -136,6 +136,20 @@ struct EmitBF16 {
   }
 };
 
+// FP16 = top byte << 8 | low byte (stream 1, raw).
+struct EmitF16 {
+  uint8_t* out;
+  const uint8_t* low;
+  void step(uint32_t base, const uint32x4_t* s) const {
+    for (int h = 0; h < 4; ++h) {
+      const uint16x8_t hi = narrow16(s[2 * h], s[2 * h + 1]);
+      const uint16x8_t lo = vmovl_u8(vld1_u8(low + base + 8 * h));
+      vst1q_u8(out + 2 * ((size_t)base + 8 * h), vreinterpretq_u8_u16(vorrq_u16(vshlq_n_u16(hi, 8), lo)));
+    }
+  }
+  void operator()(uint32_t i, uint32_t sym) const { store_le16(out + 2 * (size_t)i, merge_elem_f16((uint8_t)sym, low[i])); }
+};
+
 template <class Emit, bool Ctx>
 struct StreamDec {
   uint32x4_t x[kVecs];
@@ -199,9 +213,10 @@ int decode_neon(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
   return decode_one(in, size, n, dec, ctx, EmitBytes{out});
 }
 
-int decode_bf16_neon(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
-                     const uint8_t* mant, uint8_t* out) {
-  return decode_one(in, size, n, dec, ctx, EmitBF16{out, mant});
+int decode_merged_neon(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                       const RansCtx& ctx, const uint8_t* raw1, uint8_t* out) {
+  return dtype == kF16 ? decode_one(in, size, n, dec, ctx, EmitF16{out, raw1})
+                       : decode_one(in, size, n, dec, ctx, EmitBF16{out, raw1});
 }
 
 // Two streams one after the other: with eight 4-lane vectors per step a
@@ -212,10 +227,10 @@ void decode2_neon(const RansStream& a, int* st_a, const RansStream& b, int* st_b
   *st_b = decode_neon(b.in, b.size, b.n, b.dec, b.ctx, b.out);
 }
 
-void decode2_bf16_neon(const RansStream& a, const uint8_t* mant_a, int* st_a, const RansStream& b,
-                       const uint8_t* mant_b, int* st_b) {
-  *st_a = decode_bf16_neon(a.in, a.size, a.n, a.dec, a.ctx, mant_a, a.out);
-  *st_b = decode_bf16_neon(b.in, b.size, b.n, b.dec, b.ctx, mant_b, b.out);
+void decode2_merged_neon(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a, const RansStream& b,
+                         const uint8_t* raw1_b, int* st_b) {
+  *st_a = decode_merged_neon(dtype, a.in, a.size, a.n, a.dec, a.ctx, raw1_a, a.out);
+  *st_b = decode_merged_neon(dtype, b.in, b.size, b.n, b.dec, b.ctx, raw1_b, b.out);
 }
 
 // ------------------------------------------------------------- encoder --
@@ -307,8 +322,8 @@ namespace loops {
 }  // namespace
 
 const CodecKernels kNeonKernels = {
-    SimdPath::kNeon,   encode_neon,      decode_neon,   decode_bf16_neon, decode2_neon,
-    decode2_bf16_neon, loops::histogram, loops::minmax, loops::split,     loops::merge,
+    SimdPath::kNeon,   encode_neon,      decode_neon,   decode_merged_neon, decode2_neon,
+    decode2_merged_neon, loops::histogram, loops::minmax, loops::split,     loops::merge,
 };
 
 }  // namespace tz::cpu

@@ -105,6 +105,15 @@ bool parse_simd_path(const char* name, SimdPath* out) {
 }
 
 bool simd_path_cpu_has(SimdPath p) { return cpu_has(p); }
+
+bool simd_cpu_is_amd() {
+#if defined(__x86_64__)
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd;
+#else
+  return false;
+#endif
+}
 bool simd_path_supported(SimdPath p) { return built_with(p) && cpu_has(p); }
 
 SimdPath best_simd_path() {

@@ -24,6 +24,9 @@ bool parse_simd_path(const char* name, SimdPath* out);
 // frame codec of this build has kernels for it: a component with kernels of
 // its own, or a test calling one kernel directly, checks this).
 bool simd_path_cpu_has(SimdPath p);
+// True on an AMD x86-64 CPU (the AVX-512 kernel table differs there:
+// cpu/kernels.h).
+bool simd_cpu_is_amd();
 // True when the frame codec of this build has kernels for p and this CPU can
 // run them: the paths active_simd_path() may take.
 bool simd_path_supported(SimdPath p);

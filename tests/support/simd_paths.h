@@ -23,18 +23,19 @@ inline void note_skipped_path(const char* test, cpu::SimdPath p, const char* why
   std::printf("[ PATH SKIP ] %s: %s not tested (%s)\n", test, cpu::simd_path_name(p), why);
 }
 
-// Kernel tables of the SIMD paths (portable excluded) to compare.
+// Kernel tables of the SIMD paths (portable excluded) to compare: every
+// variant of a path (AVX-512 has two, cpu/kernels.h), not only this CPU's.
 inline std::vector<const cpu::CodecKernels*> simd_kernels_to_test(const char* test) {
   std::vector<const cpu::CodecKernels*> r;
   for (cpu::SimdPath p : cpu::kAllSimdPaths) {
     if (p == cpu::SimdPath::kPortable) continue;
-    const cpu::CodecKernels* k = cpu::codec_kernels_for(p);
-    if (!k)
+    const std::vector<const cpu::CodecKernels*> ks = cpu::codec_kernel_variants(p);
+    if (ks.empty())
       note_skipped_path(test, p, "no kernels for this architecture");
     else if (!cpu::simd_path_cpu_has(p))
       note_skipped_path(test, p, "this CPU lacks it");
     else
-      r.push_back(k);
+      r.insert(r.end(), ks.begin(), ks.end());
   }
   return r;
 }
@@ -44,7 +45,7 @@ inline std::vector<const cpu::CodecKernels*> simd_kernels_to_test(const char* te
 inline std::vector<cpu::SimdPath> paths_to_test(const char* test) {
   std::vector<cpu::SimdPath> r{cpu::SimdPath::kPortable};
   for (const cpu::CodecKernels* k : simd_kernels_to_test(test))
-    if (cpu::simd_path_supported(k->path)) r.push_back(k->path);
+    if (cpu::simd_path_supported(k->path) && (r.back() != k->path)) r.push_back(k->path);
   return r;
 }
 

@@ -104,13 +104,17 @@ inline Bytes encode_with(const CodecKernels& k, const Bytes& sym, const Tables& 
   return out;
 }
 
-inline Bytes merged_bf16(const Bytes& exps, const Bytes& mant) {
-  Bytes v(2 * exps.size());
-  for (size_t i = 0; i < exps.size(); ++i) tz::store_le16(v.data() + 2 * i, tz::merge_elem_bf16(exps[i], mant[i]));
+// tz::merge_fields of stream 0 (sym0) and stream 1 (raw1) of a BF16 or FP16
+// block, element by element.
+inline Bytes merged16(uint8_t dtype, const Bytes& sym0, const Bytes& raw1) {
+  Bytes v(2 * sym0.size());
+  for (size_t i = 0; i < sym0.size(); ++i)
+    tz::store_le16(v.data() + 2 * i, dtype == tz::kF16 ? tz::merge_elem_f16(sym0[i], raw1[i])
+                                                       : tz::merge_elem_bf16(sym0[i], raw1[i]));
   return v;
 }
 
-// Decodes one payload with every decoding entry of k (single, BF16 fused,
+// Decodes one payload with every decoding entry of k (single, BF16 and FP16 merged,
 // both two-stream forms against a second stream) and checks each against
 // the portable entry: same status, and same bytes when it succeeds.
 inline void expect_decoders_match(const CodecKernels& k, const Bytes& in, uint32_t n, const Tables& t, const tz::RansCtx& ctx,
@@ -127,18 +131,24 @@ inline void expect_decoders_match(const CodecKernels& k, const Bytes& in, uint32
   EXPECT_EQ(d1[n], 0xEE) << tag << ": wrote past the end";
 
   const Bytes mant = tzt::hash_stream(n, n * 7 + 1);
-  Bytes b0(2 * (size_t)n + 2, 0xEE), b1(2 * (size_t)n + 2, 0xEE);
-  const int f0 = kPortableKernels.rans_decode_bf16(in.data(), in.size(), n, t.dec.data(), ctx, mant.data(), b0.data());
-  const int f1 = k.rans_decode_bf16(in.data(), in.size(), n, t.dec.data(), ctx, mant.data(), b1.data());
-  ASSERT_EQ(f0, s0) << tag << " (portable BF16 form)";
-  ASSERT_EQ(f0, f1) << tag << " (BF16 form)";
-  if (f0 == tz::kOk) {
-    ASSERT_EQ(b0, b1) << tag << " (BF16 form)";
-    Bytes want = merged_bf16(Bytes(d0.begin(), d0.begin() + n), mant);
-    want.resize(b0.size(), 0xEE);
-    ASSERT_EQ(b0, want) << tag << " (BF16 form merges)";
+  Bytes b0(2 * (size_t)n + 2, 0xEE);
+  for (const uint8_t dt : {tz::kBF16, tz::kF16}) {
+    const std::string form = std::string(" (") + (dt == tz::kF16 ? "FP16" : "BF16") + " merged form)";
+    Bytes p0(2 * (size_t)n + 2, 0xEE), p1(2 * (size_t)n + 2, 0xEE);
+    const int f0 = kPortableKernels.rans_decode_merged(dt, in.data(), in.size(), n, t.dec.data(), ctx, mant.data(),
+                                                       p0.data());
+    const int f1 = k.rans_decode_merged(dt, in.data(), in.size(), n, t.dec.data(), ctx, mant.data(), p1.data());
+    ASSERT_EQ(f0, s0) << tag << " portable" << form;
+    ASSERT_EQ(f0, f1) << tag << form;
+    if (f0 == tz::kOk) {
+      ASSERT_EQ(p0, p1) << tag << form;
+      Bytes want = merged16(dt, Bytes(d0.begin(), d0.begin() + n), mant);
+      want.resize(p0.size(), 0xEE);
+      ASSERT_EQ(p0, want) << tag << form << " merges";
+    }
+    EXPECT_EQ(p1[2 * (size_t)n], 0xEE) << tag << form << " wrote past the end";
+    if (dt == tz::kBF16) b0 = p0;
   }
-  EXPECT_EQ(b1[2 * (size_t)n], 0xEE) << tag << ": BF16 form wrote past the end";
 
   // Two streams in lockstep, in both orders.
   int so = -1;
@@ -163,21 +173,24 @@ inline void expect_decoders_match(const CodecKernels& k, const Bytes& in, uint32
     }
 
     const Bytes mant_b = tzt::hash_stream(n_other, 99);
-    Bytes fa(2 * (size_t)n, 0), fb(2 * (size_t)n_other, 0);
-    int ta = -1, tb = -1;
-    const tz::cpu::RansStream qa{in.data(), in.size(), n, t.dec.data(), fa.data(), ctx};
-    const tz::cpu::RansStream qb{other.data(), other.size(), n_other, t_other.dec.data(), fb.data(), ctx_other};
-    if (order == 0)
-      k.rans_decode2_bf16(qa, mant.data(), &ta, qb, mant_b.data(), &tb);
-    else
-      k.rans_decode2_bf16(qb, mant_b.data(), &tb, qa, mant.data(), &ta);
-    ASSERT_EQ(ta, s0) << tag << " (BF16 pair)";
-    ASSERT_EQ(tb, so) << tag << " (BF16 pair partner)";
-    if (ta == tz::kOk) {
-      ASSERT_TRUE(std::equal(fa.begin(), fa.end(), b0.begin())) << tag << " (BF16 pair)";
-    }
-    if (tb == tz::kOk) {
-      ASSERT_EQ(fb, merged_bf16(Bytes(o0.begin(), o0.begin() + n_other), mant_b)) << tag;
+    for (const uint8_t dt : {tz::kBF16, tz::kF16}) {
+      const std::string form = std::string(" (") + (dt == tz::kF16 ? "FP16" : "BF16") + " merged pair)";
+      Bytes fa(2 * (size_t)n, 0), fb(2 * (size_t)n_other, 0);
+      int ta = -1, tb = -1;
+      const tz::cpu::RansStream qa{in.data(), in.size(), n, t.dec.data(), fa.data(), ctx};
+      const tz::cpu::RansStream qb{other.data(), other.size(), n_other, t_other.dec.data(), fb.data(), ctx_other};
+      if (order == 0)
+        k.rans_decode2_merged(dt, qa, mant.data(), &ta, qb, mant_b.data(), &tb);
+      else
+        k.rans_decode2_merged(dt, qb, mant_b.data(), &tb, qa, mant.data(), &ta);
+      ASSERT_EQ(ta, s0) << tag << form;
+      ASSERT_EQ(tb, so) << tag << form << " partner";
+      if (ta == tz::kOk) {
+        ASSERT_EQ(fa, merged16(dt, Bytes(d0.begin(), d0.begin() + n), mant)) << tag << form;
+      }
+      if (tb == tz::kOk) {
+        ASSERT_EQ(fb, merged16(dt, Bytes(o0.begin(), o0.begin() + n_other), mant_b)) << tag << form << " partner";
+      }
     }
   }
 }
