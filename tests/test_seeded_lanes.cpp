@@ -149,7 +149,7 @@ TEST(SeededLanes, StreamsMatchTheReferenceOnEveryPath) {
         EXPECT_EQ(seeds_back, seed) << tag;
         EXPECT_EQ(kr->rans_decode(out.data(), out.size(), n, dec.data(), ctx, back.data()), tz::kErrCorruptBlock)
             << tag << ": a seeded stream read as unseeded";
-        // The two-stream entry, and the merged BF16 and FP16 ones.
+        // The two-stream entry, and the merged BF16, FP16 and FP32 ones.
         Bytes b2(n), sb2(tz::kSeedBytes, 0);
         tz::RansCtx dc2 = ctx;
         dc2.seed_out = sb2.data();
@@ -160,20 +160,21 @@ TEST(SeededLanes, StreamsMatchTheReferenceOnEveryPath) {
         EXPECT_EQ(sb, tz::kOk) << tag;
         EXPECT_EQ(b2, sym) << tag;
         EXPECT_EQ(sb2, seed) << tag;
-        Bytes mant(n);
-        for (auto& m : mant) m = (uint8_t)rng();
-        for (const uint8_t dt : {tz::kBF16, tz::kF16}) {
-          Bytes merged(2 * (size_t)n), sb3(tz::kSeedBytes, 0);
+        std::vector<Bytes> raw(3, Bytes(n));
+        for (auto& r : raw)
+          for (auto& m : r) m = (uint8_t)rng();
+        const uint8_t* rp[3] = {raw[0].data(), raw[1].data(), raw[2].data()};
+        for (const uint8_t dt : {tz::kBF16, tz::kF16, tz::kF32}) {
+          const uint32_t es = tz::dtype_elem_size(dt);
+          Bytes merged((size_t)es * n), want((size_t)es * n), sb3(tz::kSeedBytes, 0);
+          const uint8_t* st[4] = {sym.data(), rp[0], rp[1], rp[2]};
+          tz::merge_fields(dt, st, n, want.data());
           tz::RansCtx dc3 = ctx;
           dc3.seed_out = sb3.data();
-          ASSERT_EQ(kr->rans_decode_merged(dt, out.data(), out.size(), n, dec.data(), dc3, mant.data(), merged.data()),
-                    tz::kOk)
-              << tag << " " << (dt == tz::kF16 ? "FP16" : "BF16");
+          ASSERT_EQ(kr->rans_decode_merged(dt, out.data(), out.size(), n, dec.data(), dc3, rp, merged.data()), tz::kOk)
+              << tag << " dtype " << (int)dt;
           EXPECT_EQ(sb3, seed) << tag;
-          for (uint32_t i = 0; i < n; ++i)
-            ASSERT_EQ(tz::load_le16(&merged[2 * i]), dt == tz::kF16 ? tz::merge_elem_f16(sym[i], mant[i])
-                                                                    : tz::merge_elem_bf16(sym[i], mant[i]))
-                << tag << " " << (dt == tz::kF16 ? "FP16" : "BF16") << " i=" << i;
+          EXPECT_EQ(merged, want) << tag << " dtype " << (int)dt;
         }
       }
     }

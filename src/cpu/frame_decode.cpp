@@ -93,6 +93,18 @@ struct BlockSeeds {
   }
 };
 
+// The layout the merged decoders take (CodecKernels::rans_decode_merged):
+// stream 0 coded, every other stream raw (not elided); `raw` gets the raw
+// streams' bytes.
+bool merged_layout(const BlockView& v, int K, const uint8_t** raw) {
+  if (v.mode[0] != kModeRans) return false;
+  for (int k = 1; k < K; ++k) {
+    if (v.mode[k] != kModeRaw) return false;
+    raw[k - 1] = v.stream_bytes(k);
+  }
+  return true;
+}
+
 // tz::decode_block through the kernel table: same validation (parse_block),
 // same output and status, coded streams decoded two at a time, and the
 // common BF16 / FP16 layout (stream 0 coded, stream 1 raw) decoded and
@@ -105,10 +117,10 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   if (pst != kOk) return pst;
   *stored = v.checksum;
   BlockSeeds seeds;
-  if (decodes_merged(dtype) && v.mode[0] == kModeRans && v.mode[1] == kModeRaw) {
+  const uint8_t* raw[kMaxStreams - 1];
+  if (decodes_merged(dtype) && merged_layout(v, K, raw)) {
     const int st = kr.rans_decode_merged(dtype, v.payload[0], v.size[0], v.coded[0], t.dec_of(0, v.set[0]),
-                                       v.seeded_ctx(0, t.ctx[0], seeds.bytes, seeds.tail_of(0)), v.stream_bytes(1),
-                                       dst);
+                                         v.seeded_ctx(0, t.ctx[0], seeds.bytes, seeds.tail_of(0)), raw, dst);
     if (st == kOk) {
       seeds.remerge(dtype, v, dst);
       seeds.merge_tail(dtype, v, n, dst);
@@ -206,17 +218,19 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       }
     };
     for (uint32_t i = i0; i < i1;) {
-      // BF16 and FP16 blocks (stream 0 coded, stream 1 raw) go two at a
-      // time through the merged decoder.
+      // BF16, FP16 and FP32 blocks of the merged layout (stream 0 coded,
+      // the others raw) go two at a time through the merged decoder.
       if (decodes_merged(h.dtype) && i + 1 < i1) {
         BlockView va, vb;
+        const uint8_t* raw_a[kMaxStreams - 1];
+        const uint8_t* raw_b[kMaxStreams - 1];
         const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
         const bool ok =
             parse_block(K, dt.t.kind, dt.t.sets(), dt.t.flags, blocks + off[i], (size_t)(off[i + 1] - off[i]), na,
                         &va) == kOk &&
             parse_block(K, dt.t.kind, dt.t.sets(), dt.t.flags, blocks + off[i + 1],
                         (size_t)(off[i + 2] - off[i + 1]), nb, &vb) == kOk &&
-            va.mode[0] == kModeRans && va.mode[1] == kModeRaw && vb.mode[0] == kModeRans && vb.mode[1] == kModeRaw;
+            merged_layout(va, K, raw_a) && merged_layout(vb, K, raw_b);
         if (ok) {
           uint8_t* oa = out_of(i, 0);
           uint8_t* ob = out_of(i + 1, 1);
@@ -224,10 +238,10 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
           BlockSeeds sa, sb;  // seeded blocks (BlockSeeds)
           kr.rans_decode2_merged(h.dtype, RansStream{va.payload[0], va.size[0], va.coded[0], dt.t.dec_of(0, va.set[0]), oa,
                                           va.seeded_ctx(0, dt.t.ctx[0], sa.bytes, sa.tail_of(0))},
-                               va.stream_bytes(1), &sta,
+                               raw_a, &sta,
                                RansStream{vb.payload[0], vb.size[0], vb.coded[0], dt.t.dec_of(0, vb.set[0]), ob,
                                           vb.seeded_ctx(0, dt.t.ctx[0], sb.bytes, sb.tail_of(0))},
-                               vb.stream_bytes(1), &stb);
+                               raw_b, &stb);
           if (sta == kOk) {
             sa.remerge(h.dtype, va, oa);
             sa.merge_tail(h.dtype, va, na, oa);

@@ -41,15 +41,18 @@ namespace loops {
 #undef TZ_LOOP_TARGET
 }  // namespace loops
 
-// BF16 and FP16: stream 0 decodes into the upper half of out, then merges
-// with stream 1's bytes from the front, a chunk at a time through a local
-// copy (a chunk's writes end at or below the unread symbols of the next).
+// BF16, FP16 and FP32: stream 0 decodes into the top n bytes of out, then
+// merges with the raw streams from the front, a chunk at a time through a
+// local copy (a chunk of elements i .. i+m-1 writes below es (i + m), at or
+// below the unread symbols of the next, from (es - 1) n + i + m).
 // Measured faster than merging symbol by symbol in the scalar decoder (5.1
 // against 5.7 cycles per element on real BF16 weights, AMD EPYC Zen 4, 64
 // distinct blocks, CPU time): the merge loop vectorises.
 int decode_merged_portable(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
-                           const RansCtx& ctx, const uint8_t* raw1, uint8_t* out) {
-  uint8_t* const sym0 = out + n;
+                           const RansCtx& ctx, const uint8_t* const* raw, uint8_t* out) {
+  const uint32_t es = dtype_elem_size(dtype);
+  const int K = dtype_stream_count(dtype);
+  uint8_t* const sym0 = out + (size_t)(es - 1) * n;
   const int st = rans_decode_portable(in, size, n, dec, ctx, sym0);
   if (st != kOk) return st;
   constexpr uint32_t kChunk = 2048;
@@ -57,8 +60,9 @@ int decode_merged_portable(uint8_t dtype, const uint8_t* in, size_t size, uint32
   for (uint32_t i = 0; i < n; i += kChunk) {
     const uint32_t m = n - i < kChunk ? n - i : kChunk;
     memcpy(e, sym0 + i, m);
-    const uint8_t* streams[2] = {e, raw1 + i};
-    loops::merge(dtype, streams, m, out + 2 * (size_t)i);
+    const uint8_t* streams[kMaxStreams] = {e};
+    for (int k = 1; k < K; ++k) streams[k] = raw[k - 1] + i;
+    loops::merge(dtype, streams, m, out + (size_t)es * i);
   }
   return kOk;
 }
@@ -68,10 +72,10 @@ void decode2_portable(const RansStream& a, int* st_a, const RansStream& b, int* 
   *st_b = rans_decode_portable(b.in, b.size, b.n, b.dec, b.ctx, b.out);
 }
 
-void decode2_merged_portable(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a,
-                             const RansStream& b, const uint8_t* raw1_b, int* st_b) {
-  *st_a = decode_merged_portable(dtype, a.in, a.size, a.n, a.dec, a.ctx, raw1_a, a.out);
-  *st_b = decode_merged_portable(dtype, b.in, b.size, b.n, b.dec, b.ctx, raw1_b, b.out);
+void decode2_merged_portable(uint8_t dtype, const RansStream& a, const uint8_t* const* raw_a, int* st_a,
+                             const RansStream& b, const uint8_t* const* raw_b, int* st_b) {
+  *st_a = decode_merged_portable(dtype, a.in, a.size, a.n, a.dec, a.ctx, raw_a, a.out);
+  *st_b = decode_merged_portable(dtype, b.in, b.size, b.n, b.dec, b.ctx, raw_b, b.out);
 }
 
 }  // namespace

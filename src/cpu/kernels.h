@@ -51,16 +51,16 @@ struct CodecKernels {
   // As tz::rans_decode_ctx.
   int (*rans_decode)(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
                      uint8_t* out);
-  // A two-stream 16-bit dtype (BF16 or FP16) with stream 0 coded and
-  // stream 1 raw: decodes stream 0 and merges it with stream 1's bytes
-  // `raw1` into n LE16 values in one pass (tz::merge_fields of the two).
-  // Status as tz::rans_decode_ctx of stream 0.
+  // A block of BF16, FP16 or FP32 (decodes_merged) whose stream 0 is coded
+  // and every other stream raw: decodes stream 0 and merges it with the
+  // bytes of streams 1 .. K-1 (raw[0 .. K-2]) into n elements in one pass
+  // (tz::merge_fields of them all). Status as tz::rans_decode_ctx of stream 0.
   int (*rans_decode_merged)(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
-                            const RansCtx& ctx, const uint8_t* raw1, uint8_t* out);
+                            const RansCtx& ctx, const uint8_t* const* raw, uint8_t* out);
   // Two independent streams (or such blocks) in lockstep; each its own status.
   void (*rans_decode2)(const RansStream& a, int* st_a, const RansStream& b, int* st_b);
-  void (*rans_decode2_merged)(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a,
-                              const RansStream& b, const uint8_t* raw1_b, int* st_b);
+  void (*rans_decode2_merged)(uint8_t dtype, const RansStream& a, const uint8_t* const* raw_a, int* st_a,
+                              const RansStream& b, const uint8_t* const* raw_b, int* st_b);
   // Adds the histogram of field stream k of n elements at src to hist[256].
   void (*histogram)(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
   // Extremes of the bytes of field stream k of n elements, range[0..3]: the
@@ -72,8 +72,8 @@ struct CodecKernels {
   void (*merge)(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst);
 };
 
-// Whether rans_decode_merged serves dtype (BF16, FP16).
-inline bool decodes_merged(uint8_t dtype) { return dtype == kBF16 || dtype == kF16; }
+// Whether rans_decode_merged serves dtype (BF16, FP16, FP32).
+inline bool decodes_merged(uint8_t dtype) { return dtype == kBF16 || dtype == kF16 || dtype == kF32; }
 
 // Every table of path p in this build (none, one, or for AVX-512 both
 // variants, the one codec_kernels_for picks first): tests compare each.
@@ -108,9 +108,9 @@ void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64
 void joint_counts_avx2(uint8_t dtype, const uint8_t* src, uint32_t n, uint32_t skip, uint32_t lo, uint32_t* J,
                        uint32_t* hist);
 int decode_merged_avx2(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
-                       const RansCtx& ctx, const uint8_t* raw1, uint8_t* out);
-void decode2_merged_avx2(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a, const RansStream& b,
-                         const uint8_t* raw1_b, int* st_b);
+                       const RansCtx& ctx, const uint8_t* const* raw, uint8_t* out);
+void decode2_merged_avx2(uint8_t dtype, const RansStream& a, const uint8_t* const* raw_a, int* st_a,
+                         const RansStream& b, const uint8_t* const* raw_b, int* st_b);
 #endif
 #if defined(__aarch64__)
 extern const CodecKernels kNeonKernels;

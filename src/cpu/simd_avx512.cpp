@@ -181,23 +181,38 @@ struct EmitBytes {
 
 // BF16 = sign << 15 | exponent << 7 | mantissa from the raw byte
 // b = sign << 7 | mantissa ((b | b << 8) & 0x807F, as the AVX2 emitter);
-// FP16 = top byte << 8 | low byte. 16 symbols a half.
-template <bool F16>
-struct EmitMerged16 {
+// FP16 = top byte << 8 | low byte; FP32 = that BF16 value << 16 | s2 << 8 |
+// s3. 16 symbols a half.
+template <uint8_t Dtype>
+struct EmitMerged {
   uint8_t* out;
-  const uint8_t* raw1;
+  const uint8_t* const* raw;
+  TZ_AVX512 static __m256i bf16_of(__m256i s16, __m256i b) {
+    return _mm256_or_si256(_mm256_slli_epi16(s16, 7),
+                           _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi16(b, 8)), _mm256_set1_epi16((short)0x807F)));
+  }
   TZ_AVX512 void operator()(uint32_t base, int half, __m512i sym) const {
-    const uint32_t i = base + 16 * half;
+    const size_t i = (size_t)base + 16 * half;
     const __m256i s16 = _mm512_cvtepi32_epi16(sym);
-    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(raw1 + i)));
-    const __m256i v =
-        F16 ? _mm256_or_si256(_mm256_slli_epi16(s16, 8), b)
-            : _mm256_or_si256(_mm256_slli_epi16(s16, 7),
-                              _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi16(b, 8)), _mm256_set1_epi16((short)0x807F)));
-    _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)i), v);
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(raw[0] + i)));
+    if (Dtype == kF16) {
+      _mm256_storeu_si256((__m256i*)(out + 2 * i), _mm256_or_si256(_mm256_slli_epi16(s16, 8), b));
+    } else if (Dtype == kBF16) {
+      _mm256_storeu_si256((__m256i*)(out + 2 * i), bf16_of(s16, b));
+    } else {
+      const __m128i s2 = _mm_loadu_si128((const __m128i*)(raw[1] + i));
+      const __m128i s3 = _mm_loadu_si128((const __m128i*)(raw[2] + i));
+      const __m512i low = _mm512_cvtepu16_epi32(_mm256_set_m128i(_mm_unpackhi_epi8(s3, s2), _mm_unpacklo_epi8(s3, s2)));
+      const __m512i top = _mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16_of(s16, b)), 16);
+      _mm512_storeu_si512(out + 4 * i, _mm512_or_si512(top, low));
+    }
   }
   void operator()(uint32_t i, uint32_t sym) const {
-    store_le16(out + 2 * (size_t)i, F16 ? merge_elem_f16((uint8_t)sym, raw1[i]) : merge_elem_bf16((uint8_t)sym, raw1[i]));
+    const uint8_t s = (uint8_t)sym;
+    if (Dtype == kF32)
+      store_le32(out + 4 * (size_t)i, merge_elem_f32(s, raw[0][i], raw[1][i], raw[2][i]));
+    else
+      store_le16(out + 2 * (size_t)i, Dtype == kF16 ? merge_elem_f16(s, raw[0][i]) : merge_elem_bf16(s, raw[0][i]));
   }
 };
 
@@ -214,19 +229,28 @@ TZ_AVX512 void decode2_avx512(const RansStream& a, int* st_a, const RansStream& 
 
 
 TZ_AVX512 int decode_merged_avx512(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
-                                   const RansCtx& ctx, const uint8_t* raw1, uint8_t* out) {
-  return dtype == kF16 ? decode_one(in, size, n, dec, EmitMerged16<true>{out, raw1}, ctx)
-                       : decode_one(in, size, n, dec, EmitMerged16<false>{out, raw1}, ctx);
+                                   const RansCtx& ctx, const uint8_t* const* raw, uint8_t* out) {
+  switch (dtype) {
+    case kF16: return decode_one(in, size, n, dec, EmitMerged<kF16>{out, raw}, ctx);
+    case kF32: return decode_one(in, size, n, dec, EmitMerged<kF32>{out, raw}, ctx);
+    default: return decode_one(in, size, n, dec, EmitMerged<kBF16>{out, raw}, ctx);
+  }
 }
 
-TZ_AVX512 void decode2_merged_avx512(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a,
-                                     const RansStream& b, const uint8_t* raw1_b, int* st_b) {
-  if (dtype == kF16)
-    decode_two(a.in, a.size, a.n, a.dec, EmitMerged16<true>{a.out, raw1_a}, st_a, b.in, b.size, b.n, b.dec,
-               EmitMerged16<true>{b.out, raw1_b}, st_b, a.ctx, b.ctx);
-  else
-    decode_two(a.in, a.size, a.n, a.dec, EmitMerged16<false>{a.out, raw1_a}, st_a, b.in, b.size, b.n, b.dec,
-               EmitMerged16<false>{b.out, raw1_b}, st_b, a.ctx, b.ctx);
+template <uint8_t Dtype>
+TZ_AVX512 void decode2_merged_t(const RansStream& a, const uint8_t* const* raw_a, int* st_a, const RansStream& b,
+                                const uint8_t* const* raw_b, int* st_b) {
+  decode_two(a.in, a.size, a.n, a.dec, EmitMerged<Dtype>{a.out, raw_a}, st_a, b.in, b.size, b.n, b.dec,
+             EmitMerged<Dtype>{b.out, raw_b}, st_b, a.ctx, b.ctx);
+}
+
+TZ_AVX512 void decode2_merged_avx512(uint8_t dtype, const RansStream& a, const uint8_t* const* raw_a, int* st_a,
+                                     const RansStream& b, const uint8_t* const* raw_b, int* st_b) {
+  switch (dtype) {
+    case kF16: return decode2_merged_t<kF16>(a, raw_a, st_a, b, raw_b, st_b);
+    case kF32: return decode2_merged_t<kF32>(a, raw_a, st_a, b, raw_b, st_b);
+    default: return decode2_merged_t<kBF16>(a, raw_a, st_a, b, raw_b, st_b);
+  }
 }
 
 // Field loops (split, merge, min/max) compiled for AVX-512.

@@ -150,6 +150,29 @@ struct EmitF16 {
   void operator()(uint32_t i, uint32_t sym) const { store_le16(out + 2 * (size_t)i, merge_elem_f16((uint8_t)sym, low[i])); }
 };
 
+// FP32 = the BF16 merge of (exponent, s1) << 16 | s2 << 8 | s3.
+struct EmitF32 {
+  uint8_t* out;
+  const uint8_t* s1;
+  const uint8_t* s2;
+  const uint8_t* s3;
+  void step(uint32_t base, const uint32x4_t* s) const {
+    for (int h = 0; h < 4; ++h) {
+      const size_t i = (size_t)base + 8 * h;
+      const uint16x8_t e = narrow16(s[2 * h], s[2 * h + 1]);
+      const uint16x8_t m = vmovl_u8(vld1_u8(s1 + i));
+      const uint16x8_t top = vorrq_u16(vorrq_u16(vshlq_n_u16(vandq_u16(m, vdupq_n_u16(0x80)), 8), vshlq_n_u16(e, 7)),
+                                       vandq_u16(m, vdupq_n_u16(0x7F)));
+      const uint16x8_t low = vorrq_u16(vmovl_u8(vld1_u8(s3 + i)), vshlq_n_u16(vmovl_u8(vld1_u8(s2 + i)), 8));
+      vst1q_u8(out + 4 * i, vreinterpretq_u8_u16(vzip1q_u16(low, top)));
+      vst1q_u8(out + 4 * i + 16, vreinterpretq_u8_u16(vzip2q_u16(low, top)));
+    }
+  }
+  void operator()(uint32_t i, uint32_t sym) const {
+    store_le32(out + 4 * (size_t)i, merge_elem_f32((uint8_t)sym, s1[i], s2[i], s3[i]));
+  }
+};
+
 template <class Emit, bool Ctx>
 struct StreamDec {
   uint32x4_t x[kVecs];
@@ -214,9 +237,12 @@ int decode_neon(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
 }
 
 int decode_merged_neon(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
-                       const RansCtx& ctx, const uint8_t* raw1, uint8_t* out) {
-  return dtype == kF16 ? decode_one(in, size, n, dec, ctx, EmitF16{out, raw1})
-                       : decode_one(in, size, n, dec, ctx, EmitBF16{out, raw1});
+                       const RansCtx& ctx, const uint8_t* const* raw, uint8_t* out) {
+  switch (dtype) {
+    case kF16: return decode_one(in, size, n, dec, ctx, EmitF16{out, raw[0]});
+    case kF32: return decode_one(in, size, n, dec, ctx, EmitF32{out, raw[0], raw[1], raw[2]});
+    default: return decode_one(in, size, n, dec, ctx, EmitBF16{out, raw[0]});
+  }
 }
 
 // Two streams one after the other: with eight 4-lane vectors per step a
@@ -227,10 +253,10 @@ void decode2_neon(const RansStream& a, int* st_a, const RansStream& b, int* st_b
   *st_b = decode_neon(b.in, b.size, b.n, b.dec, b.ctx, b.out);
 }
 
-void decode2_merged_neon(uint8_t dtype, const RansStream& a, const uint8_t* raw1_a, int* st_a, const RansStream& b,
-                         const uint8_t* raw1_b, int* st_b) {
-  *st_a = decode_merged_neon(dtype, a.in, a.size, a.n, a.dec, a.ctx, raw1_a, a.out);
-  *st_b = decode_merged_neon(dtype, b.in, b.size, b.n, b.dec, b.ctx, raw1_b, b.out);
+void decode2_merged_neon(uint8_t dtype, const RansStream& a, const uint8_t* const* raw_a, int* st_a,
+                         const RansStream& b, const uint8_t* const* raw_b, int* st_b) {
+  *st_a = decode_merged_neon(dtype, a.in, a.size, a.n, a.dec, a.ctx, raw_a, a.out);
+  *st_b = decode_merged_neon(dtype, b.in, b.size, b.n, b.dec, b.ctx, raw_b, b.out);
 }
 
 // ------------------------------------------------------------- encoder --

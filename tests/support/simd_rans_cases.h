@@ -104,17 +104,30 @@ inline Bytes encode_with(const CodecKernels& k, const Bytes& sym, const Tables& 
   return out;
 }
 
-// tz::merge_fields of stream 0 (sym0) and stream 1 (raw1) of a BF16 or FP16
-// block, element by element.
-inline Bytes merged16(uint8_t dtype, const Bytes& sym0, const Bytes& raw1) {
-  Bytes v(2 * sym0.size());
-  for (size_t i = 0; i < sym0.size(); ++i)
-    tz::store_le16(v.data() + 2 * i, dtype == tz::kF16 ? tz::merge_elem_f16(sym0[i], raw1[i])
-                                                       : tz::merge_elem_bf16(sym0[i], raw1[i]));
+// tz::merge_fields of stream 0 (sym0) and the raw streams 1 .. K-1 of a
+// BF16, FP16 or FP32 block.
+inline Bytes merged_elems(uint8_t dtype, const Bytes& sym0, const std::vector<Bytes>& raw) {
+  const int K = tz::dtype_stream_count(dtype);
+  const size_t n = sym0.size();
+  Bytes v((size_t)tz::dtype_elem_size(dtype) * n);
+  const uint8_t* st[4] = {sym0.data()};
+  for (int k = 1; k < K; ++k) st[k] = raw[k - 1].data();
+  tz::merge_fields(dtype, st, (uint32_t)n, v.data());
   return v;
 }
+inline const char* merged_name(uint8_t dt) { return dt == tz::kF16 ? "FP16" : dt == tz::kF32 ? "FP32" : "BF16"; }
+inline constexpr uint8_t kMergedDtypes[] = {tz::kBF16, tz::kF16, tz::kF32};
+// Raw streams 1 .. 3 of n elements (hash bytes), and their pointers.
+struct RawStreams {
+  std::vector<Bytes> b;
+  const uint8_t* p[3];
+  RawStreams(uint32_t n, uint32_t seed) {
+    for (int k = 0; k < 3; ++k) b.push_back(tzt::hash_stream(n, seed + 101 * k));
+    for (int k = 0; k < 3; ++k) p[k] = b[k].data();
+  }
+};
 
-// Decodes one payload with every decoding entry of k (single, BF16 and FP16 merged,
+// Decodes one payload with every decoding entry of k (single, BF16/FP16/FP32 merged,
 // both two-stream forms against a second stream) and checks each against
 // the portable entry: same status, and same bytes when it succeeds.
 inline void expect_decoders_match(const CodecKernels& k, const Bytes& in, uint32_t n, const Tables& t, const tz::RansCtx& ctx,
@@ -130,24 +143,25 @@ inline void expect_decoders_match(const CodecKernels& k, const Bytes& in, uint32
   }
   EXPECT_EQ(d1[n], 0xEE) << tag << ": wrote past the end";
 
-  const Bytes mant = tzt::hash_stream(n, n * 7 + 1);
-  Bytes b0(2 * (size_t)n + 2, 0xEE);
-  for (const uint8_t dt : {tz::kBF16, tz::kF16}) {
-    const std::string form = std::string(" (") + (dt == tz::kF16 ? "FP16" : "BF16") + " merged form)";
-    Bytes p0(2 * (size_t)n + 2, 0xEE), p1(2 * (size_t)n + 2, 0xEE);
-    const int f0 = kPortableKernels.rans_decode_merged(dt, in.data(), in.size(), n, t.dec.data(), ctx, mant.data(),
-                                                       p0.data());
-    const int f1 = k.rans_decode_merged(dt, in.data(), in.size(), n, t.dec.data(), ctx, mant.data(), p1.data());
+  const RawStreams raw(n, n * 7 + 1);
+  std::vector<Bytes> want_merged(3);  // per kMergedDtypes entry, for the pair checks
+  for (size_t di = 0; di < 3; ++di) {
+    const uint8_t dt = kMergedDtypes[di];
+    const size_t es = tz::dtype_elem_size(dt);
+    const std::string form = std::string(" (") + merged_name(dt) + " merged form)";
+    Bytes p0(es * n + 4, 0xEE), p1(es * n + 4, 0xEE);
+    const int f0 = kPortableKernels.rans_decode_merged(dt, in.data(), in.size(), n, t.dec.data(), ctx, raw.p, p0.data());
+    const int f1 = k.rans_decode_merged(dt, in.data(), in.size(), n, t.dec.data(), ctx, raw.p, p1.data());
     ASSERT_EQ(f0, s0) << tag << " portable" << form;
     ASSERT_EQ(f0, f1) << tag << form;
     if (f0 == tz::kOk) {
       ASSERT_EQ(p0, p1) << tag << form;
-      Bytes want = merged16(dt, Bytes(d0.begin(), d0.begin() + n), mant);
+      want_merged[di] = merged_elems(dt, Bytes(d0.begin(), d0.begin() + n), raw.b);
+      Bytes want = want_merged[di];
       want.resize(p0.size(), 0xEE);
       ASSERT_EQ(p0, want) << tag << form << " merges";
     }
-    EXPECT_EQ(p1[2 * (size_t)n], 0xEE) << tag << form << " wrote past the end";
-    if (dt == tz::kBF16) b0 = p0;
+    EXPECT_EQ(p1[es * n], 0xEE) << tag << form << " wrote past the end";
   }
 
   // Two streams in lockstep, in both orders.
@@ -172,24 +186,26 @@ inline void expect_decoders_match(const CodecKernels& k, const Bytes& in, uint32
       ASSERT_TRUE(std::equal(b.begin(), b.begin() + n_other, o0.begin())) << tag << " (pair)";
     }
 
-    const Bytes mant_b = tzt::hash_stream(n_other, 99);
-    for (const uint8_t dt : {tz::kBF16, tz::kF16}) {
-      const std::string form = std::string(" (") + (dt == tz::kF16 ? "FP16" : "BF16") + " merged pair)";
-      Bytes fa(2 * (size_t)n, 0), fb(2 * (size_t)n_other, 0);
+    const RawStreams raw_b(n_other, 99);
+    for (size_t di = 0; di < 3; ++di) {
+      const uint8_t dt = kMergedDtypes[di];
+      const size_t es = tz::dtype_elem_size(dt);
+      const std::string form = std::string(" (") + merged_name(dt) + " merged pair)";
+      Bytes fa(es * n, 0), fb(es * n_other, 0);
       int ta = -1, tb = -1;
       const tz::cpu::RansStream qa{in.data(), in.size(), n, t.dec.data(), fa.data(), ctx};
       const tz::cpu::RansStream qb{other.data(), other.size(), n_other, t_other.dec.data(), fb.data(), ctx_other};
       if (order == 0)
-        k.rans_decode2_merged(dt, qa, mant.data(), &ta, qb, mant_b.data(), &tb);
+        k.rans_decode2_merged(dt, qa, raw.p, &ta, qb, raw_b.p, &tb);
       else
-        k.rans_decode2_merged(dt, qb, mant_b.data(), &tb, qa, mant.data(), &ta);
+        k.rans_decode2_merged(dt, qb, raw_b.p, &tb, qa, raw.p, &ta);
       ASSERT_EQ(ta, s0) << tag << form;
       ASSERT_EQ(tb, so) << tag << form << " partner";
       if (ta == tz::kOk) {
-        ASSERT_EQ(fa, merged16(dt, Bytes(d0.begin(), d0.begin() + n), mant)) << tag << form;
+        ASSERT_EQ(fa, want_merged[di]) << tag << form;
       }
       if (tb == tz::kOk) {
-        ASSERT_EQ(fb, merged16(dt, Bytes(o0.begin(), o0.begin() + n_other), mant_b)) << tag << form << " partner";
+        ASSERT_EQ(fb, merged_elems(dt, Bytes(o0.begin(), o0.begin() + n_other), raw_b.b)) << tag << form << " partner";
       }
     }
   }
