@@ -158,9 +158,7 @@ struct EmitBF16 {
 };
 
 // FP16 = top byte << 8 | low byte (stream 1, raw).
-struct EmitF16 {
-  uint8_t* out;
-  const uint8_t* low;
+struct EmitF16 : MergedTailF16 {
   TZ_AVX2 static __m256i merge16(__m256i hi8, const uint8_t* l) {
     return _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)l)), hi8);
   }
@@ -168,16 +166,12 @@ struct EmitF16 {
     _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base), merge16(pack_symbols16<8>(e0, e1), low + base));
     _mm256_storeu_si256((__m256i*)(out + 2 * (size_t)base + 32), merge16(pack_symbols16<8>(e2, e3), low + base + 16));
   }
-  void operator()(uint32_t i, uint32_t sym) const { store_le16(out + 2 * (size_t)i, merge_elem_f16((uint8_t)sym, low[i])); }
+  using MergedTailF16::operator();
 };
 
 // FP32 = merge_elem_bf16(exponent, s1) << 16 | s2 << 8 | s3: the top half
 // as the BF16 merge, the bottom from the two low-mantissa streams.
-struct EmitF32 {
-  uint8_t* out;
-  const uint8_t* s1;
-  const uint8_t* s2;
-  const uint8_t* s3;
+struct EmitF32 : MergedTailF32 {
   TZ_AVX2 void vec8(size_t i, __m256i e) const {
     const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(s1 + i)));
     const __m256i top = _mm256_or_si256(
@@ -192,9 +186,7 @@ struct EmitF32 {
     vec8((size_t)base + 16, e2);
     vec8((size_t)base + 24, e3);
   }
-  void operator()(uint32_t i, uint32_t sym) const {
-    store_le32(out + 4 * (size_t)i, merge_elem_f32((uint8_t)sym, s1[i], s2[i], s3[i]));
-  }
+  using MergedTailF32::operator();
 };
 
 // Decoder of one stream: four vectors of 8 lane states, the vector step,
@@ -293,8 +285,8 @@ TZ_AVX2 void decode2_avx2(const RansStream& a, int* st_a, const RansStream& b, i
 TZ_AVX2 int decode_merged_avx2(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
                                const RansCtx& ctx, const uint8_t* const* raw, uint8_t* out) {
   switch (dtype) {
-    case kF16: return decode_one(in, size, n, dec, ctx, EmitF16{out, raw[0]});
-    case kF32: return decode_one(in, size, n, dec, ctx, EmitF32{out, raw[0], raw[1], raw[2]});
+    case kF16: return decode_one(in, size, n, dec, ctx, EmitF16{{out, raw[0]}});
+    case kF32: return decode_one(in, size, n, dec, ctx, EmitF32{{out, raw[0], raw[1], raw[2]}});
     default: return decode_one(in, size, n, dec, ctx, EmitBF16{out, raw[0]});
   }
 }

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "codec/fields.h"
+
 namespace tz::cpu {
 
 // 8-lane rANS decoders (AVX2: the frame codec's and the KV page codec's):
@@ -60,6 +62,24 @@ struct HistogramCounter {
       for (int j = 0; j < 8; ++j) t += h[j][s];
       hist[s] += t;
     }
+  }
+};
+
+// Destinations of the merged decoders' emitters (CodecKernels::
+// rans_decode_merged) with their scalar step, one element of the checked
+// tail; each path's emitter adds its vector step.
+struct MergedTailF16 {
+  uint8_t* out;
+  const uint8_t* low;  // stream 1
+  void operator()(uint32_t i, uint32_t sym) const { store_le16(out + 2 * (size_t)i, merge_elem_f16((uint8_t)sym, low[i])); }
+};
+struct MergedTailF32 {
+  uint8_t* out;
+  const uint8_t* s1;
+  const uint8_t* s2;
+  const uint8_t* s3;
+  void operator()(uint32_t i, uint32_t sym) const {
+    store_le32(out + 4 * (size_t)i, merge_elem_f32((uint8_t)sym, s1[i], s2[i], s3[i]));
   }
 };
 

@@ -119,15 +119,18 @@ struct EmitBytes {
   void operator()(uint32_t i, uint32_t sym) const { out[i] = (uint8_t)sym; }
 };
 
+// merge_elem_bf16 of 8 exponents e and raw sign|mantissa bytes m (u16).
+inline uint16x8_t merge_bf16(uint16x8_t e, uint16x8_t m) {
+  return vorrq_u16(vorrq_u16(vshlq_n_u16(vandq_u16(m, vdupq_n_u16(0x80)), 8), vshlq_n_u16(e, 7)),
+                   vandq_u16(m, vdupq_n_u16(0x7F)));
+}
+
 struct EmitBF16 {
   uint8_t* out;
   const uint8_t* mant;
   void step(uint32_t base, const uint32x4_t* s) const {
     for (int h = 0; h < 4; ++h) {
-      const uint16x8_t e = narrow16(s[2 * h], s[2 * h + 1]);
-      const uint16x8_t m = vmovl_u8(vld1_u8(mant + base + 8 * h));
-      const uint16x8_t v = vorrq_u16(vorrq_u16(vshlq_n_u16(vandq_u16(m, vdupq_n_u16(0x80)), 8), vshlq_n_u16(e, 7)),
-                                     vandq_u16(m, vdupq_n_u16(0x7F)));
+      const uint16x8_t v = merge_bf16(narrow16(s[2 * h], s[2 * h + 1]), vmovl_u8(vld1_u8(mant + base + 8 * h)));
       vst1q_u8(out + 2 * ((size_t)base + 8 * h), vreinterpretq_u8_u16(v));
     }
   }
@@ -137,9 +140,7 @@ struct EmitBF16 {
 };
 
 // FP16 = top byte << 8 | low byte (stream 1, raw).
-struct EmitF16 {
-  uint8_t* out;
-  const uint8_t* low;
+struct EmitF16 : MergedTailF16 {
   void step(uint32_t base, const uint32x4_t* s) const {
     for (int h = 0; h < 4; ++h) {
       const uint16x8_t hi = narrow16(s[2 * h], s[2 * h + 1]);
@@ -147,30 +148,21 @@ struct EmitF16 {
       vst1q_u8(out + 2 * ((size_t)base + 8 * h), vreinterpretq_u8_u16(vorrq_u16(vshlq_n_u16(hi, 8), lo)));
     }
   }
-  void operator()(uint32_t i, uint32_t sym) const { store_le16(out + 2 * (size_t)i, merge_elem_f16((uint8_t)sym, low[i])); }
+  using MergedTailF16::operator();
 };
 
 // FP32 = the BF16 merge of (exponent, s1) << 16 | s2 << 8 | s3.
-struct EmitF32 {
-  uint8_t* out;
-  const uint8_t* s1;
-  const uint8_t* s2;
-  const uint8_t* s3;
+struct EmitF32 : MergedTailF32 {
   void step(uint32_t base, const uint32x4_t* s) const {
     for (int h = 0; h < 4; ++h) {
       const size_t i = (size_t)base + 8 * h;
-      const uint16x8_t e = narrow16(s[2 * h], s[2 * h + 1]);
-      const uint16x8_t m = vmovl_u8(vld1_u8(s1 + i));
-      const uint16x8_t top = vorrq_u16(vorrq_u16(vshlq_n_u16(vandq_u16(m, vdupq_n_u16(0x80)), 8), vshlq_n_u16(e, 7)),
-                                       vandq_u16(m, vdupq_n_u16(0x7F)));
+      const uint16x8_t top = merge_bf16(narrow16(s[2 * h], s[2 * h + 1]), vmovl_u8(vld1_u8(s1 + i)));
       const uint16x8_t low = vorrq_u16(vmovl_u8(vld1_u8(s3 + i)), vshlq_n_u16(vmovl_u8(vld1_u8(s2 + i)), 8));
       vst1q_u8(out + 4 * i, vreinterpretq_u8_u16(vzip1q_u16(low, top)));
       vst1q_u8(out + 4 * i + 16, vreinterpretq_u8_u16(vzip2q_u16(low, top)));
     }
   }
-  void operator()(uint32_t i, uint32_t sym) const {
-    store_le32(out + 4 * (size_t)i, merge_elem_f32((uint8_t)sym, s1[i], s2[i], s3[i]));
-  }
+  using MergedTailF32::operator();
 };
 
 template <class Emit, bool Ctx>
@@ -239,8 +231,8 @@ int decode_neon(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
 int decode_merged_neon(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
                        const RansCtx& ctx, const uint8_t* const* raw, uint8_t* out) {
   switch (dtype) {
-    case kF16: return decode_one(in, size, n, dec, ctx, EmitF16{out, raw[0]});
-    case kF32: return decode_one(in, size, n, dec, ctx, EmitF32{out, raw[0], raw[1], raw[2]});
+    case kF16: return decode_one(in, size, n, dec, ctx, EmitF16{{out, raw[0]}});
+    case kF32: return decode_one(in, size, n, dec, ctx, EmitF32{{out, raw[0], raw[1], raw[2]}});
     default: return decode_one(in, size, n, dec, ctx, EmitBF16{out, raw[0]});
   }
 }
