@@ -107,8 +107,8 @@ bool merged_layout(const BlockView& v, int K, const uint8_t** raw) {
 
 // tz::decode_block through the kernel table: same validation (parse_block),
 // same output and status, coded streams decoded two at a time, and the
-// common BF16 / FP16 layout (stream 0 coded, stream 1 raw) decoded and
-// merged in one pass.
+// common BF16 / FP16 / FP32 layout (stream 0 coded, the others raw;
+// merged_layout) decoded and merged in one pass.
 int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTables& t, const uint8_t* blk,
                          size_t sz, uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);

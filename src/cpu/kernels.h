@@ -90,12 +90,12 @@ extern const CodecKernels kPortableKernels;
 #if defined(__x86_64__)
 extern const CodecKernels kAvx2Kernels;
 extern const CodecKernels kAvx512Kernels;
-// The AVX-512 table for AMD CPUs: its BF16/FP16 merged decoders are the
-// AVX2 ones (simd_avx512.cpp says why).
+// The AVX-512 table for AMD CPUs: its merged decoders (BF16, FP16, FP32)
+// are the AVX2 ones (simd_avx512.cpp says why).
 extern const CodecKernels kAvx512AmdKernels;
 // Kernels one table borrows from another (simd_avx2.cpp, its histograms in
 // simd_avx2_counts.cpp; the AVX-512 table encodes, counts histograms and
-// decodes BF16 and FP16 merged with them).
+// decodes the merged layout with them on AMD).
 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                    uint8_t* out, size_t limit);
 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);

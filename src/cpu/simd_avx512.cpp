@@ -8,8 +8,8 @@
 // against 1.95 cycles per symbol on real BF16 exponents) and no faster on
 // an Intel Xeon (family 6 model 207: MiniLM FP8 E4M3 compress 0.50-0.56
 // against 0.49-0.61 GB/s, FP32 0.98 against 1.07-1.10). The merged
-// decoders (BF16 and FP16 blocks whose stream 0 is coded and stream 1 raw,
-// decoded and merged in one pass) differ:
+// decoders (BF16, FP16 and FP32 blocks whose stream 0 is coded and every
+// other stream raw, decoded and merged in one pass) differ:
 // - kAvx512Kernels (every CPU but AMD's): 16-lane merged decoders, two
 //   blocks in lockstep. Intel Xeon model 207, MiniLM, one thread, against
 //   the AVX2 ones: BF16 decompress 2.73-2.97 against 1.86-1.91 GB/s, FP16
