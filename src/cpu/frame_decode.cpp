@@ -182,6 +182,62 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   return kOk;
 }
 
+// Blocks b and b + 1 (bytes blk_a, blk_b) decoded in lockstep into oa and
+// ob, checksums checked, when both have a layout the two-stream kernels
+// take: BF16 / FP16 / FP32 blocks of the merged layout
+// (rans_decode2_merged), and blocks of one coded stream (FP8; rans_decode2,
+// in place, as decode_block_kernels decodes one). Returns false, having
+// written nothing, when they do not; each block's status in *sta, *stb.
+bool decode_pair(const CodecKernels& kr, const FrameHeader& h, const BlockDecTables& t, uint32_t b,
+                 const uint8_t* blk_a, size_t sz_a, const uint8_t* blk_b, size_t sz_b, uint8_t* oa, uint8_t* ob,
+                 int* sta, int* stb) {
+  const int K = h.n_streams;
+  const bool merged = decodes_merged(h.dtype);
+  if (!merged && !(K == 1 && h.dtype != kBytes)) return false;
+  BlockView va, vb;
+  const uint32_t na = block_elem_count(h, b), nb = block_elem_count(h, b + 1);
+  if (parse_block(K, t.kind, t.sets(), t.flags, blk_a, sz_a, na, &va) != kOk ||
+      parse_block(K, t.kind, t.sets(), t.flags, blk_b, sz_b, nb, &vb) != kOk)
+    return false;
+  BlockSeeds sa, sb;  // seeded blocks (BlockSeeds)
+  if (merged) {
+    const uint8_t* raw_a[kMaxStreams - 1];
+    const uint8_t* raw_b[kMaxStreams - 1];
+    if (!merged_layout(va, K, raw_a) || !merged_layout(vb, K, raw_b)) return false;
+    kr.rans_decode2_merged(h.dtype,
+                           RansStream{va.payload[0], va.size[0], va.coded[0], t.dec_of(0, va.set[0]), oa,
+                                      va.seeded_ctx(0, t.ctx[0], sa.bytes, sa.tail_of(0))},
+                           raw_a, sta,
+                           RansStream{vb.payload[0], vb.size[0], vb.coded[0], t.dec_of(0, vb.set[0]), ob,
+                                      vb.seeded_ctx(0, t.ctx[0], sb.bytes, sb.tail_of(0))},
+                           raw_b, stb);
+    if (*sta == kOk) {
+      sa.remerge(h.dtype, va, oa);
+      sa.merge_tail(h.dtype, va, na, oa);
+    }
+    if (*stb == kOk) {
+      sb.remerge(h.dtype, vb, ob);
+      sb.merge_tail(h.dtype, vb, nb, ob);
+    }
+  } else {
+    // One coded stream: never seeded from another stream; a self-seeded
+    // one's last kSeedBytes symbols land behind the others.
+    if (va.mode[0] != kModeRans || vb.mode[0] != kModeRans) return false;
+    kr.rans_decode2(RansStream{va.payload[0], va.size[0], va.coded[0], t.dec_of(0, va.set[0]), oa,
+                               va.seeded_ctx(0, t.ctx[0], nullptr, oa + va.coded[0])},
+                    sta,
+                    RansStream{vb.payload[0], vb.size[0], vb.coded[0], t.dec_of(0, vb.set[0]), ob,
+                               vb.seeded_ctx(0, t.ctx[0], nullptr, ob + vb.coded[0])},
+                    stb);
+  }
+  const uint32_t es = dtype_elem_size(h.dtype);
+  if (*sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(b)) != va.checksum)
+    *sta = kErrChecksum;
+  if (*stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(b + 1)) != vb.checksum)
+    *stb = kErrChecksum;
+  return true;
+}
+
 // Decodes blocks [first, first+count) whose bytes start at `blocks`, into
 // dst (or only verifies them when dst is null).
 // With `tables` (a PreparedFrame's), no decode table is built.
@@ -218,44 +274,13 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
       }
     };
     for (uint32_t i = i0; i < i1;) {
-      // BF16, FP16 and FP32 blocks of the merged layout (stream 0 coded,
-      // the others raw) go two at a time through the merged decoder.
-      if (decodes_merged(h.dtype) && i + 1 < i1) {
-        BlockView va, vb;
-        const uint8_t* raw_a[kMaxStreams - 1];
-        const uint8_t* raw_b[kMaxStreams - 1];
-        const uint32_t na = block_elem_count(h, first + i), nb = block_elem_count(h, first + i + 1);
-        const bool ok =
-            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.flags, blocks + off[i], (size_t)(off[i + 1] - off[i]), na,
-                        &va) == kOk &&
-            parse_block(K, dt.t.kind, dt.t.sets(), dt.t.flags, blocks + off[i + 1],
-                        (size_t)(off[i + 2] - off[i + 1]), nb, &vb) == kOk &&
-            merged_layout(va, K, raw_a) && merged_layout(vb, K, raw_b);
-        if (ok) {
-          uint8_t* oa = out_of(i, 0);
-          uint8_t* ob = out_of(i + 1, 1);
-          int sta, stb;
-          BlockSeeds sa, sb;  // seeded blocks (BlockSeeds)
-          kr.rans_decode2_merged(h.dtype, RansStream{va.payload[0], va.size[0], va.coded[0], dt.t.dec_of(0, va.set[0]), oa,
-                                          va.seeded_ctx(0, dt.t.ctx[0], sa.bytes, sa.tail_of(0))},
-                               raw_a, &sta,
-                               RansStream{vb.payload[0], vb.size[0], vb.coded[0], dt.t.dec_of(0, vb.set[0]), ob,
-                                          vb.seeded_ctx(0, dt.t.ctx[0], sb.bytes, sb.tail_of(0))},
-                               raw_b, &stb);
-          if (sta == kOk) {
-            sa.remerge(h.dtype, va, oa);
-            sa.merge_tail(h.dtype, va, na, oa);
-          }
-          if (stb == kOk) {
-            sb.remerge(h.dtype, vb, ob);
-            sb.merge_tail(h.dtype, vb, nb, ob);
-          }
-          if (sta == kOk && (block_checksum(oa, (size_t)na * es) ^ block_checksum_salt(first + i)) != va.checksum)
-            sta = kErrChecksum;
-          if (stb == kOk && (block_checksum(ob, (size_t)nb * es) ^ block_checksum_salt(first + i + 1)) != vb.checksum)
-            stb = kErrChecksum;
-          if (sta != kOk) return fail(first + i, sta);
-          if (stb != kOk) return fail(first + i + 1, stb);
+      if (i + 1 < i1) {
+        const uint32_t b = first + i;
+        int sta, stb;
+        if (decode_pair(kr, h, dt.t, b, blocks + off[i], (size_t)(off[i + 1] - off[i]), blocks + off[i + 1],
+                        (size_t)(off[i + 2] - off[i + 1]), out_of(i, 0), out_of(i + 1, 1), &sta, &stb)) {
+          if (sta != kOk) return fail(b, sta);
+          if (stb != kOk) return fail(b + 1, stb);
           i += 2;
           continue;
         }
