@@ -301,19 +301,44 @@ namespace {
 
 // ------------------------------------------------------------- encoder --
 
+// q = floor(x / f) and rem = x - q f for x < f * 2^20, f in [1, 4096],
+// without a division. The Newton step's constant is 2 + 2^-21
+// instead of 2: it moves the refined reciprocal above 1 / f by more than
+// the Newton error (at most (1.5 * 2^-12)^2, always from below) and the
+// four roundings (2^-24 each) together, so the float quotient is never
+// below x / f, and by less than 2^-21 + 4 * 2^-24 of it, i.e. under 0.75
+// above it for quotients below 2^20: its truncation is q or q + 1, and one
+// correction (q + 1 when the remainder comes out negative) makes it exact.
+// The bound rests only on rcp_ps's documented error, not on one CPU's
+// table; enc_quotient_misses_avx2 checks it exhaustively.
+TZ_AVX2 inline __m256i enc_quotient8(__m256i x, __m256i f, __m256i* rem_out) {
+  const __m256 ff = _mm256_cvtepi32_ps(f);
+  __m256 r = _mm256_rcp_ps(ff);
+  r = _mm256_mul_ps(r, _mm256_fnmadd_ps(ff, r, _mm256_set1_ps(2.0f + 0x1p-21f)));
+  const __m256 xf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 16)), _mm256_set1_ps(65536.0f),
+                                    _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(0xFFFF))));
+  const __m256i q = _mm256_cvttps_epi32(_mm256_mul_ps(xf, r));
+  const __m256i rem = _mm256_sub_epi32(x, _mm256_mullo_epi32(q, f));
+  // All ones where q is one too large: a compare, not an arithmetic shift
+  // (the step's many shifts share two ports on Intel; srai measured 2.62 ->
+  // 3.13 cycles per symbol on the gather path, tz_kernel_bench enc_wide).
+  const __m256i neg = _mm256_cmpgt_epi32(_mm256_setzero_si256(), rem);
+  *rem_out = _mm256_add_epi32(rem, _mm256_and_si256(neg, f));
+  return _mm256_add_epi32(q, neg);
+}
+
+
 // One encode step for 8 lanes (symbols sp[0..7]); the words of the lanes
 // that emit go below wp in ascending lane order, as the scalar encoder's
 // descending pushes leave them. Stores 16 bytes at wp - 8: the caller
 // guarantees wp - 8 >= the start of the word buffer (8 symbols remain).
 //
-// q = floor(x / f) without a division: after renormalisation x < f * 2^20,
-// so x / f < 2^20. r = rcp_ps(f) (relative error <= 1.5 * 2^-12) refined by
-// one Newton step has relative error below 2^-21.9 (the squared error plus
-// two roundings); x is converted exactly rounded (high and low halves, one
-// fused multiply-add); the product adds one more rounding. So the float
-// quotient is within 2^20 * (2^-21.9 + 2^-23) < 0.4 of x / f, its truncation
-// is q - 1, q or q + 1, and one signed correction of the remainder in each
-// direction makes it exact: the result is identical to the scalar encoder's.
+// q = floor(x / f) without a division (enc_quotient8): after
+// renormalisation x < f * 2^20, so x / f < 2^20. r = rcp_ps(f) (relative
+// error <= 1.5 * 2^-12) is refined by one Newton step; x is converted
+// exactly rounded (high and low halves, one fused multiply-add); the
+// product is truncated and corrected once: the result is identical to the
+// scalar encoder's.
 //
 // With lane contexts (Ctx), table = the context of the lane's previous
 // symbol sp[l - 32] (tables of 256 entries each, concatenated in fst).
@@ -360,23 +385,35 @@ TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uin
   wp -= _mm_popcnt_u32(m);
   x = _mm256_blendv_epi8(_mm256_srli_epi32(x, 16), x, keep);
   // q = floor(x / f), exact (see above).
-  const __m256 ff = _mm256_cvtepi32_ps(f);
-  __m256 r = _mm256_rcp_ps(ff);
-  r = _mm256_mul_ps(r, _mm256_fnmadd_ps(ff, r, _mm256_set1_ps(2.0f)));
-  const __m256 xf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 16)), _mm256_set1_ps(65536.0f),
-                                    _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(0xFFFF))));
-  __m256i q = _mm256_cvttps_epi32(_mm256_mul_ps(xf, r));
-  __m256i rem = _mm256_sub_epi32(x, _mm256_mullo_epi32(q, f));
-  const __m256i neg = _mm256_cmpgt_epi32(_mm256_setzero_si256(), rem);  // q one too large
-  q = _mm256_add_epi32(q, neg);
-  rem = _mm256_add_epi32(rem, _mm256_and_si256(neg, f));
-  const __m256i over = _mm256_cmpgt_epi32(rem, _mm256_sub_epi32(f, _mm256_set1_epi32(1)));  // q one too small
-  q = _mm256_sub_epi32(q, over);
-  rem = _mm256_sub_epi32(rem, _mm256_and_si256(over, f));
+  __m256i rem;
+  const __m256i q = enc_quotient8(x, f, &rem);
   x = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q, kProbBits), rem), st);
 }
 
 }  // namespace
+
+// enc_quotient8's exhaustive check (kernels.h): exact at both ends of
+// every quotient's range of x, so, the float quotient being monotone in x,
+// exact for every x between.
+TZ_AVX2 uint64_t enc_quotient_misses_avx2(uint32_t f_first, uint32_t f_last) {
+  uint64_t misses = 0;
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (uint32_t f = f_first; f <= f_last; ++f) {
+    const __m256i vf = _mm256_set1_epi32((int)f), top = _mm256_set1_epi32((int)f - 1);
+    for (uint32_t k = 0; k < (1u << 20); k += 8) {
+      const __m256i kk = _mm256_add_epi32(_mm256_set1_epi32((int)k), iota);
+      const __m256i x0 = _mm256_mullo_epi32(kk, vf);
+      for (const __m256i want_rem : {_mm256_setzero_si256(), top}) {
+        __m256i rem;
+        const __m256i q = enc_quotient8(_mm256_add_epi32(x0, want_rem), vf, &rem);
+        const __m256i ok = _mm256_cmpeq_epi32(_mm256_or_si256(_mm256_xor_si256(q, kk), _mm256_xor_si256(rem, want_rem)),
+                                              _mm256_setzero_si256());
+        misses += (uint64_t)_mm_popcnt_u32((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(ok)) ^ 0xFFu);
+      }
+    }
+  }
+  return misses;
+}
 
 // Not in the anonymous namespace: the AVX-512 table uses it too (kernels.h).
 TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
