@@ -173,6 +173,11 @@ TEST(Simd, Avx2QuotientExactForEveryState) {
   if (!tz::cpu::simd_path_cpu_has(tz::cpu::SimdPath::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
   EXPECT_EQ(tz::cpu::enc_quotient_misses_avx2(1, 4096), 0u);
 }
+
+TEST(Simd, Avx512QuotientExactForEveryState) {
+  if (!tz::cpu::simd_path_cpu_has(tz::cpu::SimdPath::kAvx512)) GTEST_SKIP() << "this CPU lacks AVX-512";
+  EXPECT_EQ(tz::cpu::enc_quotient_misses_avx512(1, 4096), 0u);
+}
 #endif
 
 }  // namespace

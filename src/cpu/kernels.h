@@ -94,8 +94,8 @@ extern const CodecKernels kAvx512Kernels;
 // are the AVX2 ones (simd_avx512.cpp says why).
 extern const CodecKernels kAvx512AmdKernels;
 // Kernels one table borrows from another (simd_avx2.cpp, its histograms in
-// simd_avx2_counts.cpp; the AVX-512 table encodes, counts histograms and
-// decodes the merged layout with them on AMD).
+// simd_avx2_counts.cpp; the AVX-512 table counts histograms and, on AMD,
+// decodes the merged layout with them).
 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                    uint8_t* out, size_t limit);
 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
@@ -103,6 +103,8 @@ void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64
 // f_last], at which the AVX2 encoder's float quotient (q = floor(x / f))
 // would not be exact, checked where it can first fail (tests).
 uint64_t enc_quotient_misses_avx2(uint32_t f_first, uint32_t f_last);
+// The same for the AVX-512 table's encoder step (its next state).
+uint64_t enc_quotient_misses_avx512(uint32_t f_first, uint32_t f_last);
 // Adds the lane-context joint counts of stream 0 of n elements (window lo)
 // to J (kCtxJointRows x 256), as frame_tables.cpp's scalar joint_counts:
 // the first skip elements (0 or kLanes) are lane predecessors only, and

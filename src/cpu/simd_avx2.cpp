@@ -26,26 +26,7 @@ namespace {
 
 // Decoder word placement: kTakeIndex (cpu/simd_common.h).
 
-// Encoder: for lane mask m (bit i: lane i emits a word), kEmitShuffle[m] is
-// the byte shuffle of the 8 lanes' low 16-bit halves that puts the emitting
-// lanes' words, in ascending lane order, at the top of 16 bytes (zero below).
-constexpr std::array<std::array<uint8_t, 16>, 256> make_emit_shuffle() {
-  std::array<std::array<uint8_t, 16>, 256> t{};
-  for (int m = 0; m < 256; ++m) {
-    int cnt = 0;
-    for (int i = 0; i < 8; ++i) cnt += (m >> i) & 1;
-    for (int j = 0; j < 16; ++j) t[m][j] = 0x80;
-    int slot = 8 - cnt;
-    for (int i = 0; i < 8; ++i)
-      if ((m >> i) & 1) {
-        t[m][2 * slot] = (uint8_t)(2 * i);
-        t[m][2 * slot + 1] = (uint8_t)(2 * i + 1);
-        ++slot;
-      }
-  }
-  return t;
-}
-alignas(64) constexpr std::array<std::array<uint8_t, 16>, 256> kEmitShuffle = make_emit_shuffle();
+// Encoder word placement: kEmitShuffle (cpu/simd_common.h).
 
 // ------------------------------------------------------------- decoder --
 
@@ -314,7 +295,7 @@ namespace {
 TZ_AVX2 inline __m256i enc_quotient8(__m256i x, __m256i f, __m256i* rem_out) {
   const __m256 ff = _mm256_cvtepi32_ps(f);
   __m256 r = _mm256_rcp_ps(ff);
-  r = _mm256_mul_ps(r, _mm256_fnmadd_ps(ff, r, _mm256_set1_ps(2.0f + 0x1p-21f)));
+  r = _mm256_mul_ps(r, _mm256_fnmadd_ps(ff, r, _mm256_set1_ps(kEncNewtonTwo)));
   const __m256 xf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 16)), _mm256_set1_ps(65536.0f),
                                     _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(0xFFFF))));
   const __m256i q = _mm256_cvttps_epi32(_mm256_mul_ps(xf, r));
@@ -415,82 +396,32 @@ TZ_AVX2 uint64_t enc_quotient_misses_avx2(uint32_t f_first, uint32_t f_last) {
   return misses;
 }
 
+namespace {
+
+// The encoder's driver (simd_encode_driver.inc) over enc8.
+struct Avx2EncStep {
+  using Window = EncWindow;
+  TZ_AVX2 static Window window(const uint32_t* fst, uint32_t lo) {
+    return EncWindow{_mm256_set1_epi32((int)lo), _mm256_loadu_si256((const __m256i*)(fst + lo)),
+                     _mm256_loadu_si256((const __m256i*)(fst + lo + 8))};
+  }
+  template <bool Ctx, bool Win>
+  TZ_AVX2 static void step(__m256i& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, __m256i cbase,
+                           __m256i cmax, const Window* w) {
+    enc8<Ctx, Win>(x, sp, fst, wp, cbase, cmax, w);
+  }
+};
+
+#define TZ_ENC_TARGET TZ_AVX2
+#include "cpu/simd_encode_driver.inc"
+#undef TZ_ENC_TARGET
+
+}  // namespace
+
 // Not in the anonymous namespace: the AVX-512 table uses it too (kernels.h).
 TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                            uint8_t* out, size_t limit) {
-  const uint32_t* fst = t.freq_start;
-  uint16_t* const wend = words + n;
-  uint16_t* wp = wend;
-  alignas(32) uint32_t xs[kLanes];
-  for (int l = 0; l < kLanes; ++l) xs[l] = rans_lane_start(ctx, l);
-  const uint32_t full_steps = n / kLanes;
-  const bool use_ctx = ctx.n > 1;
-  // The partial last step is encoded first (steps run backwards), scalar.
-  if (n % kLanes) {
-    const uint32_t base = full_steps * kLanes;
-    for (uint32_t l = n - base; l-- > 0;) {
-      const uint8_t s = sym[base + l];
-      const uint32_t c = use_ctx && full_steps > 0 ? rans_ctx_of(sym[base - kLanes + l], ctx) : 0;
-      xs[l] = rans_enc_put(xs[l], t.sym[256 * c + s], &wp);
-    }
-  }
-  __m256i x0 = _mm256_load_si256((const __m256i*)xs), x1 = _mm256_load_si256((const __m256i*)(xs + 8));
-  __m256i x2 = _mm256_load_si256((const __m256i*)(xs + 16)), x3 = _mm256_load_si256((const __m256i*)(xs + 24));
-  uint32_t s = full_steps;
-  if (use_ctx) {
-    const __m256i cbase = _mm256_set1_epi32((int)ctx.base), cmax = _mm256_set1_epi32((int)ctx.n - 1);
-    for (; s > 1;) {
-      --s;
-      const uint8_t* sp = sym + (size_t)s * kLanes;
-      enc8<true>(x3, sp + 24, fst, wp, cbase, cmax);
-      enc8<true>(x2, sp + 16, fst, wp, cbase, cmax);
-      enc8<true>(x1, sp + 8, fst, wp, cbase, cmax);
-      enc8<true>(x0, sp, fst, wp, cbase, cmax);
-    }
-  }
-  // Without contexts: the window of 16 symbols holding the most of the
-  // table's probability; used when it holds at least 127/128 of it, so that
-  // at least 94% of the vectors take the permutes (the branch then predicts
-  // well; at 15/16, 40% of the vectors would gather after a mispredicted
-  // branch, which costs more than the gather saves).
-  uint32_t best = 0, lo = 0;
-  if (!use_ctx) {
-    uint32_t in = 0;
-    for (int v = 0; v < 16; ++v) in += fst[v] & 0x1FFF;
-    best = in;
-    for (uint32_t v = 1; v + 16 <= 256; ++v) {
-      in = in + (fst[v + 15] & 0x1FFF) - (fst[v - 1] & 0x1FFF);  // never below zero
-      if (in > best) best = in, lo = v;
-    }
-  }
-  if (!use_ctx && 128 * best >= 127 * (uint32_t)kProbScale) {
-    const EncWindow w{_mm256_set1_epi32((int)lo), _mm256_loadu_si256((const __m256i*)(fst + lo)),
-                      _mm256_loadu_si256((const __m256i*)(fst + lo + 8))};
-    for (; s > 0;) {
-      --s;
-      const uint8_t* sp = sym + (size_t)s * kLanes;
-      enc8<false, true>(x3, sp + 24, fst, wp, x3, x3, &w);
-      enc8<false, true>(x2, sp + 16, fst, wp, x2, x2, &w);
-      enc8<false, true>(x1, sp + 8, fst, wp, x1, x1, &w);
-      enc8<false, true>(x0, sp, fst, wp, x0, x0, &w);
-    }
-  }
-  while (s-- > 0) {  // without contexts every step; with them step 0 (table 0)
-    const uint8_t* sp = sym + (size_t)s * kLanes;
-    enc8<false>(x3, sp + 24, fst, wp, x3, x3);  // (context arguments unused)
-    enc8<false>(x2, sp + 16, fst, wp, x2, x2);
-    enc8<false>(x1, sp + 8, fst, wp, x1, x1);
-    enc8<false>(x0, sp, fst, wp, x0, x0);
-  }
-  const size_t n_words = (size_t)(wend - wp);
-  const size_t size = kRansStateBytes + 2 * n_words;
-  if (size >= limit) return 0;
-  _mm256_storeu_si256((__m256i*)out, x0);
-  _mm256_storeu_si256((__m256i*)(out + 32), x1);
-  _mm256_storeu_si256((__m256i*)(out + 64), x2);
-  _mm256_storeu_si256((__m256i*)(out + 96), x3);
-  memcpy(out + kRansStateBytes, wp, 2 * n_words);
-  return size;
+  return encode_driver<Avx2EncStep>(sym, n, t, ctx, words, out, limit);
 }
 
 namespace {

@@ -2,12 +2,14 @@
 // produces exactly the bytes (or the status) of its portable counterpart;
 // tests/test_simd*.cpp compare them.
 //
-// Two tables. The encoder entry of both is the AVX2 encoder (every AVX-512
-// CPU has AVX2): an AVX-512 encoder (2 vectors of 16 lanes, compress and
-// masked stores; see git history) measured slower on AMD EPYC Zen 4 (2.5
-// against 1.95 cycles per symbol on real BF16 exponents) and no faster on
-// an Intel Xeon (family 6 model 207: MiniLM FP8 E4M3 compress 0.50-0.56
-// against 0.49-0.61 GB/s, FP32 0.98 against 1.07-1.10). The merged
+// Two tables. The encoder entry of both is encode_avx512: the AVX2
+// encoder's 8-lane step in AVX-512VL's 256-bit forms (masks, unsigned
+// conversion, two-table permutes; below), through the AVX2 encoder's
+// driver (simd_encode_driver.inc); Intel Xeon model 207, tz_kernel_bench:
+// 1.35-1.70 against 1.97-2.66 cycles per symbol (window), 1.96-2.40
+// against 2.33-3.11 (gathers). A 16-lane AVX-512 encoder (compress and
+// masked stores; see git history) measured slower on AMD EPYC Zen 4 and no
+// faster on that Xeon. The merged
 // decoders (BF16, FP16 and FP32 blocks whose stream 0 is coded and every
 // other stream raw, decoded and merged in one pass) differ:
 // - kAvx512Kernels (every CPU but AMD's): 16-lane merged decoders, two
@@ -29,7 +31,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-#define TZ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,bmi,bmi2,popcnt")))
+#define TZ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,fma,bmi,bmi2,popcnt")))
 
 namespace tz::cpu {
 
@@ -253,6 +255,124 @@ TZ_AVX512 void decode2_merged_avx512(uint8_t dtype, const RansStream& a, const u
   }
 }
 
+// ------------------------------------------------------------- encoder --
+
+// The AVX2 encoder's step (simd_avx2.cpp enc8: the same 8 lanes in a
+// 256-bit vector, the same words, so the same bytes) in AVX-512VL's forms:
+// the renormalisation test as a mask (no movemask, no blend), x converted
+// to float as unsigned in one instruction (correctly rounded: the value
+// AVX2's two-half conversion gives), the 16-symbol window's entries and
+// reciprocals by two-table permutes, the correction masked. The quotient
+// is AVX2's enc_quotient8: the same reciprocal (rcp_ps, Newton constant
+// kEncNewtonTwo) of the same float x, so the same q, checked for every
+// state by enc_quotient_misses_avx512.
+struct EncWindowVL {
+  __m256i lo, t0, t1;  // lo broadcast; freq | start entries lo .. lo + 7, lo + 8 .. lo + 15
+  __m256 r0, r1;       // their reciprocals (enc_rcp8)
+};
+
+TZ_AVX512 inline __m256 enc_rcp8(__m256i f) {
+  const __m256 ff = _mm256_cvtepi32_ps(f);
+  const __m256 r = _mm256_rcp_ps(ff);
+  return _mm256_mul_ps(r, _mm256_fnmadd_ps(ff, r, _mm256_set1_ps(kEncNewtonTwo)));
+}
+
+// q = floor(x / f) as enc_quotient8, from the reciprocal r of f: the next
+// state (q << 12) + (x - q f) + start, corrected where q came out one too
+// large (q - 1 and the remainder + f: f - 4096 added).
+TZ_AVX512 inline __m256i enc_next_state8(__m256i x, __m256i f, __m256 r, __m256i st) {
+  const __m256i q = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_cvtepu32_ps(x), r));
+  const __m256i rem = _mm256_sub_epi32(x, _mm256_mullo_epi32(q, f));
+  const __mmask8 neg = _mm256_cmplt_epi32_mask(rem, _mm256_setzero_si256());
+  const __m256i xn = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q, kProbBits), rem), st);
+  return _mm256_mask_add_epi32(xn, neg, xn, _mm256_sub_epi32(f, _mm256_set1_epi32((int)kProbScale)));
+}
+
+}  // namespace
+
+// enc_next_state8's exhaustive check (kernels.h), as
+// enc_quotient_misses_avx2: exact at both ends of every quotient's range of
+// states (start 0).
+TZ_AVX512 uint64_t enc_quotient_misses_avx512(uint32_t f_first, uint32_t f_last) {
+  uint64_t misses = 0;
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (uint32_t f = f_first; f <= f_last; ++f) {
+    const __m256i vf = _mm256_set1_epi32((int)f), top = _mm256_set1_epi32((int)f - 1);
+    const __m256 r = enc_rcp8(vf);
+    for (uint32_t k = 0; k < (1u << 20); k += 8) {
+      const __m256i kk = _mm256_add_epi32(_mm256_set1_epi32((int)k), iota);
+      const __m256i x0 = _mm256_mullo_epi32(kk, vf);
+      for (const __m256i want_rem : {_mm256_setzero_si256(), top}) {
+        const __m256i xn = enc_next_state8(_mm256_add_epi32(x0, want_rem), vf, r, _mm256_setzero_si256());
+        const __m256i want = _mm256_add_epi32(_mm256_slli_epi32(kk, kProbBits), want_rem);
+        misses += (uint64_t)_mm_popcnt_u32((unsigned)_mm256_cmpneq_epi32_mask(xn, want));
+      }
+    }
+  }
+  return misses;
+}
+
+namespace {
+
+template <bool Ctx, bool Win>
+TZ_AVX512 inline void enc8vl(__m256i& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, __m256i cbase,
+                             __m256i cmax, const EncWindowVL* win) {
+  __m256i sy = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)sp));
+  if (Ctx) {
+    const __m256i pv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(sp - kLanes)));
+    const __m256i c = _mm256_min_epu8(_mm256_subs_epu8(pv, cbase), cmax);  // as in dec8
+    sy = _mm256_add_epi32(sy, _mm256_slli_epi32(c, 8));
+  }
+  __m256i fs, f;
+  __m256 r;
+  const __m256i d = Win ? _mm256_sub_epi32(sy, win->lo) : sy;  // symbol - lo
+  if (Win && _mm256_testz_si256(d, _mm256_set1_epi32(~15))) {  // all 8 in the window
+    fs = _mm256_permutex2var_epi32(win->t0, d, win->t1);
+    f = _mm256_and_si256(fs, _mm256_set1_epi32(0x1FFF));
+    r = _mm256_permutex2var_ps(win->r0, d, win->r1);
+  } else {
+    fs = _mm256_i32gather_epi32((const int*)fst, sy, 4);
+    f = _mm256_and_si256(fs, _mm256_set1_epi32(0x1FFF));
+    r = enc_rcp8(f);
+  }
+  const __m256i st = _mm256_srli_epi32(fs, 13);
+  // Emit where x >= f << 20, i.e. (x >> 20) >= f (both below 2^13).
+  const __mmask8 emit = _mm256_cmpge_epu32_mask(_mm256_srli_epi32(x, 20), f);
+  const unsigned m = (unsigned)emit;
+  const __m128i packed = _mm256_cvtepi32_epi16(x);  // the low halves, lane order
+  const __m128i wv = _mm_shuffle_epi8(packed, _mm_load_si128((const __m128i*)kEmitShuffle[m].data()));
+  _mm_storeu_si128((__m128i*)(wp - 8), wv);
+  wp -= _mm_popcnt_u32(m);
+  x = enc_next_state8(_mm256_mask_srli_epi32(x, emit, x, 16), f, r, st);
+}
+
+struct Avx512EncStep {
+  using Window = EncWindowVL;
+  TZ_AVX512 static Window window(const uint32_t* fst, uint32_t lo) {
+    Window w;
+    w.lo = _mm256_set1_epi32((int)lo);
+    w.t0 = _mm256_loadu_si256((const __m256i*)(fst + lo));
+    w.t1 = _mm256_loadu_si256((const __m256i*)(fst + lo + 8));
+    w.r0 = enc_rcp8(_mm256_and_si256(w.t0, _mm256_set1_epi32(0x1FFF)));
+    w.r1 = enc_rcp8(_mm256_and_si256(w.t1, _mm256_set1_epi32(0x1FFF)));
+    return w;
+  }
+  template <bool Ctx, bool Win>
+  TZ_AVX512 static void step(__m256i& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, __m256i cbase,
+                             __m256i cmax, const Window* w) {
+    enc8vl<Ctx, Win>(x, sp, fst, wp, cbase, cmax, w);
+  }
+};
+
+#define TZ_ENC_TARGET TZ_AVX512
+#include "cpu/simd_encode_driver.inc"
+#undef TZ_ENC_TARGET
+
+TZ_AVX512 size_t encode_avx512(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx,
+                               uint16_t* words, uint8_t* out, size_t limit) {
+  return encode_driver<Avx512EncStep>(sym, n, t, ctx, words, out, limit);
+}
+
 // Field loops (split, merge, min/max) compiled for AVX-512.
 namespace loops {
 #define TZ_LOOP_TARGET TZ_AVX512
@@ -263,12 +383,12 @@ namespace loops {
 }  // namespace
 
 const CodecKernels kAvx512Kernels = {
-    SimdPath::kAvx512, encode_avx2,    decode_avx512, decode_merged_avx512, decode2_avx512,
+    SimdPath::kAvx512, encode_avx512,  decode_avx512, decode_merged_avx512, decode2_avx512,
     decode2_merged_avx512, histogram_avx2, loops::minmax, loops::split,     loops::merge,
 };
 
 const CodecKernels kAvx512AmdKernels = {
-    SimdPath::kAvx512, encode_avx2,    decode_avx512, decode_merged_avx2, decode2_avx512,
+    SimdPath::kAvx512, encode_avx512,  decode_avx512, decode_merged_avx2, decode2_avx512,
     decode2_merged_avx2, histogram_avx2, loops::minmax, loops::split,     loops::merge,
 };
 

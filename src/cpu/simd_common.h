@@ -26,6 +26,32 @@ constexpr std::array<std::array<uint8_t, 8>, 256> make_take_index() {
 }
 alignas(64) inline constexpr std::array<std::array<uint8_t, 8>, 256> kTakeIndex = make_take_index();
 
+// 8-lane rANS encoders (AVX2, and AVX-512VL in 256-bit vectors): for lane
+// mask m (bit i: lane i emits a word), kEmitShuffle[m] is the byte shuffle of the 8 lanes' low 16-bit halves that puts the emitting
+// lanes' words, in ascending lane order, at the top of 16 bytes (zero below).
+constexpr std::array<std::array<uint8_t, 16>, 256> make_emit_shuffle() {
+  std::array<std::array<uint8_t, 16>, 256> t{};
+  for (int m = 0; m < 256; ++m) {
+    int cnt = 0;
+    for (int i = 0; i < 8; ++i) cnt += (m >> i) & 1;
+    for (int j = 0; j < 16; ++j) t[m][j] = 0x80;
+    int slot = 8 - cnt;
+    for (int i = 0; i < 8; ++i)
+      if ((m >> i) & 1) {
+        t[m][2 * slot] = (uint8_t)(2 * i);
+        t[m][2 * slot + 1] = (uint8_t)(2 * i + 1);
+        ++slot;
+      }
+  }
+  return t;
+}
+alignas(64) inline constexpr std::array<std::array<uint8_t, 16>, 256> kEmitShuffle = make_emit_shuffle();
+
+// The Newton step's constant of the x86 encoders' float quotient (AVX2's
+// enc_quotient8, which says why 2 + 2^-21 and not 2; the AVX-512VL step
+// computes the same reciprocal).
+inline constexpr float kEncNewtonTwo = 2.0f + 0x1p-21f;
+
 // Views of caller buffers for element loads and stores: the C API accepts
 // any address, so these must not assume 2- or 4-byte alignment.
 typedef uint16_t u16_unaligned __attribute__((aligned(1), may_alias));
