@@ -291,7 +291,7 @@ namespace {
 // above it for quotients below 2^20: its truncation is q or q + 1, and one
 // correction (q + 1 when the remainder comes out negative) makes it exact.
 // The bound rests only on rcp_ps's documented error, not on one CPU's
-// table; enc_quotient_misses_avx2 checks it exhaustively.
+// table; enc_quotient_misses_avx2 checks it for every state.
 TZ_AVX2 inline __m256i enc_quotient8(__m256i x, __m256i f, __m256i* rem_out) {
   const __m256 ff = _mm256_cvtepi32_ps(f);
   __m256 r = _mm256_rcp_ps(ff);
@@ -373,29 +373,6 @@ TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uin
 
 }  // namespace
 
-// enc_quotient8's exhaustive check (kernels.h): exact at both ends of
-// every quotient's range of x, so, the float quotient being monotone in x,
-// exact for every x between.
-TZ_AVX2 uint64_t enc_quotient_misses_avx2(uint32_t f_first, uint32_t f_last) {
-  uint64_t misses = 0;
-  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (uint32_t f = f_first; f <= f_last; ++f) {
-    const __m256i vf = _mm256_set1_epi32((int)f), top = _mm256_set1_epi32((int)f - 1);
-    for (uint32_t k = 0; k < (1u << 20); k += 8) {
-      const __m256i kk = _mm256_add_epi32(_mm256_set1_epi32((int)k), iota);
-      const __m256i x0 = _mm256_mullo_epi32(kk, vf);
-      for (const __m256i want_rem : {_mm256_setzero_si256(), top}) {
-        __m256i rem;
-        const __m256i q = enc_quotient8(_mm256_add_epi32(x0, want_rem), vf, &rem);
-        const __m256i ok = _mm256_cmpeq_epi32(_mm256_or_si256(_mm256_xor_si256(q, kk), _mm256_xor_si256(rem, want_rem)),
-                                              _mm256_setzero_si256());
-        misses += (uint64_t)_mm_popcnt_u32((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(ok)) ^ 0xFFu);
-      }
-    }
-  }
-  return misses;
-}
-
 namespace {
 
 // The encoder's driver (simd_encode_driver.inc) over enc8.
@@ -410,6 +387,11 @@ struct Avx2EncStep {
                            __m256i cmax, const Window* w) {
     enc8<Ctx, Win>(x, sp, fst, wp, cbase, cmax, w);
   }
+  TZ_AVX2 static __m256i next_state(__m256i x, __m256i f) {
+    __m256i rem;
+    const __m256i q = enc_quotient8(x, f, &rem);
+    return _mm256_add_epi32(_mm256_slli_epi32(q, kProbBits), rem);
+  }
 };
 
 #define TZ_ENC_TARGET TZ_AVX2
@@ -422,6 +404,10 @@ struct Avx2EncStep {
 TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                            uint8_t* out, size_t limit) {
   return encode_driver<Avx2EncStep>(sym, n, t, ctx, words, out, limit);
+}
+
+TZ_AVX2 uint64_t enc_quotient_misses_avx2(uint32_t f_first, uint32_t f_last) {
+  return quotient_misses<Avx2EncStep>(f_first, f_last);
 }
 
 namespace {

@@ -265,7 +265,7 @@ TZ_AVX512 void decode2_merged_avx512(uint8_t dtype, const RansStream& a, const u
 // reciprocals by two-table permutes, the correction masked. The quotient
 // is AVX2's enc_quotient8: the same reciprocal (rcp_ps, Newton constant
 // kEncNewtonTwo) of the same float x, so the same q, checked for every
-// state by enc_quotient_misses_avx512.
+// state by enc_quotient_misses_avx512 (simd_encode_driver.inc).
 struct EncWindowVL {
   __m256i lo, t0, t1;  // lo broadcast; freq | start entries lo .. lo + 7, lo + 8 .. lo + 15
   __m256 r0, r1;       // their reciprocals (enc_rcp8)
@@ -287,32 +287,6 @@ TZ_AVX512 inline __m256i enc_next_state8(__m256i x, __m256i f, __m256 r, __m256i
   const __m256i xn = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q, kProbBits), rem), st);
   return _mm256_mask_add_epi32(xn, neg, xn, _mm256_sub_epi32(f, _mm256_set1_epi32((int)kProbScale)));
 }
-
-}  // namespace
-
-// enc_next_state8's exhaustive check (kernels.h), as
-// enc_quotient_misses_avx2: exact at both ends of every quotient's range of
-// states (start 0).
-TZ_AVX512 uint64_t enc_quotient_misses_avx512(uint32_t f_first, uint32_t f_last) {
-  uint64_t misses = 0;
-  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (uint32_t f = f_first; f <= f_last; ++f) {
-    const __m256i vf = _mm256_set1_epi32((int)f), top = _mm256_set1_epi32((int)f - 1);
-    const __m256 r = enc_rcp8(vf);
-    for (uint32_t k = 0; k < (1u << 20); k += 8) {
-      const __m256i kk = _mm256_add_epi32(_mm256_set1_epi32((int)k), iota);
-      const __m256i x0 = _mm256_mullo_epi32(kk, vf);
-      for (const __m256i want_rem : {_mm256_setzero_si256(), top}) {
-        const __m256i xn = enc_next_state8(_mm256_add_epi32(x0, want_rem), vf, r, _mm256_setzero_si256());
-        const __m256i want = _mm256_add_epi32(_mm256_slli_epi32(kk, kProbBits), want_rem);
-        misses += (uint64_t)_mm_popcnt_u32((unsigned)_mm256_cmpneq_epi32_mask(xn, want));
-      }
-    }
-  }
-  return misses;
-}
-
-namespace {
 
 template <bool Ctx, bool Win>
 TZ_AVX512 inline void enc8vl(__m256i& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, __m256i cbase,
@@ -362,6 +336,9 @@ struct Avx512EncStep {
                              __m256i cmax, const Window* w) {
     enc8vl<Ctx, Win>(x, sp, fst, wp, cbase, cmax, w);
   }
+  TZ_AVX512 static __m256i next_state(__m256i x, __m256i f) {
+    return enc_next_state8(x, f, enc_rcp8(f), _mm256_setzero_si256());
+  }
 };
 
 #define TZ_ENC_TARGET TZ_AVX512
@@ -372,6 +349,14 @@ TZ_AVX512 size_t encode_avx512(const uint8_t* sym, uint32_t n, const EncTables& 
                                uint16_t* words, uint8_t* out, size_t limit) {
   return encode_driver<Avx512EncStep>(sym, n, t, ctx, words, out, limit);
 }
+
+}  // namespace
+
+TZ_AVX512 uint64_t enc_quotient_misses_avx512(uint32_t f_first, uint32_t f_last) {
+  return quotient_misses<Avx512EncStep>(f_first, f_last);
+}
+
+namespace {
 
 // Field loops (split, merge, min/max) compiled for AVX-512.
 namespace loops {
