@@ -291,7 +291,8 @@ namespace {
 // above it for quotients below 2^20: its truncation is q or q + 1, and one
 // correction (q + 1 when the remainder comes out negative) makes it exact.
 // The bound rests only on rcp_ps's documented error, not on one CPU's
-// table; enc_quotient_misses_avx2 checks it for every state.
+// table; enc_quotient_misses_avx2 checks it for every state. x is
+// converted exactly rounded (high and low halves, one fused multiply-add).
 TZ_AVX2 inline __m256i enc_quotient8(__m256i x, __m256i f, __m256i* rem_out) {
   const __m256 ff = _mm256_cvtepi32_ps(f);
   __m256 r = _mm256_rcp_ps(ff);
@@ -308,18 +309,14 @@ TZ_AVX2 inline __m256i enc_quotient8(__m256i x, __m256i f, __m256i* rem_out) {
   return _mm256_add_epi32(q, neg);
 }
 
-
 // One encode step for 8 lanes (symbols sp[0..7]); the words of the lanes
 // that emit go below wp in ascending lane order, as the scalar encoder's
 // descending pushes leave them. Stores 16 bytes at wp - 8: the caller
 // guarantees wp - 8 >= the start of the word buffer (8 symbols remain).
 //
-// q = floor(x / f) without a division (enc_quotient8): after
-// renormalisation x < f * 2^20, so x / f < 2^20. r = rcp_ps(f) (relative
-// error <= 1.5 * 2^-12) is refined by one Newton step; x is converted
-// exactly rounded (high and low halves, one fused multiply-add); the
-// product is truncated and corrected once: the result is identical to the
-// scalar encoder's.
+// q = floor(x / f) without a division (enc_quotient8; after
+// renormalisation x < f * 2^20): the result is identical to the scalar
+// encoder's.
 //
 // With lane contexts (Ctx), table = the context of the lane's previous
 // symbol sp[l - 32] (tables of 256 entries each, concatenated in fst).

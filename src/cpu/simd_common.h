@@ -27,8 +27,9 @@ constexpr std::array<std::array<uint8_t, 8>, 256> make_take_index() {
 alignas(64) inline constexpr std::array<std::array<uint8_t, 8>, 256> kTakeIndex = make_take_index();
 
 // 8-lane rANS encoders (AVX2, and AVX-512VL in 256-bit vectors): for lane
-// mask m (bit i: lane i emits a word), kEmitShuffle[m] is the byte shuffle of the 8 lanes' low 16-bit halves that puts the emitting
-// lanes' words, in ascending lane order, at the top of 16 bytes (zero below).
+// mask m (bit i: lane i emits a word), kEmitShuffle[m] is the byte shuffle
+// of the 8 lanes' low 16-bit halves that puts the emitting lanes' words, in
+// ascending lane order, at the top of 16 bytes (zero below).
 constexpr std::array<std::array<uint8_t, 16>, 256> make_emit_shuffle() {
   std::array<std::array<uint8_t, 16>, 256> t{};
   for (int m = 0; m < 256; ++m) {
