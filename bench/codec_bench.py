@@ -192,6 +192,23 @@ class TzParams(ctypes.Structure):
                 ("threads", ctypes.c_uint)]
 
 
+def warm_heap() -> str:
+    """Makes glibc serve every allocation from the heap and keep freed pages
+    (M_MMAP_MAX = 0, M_TRIM_THRESHOLD = 2^31 - 1 bytes). Large output buffers are
+    otherwise fresh mmap'ed pages on most calls, whose first-touch faults land
+    in the timed calls of whichever codec allocates them, by how far glibc's
+    dynamic mmap threshold has moved. Returns what the report says."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_max = -1, -4  # malloc.h
+        ok = libc.mallopt(m_mmap_max, 0) == 1 and libc.mallopt(m_trim_threshold, ctypes.c_int(2**31 - 1)) == 1
+    except (OSError, AttributeError):
+        ok = False
+    if not ok:
+        raise SystemExit("--warm-heap: mallopt is not available (glibc only)")
+    return "warm heap (--warm-heap: mallopt M_MMAP_MAX 0, M_TRIM_THRESHOLD 2^31 - 1)"
+
+
 def load_tz_lib(lib_path: Path):
     lib = ctypes.CDLL(str(lib_path))
     lib.tz_simd_path.restype, lib.tz_simd_path.argtypes = ctypes.c_char_p, []
@@ -553,7 +570,14 @@ def main() -> int:
                          "with the others: before/after comparisons of two builds in one run")
     ap.add_argument("--simd", help="comma list of SIMD paths (portable, avx2, avx512, neon): every tensorzip codec "
                                    "runs once per path, interleaved (default: the path the CPU picks)")
+    ap.add_argument("--warm-heap", action="store_true",
+                    help="glibc only: serve every allocation from the heap and never return it to the kernel "
+                         "(mallopt M_MMAP_MAX 0, M_TRIM_THRESHOLD 2^31 - 1), so that no codec's timed calls pay "
+                         "first-touch page faults for fresh mmap'ed buffers (default: the allocator as it is)")
     args = ap.parse_args()
+    heap_mode = "the allocator's defaults"
+    if args.warm_heap:
+        heap_mode = warm_heap()
 
     reps = args.reps or (2 if args.quick else 5)
     budget = args.budget if args.budget is not None else (0.3 if args.quick else 1.5)
@@ -658,7 +682,7 @@ def main() -> int:
         + f"; CPU SIMD flags: {cpu_simd_flags()}",
         f"timing: median over up to {reps} repetitions per cell (no new one after {budget:g} s; repetitions "
         f"used: {', '.join(map(str, reps_used))}), repetitions interleaved across codecs; every round trip "
-        f"verified byte for byte",
+        f"verified byte for byte; allocator: {heap_mode}",
     ]
     notes = [
         "Each tensor is compressed on its own; sizes and times are summed per data kind. GB/s = 1e9 bytes of "
