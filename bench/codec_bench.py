@@ -214,6 +214,8 @@ def load_tz_lib(lib_path: Path):
     lib.tz_simd_path.restype, lib.tz_simd_path.argtypes = ctypes.c_char_p, []
     if hasattr(lib, "tz_set_simd_path"):  # (older libraries: only TZ_SIMD)
         lib.tz_set_simd_path.restype, lib.tz_set_simd_path.argtypes = ctypes.c_int, [ctypes.c_char_p]
+    if hasattr(lib, "tz_simd_kernels"):  # (older libraries: the path's name only)
+        lib.tz_simd_kernels.restype, lib.tz_simd_kernels.argtypes = ctypes.c_char_p, []
     return lib
 
 
@@ -611,7 +613,8 @@ def main() -> int:
     simd_default = tzlib.tz_simd_path().decode()
     load0 = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"] * 3
     t_begin = time.time()
-    log(f"tensorzip SIMD path: {simd_default}" + (f"; also run: {args.simd}" if args.simd else ""))
+    kernels = tzlib.tz_simd_kernels().decode() if hasattr(tzlib, "tz_simd_kernels") else simd_default
+    log(f"tensorzip SIMD path: {kernels}" + (f"; also run: {args.simd}" if args.simd else ""))
     log("loading data ...")
     kinds = load_kinds(args.fixtures.resolve(), wanted)
     for k in kinds.values():

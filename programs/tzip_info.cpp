@@ -27,7 +27,7 @@ static std::string cuda_status() { return "not built"; }
 int print_version() {
   std::printf("tzip %d.%d.%d (container format %d.%d, frame format %d)\nCPU kernels: %s\nCUDA: %s\n",
               TZ_VERSION_MAJOR, TZ_VERSION_MINOR, TZ_VERSION_PATCH, tc::kTzipVersionMajor, tc::kTzipVersionMinor,
-              TZ_FORMAT_VERSION, tz_simd_path(), cuda_status().c_str());
+              TZ_FORMAT_VERSION, tz_simd_kernels(), cuda_status().c_str());
   return kExitOk;
 }
 

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
+#include "cpu/kernels.h"
 #include "cpu/simd_path.h"
 #include "tensorzip/tensorzip.h"
 
@@ -64,6 +66,32 @@ TEST(SimdPath, CApiSwitchesPaths) {
   EXPECT_EQ(tz_set_simd_path("sse9"), -1);
   EXPECT_EQ(tz_set_simd_path(nullptr), -1);
   EXPECT_EQ(tz_set_simd_path(tz::cpu::simd_path_name(before)), 0);
+  EXPECT_EQ(tz::cpu::active_simd_path(), before);
+}
+
+// tz_simd_kernels names the table in use: the path's name first, and for
+// avx512, which of its two tables (AMD's or the others'), so that a report
+// tells them apart.
+TEST(SimdPath, KernelTableNames) {
+  const SimdPath before = tz::cpu::active_simd_path();
+  for (SimdPath p : tz::cpu::kAllSimdPaths) {
+    if (!tz::cpu::simd_path_supported(p)) continue;
+    tz::cpu::ScopedSimdPath scoped(p);
+    const char* path = tz::cpu::simd_path_name(p);
+    const char* kernels = tz_simd_kernels();
+    ASSERT_NE(kernels, nullptr);
+    EXPECT_EQ(std::strncmp(kernels, path, std::strlen(path)), 0) << kernels;
+    const bool amd_table = p == SimdPath::kAvx512 && tz::cpu::simd_cpu_is_amd();
+    EXPECT_EQ(std::strstr(kernels, "AMD") != nullptr, amd_table) << kernels;
+    const std::vector<const tz::cpu::CodecKernels*> tables = tz::cpu::codec_kernel_variants(p);
+    ASSERT_FALSE(tables.empty());
+    EXPECT_STREQ(kernels, tz::cpu::codec_kernels_name(*tables[0]));
+    for (size_t i = 1; i < tables.size(); ++i)
+      EXPECT_STRNE(tz::cpu::codec_kernels_name(*tables[i]), tz::cpu::codec_kernels_name(*tables[0])) << path;
+    if (p == SimdPath::kPortable) {
+      EXPECT_STREQ(kernels, "portable");
+    }
+  }
   EXPECT_EQ(tz::cpu::active_simd_path(), before);
 }
 

@@ -62,6 +62,11 @@ unsigned tz_version_number(void); /* MAJOR*10000 + MINOR*100 + PATCH */
  * this CPU and build have, or the one the environment variable TZ_SIMD names).
  * Every path produces the same bytes; only speed differs. */
 const char* tz_simd_path(void);
+/* The kernel table in use, in words: tz_simd_path()'s name, followed where
+ * that path has more than one table (avx512: one for AMD CPUs, one for the
+ * others) by which one, e.g. "avx512 (16-lane merged decoders)". For reports
+ * (`tzip --version`, the benchmarks); tz_set_simd_path takes the plain name. */
+const char* tz_simd_kernels(void);
 /* Switches the CPU kernel set at run time, by the name tz_simd_path() gives
  * (benchmarks and tests comparing paths in one process). Returns 0, or -1
  * when the name is unknown or this CPU/build lacks the path (the path in use

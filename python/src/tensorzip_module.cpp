@@ -871,6 +871,8 @@ NB_MODULE(_tensorzip, m) {
   m.def("library_version", [] { return tz_version_number(); });
   m.def("simd_path", [] { return std::string(tz_simd_path()); },
         "The CPU kernel set the codec runs here: portable, avx2, avx512 or neon (TZ_SIMD forces one).");
+  m.def("simd_kernels", [] { return std::string(tz_simd_kernels()); },
+        "The kernel table in use, in words: simd_path() and, for avx512, which of its two tables.");
   m.def("compress_bound", &tz_compress_bound, "size"_a);
   m.def("compress", &compress, "prefix"_a, "data"_a, "dtype"_a, "level"_a = 0, "block_elems"_a = 0u,
         "threads"_a = 0u, "Returns prefix + one codec frame of data (GIL released while coding).");

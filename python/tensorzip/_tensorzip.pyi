@@ -26,6 +26,8 @@ CONTAINER_VERSION: Tuple[int, int]
 def library_version() -> int: ...
 def simd_path() -> str:
     """The CPU kernel set the codec runs: portable, avx2, avx512 or neon."""
+def simd_kernels() -> str:
+    """The kernel table in use, in words: simd_path() and, for avx512, which of its two tables."""
 def compress_folder(src: str, dst: str, level: int = 0, threads: int = 0, force: bool = False,
                     predict: bool = True) -> None:
     """Model folder -> compressed folder, like `tzip compress DIR` (*.safetensors -> .tzip, others copied)."""

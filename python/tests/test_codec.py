@@ -258,3 +258,13 @@ def test_gil_released_while_coding(rng):
                 break
         else:
             pytest.fail(f"this thread stalled for most of the call: (duration, longest stall) = {tries}")
+
+
+def test_simd_path_and_kernel_table_names():
+    # the kernel table's name starts with its path's name; only avx512 has
+    # two tables, so only its name says more
+    path = tensorzip._tensorzip.simd_path()
+    kernels = tensorzip._tensorzip.simd_kernels()
+    assert path in ("portable", "avx2", "avx512", "neon")
+    assert kernels.startswith(path)
+    assert kernels == path or path == "avx512", kernels

@@ -4,6 +4,7 @@
 #include <new>
 
 #include "cpu/frame.h"
+#include "cpu/kernels.h"
 #include "cpu/simd_path.h"
 #include "tensorzip/tensorzip.h"
 
@@ -73,6 +74,8 @@ const char* tz_dtype_name(tz_dtype d) {
 }
 
 const char* tz_simd_path(void) { return tz::cpu::simd_path_name(tz::cpu::active_simd_path()); }
+
+const char* tz_simd_kernels(void) { return tz::cpu::codec_kernels_name(tz::cpu::codec_kernels()); }
 
 int tz_set_simd_path(const char* name) {
   tz::cpu::SimdPath p;

@@ -108,6 +108,14 @@ std::vector<const CodecKernels*> codec_kernel_variants(SimdPath p) {
   return r;
 }
 
+const char* codec_kernels_name(const CodecKernels& k) {
+#if defined(__x86_64__)
+  if (&k == &kAvx512Kernels) return "avx512 (16-lane merged decoders)";
+  if (&k == &kAvx512AmdKernels) return "avx512 (AVX2 merged decoders, the table for AMD CPUs)";
+#endif
+  return simd_path_name(k.path);
+}
+
 const CodecKernels& codec_kernels() {
   const CodecKernels* k = codec_kernels_for(active_simd_path());
   return k ? *k : kPortableKernels;

@@ -83,6 +83,10 @@ std::vector<const CodecKernels*> codec_kernel_variants(SimdPath p);
 const CodecKernels* codec_kernels_for(SimdPath p);
 // The table of active_simd_path().
 const CodecKernels& codec_kernels();
+// What table k is, in words: its path's name (simd_path_name), followed,
+// for a path with more than one table, by which one and how it differs
+// (tz_simd_kernels, `tzip --version`).
+const char* codec_kernels_name(const CodecKernels& k);
 
 // Per-path tables (defined in the path's file; declared for kernels.cpp and
 // the tests).
