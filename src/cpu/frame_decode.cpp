@@ -80,35 +80,81 @@ struct BlockSeeds {
   void remerge(uint8_t dtype, const BlockView& v, uint8_t* dst) const {
     if (v.n_seeded) block_seed_remerge(dtype, v.seed_stream, bytes, 0, kSeedBytes * v.n_seeded, dst);
   }
-  // After a fused decode+merge of every element below n - kSeedBytes of
-  // the self-seeded streams: the last kSeedBytes elements, from the tails
-  // and the other streams' bytes (stream_bytes).
-  void merge_tail(uint8_t dtype, const BlockView& v, uint32_t n, uint8_t* dst) const {
-    if (!v.self_seeded) return;
+  // After a fused decode+merge of stream 0 with the bytes of streams 1 ..
+  // K-1 (others[0 .. K-2], each all n of them): when stream 0 seeds itself
+  // the fused pass merged its first n - kSeedBytes elements only, and this
+  // merges the last kSeedBytes from its tail and the others.
+  void merge_tail(uint8_t dtype, const BlockView& v, uint32_t n, const uint8_t* const* others, uint8_t* dst) const {
+    if (!v.self_seeds(0)) return;
     const int K = dtype_stream_count(dtype);
     const uint32_t i0 = n - kSeedBytes;
     const uint8_t* f[kMaxStreams];
-    for (int k = 0; k < K; ++k) f[k] = v.self_seeds(k) ? tail[k] : v.stream_bytes(k) + i0;
+    f[0] = tail[0];
+    for (int k = 1; k < K; ++k) f[k] = others[k - 1] + i0;
     merge_fields(dtype, f, kSeedBytes, dst + (size_t)i0 * dtype_elem_size(dtype));
   }
 };
 
-// The layout the merged decoders take (CodecKernels::rans_decode_merged):
-// stream 0 coded, every other stream raw (not elided); `raw` gets the raw
-// streams' bytes.
-bool merged_layout(const BlockView& v, int K, const uint8_t** raw) {
-  if (v.mode[0] != kModeRans) return false;
+// Coded stream k of a block, decoded into scratch + k * align4(n) (a
+// self-seeded one's last kSeedBytes symbols behind the others there).
+RansStream coded_stream(const BlockDecTables& t, const BlockView& v, int k, uint32_t n, uint8_t* scratch,
+                        BlockSeeds& seeds) {
+  uint8_t* s = scratch + (size_t)k * align4(n);
+  return RansStream{v.payload[k], v.size[k], v.coded[k], t.dec_of(k, v.set[k]), s,
+                    v.seeded_ctx(k, t.ctx[k], seeds.bytes, s + v.coded[k])};
+}
+
+// Decodes the coded streams among `ks` (count of them) into their scratch
+// buffers (coded_stream), two at a time; the first failing status, or kOk.
+
+int decode_coded_streams(const CodecKernels& kr, const BlockDecTables& t, const BlockView& v, const int* ks,
+                         int count, uint32_t n, uint8_t* scratch, BlockSeeds& seeds) {
+  auto stream = [&](int k) { return coded_stream(t, v, k, n, scratch, seeds); };
+  int i = 0;
+  for (; i + 1 < count; i += 2) {
+    int sa, sb;
+    kr.rans_decode2(stream(ks[i]), &sa, stream(ks[i + 1]), &sb);
+    if (sa != kOk) return sa;
+    if (sb != kOk) return sb;
+  }
+  if (i < count) {
+    const RansStream r = stream(ks[i]);
+    return kr.rans_decode(r.in, r.size, r.n, r.dec, r.ctx, r.out);
+  }
+  return kOk;
+}
+
+// The layouts the merged decoders (CodecKernels::rans_decode_merged) decode
+// a block in: stream 0 coded and every other stream raw; and, with a table
+// whose rans_decode2 is not lockstep (CodecKernels::decode2_lockstep), also
+// coded (none elided). The coded ones (their numbers in coded[], *n_coded
+// of them) are decoded first, into scratch, and the merged decoder then
+// takes their bytes as it takes a raw stream's: others[k - 1] is stream k's
+// (scratch + k * align4(n) where coded). Measured on the fixture's Adam v
+// (stream 1 coded in 74 of 125 blocks; bench/RESULTS.md): AVX2 +7 %
+// decompress; AVX-512 -12 %, where the generic path's lockstep pair of
+// streams 0 and 1 beats the merged pass.
+bool merged_sources(const CodecKernels& kr, const BlockView& v, int K, uint32_t n, uint8_t* scratch,
+                    const uint8_t** others, int* coded, int* n_coded) {
+  if (v.mode[0] != kModeRans || v.elided) return false;
+  *n_coded = 0;
   for (int k = 1; k < K; ++k) {
-    if (v.mode[k] != kModeRaw) return false;
-    raw[k - 1] = v.stream_bytes(k);
+    if (v.mode[k] == kModeRaw) {
+      others[k - 1] = v.stream_bytes(k);
+    } else if (v.mode[k] == kModeRans && !kr.decode2_lockstep) {
+      others[k - 1] = scratch + (size_t)k * align4(n);
+      coded[(*n_coded)++] = k;
+    } else {
+      return false;
+    }
   }
   return true;
 }
 
 // tz::decode_block through the kernel table: same validation (parse_block),
-// same output and status, coded streams decoded two at a time, and the
-// common BF16 / FP16 / FP32 layout (stream 0 coded, the others raw;
-// merged_layout) decoded and merged in one pass.
+// same output and status, coded streams decoded two at a time, and BF16 /
+// FP16 / FP32 blocks whose stream 0 is coded (merged_sources) decoded and
+// merged in one pass of stream 0, after any other coded streams.
 int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTables& t, const uint8_t* blk,
                          size_t sz, uint32_t n, uint8_t* scratch, uint8_t* dst, uint32_t* stored) {
   const int K = dtype_stream_count(dtype);
@@ -117,13 +163,16 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
   if (pst != kOk) return pst;
   *stored = v.checksum;
   BlockSeeds seeds;
-  const uint8_t* raw[kMaxStreams - 1];
-  if (decodes_merged(dtype) && merged_layout(v, K, raw)) {
+  const uint8_t* others[kMaxStreams - 1];
+  int coded[kMaxStreams - 1], n_coded = 0;
+  if (decodes_merged(dtype) && merged_sources(kr, v, K, n, scratch, others, coded, &n_coded)) {
+    const int cst = decode_coded_streams(kr, t, v, coded, n_coded, n, scratch, seeds);
+    if (cst != kOk) return cst;
     const int st = kr.rans_decode_merged(dtype, v.payload[0], v.size[0], v.coded[0], t.dec_of(0, v.set[0]),
-                                         v.seeded_ctx(0, t.ctx[0], seeds.bytes, seeds.tail_of(0)), raw, dst);
+                                         v.seeded_ctx(0, t.ctx[0], seeds.bytes, seeds.tail_of(0)), others, dst);
     if (st == kOk) {
       seeds.remerge(dtype, v, dst);
-      seeds.merge_tail(dtype, v, n, dst);
+      seeds.merge_tail(dtype, v, n, others, dst);
     }
     return st;
   }
@@ -146,18 +195,10 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
         pending = k;
         continue;
       }
-      const int j = pending;
+      const int pair[2] = {pending, k};
       pending = -1;
-      int sa, sb;
-      uint8_t* sj = scratch + (size_t)j * align4(n);
-      kr.rans_decode2(RansStream{v.payload[j], v.size[j], v.coded[j], t.dec_of(j, v.set[j]), sj,
-                                 v.seeded_ctx(j, t.ctx[j], seeds.bytes, sj + v.coded[j])},
-                      &sa,
-                      RansStream{v.payload[k], v.size[k], v.coded[k], t.dec_of(k, v.set[k]), s,
-                                 v.seeded_ctx(k, t.ctx[k], seeds.bytes, s + v.coded[k])},
-                      &sb);
-      if (sa != kOk) return sa;
-      if (sb != kOk) return sb;
+      const int st = decode_coded_streams(kr, t, v, pair, 2, n, scratch, seeds);
+      if (st != kOk) return st;
     } else if (v.mode[k] == kModeRawElided) {
       streams[k] = nullptr;  // expand_elided, below
     } else {
@@ -165,10 +206,7 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
     }
   }
   if (pending >= 0) {
-    uint8_t* sp = scratch + (size_t)pending * align4(n);
-    const int st = kr.rans_decode(v.payload[pending], v.size[pending], v.coded[pending],
-                                  t.dec_of(pending, v.set[pending]),
-                                  v.seeded_ctx(pending, t.ctx[pending], seeds.bytes, sp + v.coded[pending]), sp);
+    const int st = decode_coded_streams(kr, t, v, &pending, 1, n, scratch, seeds);
     if (st != kOk) return st;
   }
   if (v.elided) {
@@ -184,13 +222,13 @@ int decode_block_kernels(const CodecKernels& kr, uint8_t dtype, const BlockDecTa
 
 // Blocks b and b + 1 (bytes blk_a, blk_b) decoded in lockstep into oa and
 // ob, checksums checked, when both have a layout the two-stream kernels
-// take: BF16 / FP16 / FP32 blocks of the merged layout
-// (rans_decode2_merged), and blocks of one coded stream (FP8; rans_decode2,
+// take: BF16 / FP16 / FP32 blocks whose stream 0 is coded (merged_sources;
+// rans_decode2_merged), and blocks of one coded stream (FP8; rans_decode2,
 // in place, as decode_block_kernels decodes one). Returns false, having
 // written nothing, when they do not; each block's status in *sta, *stb.
 bool decode_pair(const CodecKernels& kr, const FrameHeader& h, const BlockDecTables& t, uint32_t b,
-                 const uint8_t* blk_a, size_t sz_a, const uint8_t* blk_b, size_t sz_b, uint8_t* oa, uint8_t* ob,
-                 int* sta, int* stb) {
+                 const uint8_t* blk_a, size_t sz_a, const uint8_t* blk_b, size_t sz_b, uint8_t* scratch, uint8_t* oa,
+                 uint8_t* ob, int* sta, int* stb) {
   const int K = h.n_streams;
   const bool merged = decodes_merged(h.dtype);
   if (!merged && !(K == 1 && h.dtype != kBytes)) return false;
@@ -201,23 +239,47 @@ bool decode_pair(const CodecKernels& kr, const FrameHeader& h, const BlockDecTab
     return false;
   BlockSeeds sa, sb;  // seeded blocks (BlockSeeds)
   if (merged) {
-    const uint8_t* raw_a[kMaxStreams - 1];
-    const uint8_t* raw_b[kMaxStreams - 1];
-    if (!merged_layout(va, K, raw_a) || !merged_layout(vb, K, raw_b)) return false;
-    kr.rans_decode2_merged(h.dtype,
-                           RansStream{va.payload[0], va.size[0], va.coded[0], t.dec_of(0, va.set[0]), oa,
-                                      va.seeded_ctx(0, t.ctx[0], sa.bytes, sa.tail_of(0))},
-                           raw_a, sta,
-                           RansStream{vb.payload[0], vb.size[0], vb.coded[0], t.dec_of(0, vb.set[0]), ob,
-                                      vb.seeded_ctx(0, t.ctx[0], sb.bytes, sb.tail_of(0))},
-                           raw_b, stb);
+    // Stream 0 of each block decoded and merged, after the blocks' other
+    // coded streams (merged_sources; block b's in the second half of
+    // scratch), in lockstep across the blocks where they have as many.
+    const uint8_t* oth_a[kMaxStreams - 1];
+    const uint8_t* oth_b[kMaxStreams - 1];
+    int ca[kMaxStreams - 1], cb[kMaxStreams - 1], nca = 0, ncb = 0;
+    uint8_t* const scr_a = scratch;
+    uint8_t* const scr_b = scratch + block_scratch_size(h.block_elems, K);
+    if (!merged_sources(kr, va, K, na, scr_a, oth_a, ca, &nca) ||
+        !merged_sources(kr, vb, K, nb, scr_b, oth_b, cb, &ncb))
+      return false;
+    int ca_st = kOk, cb_st = kOk;
+    if (nca == ncb) {
+      for (int i = 0; i < nca; ++i) {
+        int s1, s2;
+        kr.rans_decode2(coded_stream(t, va, ca[i], na, scr_a, sa), &s1, coded_stream(t, vb, cb[i], nb, scr_b, sb),
+                        &s2);
+        if (ca_st == kOk) ca_st = s1;
+        if (cb_st == kOk) cb_st = s2;
+      }
+    } else {
+      ca_st = decode_coded_streams(kr, t, va, ca, nca, na, scr_a, sa);
+      cb_st = decode_coded_streams(kr, t, vb, cb, ncb, nb, scr_b, sb);
+    }
+    const RansStream s0a{va.payload[0], va.size[0], va.coded[0], t.dec_of(0, va.set[0]), oa,
+                         va.seeded_ctx(0, t.ctx[0], sa.bytes, sa.tail_of(0))};
+    const RansStream s0b{vb.payload[0], vb.size[0], vb.coded[0], t.dec_of(0, vb.set[0]), ob,
+                         vb.seeded_ctx(0, t.ctx[0], sb.bytes, sb.tail_of(0))};
+    if (ca_st == kOk && cb_st == kOk) {
+      kr.rans_decode2_merged(h.dtype, s0a, oth_a, sta, s0b, oth_b, stb);
+    } else {  // one block's other streams failed: the other block alone
+      *sta = ca_st == kOk ? kr.rans_decode_merged(h.dtype, s0a.in, s0a.size, s0a.n, s0a.dec, s0a.ctx, oth_a, oa) : ca_st;
+      *stb = cb_st == kOk ? kr.rans_decode_merged(h.dtype, s0b.in, s0b.size, s0b.n, s0b.dec, s0b.ctx, oth_b, ob) : cb_st;
+    }
     if (*sta == kOk) {
       sa.remerge(h.dtype, va, oa);
-      sa.merge_tail(h.dtype, va, na, oa);
+      sa.merge_tail(h.dtype, va, na, oth_a, oa);
     }
     if (*stb == kOk) {
       sb.remerge(h.dtype, vb, ob);
-      sb.merge_tail(h.dtype, vb, nb, ob);
+      sb.merge_tail(h.dtype, vb, nb, oth_b, ob);
     }
   } else {
     // One coded stream: never seeded from another stream; a self-seeded
@@ -251,7 +313,9 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
   for (uint32_t i = 0; i < count; ++i) off[i + 1] = off[i] + load_le32(fp.index + 4ull * (first + i));
   std::optional<DecTables> own;
   const DecTables& dt = tables ? *tables : own.emplace(fp);
-  const size_t scratch_bytes = block_scratch_size(h.block_elems, K) + (dst ? 0 : 2 * (size_t)h.block_elems * es);
+  // Two blocks' streams (decode_pair), then without dst two blocks' output.
+  const size_t streams_bytes = 2 * block_scratch_size(h.block_elems, K);
+  const size_t scratch_bytes = streams_bytes + (dst ? 0 : 2 * (size_t)h.block_elems * es);
   const CodecKernels& kr = codec_kernels();
   std::mutex bad_mu;  // guards the lowest failing block and its status
   uint32_t bad = UINT32_MAX;
@@ -264,7 +328,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
     const uint32_t i0 = (uint32_t)(t * per_task), i1 = std::min<uint32_t>(count, i0 + per_task);
     const size_t block_bytes = (size_t)h.block_elems * es;
     auto out_of = [&](uint32_t i, int slot) {
-      return dst ? dst + (uint64_t)i * block_bytes : scratch + block_scratch_size(h.block_elems, K) + slot * block_bytes;
+      return dst ? dst + (uint64_t)i * block_bytes : scratch + streams_bytes + slot * block_bytes;
     };
     auto fail = [&](uint32_t b, int st) {
       std::lock_guard<std::mutex> lk(bad_mu);
@@ -278,7 +342,7 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
         const uint32_t b = first + i;
         int sta, stb;
         if (decode_pair(kr, h, dt.t, b, blocks + off[i], (size_t)(off[i + 1] - off[i]), blocks + off[i + 1],
-                        (size_t)(off[i + 2] - off[i + 1]), out_of(i, 0), out_of(i + 1, 1), &sta, &stb)) {
+                        (size_t)(off[i + 2] - off[i + 1]), scratch, out_of(i, 0), out_of(i + 1, 1), &sta, &stb)) {
           if (sta != kOk) return fail(b, sta);
           if (stb != kOk) return fail(b + 1, stb);
           i += 2;

@@ -83,6 +83,7 @@ void decode2_merged_portable(uint8_t dtype, const RansStream& a, const uint8_t* 
 const CodecKernels kPortableKernels = {
     SimdPath::kPortable,   encode_portable,  decode_portable, decode_merged_portable, decode2_portable,
     decode2_merged_portable, loops::histogram, loops::minmax,  loops::split,         loops::merge,
+    false,
 };
 
 const CodecKernels* codec_kernels_for(SimdPath p) {

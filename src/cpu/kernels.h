@@ -70,6 +70,12 @@ struct CodecKernels {
   // As tz::split_fields / tz::merge_fields.
   void (*split)(uint8_t dtype, const uint8_t* src, uint32_t n, uint8_t* const* streams);
   void (*merge)(uint8_t dtype, const uint8_t* const* streams, uint32_t n, uint8_t* dst);
+  // rans_decode2 steps its two streams in lockstep (AVX-512), rather than
+  // one after the other. The frame decoder then decodes a block's coded
+  // streams two together and merges them after; otherwise it decodes the
+  // others first and merges stream 0 in its own pass (frame_decode.cpp,
+  // merged_sources).
+  bool decode2_lockstep;
 };
 
 // Whether rans_decode_merged serves dtype (BF16, FP16, FP32).

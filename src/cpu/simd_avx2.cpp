@@ -421,6 +421,7 @@ namespace loops {
 const CodecKernels kAvx2Kernels = {
     SimdPath::kAvx2,   encode_avx2,    decode_avx2,   decode_merged_avx2, decode2_avx2,
     decode2_merged_avx2, histogram_avx2, loops::minmax, loops::split,     loops::merge,
+    false,
 };
 
 }  // namespace tz::cpu

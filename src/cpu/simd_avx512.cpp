@@ -370,11 +370,13 @@ namespace loops {
 const CodecKernels kAvx512Kernels = {
     SimdPath::kAvx512, encode_avx512,  decode_avx512, decode_merged_avx512, decode2_avx512,
     decode2_merged_avx512, histogram_avx2, loops::minmax, loops::split,     loops::merge,
+    true,
 };
 
 const CodecKernels kAvx512AmdKernels = {
     SimdPath::kAvx512, encode_avx512,  decode_avx512, decode_merged_avx2, decode2_avx512,
     decode2_merged_avx2, histogram_avx2, loops::minmax, loops::split,     loops::merge,
+    true,
 };
 
 }  // namespace tz::cpu

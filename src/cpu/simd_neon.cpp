@@ -342,6 +342,7 @@ namespace loops {
 const CodecKernels kNeonKernels = {
     SimdPath::kNeon,   encode_neon,      decode_neon,   decode_merged_neon, decode2_neon,
     decode2_merged_neon, loops::histogram, loops::minmax, loops::split,     loops::merge,
+    false,
 };
 
 }  // namespace tz::cpu
