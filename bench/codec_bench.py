@@ -635,7 +635,10 @@ def main() -> int:
                 continue
             configs.append((c, th, codec))
     # Repetitions are interleaved across codecs (rep 1 of every codec, then
-    # rep 2, ...) so that load from other jobs hits all codecs alike.
+    # rep 2, ...) so that load from other jobs hits all codecs alike, and
+    # each round starts one codec further on, so that no codec always runs
+    # in the same place of a round (cache and allocator state left by the
+    # codec before it).
     gc.disable()
     try:
         for k, kind in kinds.items():
@@ -643,7 +646,8 @@ def main() -> int:
                 log(f"{kind.label}: load average {' '.join(open('/proc/loadavg').read().split()[:3])}")
             cells = {(c, th): Cell() for c, th, _ in configs}
             for rep in range(reps):
-                for c, th, codec in configs:
+                turn = rep % len(configs)
+                for c, th, codec in configs[turn:] + configs[:turn]:
                     cell = cells[(c, th)]
                     if rep and cell.spent >= budget:
                         continue
@@ -684,7 +688,8 @@ def main() -> int:
         + (f"; rows marked [path] ran that path (--simd {args.simd})" if args.simd else "")
         + f"; CPU SIMD flags: {cpu_simd_flags()}",
         f"timing: median over up to {reps} repetitions per cell (no new one after {budget:g} s; repetitions "
-        f"used: {', '.join(map(str, reps_used))}), repetitions interleaved across codecs; every round trip "
+        f"used: {', '.join(map(str, reps_used))}), repetitions interleaved across codecs, each round starting one "
+        f"codec further on; every round trip "
         f"verified byte for byte; allocator: {heap_mode}",
     ]
     notes = [
