@@ -106,7 +106,6 @@ RansStream coded_stream(const BlockDecTables& t, const BlockView& v, int k, uint
 
 // Decodes the coded streams among `ks` (count of them) into their scratch
 // buffers (coded_stream), two at a time; the first failing status, or kOk.
-
 int decode_coded_streams(const CodecKernels& kr, const BlockDecTables& t, const BlockView& v, const int* ks,
                          int count, uint32_t n, uint8_t* scratch, BlockSeeds& seeds) {
   auto stream = [&](int k) { return coded_stream(t, v, k, n, scratch, seeds); };
@@ -246,6 +245,8 @@ bool decode_pair(const CodecKernels& kr, const FrameHeader& h, const BlockDecTab
     const uint8_t* oth_b[kMaxStreams - 1];
     int ca[kMaxStreams - 1], cb[kMaxStreams - 1], nca = 0, ncb = 0;
     uint8_t* const scr_a = scratch;
+    // Written only where merged_sources takes coded streams (tables that
+    // are not lockstep), for which decode_range gives two blocks' streams.
     uint8_t* const scr_b = scratch + block_scratch_size(h.block_elems, K);
     if (!merged_sources(kr, va, K, na, scr_a, oth_a, ca, &nca) ||
         !merged_sources(kr, vb, K, nb, scr_b, oth_b, cb, &ncb))
@@ -313,10 +314,12 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
   for (uint32_t i = 0; i < count; ++i) off[i + 1] = off[i] + load_le32(fp.index + 4ull * (first + i));
   std::optional<DecTables> own;
   const DecTables& dt = tables ? *tables : own.emplace(fp);
-  // Two blocks' streams (decode_pair), then without dst two blocks' output.
-  const size_t streams_bytes = 2 * block_scratch_size(h.block_elems, K);
-  const size_t scratch_bytes = streams_bytes + (dst ? 0 : 2 * (size_t)h.block_elems * es);
   const CodecKernels& kr = codec_kernels();
+  // One block's streams, or two where decode_pair decodes two blocks' other
+  // coded streams (merged_sources: tables that are not lockstep); then,
+  // without dst, two blocks' output.
+  const size_t streams_bytes = (kr.decode2_lockstep ? 1 : 2) * block_scratch_size(h.block_elems, K);
+  const size_t scratch_bytes = streams_bytes + (dst ? 0 : 2 * (size_t)h.block_elems * es);
   std::mutex bad_mu;  // guards the lowest failing block and its status
   uint32_t bad = UINT32_MAX;
   int bad_status = kOk;
