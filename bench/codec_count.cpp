@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
   if (const char* fl = std::getenv("TZ_FRAME_FLAGS")) tz::cpu::set_encoder_flags_mask((uint8_t)std::atoi(fl));
   const char* level_env = std::getenv("TZ_LEVEL");
   const int level = level_env && *level_env ? std::atoi(level_env) : 0;
+  const char* be_env = std::getenv("TZ_BLOCK_ELEMS");  // 0 / unset: the codec's default
+  const unsigned block_elems = be_env && *be_env ? (unsigned)std::atoi(be_env) : 0u;
   tz_dtype dt;
   const std::vector<Tensor> ts = load(argv[1], &dt);
   tz_ctx* ctx = tz_ctx_create(1);
@@ -122,7 +124,7 @@ int main(int argc, char** argv) {
     const double t0 = now();
     packed = 0;
     for (size_t i = 0; i < ts.size(); ++i) {
-      const tz_params p{dt, level, 0, 1};
+      const tz_params p{dt, level, block_elems, 1};
       const size_t n = tz_ctx_compress(ctx, comp[i].data(), comp[i].size(), ts[i].data.data(), ts[i].data.size(), &p);
       if (tz_is_error(n)) {
         std::fprintf(stderr, "%s: %s\n", ts[i].name.c_str(), tz_last_error_detail());
