@@ -134,11 +134,11 @@ int main(int argc, char** argv) {
               "decode2", "dec_bf16",
               "dec2_bf16", "dec2_2tab", "hist", "split", "minmax");
   for (SimdPath p : kAllSimdPaths) {
-    const CodecKernels* k = codec_kernels_for(p);
-    if (!k || !simd_path_cpu_has(p)) {
+    if (!codec_kernels_for(p) || !simd_path_cpu_has(p)) {
       std::printf("%-9s (not on this CPU or build)\n", simd_path_name(p));
       continue;
     }
+    for (const CodecKernels* k : codec_kernel_variants(p)) {
     auto cost = [&](auto fn) {
       double best = 1e30;
       for (int r = 0; r < 9; ++r) {
@@ -214,9 +214,9 @@ int main(int argc, char** argv) {
     const double sp = cost([&] { k->split(kBF16, src, n * B, st); });
     uint8_t range[4] = {};
     const double mm = cost([&] { k->minmax(kBF16, 0, src, n * B, range); });
-    std::printf("%-9s %7.2f %8.2f %7.2f %8.2f %7.2f %8.2f %9.2f %9.2f %7.2f %7.2f %7.2f\n", simd_path_name(p), e, ew, d, dw,
-                d2, db, d2b,
-                d2t, hi, sp, mm);
+    std::printf("%-9s %7.2f %8.2f %7.2f %8.2f %7.2f %8.2f %9.2f %9.2f %7.2f %7.2f %7.2f  %s\n", simd_path_name(p), e, ew,
+                d, dw, d2, db, d2b, d2t, hi, sp, mm, codec_kernels_name(*k));
+    }
   }
 #if defined(__x86_64__)
   if (simd_path_cpu_has(SimdPath::kAvx2))

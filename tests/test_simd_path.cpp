@@ -70,8 +70,8 @@ TEST(SimdPath, CApiSwitchesPaths) {
 }
 
 // tz_simd_kernels names the table in use: the path's name first, and for
-// avx512, which of its two tables (AMD's or the others'), so that a report
-// tells them apart.
+// avx512 and avx2, which of their two tables (the one for AMD CPUs, or for
+// AMD Zen 1/2, or the others'), so that a report tells them apart.
 TEST(SimdPath, KernelTableNames) {
   const SimdPath before = tz::cpu::active_simd_path();
   for (SimdPath p : tz::cpu::kAllSimdPaths) {
@@ -81,7 +81,8 @@ TEST(SimdPath, KernelTableNames) {
     const char* kernels = tz_simd_kernels();
     ASSERT_NE(kernels, nullptr);
     EXPECT_EQ(std::strncmp(kernels, path, std::strlen(path)), 0) << kernels;
-    const bool amd_table = p == SimdPath::kAvx512 && tz::cpu::simd_cpu_is_amd();
+    const bool amd_table = (p == SimdPath::kAvx512 && tz::cpu::simd_cpu_is_amd()) ||
+                           (p == SimdPath::kAvx2 && tz::cpu::simd_cpu_slow_gather());
     EXPECT_EQ(std::strstr(kernels, "AMD") != nullptr, amd_table) << kernels;
     const std::vector<const tz::cpu::CodecKernels*> tables = tz::cpu::codec_kernel_variants(p);
     ASSERT_FALSE(tables.empty());

@@ -90,7 +90,7 @@ const CodecKernels* codec_kernels_for(SimdPath p) {
   switch (p) {
     case SimdPath::kPortable: return &kPortableKernels;
 #if defined(__x86_64__)
-    case SimdPath::kAvx2: return &kAvx2Kernels;
+    case SimdPath::kAvx2: return simd_cpu_slow_gather() ? &kAvx2ScalarFetchKernels : &kAvx2Kernels;
     case SimdPath::kAvx512: return simd_cpu_is_amd() ? &kAvx512AmdKernels : &kAvx512Kernels;
 #endif
 #if defined(__aarch64__)
@@ -105,6 +105,7 @@ std::vector<const CodecKernels*> codec_kernel_variants(SimdPath p) {
   if (const CodecKernels* k = codec_kernels_for(p)) r.push_back(k);
 #if defined(__x86_64__)
   if (p == SimdPath::kAvx512) r.push_back(r[0] == &kAvx512Kernels ? &kAvx512AmdKernels : &kAvx512Kernels);
+  if (p == SimdPath::kAvx2) r.push_back(r[0] == &kAvx2Kernels ? &kAvx2ScalarFetchKernels : &kAvx2Kernels);
 #endif
   return r;
 }
@@ -113,6 +114,8 @@ const char* codec_kernels_name(const CodecKernels& k) {
 #if defined(__x86_64__)
   if (&k == &kAvx512Kernels) return "avx512 (16-lane merged decoders)";
   if (&k == &kAvx512AmdKernels) return "avx512 (AVX2 merged decoders, the table for AMD CPUs)";
+  if (&k == &kAvx2Kernels) return "avx2 (gathered table entries)";
+  if (&k == &kAvx2ScalarFetchKernels) return "avx2 (table entries loaded one by one, the table for AMD Zen 1/2)";
 #endif
   return simd_path_name(k.path);
 }

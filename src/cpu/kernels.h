@@ -99,6 +99,10 @@ const char* codec_kernels_name(const CodecKernels& k);
 extern const CodecKernels kPortableKernels;
 #if defined(__x86_64__)
 extern const CodecKernels kAvx2Kernels;
+// The AVX2 table for CPUs whose vpgatherdd is slow (AMD Zen 1 and Zen 2):
+// its decoders load the 8 table entries of a step one by one
+// (simd_avx2.cpp, ScalarFetch).
+extern const CodecKernels kAvx2ScalarFetchKernels;
 extern const CodecKernels kAvx512Kernels;
 // The AVX-512 table for AMD CPUs: its merged decoders (BF16, FP16, FP32)
 // are the AVX2 ones (simd_avx512.cpp says why).

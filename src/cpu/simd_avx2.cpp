@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstring>
+#include <type_traits>
 #define TZ_AVX2 __attribute__((target("avx2,fma,bmi,bmi2,popcnt")))
 
 namespace tz::cpu {
@@ -43,6 +44,38 @@ struct DecConsts {
   }
 };
 
+// The 8 table entries t[idx] of a step, two ways, the same entries either
+// way. GatherFetch: one vpgatherdd. ScalarFetch: the indices taken out of
+// the vector two at a time, eight scalar loads joined by unpacks: more
+// instructions, but fewer cycles on AMD Zen 1 and Zen 2, whose vpgatherdd
+// is microcoded (12.9 cycles for 8 entries on an EPYC family 23 model 49,
+// tz_kernel_bench). bytes(t, sp, idx): the same with idx = the 8 bytes at sp
+// (the encoder's symbols), which the scalar form loads from memory.
+struct GatherFetch {
+  TZ_AVX2 static __m256i get(const uint32_t* t, __m256i idx) { return _mm256_i32gather_epi32((const int*)t, idx, 4); }
+  TZ_AVX2 static __m256i bytes(const uint32_t* t, const uint8_t*, __m256i idx) { return get(t, idx); }
+};
+struct ScalarFetch {
+  TZ_AVX2 static __m128i get4(const uint32_t* t, __m128i idx) {
+    const uint64_t a = (uint64_t)_mm_cvtsi128_si64(idx), b = (uint64_t)_mm_extract_epi64(idx, 1);
+    const __m128i r0 = _mm_cvtsi32_si128((int)t[(uint32_t)a]), r1 = _mm_cvtsi32_si128((int)t[a >> 32]);
+    const __m128i r2 = _mm_cvtsi32_si128((int)t[(uint32_t)b]), r3 = _mm_cvtsi32_si128((int)t[b >> 32]);
+    return _mm_unpacklo_epi64(_mm_unpacklo_epi32(r0, r1), _mm_unpacklo_epi32(r2, r3));
+  }
+  TZ_AVX2 static __m256i get(const uint32_t* t, __m256i idx) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(get4(t, _mm256_castsi256_si128(idx))),
+                                   get4(t, _mm256_extracti128_si256(idx, 1)), 1);
+  }
+  TZ_AVX2 static __m128i bytes4(const uint32_t* t, const uint8_t* sp) {
+    const __m128i r0 = _mm_cvtsi32_si128((int)t[sp[0]]), r1 = _mm_cvtsi32_si128((int)t[sp[1]]);
+    const __m128i r2 = _mm_cvtsi32_si128((int)t[sp[2]]), r3 = _mm_cvtsi32_si128((int)t[sp[3]]);
+    return _mm_unpacklo_epi64(_mm_unpacklo_epi32(r0, r1), _mm_unpacklo_epi32(r2, r3));
+  }
+  TZ_AVX2 static __m256i bytes(const uint32_t* t, const uint8_t* sp, __m256i) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(bytes4(t, sp)), bytes4(t, sp + 4), 1);
+  }
+};
+
 // One decode step for 8 lanes: returns the 8 table entries (symbol in bits
 // 0..7 of each 32-bit lane, the other bits not cleared: the emitters clear
 // them) and advances p past the words the lanes took, in lane order. Reads
@@ -54,12 +87,12 @@ struct DecConsts {
 // which blendv_ps and movemask_ps read: no constant beyond DecConsts
 // (measured 1.62 -> 1.48 cycles per symbol against masks, a zero and 1 held
 // in registers, on BF16 exponents, AMD EPYC Zen 4).
-template <bool Ctx>
+template <bool Ctx, class Fetch>
 TZ_AVX2 inline __m256i dec8(__m256i& x, const uint32_t* dec, const uint8_t*& p, __m256i& coff, __m256i cbase,
                             __m256i cmax, const DecConsts& k) {
   __m256i idx = _mm256_and_si256(x, k.mask);
   if (Ctx) idx = _mm256_add_epi32(idx, coff);
-  const __m256i e = _mm256_i32gather_epi32((const int*)dec, idx, 4);
+  const __m256i e = Fetch::get(dec, idx);
   const __m256i f = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), k.mask), k.ones);
   x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, kProbBits)), _mm256_srli_epi32(e, 20));
   const __m256 take = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_srli_epi32(x, 16), k.ones));  // sign: x < L
@@ -172,7 +205,7 @@ struct EmitF32 : MergedTailF32 {
 
 // Decoder of one stream: four vectors of 8 lane states, the vector step,
 // then the checked scalar tail.
-template <class Emit, bool Ctx>
+template <class Emit, bool Ctx, class Fetch>
 struct StreamDec {
   __m256i x[4];
   __m256i c[4];  // lane table offsets (Ctx only)
@@ -205,10 +238,10 @@ struct StreamDec {
   // covers it.
   TZ_AVX2 bool fast() const { return s < full_steps && end - p >= 64; }
   TZ_AVX2 void step(const DecConsts& k) {
-    const __m256i e0 = dec8<Ctx>(x[0], dec, p, c[0], cbase, cmax, k);
-    const __m256i e1 = dec8<Ctx>(x[1], dec, p, c[1], cbase, cmax, k);
-    const __m256i e2 = dec8<Ctx>(x[2], dec, p, c[2], cbase, cmax, k);
-    const __m256i e3 = dec8<Ctx>(x[3], dec, p, c[3], cbase, cmax, k);
+    const __m256i e0 = dec8<Ctx, Fetch>(x[0], dec, p, c[0], cbase, cmax, k);
+    const __m256i e1 = dec8<Ctx, Fetch>(x[1], dec, p, c[1], cbase, cmax, k);
+    const __m256i e2 = dec8<Ctx, Fetch>(x[2], dec, p, c[2], cbase, cmax, k);
+    const __m256i e3 = dec8<Ctx, Fetch>(x[3], dec, p, c[3], cbase, cmax, k);
     emit.step(s * kLanes, e0, e1, e2, e3);
     ++s;
   }
@@ -225,24 +258,26 @@ struct StreamDec {
   }
 };
 
-template <bool Ctx, class Emit>
+template <bool Ctx, class Fetch, class Emit>
 TZ_AVX2 int decode_one_t(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
                          const Emit& emit) {
-  StreamDec<Emit, Ctx> d{};
+  StreamDec<Emit, Ctx, Fetch> d{};
   d.emit = emit;
   const int st = d.init(in, size, n, dec, ctx);
   return st != kOk ? st : d.finish();
 }
 
-template <class Emit>
+template <class Fetch, class Emit>
 TZ_AVX2 int decode_one(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
                        const Emit& emit) {
-  return ctx.n > 1 ? decode_one_t<true>(in, size, n, dec, ctx, emit) : decode_one_t<false>(in, size, n, dec, ctx, emit);
+  return ctx.n > 1 ? decode_one_t<true, Fetch>(in, size, n, dec, ctx, emit)
+                   : decode_one_t<false, Fetch>(in, size, n, dec, ctx, emit);
 }
 
-TZ_AVX2 int decode_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
-                        uint8_t* out) {
-  return decode_one(in, size, n, dec, ctx, EmitBytes{out});
+template <class Fetch>
+TZ_AVX2 int decode_avx2_t(const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec, const RansCtx& ctx,
+                          uint8_t* out) {
+  return decode_one<Fetch>(in, size, n, dec, ctx, EmitBytes{out});
 }
 
 // Two streams one after the other: stepping two in lockstep (eight state
@@ -251,31 +286,44 @@ TZ_AVX2 int decode_avx2(const uint8_t* in, size_t size, uint32_t n, const uint32
 // against 1.94 for the BF16 form; again with the two-constant step above:
 // 2.50 against 1.65 and 2.34 against 1.79), so the lockstep form does not
 // pay here.
-TZ_AVX2 void decode2_avx2(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
-  *st_a = decode_avx2(a.in, a.size, a.n, a.dec, a.ctx, a.out);
-  *st_b = decode_avx2(b.in, b.size, b.n, b.dec, b.ctx, b.out);
+template <class Fetch>
+TZ_AVX2 void decode2_avx2_t(const RansStream& a, int* st_a, const RansStream& b, int* st_b) {
+  *st_a = decode_avx2_t<Fetch>(a.in, a.size, a.n, a.dec, a.ctx, a.out);
+  *st_b = decode_avx2_t<Fetch>(b.in, b.size, b.n, b.dec, b.ctx, b.out);
+}
+
+// Merged in the step (EmitBF16, EmitF16, EmitF32): measured faster than decoding the
+// bytes, then merging (BF16: 1.94 against 2.2 cycles per element on real
+// BF16 weights, before the two-constant step).
+template <class Fetch>
+TZ_AVX2 int decode_merged_avx2_t(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
+                                 const RansCtx& ctx, const uint8_t* const* raw, uint8_t* out) {
+  switch (dtype) {
+    case kF16: return decode_one<Fetch>(in, size, n, dec, ctx, EmitF16{{out, raw[0]}});
+    case kF32: return decode_one<Fetch>(in, size, n, dec, ctx, EmitF32{{out, raw[0], raw[1], raw[2]}});
+    default: return decode_one<Fetch>(in, size, n, dec, ctx, EmitBF16{out, raw[0]});
+  }
+}
+
+template <class Fetch>
+TZ_AVX2 void decode2_merged_avx2_t(uint8_t dtype, const RansStream& a, const uint8_t* const* raw_a, int* st_a,
+                                   const RansStream& b, const uint8_t* const* raw_b, int* st_b) {
+  *st_a = decode_merged_avx2_t<Fetch>(dtype, a.in, a.size, a.n, a.dec, a.ctx, raw_a, a.out);
+  *st_b = decode_merged_avx2_t<Fetch>(dtype, b.in, b.size, b.n, b.dec, b.ctx, raw_b, b.out);
 }
 
 }  // namespace
 
 // The merged decoders are not in the anonymous namespace: the AVX-512 table
 // uses them too (kernels.h).
-// Merged in the step (EmitBF16, EmitF16, EmitF32): measured faster than decoding the
-// bytes, then merging (BF16: 1.94 against 2.2 cycles per element on real
-// BF16 weights, before the two-constant step).
 TZ_AVX2 int decode_merged_avx2(uint8_t dtype, const uint8_t* in, size_t size, uint32_t n, const uint32_t* dec,
                                const RansCtx& ctx, const uint8_t* const* raw, uint8_t* out) {
-  switch (dtype) {
-    case kF16: return decode_one(in, size, n, dec, ctx, EmitF16{{out, raw[0]}});
-    case kF32: return decode_one(in, size, n, dec, ctx, EmitF32{{out, raw[0], raw[1], raw[2]}});
-    default: return decode_one(in, size, n, dec, ctx, EmitBF16{out, raw[0]});
-  }
+  return decode_merged_avx2_t<GatherFetch>(dtype, in, size, n, dec, ctx, raw, out);
 }
 
 TZ_AVX2 void decode2_merged_avx2(uint8_t dtype, const RansStream& a, const uint8_t* const* raw_a, int* st_a,
                                  const RansStream& b, const uint8_t* const* raw_b, int* st_b) {
-  *st_a = decode_merged_avx2(dtype, a.in, a.size, a.n, a.dec, a.ctx, raw_a, a.out);
-  *st_b = decode_merged_avx2(dtype, b.in, b.size, b.n, b.dec, b.ctx, raw_b, b.out);
+  decode2_merged_avx2_t<GatherFetch>(dtype, a, raw_a, st_a, b, raw_b, st_b);
 }
 
 namespace {
@@ -329,7 +377,7 @@ TZ_AVX2 inline __m256i enc_quotient8(__m256i x, __m256i f, __m256i* rem_out) {
 struct EncWindow {
   __m256i lo, t0, t1;  // lo broadcast; entries lo .. lo + 7, lo + 8 .. lo + 15
 };
-template <bool Ctx, bool Win = false>
+template <bool Ctx, bool Win, class Fetch>
 TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, __m256i cbase,
                          __m256i cmax, const EncWindow* win = nullptr) {
   __m256i sy = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)sp));
@@ -345,7 +393,7 @@ TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uin
     const __m256 hi8 = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(win->t1, d));
     fs = _mm256_castps_si256(_mm256_blendv_ps(lo8, hi8, _mm256_castsi256_ps(_mm256_slli_epi32(d, 28))));  // bit 3
   } else {
-    fs = _mm256_i32gather_epi32((const int*)fst, sy, 4);
+    fs = Ctx ? Fetch::get(fst, sy) : Fetch::bytes(fst, sp, sy);
   }
   const __m256i f = _mm256_and_si256(fs, _mm256_set1_epi32(0x1FFF));
   const __m256i st = _mm256_srli_epi32(fs, 13);
@@ -373,7 +421,12 @@ TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uin
 namespace {
 
 // The encoder's driver (simd_encode_driver.inc) over enc8.
+// With ScalarFetch the 16-symbol window is not used: eight scalar loads
+// measured cheaper than its permutes too (encode 2.14 -> 1.86 cycles per
+// symbol on BF16 exponents, EPYC family 23 model 49, tz_kernel_bench).
+template <class Fetch>
 struct Avx2EncStep {
+  static constexpr bool kWindow = std::is_same_v<Fetch, GatherFetch>;
   using Window = EncWindow;
   TZ_AVX2 static Window window(const uint32_t* fst, uint32_t lo) {
     return EncWindow{_mm256_set1_epi32((int)lo), _mm256_loadu_si256((const __m256i*)(fst + lo)),
@@ -382,7 +435,7 @@ struct Avx2EncStep {
   template <bool Ctx, bool Win>
   TZ_AVX2 static void step(__m256i& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, __m256i cbase,
                            __m256i cmax, const Window* w) {
-    enc8<Ctx, Win>(x, sp, fst, wp, cbase, cmax, w);
+    enc8<Ctx, Win, Fetch>(x, sp, fst, wp, cbase, cmax, w);
   }
   TZ_AVX2 static __m256i next_state(__m256i x, __m256i f) {
     __m256i rem;
@@ -400,11 +453,18 @@ struct Avx2EncStep {
 // Not in the anonymous namespace: the AVX-512 table uses it too (kernels.h).
 TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                            uint8_t* out, size_t limit) {
-  return encode_driver<Avx2EncStep>(sym, n, t, ctx, words, out, limit);
+  return encode_driver<Avx2EncStep<GatherFetch>>(sym, n, t, ctx, words, out, limit);
 }
 
+namespace {
+TZ_AVX2 size_t encode_avx2_scalar_fetch(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx,
+                                        uint16_t* words, uint8_t* out, size_t limit) {
+  return encode_driver<Avx2EncStep<ScalarFetch>>(sym, n, t, ctx, words, out, limit);
+}
+}  // namespace
+
 TZ_AVX2 uint64_t enc_quotient_misses_avx2(uint32_t f_first, uint32_t f_last) {
-  return quotient_misses<Avx2EncStep>(f_first, f_last);
+  return quotient_misses<Avx2EncStep<GatherFetch>>(f_first, f_last);
 }
 
 namespace {
@@ -419,8 +479,30 @@ namespace loops {
 }  // namespace
 
 const CodecKernels kAvx2Kernels = {
-    SimdPath::kAvx2,   encode_avx2,    decode_avx2,   decode_merged_avx2, decode2_avx2,
-    decode2_merged_avx2, histogram_avx2, loops::minmax, loops::split,     loops::merge,
+    SimdPath::kAvx2,
+    encode_avx2,
+    decode_avx2_t<GatherFetch>,
+    decode_merged_avx2,
+    decode2_avx2_t<GatherFetch>,
+    decode2_merged_avx2,
+    histogram_avx2,
+    loops::minmax,
+    loops::split,
+    loops::merge,
+    false,
+};
+
+const CodecKernels kAvx2ScalarFetchKernels = {
+    SimdPath::kAvx2,
+    encode_avx2_scalar_fetch,
+    decode_avx2_t<ScalarFetch>,
+    decode_merged_avx2_t<ScalarFetch>,
+    decode2_avx2_t<ScalarFetch>,
+    decode2_merged_avx2_t<ScalarFetch>,
+    histogram_avx2,
+    loops::minmax,
+    loops::split,
+    loops::merge,
     false,
 };
 

@@ -321,6 +321,7 @@ TZ_AVX512 inline void enc8vl(__m256i& x, const uint8_t* sp, const uint32_t* fst,
 }
 
 struct Avx512EncStep {
+  static constexpr bool kWindow = true;
   using Window = EncWindowVL;
   TZ_AVX512 static Window window(const uint32_t* fst, uint32_t lo) {
     Window w;

@@ -116,6 +116,14 @@ bool simd_cpu_is_amd() {
   return false;
 #endif
 }
+bool simd_cpu_slow_gather() {
+#if defined(__x86_64__)
+  static const bool slow = __builtin_cpu_is("amdfam17h");
+  return slow;
+#else
+  return false;
+#endif
+}
 bool simd_path_supported(SimdPath p) { return built_with(p) && cpu_has(p); }
 
 SimdPath best_simd_path() {

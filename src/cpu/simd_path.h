@@ -27,6 +27,11 @@ bool simd_path_cpu_has(SimdPath p);
 // True on an AMD x86-64 CPU (the AVX-512 kernel table differs there:
 // cpu/kernels.h).
 bool simd_cpu_is_amd();
+// Whether this CPU's 8-lane AVX2 gather (vpgatherdd) is slow enough that
+// eight scalar loads beat it: AMD family 17h (Zen, Zen+, Zen 2), where it is
+// microcoded (12.9 cycles against about 7 on Zen 4); the AVX2 table then
+// loads table entries one by one (kernels.h, kAvx2ScalarFetchKernels).
+bool simd_cpu_slow_gather();
 // True when the frame codec of this build has kernels for p and this CPU can
 // run them: the paths active_simd_path() may take.
 bool simd_path_supported(SimdPath p);
