@@ -10,9 +10,11 @@
 #include <immintrin.h>
 
 #include "cpu/kernels.h"
+#include "cpu/simd_avx2_rans.h"
 #include "cpu/simd_common.h"
+#include "cpu/simd_path.h"
 
-#define TZ_AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt")))
+#define TZ_AVX2 __attribute__((target("avx2,fma,bmi,bmi2,popcnt")))  // as the frame codec's AVX2 path (cpu/simd_path.h)
 
 namespace tz::kv {
 namespace {
@@ -368,76 +370,53 @@ TZ_AVX2 size_t rans_encode_isa(const KvCodecTables& c, int k, const uint8_t* sym
   return cpu::encode_avx2(sym, n, cpu::EncTables{c.enc[k], c.fs[k]}, RansCtx{}, words, out, limit);
 }
 
-// One decode step for 8 lanes, in two phases so that the four groups of a
-// step do not wait for each other: phase 1 (table entry, new state, which
-// lanes need a word) for every group, then the word offsets of all groups
-// from the masks, then phase 2 (the words, loaded and placed per group).
-struct Dec8 {
-  __m256i e, need;
-  unsigned m;
-};
-
-TZ_AVX2 inline Dec8 dec8_state(__m256i& x, const uint32_t* dec) {
-  Dec8 d;
-  d.e = _mm256_i32gather_epi32((const int*)dec, _mm256_and_si256(x, _mm256_set1_epi32(kProbScale - 1)), 4);
-  const __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(d.e, 8), _mm256_set1_epi32(0xFFF)),
-                                     _mm256_set1_epi32(1));
-  x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, kProbBits)), _mm256_srli_epi32(d.e, 20));
-  d.need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
-  d.m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(d.need));
-  return d;
-}
-
-TZ_AVX2 inline void dec8_words(__m256i& x, const Dec8& d, const uint8_t* p) {
-  const __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)cpu::kTakeIndex[d.m].data()));
-  const __m256i w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), perm);
-  x = _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), d.need);
-}
-
 // One step of the four groups: the 32 symbols in element order; p moves past
-// the words taken (four 16-byte reads, each past the words before it: the
-// caller leaves 64 bytes).
-TZ_AVX2 inline __m256i dec_step(__m256i& x0, __m256i& x1, __m256i& x2, __m256i& x3, const uint32_t* dec,
-                                const uint8_t*& p) {
-  const Dec8 a = dec8_state(x0, dec), b = dec8_state(x1, dec), c = dec8_state(x2, dec), d = dec8_state(x3, dec);
-  const uint8_t* p1 = p + 2 * (size_t)__builtin_popcount(a.m);
-  const uint8_t* p2 = p1 + 2 * (size_t)__builtin_popcount(b.m);
-  const uint8_t* p3 = p2 + 2 * (size_t)__builtin_popcount(c.m);
-  dec8_words(x0, a, p);
-  dec8_words(x1, b, p1);
-  dec8_words(x2, c, p2);
-  dec8_words(x3, d, p3);
-  p = p3 + 2 * (size_t)__builtin_popcount(d.m);
+// the words taken (the frame codec's AVX2 step, cpu/simd_avx2_rans.h: its
+// table lookup as the CPU's AVX2 frame kernels take it, gathered or, on AMD
+// Zen 1/2, loaded one by one; the caller leaves 64 bytes).
+template <class Fetch>
+TZ_AVX2 inline __m256i dec_step(__m256i* x, const uint32_t* dec, const uint8_t*& p, const cpu::DecConsts& k) {
+  __m256i e[4], unused[4];
+  cpu::dec_step32<false, Fetch>(x, unused, dec, p, k.mask, k.mask, k, e);
   const __m256i ff = _mm256_set1_epi32(0xFF);
-  const __m256i v = _mm256_packus_epi16(_mm256_packus_epi32(_mm256_and_si256(a.e, ff), _mm256_and_si256(b.e, ff)),
-                                        _mm256_packus_epi32(_mm256_and_si256(c.e, ff), _mm256_and_si256(d.e, ff)));
+  const __m256i v = _mm256_packus_epi16(_mm256_packus_epi32(_mm256_and_si256(e[0], ff), _mm256_and_si256(e[1], ff)),
+                                        _mm256_packus_epi32(_mm256_and_si256(e[2], ff), _mm256_and_si256(e[3], ff)));
   return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// The four state vectors of a rANS payload's lane states.
+TZ_AVX2 inline void load_states(const uint8_t* in, __m256i* x) {
+  for (int v = 0; v < 4; ++v) x[v] = _mm256_loadu_si256((const __m256i*)(in + 32 * v));
 }
 
 // After the vector steps: the checked scalar tail (rans_decode_tail) from step s.
 template <class Emit>
-TZ_AVX2 inline int dec_tail(__m256i x0, __m256i x1, __m256i x2, __m256i x3, const uint8_t* p, const uint8_t* end,
-                            uint32_t s, uint32_t n, const uint32_t* dec, const Emit& emit) {
+TZ_AVX2 inline int dec_tail(const __m256i* xv, const uint8_t* p, const uint8_t* end, uint32_t s, uint32_t n,
+                            const uint32_t* dec, const Emit& emit) {
   alignas(32) uint32_t x[kLanes];
-  _mm256_store_si256((__m256i*)x, x0);
-  _mm256_store_si256((__m256i*)(x + 8), x1);
-  _mm256_store_si256((__m256i*)(x + 16), x2);
-  _mm256_store_si256((__m256i*)(x + 24), x3);
+  for (int v = 0; v < 4; ++v) _mm256_store_si256((__m256i*)(x + 8 * v), xv[v]);
   return rans_decode_tail(x, p, end, s, n, dec, emit);
 }
 
 // As rans_decode.
-TZ_AVX2 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
+template <class Fetch>
+TZ_AVX2 int rans_decode_t(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
   if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
-  __m256i x0 = _mm256_loadu_si256((const __m256i*)in), x1 = _mm256_loadu_si256((const __m256i*)(in + 32));
-  __m256i x2 = _mm256_loadu_si256((const __m256i*)(in + 64)), x3 = _mm256_loadu_si256((const __m256i*)(in + 96));
+  __m256i x[4];
+  load_states(in, x);
   const uint8_t* p = in + kRansStateBytes;
   const uint8_t* const end = in + size;
   const uint32_t full = n / kLanes;
+  const cpu::DecConsts k = cpu::DecConsts::make();
   uint32_t s = 0;
   for (; s < full && end - p >= 64; ++s)
-    _mm256_storeu_si256((__m256i*)(out + (size_t)s * kLanes), dec_step(x0, x1, x2, x3, dec, p));
-  return dec_tail(x0, x1, x2, x3, p, end, s, n, dec, RansEmitBytes{out});
+    _mm256_storeu_si256((__m256i*)(out + (size_t)s * kLanes), dec_step<Fetch>(x, dec, p, k));
+  return dec_tail(x, p, end, s, n, dec, RansEmitBytes{out});
+}
+
+TZ_AVX2 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
+  return cpu::simd_cpu_slow_gather() ? rans_decode_t<cpu::ScalarFetch>(dec, in, size, n, out)
+                                     : rans_decode_t<cpu::GatherFetch>(dec, in, size, n, out);
 }
 
 // A BF16 / F16 rANS page whose stream 0 is coded and stream 1 raw, in one
@@ -446,15 +425,16 @@ TZ_AVX2 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size,
 // (symbol and merged element). Same results and statuses as rans_decode +
 // kv_finish_rans: the stream's end conditions first, then the literals.
 // (One instance per dtype: the merge in the step has no dtype test.)
-template <uint8_t D>
+template <uint8_t D, class Fetch>
 TZ_AVX2 int rans_merge_dtype(const KvCodecTables& c, const uint8_t* in, size_t size, uint32_t n, const uint8_t* raw1,
                              const uint8_t* lit, size_t n_lit, uint8_t* s, uint8_t* dst) {
   if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   const uint32_t* dec = c.dec[0];
   constexpr uint8_t dtype = D;
   const KvStreamTable& st = c.t.st[0];
-  __m256i x0 = _mm256_loadu_si256((const __m256i*)in), x1 = _mm256_loadu_si256((const __m256i*)(in + 32));
-  __m256i x2 = _mm256_loadu_si256((const __m256i*)(in + 64)), x3 = _mm256_loadu_si256((const __m256i*)(in + 96));
+  __m256i x[4];
+  load_states(in, x);
+  const cpu::DecConsts k = cpu::DecConsts::make();
   const uint8_t* p = in + kRansStateBytes;
   const uint8_t* const end = in + size;
   const uint32_t full = n / kLanes;
@@ -462,13 +442,13 @@ TZ_AVX2 int rans_merge_dtype(const KvCodecTables& c, const uint8_t* in, size_t s
   bool any_escape = false;
   uint32_t step = 0;
   for (; step < full && end - p >= 64; ++step) {
-    const __m256i v = dec_step(x0, x1, x2, x3, dec, p);
+    const __m256i v = dec_step<Fetch>(x, dec, p, k);
     uint8_t* o = s + (size_t)step * kLanes;
     _mm256_storeu_si256((__m256i*)o, v);
     any_escape |= _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, esc)) != 0;
     merge_block(dtype, o, raw1 + (size_t)step * kLanes, dst + 2 * (size_t)step * kLanes);
   }
-  const int r = dec_tail(x0, x1, x2, x3, p, end, step, n, dec, RansEmitBytes{s});
+  const int r = dec_tail(x, p, end, step, n, dec, RansEmitBytes{s});
   if (r != kOk) return r;
   const uint32_t done = step * kLanes;
   const uint8_t* tail[kMaxStreams] = {s + done, raw1 + done};
@@ -500,8 +480,11 @@ TZ_AVX2 int rans_merge_dtype(const KvCodecTables& c, const uint8_t* in, size_t s
 
 TZ_AVX2 int rans_merge_isa(const KvCodecTables& c, const uint8_t* in, size_t size, uint32_t n, const uint8_t* raw1,
                            const uint8_t* lit, size_t n_lit, uint8_t* s, uint8_t* dst) {
-  return c.t.dtype == kBF16 ? rans_merge_dtype<kBF16>(c, in, size, n, raw1, lit, n_lit, s, dst)
-                            : rans_merge_dtype<kF16>(c, in, size, n, raw1, lit, n_lit, s, dst);
+  if (cpu::simd_cpu_slow_gather())
+    return c.t.dtype == kBF16 ? rans_merge_dtype<kBF16, cpu::ScalarFetch>(c, in, size, n, raw1, lit, n_lit, s, dst)
+                              : rans_merge_dtype<kF16, cpu::ScalarFetch>(c, in, size, n, raw1, lit, n_lit, s, dst);
+  return c.t.dtype == kBF16 ? rans_merge_dtype<kBF16, cpu::GatherFetch>(c, in, size, n, raw1, lit, n_lit, s, dst)
+                            : rans_merge_dtype<kF16, cpu::GatherFetch>(c, in, size, n, raw1, lit, n_lit, s, dst);
 }
 
 // ------------------------------------------------------------ kernel set --
