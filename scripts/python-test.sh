@@ -62,7 +62,10 @@ if [ "${TZ_PY_TRANSFORMERS_MIN:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = 1 ]; the
   MINV="$(sed -n 's/^transformers>=\([0-9.]*\),.*/\1/p' python/requirements-test.txt)"
   VENV="build-py/venv-transformers-$MINV"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV"
-  "$VENV/bin/python" -m pip --disable-pip-version-check install -q "transformers==$MINV" "accelerate>=1.0"
+  # [hub-kernels]: that version's own pin of the `kernels` package, installed in the venv, so that
+  # a newer `kernels` among the system's packages (newer transformers require it) is not imported
+  # by the older transformers, whose hub-kernel code does not run with it.
+  "$VENV/bin/python" -m pip --disable-pip-version-check install -q "transformers[hub-kernels]==$MINV" "accelerate>=1.0"
   SITE="$("$PY" -c 'import os, tensorzip; print(os.path.dirname(os.path.dirname(tensorzip.__file__)))')"
   PURE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   echo "$SITE" > "$PURE/tensorzip-under-test.pth"   # after the venv's own packages: its transformers wins
