@@ -1,8 +1,8 @@
 // AVX2 kernel set of the KV page codec: kv_kernel_set.inc (the page loops,
 // escape patching and the kernel set, written once for every SIMD path) over
 // 8-lane / 32-byte primitives, the rANS decoder and the fused pass of the
-// common rANS page; the rANS encoder is the frame codec's (cpu::encode_avx2:
-// the same coder on the same freq | start tables). Same bytes and statuses
+// common rANS page; the rANS encoder is the frame codec's AVX2 encoder for
+// this CPU (the same coder on the same freq | start tables). Same bytes and statuses
 // as the portable kernels (tests/runtime/kv compares them).
 #include "kv_codec.hpp"
 
@@ -365,9 +365,12 @@ TZ_AVX2 size_t fixed_decode_groups_isa(const KvCodecTables& c, const uint8_t* pl
 }
 
 // ------------------------------------------------------------ rANS --
+// The frame codec's AVX2 encoder for this CPU (its table's: scalar loads on
+// AMD Zen 1/2, gathers and the 16-symbol window elsewhere).
 TZ_AVX2 size_t rans_encode_isa(const KvCodecTables& c, int k, const uint8_t* sym, uint32_t n, uint16_t* words,
                                uint8_t* out, size_t limit) {
-  return cpu::encode_avx2(sym, n, cpu::EncTables{c.enc[k], c.fs[k]}, RansCtx{}, words, out, limit);
+  static const auto encode = cpu::codec_kernels_for(cpu::SimdPath::kAvx2)->rans_encode;
+  return encode(sym, n, cpu::EncTables{c.enc[k], c.fs[k]}, RansCtx{}, words, out, limit);
 }
 
 // One step of the four groups: the 32 symbols in element order; p moves past
