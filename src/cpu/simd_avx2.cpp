@@ -367,17 +367,18 @@ struct Avx2EncStep {
 }  // namespace
 
 // Not in the anonymous namespace: the AVX-512 table uses it too (kernels.h).
-TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
-                           uint8_t* out, size_t limit) {
-  return encode_driver<Avx2EncStep<GatherFetch>>(sym, n, t, ctx, words, out, limit);
-}
-
 namespace {
-TZ_AVX2 size_t encode_avx2_scalar_fetch(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx,
-                                        uint16_t* words, uint8_t* out, size_t limit) {
-  return encode_driver<Avx2EncStep<ScalarFetch>>(sym, n, t, ctx, words, out, limit);
+template <class Fetch>
+TZ_AVX2 size_t encode_avx2_t(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
+                             uint8_t* out, size_t limit) {
+  return encode_driver<Avx2EncStep<Fetch>>(sym, n, t, ctx, words, out, limit);
 }
 }  // namespace
+
+TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
+                           uint8_t* out, size_t limit) {
+  return encode_avx2_t<GatherFetch>(sym, n, t, ctx, words, out, limit);
+}
 
 TZ_AVX2 uint64_t enc_quotient_misses_avx2(uint32_t f_first, uint32_t f_last) {
   return quotient_misses<Avx2EncStep<GatherFetch>>(f_first, f_last);
@@ -394,33 +395,25 @@ namespace loops {
 
 }  // namespace
 
-const CodecKernels kAvx2Kernels = {
-    SimdPath::kAvx2,
-    encode_avx2,
-    decode_avx2_t<GatherFetch>,
-    decode_merged_avx2,
-    decode2_avx2_t<GatherFetch>,
-    decode2_merged_avx2,
-    histogram_avx2,
-    loops::minmax,
-    loops::split,
-    loops::merge,
-    false,
-};
+// The AVX2 table with each table lookup taken as Fetch takes it: gathers
+// (kAvx2Kernels) or scalar loads (kAvx2ScalarFetchKernels, AMD Zen 1/2).
+template <class Fetch>
+constexpr CodecKernels avx2_kernels() {
+  return {SimdPath::kAvx2,
+          encode_avx2_t<Fetch>,
+          decode_avx2_t<Fetch>,
+          decode_merged_avx2_t<Fetch>,
+          decode2_avx2_t<Fetch>,
+          decode2_merged_avx2_t<Fetch>,
+          histogram_avx2,
+          loops::minmax,
+          loops::split,
+          loops::merge,
+          false};
+}
 
-const CodecKernels kAvx2ScalarFetchKernels = {
-    SimdPath::kAvx2,
-    encode_avx2_scalar_fetch,
-    decode_avx2_t<ScalarFetch>,
-    decode_merged_avx2_t<ScalarFetch>,
-    decode2_avx2_t<ScalarFetch>,
-    decode2_merged_avx2_t<ScalarFetch>,
-    histogram_avx2,
-    loops::minmax,
-    loops::split,
-    loops::merge,
-    false,
-};
+constexpr CodecKernels kAvx2Kernels = avx2_kernels<GatherFetch>();
+constexpr CodecKernels kAvx2ScalarFetchKernels = avx2_kernels<ScalarFetch>();
 
 }  // namespace tz::cpu
 

@@ -38,7 +38,9 @@ struct DecConsts {
 // tz_kernel_bench). bytes(t, sp, idx): the same with idx = the 8 bytes at sp
 // (the encoder's symbols), which the scalar form loads from memory.
 struct GatherFetch {
-  TZ_AVX2_RANS static __m256i get(const uint32_t* t, __m256i idx) { return _mm256_i32gather_epi32((const int*)t, idx, 4); }
+  TZ_AVX2_RANS static __m256i get(const uint32_t* t, __m256i idx) {
+    return _mm256_i32gather_epi32((const int*)t, idx, 4);
+  }
   TZ_AVX2_RANS static __m256i bytes(const uint32_t* t, const uint8_t*, __m256i idx) { return get(t, idx); }
 };
 struct ScalarFetch {
@@ -82,8 +84,8 @@ struct ScalarFetch {
 // (measured 1.62 -> 1.48 cycles per symbol against masks, a zero and 1 held
 // in registers, on BF16 exponents, AMD EPYC Zen 4).
 template <bool Ctx, class Fetch>
-TZ_AVX2_RANS inline __m256i dec8_state(__m256i& x, const uint32_t* dec, __m256i& coff, __m256i cbase, __m256i cmax,
-                                  const DecConsts& k, __m256& take, unsigned& m) {
+TZ_AVX2_RANS inline __m256i dec8_state(__m256i& x, const uint32_t* dec, __m256i& coff, __m256i cbase,
+                                       __m256i cmax, const DecConsts& k, __m256& take, unsigned& m) {
   __m256i idx = _mm256_and_si256(x, k.mask);
   if (Ctx) idx = _mm256_add_epi32(idx, coff);
   const __m256i e = Fetch::get(dec, idx);
