@@ -110,8 +110,6 @@ extern const CodecKernels kAvx512AmdKernels;
 // Kernels one table borrows from another (simd_avx2.cpp, its histograms in
 // simd_avx2_counts.cpp; the AVX-512 table counts histograms and, on AMD,
 // decodes the merged layout with them).
-size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
-                   uint8_t* out, size_t limit);
 void histogram_avx2(uint8_t dtype, int k, const uint8_t* src, uint32_t n, uint64_t* hist);
 // The number of states x < f * 2^20, over frequencies f in [f_first,
 // f_last], at which the AVX2 encoder's float quotient (q = floor(x / f))

@@ -285,31 +285,25 @@ TZ_AVX2 inline __m256i enc_quotient8(__m256i x, __m256i f, __m256i* rem_out) {
 // With lane contexts (Ctx), table = the context of the lane's previous
 // symbol sp[l - 32] (tables of 256 entries each, concatenated in fst).
 //
-// With a window (Win: no contexts), the freq | start entries of the 16
-// symbols wlo .. wlo + 15 are held in two vectors (EncWindow), and a vector
-// whose 8 symbols all fall in it takes them with two permutes instead of the
-// gather (about 7 cycles on AMD Zen 4); others gather. The same entries
-// either way, so the same bytes.
-struct EncWindow {
-  __m256i lo, t0, t1;  // lo broadcast; entries lo .. lo + 7, lo + 8 .. lo + 15
-};
-template <bool Ctx, bool Win, class Fetch>
+// The 8 freq | start entries are loaded one by one (ScalarFetch: from the
+// symbol bytes themselves, or from the context-offset indices), on every
+// CPU: against a gather, and against a 16-symbol window of entries taken by
+// permutes where a table allows (the form kept in the AVX-512 step),
+// tz_kernel_bench cycles per symbol, encode (BF16 exponents) / enc_wide
+// (near-8-bit bytes): AMD EPYC family 23 model 49 (Zen 2) 1.84 / 1.89
+// against 2.14 / 3.43; Intel Xeon family 6 model 167 1.33 / 1.37 against
+// 1.38 / 1.54 (window and gather), 1.39 / 1.37 (window, then scalar loads).
+template <bool Ctx>
 TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, __m256i cbase,
-                         __m256i cmax, const EncWindow* win = nullptr) {
+                         __m256i cmax) {
   __m256i sy = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)sp));
+  __m256i fs;
   if (Ctx) {
     const __m256i pv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(sp - kLanes)));
     const __m256i c = _mm256_min_epu8(_mm256_subs_epu8(pv, cbase), cmax);  // as in dec8_state
-    sy = _mm256_add_epi32(sy, _mm256_slli_epi32(c, 8));
-  }
-  __m256i fs;
-  const __m256i d = Win ? _mm256_sub_epi32(sy, win->lo) : sy;  // symbol - lo
-  if (Win && _mm256_testz_si256(d, _mm256_set1_epi32(~15))) {  // all 8 in the window
-    const __m256 lo8 = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(win->t0, d));
-    const __m256 hi8 = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(win->t1, d));
-    fs = _mm256_castps_si256(_mm256_blendv_ps(lo8, hi8, _mm256_castsi256_ps(_mm256_slli_epi32(d, 28))));  // bit 3
+    fs = ScalarFetch::get(fst, _mm256_add_epi32(sy, _mm256_slli_epi32(c, 8)));
   } else {
-    fs = Ctx ? Fetch::get(fst, sy) : Fetch::bytes(fst, sp, sy);
+    fs = ScalarFetch::bytes(fst, sp, sy);
   }
   const __m256i f = _mm256_and_si256(fs, _mm256_set1_epi32(0x1FFF));
   const __m256i st = _mm256_srli_epi32(fs, 13);
@@ -336,22 +330,14 @@ TZ_AVX2 inline void enc8(__m256i& x, const uint8_t* sp, const uint32_t* fst, uin
 
 namespace {
 
-// The encoder's driver (simd_encode_driver.inc) over enc8.
-// With ScalarFetch the 16-symbol window is not used: eight scalar loads
-// measured cheaper than its permutes too (encode 2.14 -> 1.86 cycles per
-// symbol on BF16 exponents, EPYC family 23 model 49, tz_kernel_bench).
-template <class Fetch>
+// The encoder's driver (simd_encode_driver.inc) over enc8 (no window).
 struct Avx2EncStep {
-  static constexpr bool kWindow = std::is_same_v<Fetch, GatherFetch>;
-  using Window = EncWindow;
-  TZ_AVX2 static Window window(const uint32_t* fst, uint32_t lo) {
-    return EncWindow{_mm256_set1_epi32((int)lo), _mm256_loadu_si256((const __m256i*)(fst + lo)),
-                     _mm256_loadu_si256((const __m256i*)(fst + lo + 8))};
-  }
+  static constexpr bool kWindow = false;
   template <bool Ctx, bool Win>
   TZ_AVX2 static void step(__m256i& x, const uint8_t* sp, const uint32_t* fst, uint16_t*& wp, __m256i cbase,
-                           __m256i cmax, const Window* w) {
-    enc8<Ctx, Win, Fetch>(x, sp, fst, wp, cbase, cmax, w);
+                           __m256i cmax, const void*) {
+    static_assert(!Win, "the AVX2 step has no window");
+    enc8<Ctx>(x, sp, fst, wp, cbase, cmax);
   }
   TZ_AVX2 static __m256i next_state(__m256i x, __m256i f) {
     __m256i rem;
@@ -366,22 +352,16 @@ struct Avx2EncStep {
 
 }  // namespace
 
-// Not in the anonymous namespace: the AVX-512 table uses it too (kernels.h).
 namespace {
-template <class Fetch>
-TZ_AVX2 size_t encode_avx2_t(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
-                             uint8_t* out, size_t limit) {
-  return encode_driver<Avx2EncStep<Fetch>>(sym, n, t, ctx, words, out, limit);
-}
-}  // namespace
-
 TZ_AVX2 size_t encode_avx2(const uint8_t* sym, uint32_t n, const EncTables& t, const RansCtx& ctx, uint16_t* words,
                            uint8_t* out, size_t limit) {
-  return encode_avx2_t<GatherFetch>(sym, n, t, ctx, words, out, limit);
+  return encode_driver<Avx2EncStep>(sym, n, t, ctx, words, out, limit);
 }
 
+}  // namespace
+
 TZ_AVX2 uint64_t enc_quotient_misses_avx2(uint32_t f_first, uint32_t f_last) {
-  return quotient_misses<Avx2EncStep<GatherFetch>>(f_first, f_last);
+  return quotient_misses<Avx2EncStep>(f_first, f_last);
 }
 
 namespace {
@@ -395,12 +375,13 @@ namespace loops {
 
 }  // namespace
 
-// The AVX2 table with each table lookup taken as Fetch takes it: gathers
-// (kAvx2Kernels) or scalar loads (kAvx2ScalarFetchKernels, AMD Zen 1/2).
+// The AVX2 table with each decoder's table lookups taken as Fetch takes
+// them: gathers (kAvx2Kernels) or scalar loads (kAvx2ScalarFetchKernels, AMD
+// Zen 1/2). The encoder is the same in both (enc8: scalar loads).
 template <class Fetch>
 constexpr CodecKernels avx2_kernels() {
   return {SimdPath::kAvx2,
-          encode_avx2_t<Fetch>,
+          encode_avx2,
           decode_avx2_t<Fetch>,
           decode_merged_avx2_t<Fetch>,
           decode2_avx2_t<Fetch>,

@@ -5,9 +5,9 @@
 // Two tables. The encoder entry of both is encode_avx512: the AVX2
 // encoder's 8-lane step in AVX-512VL's 256-bit forms (masks, unsigned
 // conversion, two-table permutes; below), through the AVX2 encoder's
-// driver (simd_encode_driver.inc); Intel Xeon model 207, tz_kernel_bench:
-// 1.35-1.70 against 1.97-2.66 cycles per symbol (window), 1.96-2.40
-// against 2.33-3.11 (gathers). A 16-lane AVX-512 encoder (compress and
+// driver (simd_encode_driver.inc), but with the window kept; Intel Xeon
+// model 207, tz_kernel_bench: 1.35-1.70 against 1.97-2.66 cycles per symbol
+// (window), 1.96-2.40 against 2.33-3.11 (gathers, then both). A 16-lane AVX-512 encoder (compress and
 // masked stores; see git history) measured slower on AMD EPYC Zen 4 and no
 // faster on that Xeon. The merged
 // decoders (BF16, FP16 and FP32 blocks whose stream 0 is coded and every
@@ -27,6 +27,7 @@
 #include "codec/fields.h"
 #include "codec/rans.h"
 #include "cpu/kernels.h"
+#include "cpu/simd_avx2_rans.h"
 #include "cpu/simd_common.h"
 
 #if defined(__x86_64__)
@@ -262,7 +263,10 @@ TZ_AVX512 void decode2_merged_avx512(uint8_t dtype, const RansStream& a, const u
 // the renormalisation test as a mask (no movemask, no blend), x converted
 // to float as unsigned in one instruction (correctly rounded: the value
 // AVX2's two-half conversion gives), the 16-symbol window's entries and
-// reciprocals by two-table permutes, the correction masked. The quotient
+// reciprocals by two-table permutes, the correction masked. Entries outside
+// a window are loaded one by one (ScalarFetch, as the AVX2 step): against
+// the gather, near-8-bit bytes (tz_kernel_bench enc_wide) 1.17 against 1.33
+// cycles per symbol, Intel Xeon family 6 model 167. The quotient
 // is AVX2's enc_quotient8: the same reciprocal (rcp_ps, Newton constant
 // kEncNewtonTwo) of the same float x, so the same q, checked for every
 // state by enc_quotient_misses_avx512 (simd_encode_driver.inc).
@@ -305,7 +309,7 @@ TZ_AVX512 inline void enc8vl(__m256i& x, const uint8_t* sp, const uint32_t* fst,
     f = _mm256_and_si256(fs, _mm256_set1_epi32(0x1FFF));
     r = _mm256_permutex2var_ps(win->r0, d, win->r1);
   } else {
-    fs = _mm256_i32gather_epi32((const int*)fst, sy, 4);
+    fs = Ctx ? ScalarFetch::get(fst, sy) : ScalarFetch::bytes(fst, sp, sy);
     f = _mm256_and_si256(fs, _mm256_set1_epi32(0x1FFF));
     r = enc_rcp8(f);
   }

@@ -229,14 +229,17 @@ TZ_AVX512 size_t fixed_decode_groups_isa(const KvCodecTables& c, const uint8_t* 
 }
 
 // ------------------------------------------------------------ rANS --
-// Encoder: the frame codec's AVX2 one, as the frame codec's AVX-512 table
-// does (an AVX-512 encoder measured slower on AMD Zen 4, doc/cpu.md). So did
-// this codec's own: a 16-token BF16 page of the fixture KV encoded in 4.6 us
-// with it, 3.8 us with this one (AMD EPYC, thread CPU time, best of 10
-// interleaved runs).
+// Encoder: the frame codec's AVX-512 one (the AVX2 step in AVX-512VL's
+// forms, with the 16-symbol window), not this codec's own 16-lane one, which
+// measured slower on AMD Zen 4 (a 16-token BF16 page of the fixture KV in
+// 4.6 us against 3.8 us with the AVX2 encoder; thread CPU time, best of 10
+// interleaved runs). Against the frame codec's AVX2 encoder, Intel Xeon
+// family 6 model 167, kv_bench.py 1 thread, BF16 pages of 16 / 256 tokens:
+// encode 2.82 / 2.99 -> 3.82 / 4.05 GB/s.
 TZ_AVX512 size_t rans_encode_isa(const KvCodecTables& c, int k, const uint8_t* sym, uint32_t n, uint16_t* words,
                                  uint8_t* out, size_t limit) {
-  return cpu::encode_avx2(sym, n, cpu::EncTables{c.enc[k], c.fs[k]}, RansCtx{}, words, out, limit);
+  static const auto encode = cpu::codec_kernels_for(cpu::SimdPath::kAvx512)->rans_encode;
+  return encode(sym, n, cpu::EncTables{c.enc[k], c.fs[k]}, RansCtx{}, words, out, limit);
 }
 
 // One decode step for 16 lanes in two phases (as the AVX2 kernels): the new
