@@ -114,8 +114,8 @@ const char* codec_kernels_name(const CodecKernels& k) {
 #if defined(__x86_64__)
   if (&k == &kAvx512Kernels) return "avx512 (16-lane merged decoders)";
   if (&k == &kAvx512AmdKernels) return "avx512 (AVX2 merged decoders, the table for AMD CPUs)";
-  if (&k == &kAvx2Kernels) return "avx2 (gathered table entries)";
-  if (&k == &kAvx2ScalarFetchKernels) return "avx2 (table entries loaded one by one, the table for AMD Zen 1/2)";
+  if (&k == &kAvx2Kernels) return "avx2 (decoders gather table entries)";
+  if (&k == &kAvx2ScalarFetchKernels) return "avx2 (decoders load table entries one by one, the table for AMD Zen 1/2)";
 #endif
   return simd_path_name(k.path);
 }

@@ -5,11 +5,13 @@
 // Two tables. The encoder entry of both is encode_avx512: the AVX2
 // encoder's 8-lane step in AVX-512VL's 256-bit forms (masks, unsigned
 // conversion, two-table permutes; below), through the AVX2 encoder's
-// driver (simd_encode_driver.inc), but with the window kept; Intel Xeon
-// model 207, tz_kernel_bench: 1.35-1.70 against 1.97-2.66 cycles per symbol
-// (window), 1.96-2.40 against 2.33-3.11 (gathers, then both). A 16-lane AVX-512 encoder (compress and
-// masked stores; see git history) measured slower on AMD EPYC Zen 4 and no
-// faster on that Xeon. The merged
+// driver (simd_encode_driver.inc), with a 16-symbol window of entries
+// (which the AVX2 encoder does without); Intel Xeon model 207,
+// tz_kernel_bench, against the AVX2 step when that had the window and
+// gathers: 1.35-1.70 against 1.97-2.66 cycles per symbol (window),
+// 1.96-2.40 against 2.33-3.11 (gathers). A 16-lane AVX-512 encoder
+// (compress and masked stores; see git history) measured slower on AMD EPYC
+// Zen 4 and no faster on that Xeon. The merged
 // decoders (BF16, FP16 and FP32 blocks whose stream 0 is coded and every
 // other stream raw, decoded and merged in one pass) differ:
 // - kAvx512Kernels (every CPU but AMD's): 16-lane merged decoders, two
