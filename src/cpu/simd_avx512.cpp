@@ -30,6 +30,7 @@
 #include "codec/rans.h"
 #include "cpu/kernels.h"
 #include "cpu/simd_avx2_rans.h"
+#include "cpu/simd_avx512_rans.h"
 #include "cpu/simd_common.h"
 
 #if defined(__x86_64__)
@@ -39,33 +40,6 @@
 namespace tz::cpu {
 
 namespace {
-
-// One decode step for 16 lanes: returns the 16 symbols (one per 32-bit
-// lane) and advances *p past the words the lanes consumed, in lane order.
-// With lane contexts, coff holds each lane's table offset (context x
-// kProbScale) and is advanced to the next symbol's.
-template <bool Ctx>
-TZ_AVX512 inline __m512i dec16(__m512i& x, const uint32_t* dec, const uint8_t*& p, __m512i& coff, __m512i cbase,
-                               __m512i cmax) {
-  __m512i idx = _mm512_and_si512(x, _mm512_set1_epi32(kProbScale - 1));
-  if (Ctx) idx = _mm512_add_epi32(idx, coff);
-  const __m512i e = _mm512_i32gather_epi32(idx, dec, 4);
-  const __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), _mm512_set1_epi32(0xFFF)),
-                                     _mm512_set1_epi32(1));
-  x = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x, kProbBits)), _mm512_srli_epi32(e, 20));
-  const __mmask16 m = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32((int)kRansL));
-  const __m512i w = _mm512_maskz_expand_epi32(m, _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)));
-  x = _mm512_mask_or_epi32(x, m, _mm512_slli_epi32(x, 16), w);
-  p += 2 * (size_t)_mm_popcnt_u32(m);
-  const __m512i sym = _mm512_and_si512(e, _mm512_set1_epi32(0xFF));
-  if (Ctx) {
-    // min(max(sym - base, 0), n - 1) by saturating byte arithmetic (base
-    // and n - 1 in byte 0 of each lane, zero above it; sym's upper bytes are zero).
-    const __m512i c = _mm512_min_epu8(_mm512_subs_epu8(sym, cbase), cmax);
-    coff = _mm512_slli_epi32(c, kProbBits);
-  }
-  return sym;
-}
 
 // Decoder of one stream as a resumable state, so that two independent
 // streams can be stepped in lockstep: each step is a chain of dependent
@@ -103,8 +77,10 @@ struct StreamDec {
   TZ_AVX512 bool fast() const { return s < full_steps && end - p >= 64; }
   TZ_AVX512 void step() {
     const uint32_t base = s * kLanes;
-    emit(base, 0, dec16<Ctx>(x0, dec, p, c0, cbase, cmax));
-    emit(base, 1, dec16<Ctx>(x1, dec, p, c1, cbase, cmax));
+    __m512i s0, s1;
+    dec_step32<Ctx>(x0, x1, c0, c1, dec, p, cbase, cmax, s0, s1);
+    emit(base, 0, s0);
+    emit(base, 1, s1);
     ++s;
   }
   // Scalar tail: the same code (and checks) as tz::rans_decode.
@@ -115,8 +91,9 @@ struct StreamDec {
     _mm512_store_si512(x + 16, x1);
     if (!Ctx) return rans_decode_tail(x, p, end, s, n, dec, emit, rans_ctx_seeds_only(ctx));
     alignas(64) uint32_t cx[kLanes];
-    _mm512_store_si512(cx, _mm512_srli_epi32(c0, kProbBits));
-    _mm512_store_si512(cx + 16, _mm512_srli_epi32(c1, kProbBits));
+    _mm512_store_si512(cx, c0);
+    _mm512_store_si512(cx + 16, c1);
+    for (uint32_t& c : cx) c >>= kProbBits;  // table offsets to contexts
     return rans_decode_tail(x, p, end, s, n, dec, emit, ctx, cx);
   }
 };

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "cpu/kernels.h"
+#include "cpu/simd_avx512_rans.h"
 
 #define TZ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,bmi,bmi2,popcnt")))
 
@@ -242,29 +243,7 @@ TZ_AVX512 size_t rans_encode_isa(const KvCodecTables& c, int k, const uint8_t* s
   return encode(sym, n, cpu::EncTables{c.enc[k], c.fs[k]}, RansCtx{}, words, out, limit);
 }
 
-// One decode step for 16 lanes in two phases (as the AVX2 kernels): the new
-// states and word masks of both halves first, then their words, so the
-// second half's word load does not wait for the first half's.
-struct Dec16 {
-  __m512i e;
-  __mmask16 m;
-};
-
-TZ_AVX512 inline Dec16 dec16_state(__m512i& x, const uint32_t* dec) {
-  Dec16 d;
-  d.e = _mm512_i32gather_epi32(_mm512_and_si512(x, _mm512_set1_epi32(kProbScale - 1)), dec, 4);
-  const __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(d.e, 8), _mm512_set1_epi32(0xFFF)),
-                                     _mm512_set1_epi32(1));
-  x = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(x, kProbBits)), _mm512_srli_epi32(d.e, 20));
-  d.m = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32((int)kRansL));
-  return d;
-}
-
-TZ_AVX512 inline void dec16_words(__m512i& x, const Dec16& d, const uint8_t* p) {
-  const __m512i w = _mm512_maskz_expand_epi32(d.m, _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)));
-  x = _mm512_mask_or_epi32(x, d.m, _mm512_slli_epi32(x, 16), w);
-}
-
+// The decoder: the frame codec's AVX-512 step (cpu/simd_avx512_rans.h).
 TZ_AVX512 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_t n, uint8_t* out) {
   if (!rans_stream_size_ok(size)) return kErrCorruptBlock;
   __m512i x0 = _mm512_loadu_si512(in), x1 = _mm512_loadu_si512(in + 64);
@@ -272,15 +251,12 @@ TZ_AVX512 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t siz
   const uint8_t* const end = in + size;
   const uint32_t full = n / kLanes;
   uint32_t s = 0;
+  __m512i c0 = _mm512_setzero_si512(), c1 = c0;  // (no lane contexts)
   for (; s < full && end - p >= 64; ++s) {  // two 32-byte reads, each past the words before it
-    const Dec16 a = dec16_state(x0, dec), b = dec16_state(x1, dec);
-    const uint8_t* p1 = p + 2 * (size_t)_mm_popcnt_u32(a.m);
-    dec16_words(x0, a, p);
-    dec16_words(x1, b, p1);
-    p = p1 + 2 * (size_t)_mm_popcnt_u32(b.m);
-    const __m512i ff = _mm512_set1_epi32(0xFF);
-    _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes), _mm512_cvtepi32_epi8(_mm512_and_si512(a.e, ff)));
-    _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes + 16), _mm512_cvtepi32_epi8(_mm512_and_si512(b.e, ff)));
+    __m512i s0, s1;
+    cpu::dec_step32<false>(x0, x1, c0, c1, dec, p, c0, c0, s0, s1);
+    _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes), _mm512_cvtepi32_epi8(s0));
+    _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes + 16), _mm512_cvtepi32_epi8(s1));
   }
   alignas(64) uint32_t x[kLanes];
   _mm512_store_si512(x, x0);
