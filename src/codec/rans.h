@@ -8,6 +8,8 @@
 // GPU warp decodes in (ballot + popc to place each lane's read), and the CPU
 // decoder reproduces it lane by lane.
 #pragma once
+#include <algorithm>
+
 #include "codec/format.h"
 
 namespace tz {
@@ -73,15 +75,104 @@ TZ_HD uint32_t rans_ctx_of(uint32_t prev_sym, const RansCtx& c) {
   return d < c.n ? d : c.n - 1u;
 }
 
-// Normalises a histogram to frequencies summing to kProbScale, every present
-// symbol >= 1. Integer-only and deterministic: CPU and GPU encoders must
-// produce identical tables. Returns the number of present symbols (0 if the
-// histogram is empty).
-//
-// rans_normalize_with takes the 256-entry working array from the caller
-// (the CUDA backend passes global scratch: a 2 KiB per-thread array would make
-// the driver reserve that much local memory for every resident GPU thread).
-TZ_HD_NOINLINE int rans_normalize_with(const uint64_t* counts_in, uint32_t* freq, uint64_t* c) {
+// The frequencies' greedy fix-up (rans_normalize_with): from freq summing
+// to sum (every present symbol >= 1), adds one to or takes one from a
+// symbol at a time until the sum is kProbScale. Adding one to symbol s gains
+// about c[s]/freq[s] bits of total cost; removing one loses about
+// c[s]/(freq[s]-1). Each step picks the best; ties go to the lowest symbol.
+// The picks are a strict total order (ratio, then symbol), so every way of
+// making them gives the same table. This one scans (no local array: the
+// device form, and the reference the host's faster form is tested against,
+// test_rans.cpp).
+TZ_HD bool rans_inc_better(const uint64_t* c, const uint32_t* freq, int a, int b) {
+  const uint64_t l = c[a] * freq[b], r = c[b] * freq[a];
+  return l > r || (l == r && a < b);
+}
+TZ_HD bool rans_dec_better(const uint64_t* c, const uint32_t* freq, int a, int b) {
+  const uint64_t l = c[a] * (freq[b] - 1), r = c[b] * (freq[a] - 1);
+  return l < r || (l == r && a < b);
+}
+TZ_HD void rans_fixup_scan(const uint64_t* c, uint32_t* freq, int64_t sum) {
+  while (sum < (int64_t)kProbScale) {
+    int best = -1;
+    for (int s = 0; s < 256; ++s) {
+      if (!c[s]) continue;
+      if (best < 0 || rans_inc_better(c, freq, s, best)) best = s;
+    }
+    ++freq[best];
+    ++sum;
+  }
+  while (sum > (int64_t)kProbScale) {
+    int best = -1;
+    for (int s = 0; s < 256; ++s) {
+      if (freq[s] <= 1) continue;
+      if (best < 0 || rans_dec_better(c, freq, s, best)) best = s;
+    }
+    --freq[best];
+    --sum;
+  }
+}
+
+#if !defined(__CUDA_ARCH__)
+// The same fix-up on the host. Adding (sum < kProbScale): with f0 =
+// floor(c * M / t) (M = kProbScale, t the sum of c), every symbol with f0 >=
+// 1 has ratio c / f0 >= t / M and, after one more, c / (f0 + 1) < t / M;
+// a symbol raised from f0 = 0 to 1 has c / 1 < t / M. The deficit D is
+// below the number of symbols with f0 >= 1 (each loses under one in the
+// floor, and the raised ones' shares are each below one), so the D picks
+// are the D best of those symbols' first ratios, one each: a selection, not
+// D heap steps (the same symbols, so the same table). Removing (sum >
+// kProbScale, after many raised symbols) keeps the heap: a symbol may lose
+// more than one.
+inline void rans_fixup_host(const uint64_t* c, uint32_t* freq, int64_t sum, uint64_t t) {
+  if (sum < (int64_t)kProbScale) {
+    uint8_t cand[256];
+    int n = 0;
+    for (int s = 0; s < 256; ++s)
+      if (c[s] && c[s] * kProbScale >= t) cand[n++] = (uint8_t)s;  // f0 >= 1
+    const int d = (int)((int64_t)kProbScale - sum);
+    auto better = [&](uint8_t a, uint8_t b) { return rans_inc_better(c, freq, a, b); };
+    if (d < n) std::nth_element(cand, cand + d, cand + n, better);
+    for (int i = 0; i < d && i < n; ++i) ++freq[cand[i]];
+    if (d > n) rans_fixup_scan(c, freq, sum + n);  // not reached (see above); kept exact regardless
+    return;
+  }
+  uint8_t heap[256];
+  int hn = 0;
+  auto sift_down = [&](int i) {
+    for (;;) {
+      int m = i;
+      const int l = 2 * i + 1, r = l + 1;
+      if (l < hn && rans_dec_better(c, freq, heap[l], heap[m])) m = l;
+      if (r < hn && rans_dec_better(c, freq, heap[r], heap[m])) m = r;
+      if (m == i) return;
+      const uint8_t tmp = heap[i];
+      heap[i] = heap[m];
+      heap[m] = tmp;
+      i = m;
+    }
+  };
+  for (int s = 0; s < 256; ++s)
+    if (freq[s] > 1) heap[hn++] = (uint8_t)s;
+  for (int i = hn / 2; i-- > 0;) sift_down(i);
+  while (sum > (int64_t)kProbScale) {
+    const int b = heap[0];
+    --freq[b];
+    --sum;
+    if (freq[b] <= 1) heap[0] = heap[--hn];
+    sift_down(0);
+  }
+}
+#endif
+
+// The first part of rans_normalize_with: c = the counts scaled below 2^50
+// (so that count * kProbScale and the fix-up's cross products, count *
+// freq with freq <= 2^12, fit in 64 bits; a present symbol at least 1), t
+// their sum, freq = floor(c * kProbScale / t) raised to 1 where that is 0,
+// *sum their sum. Returns the number of present symbols; with 0 or 1, freq
+// is final (all zero, or kProbScale for the one symbol).
+TZ_HD int rans_normalize_start(const uint64_t* counts_in, uint32_t* freq, uint64_t* c, uint64_t* t_out,
+                                      int64_t* sum_out) {
   uint64_t total = 0;
   int present = 0;
   for (int s = 0; s < 256; ++s) {
@@ -95,8 +186,6 @@ TZ_HD_NOINLINE int rans_normalize_with(const uint64_t* counts_in, uint32_t* freq
       if (counts_in[s]) freq[s] = kProbScale;
     return 1;
   }
-  // Scale counts below 2^50 so that count * kProbScale and the cross
-  // products below (count * freq, freq <= 2^12) fit in 64 bits.
   int shift = 0;
   while ((total >> shift) >= (UINT64_C(1) << 50)) ++shift;
   uint64_t t = 0;
@@ -114,75 +203,28 @@ TZ_HD_NOINLINE int rans_normalize_with(const uint64_t* counts_in, uint32_t* freq
     freq[s] = (uint32_t)f;
     sum += (int64_t)f;
   }
-  // Greedy fix-up. Adding one to symbol s gains about c[s]/freq[s] bits of
-  // total cost; removing one loses about c[s]/(freq[s]-1). Pick the best each
-  // time; ties go to the lowest symbol. The picks are a strict total order
-  // (ratio, then symbol), so a heap (host) and a scan (device, no local
-  // array) choose the same symbols in the same order.
-  auto inc_better = [&](int a, int b) {
-    const uint64_t l = c[a] * freq[b], r = c[b] * freq[a];
-    return l > r || (l == r && a < b);
-  };
-  auto dec_better = [&](int a, int b) {
-    const uint64_t l = c[a] * (freq[b] - 1), r = c[b] * (freq[a] - 1);
-    return l < r || (l == r && a < b);
-  };
+  *t_out = t;
+  *sum_out = sum;
+  return present;
+}
+
+// Normalises a histogram to frequencies summing to kProbScale, every present
+// symbol >= 1. Integer-only and deterministic: CPU and GPU encoders must
+// produce identical tables. Returns the number of present symbols (0 if the
+// histogram is empty).
+//
+// rans_normalize_with takes the 256-entry working array from the caller
+// (the CUDA backend passes global scratch: a 2 KiB per-thread array would make
+// the driver reserve that much local memory for every resident GPU thread).
+TZ_HD_NOINLINE int rans_normalize_with(const uint64_t* counts_in, uint32_t* freq, uint64_t* c) {
+  uint64_t t = 0;
+  int64_t sum = 0;
+  const int present = rans_normalize_start(counts_in, freq, c, &t, &sum);
+  if (present < 2) return present;
 #if defined(__CUDA_ARCH__)
-  while (sum < (int64_t)kProbScale) {
-    int best = -1;
-    for (int s = 0; s < 256; ++s) {
-      if (!c[s]) continue;
-      if (best < 0 || inc_better(s, best)) best = s;
-    }
-    ++freq[best];
-    ++sum;
-  }
-  while (sum > (int64_t)kProbScale) {
-    int best = -1;
-    for (int s = 0; s < 256; ++s) {
-      if (freq[s] <= 1) continue;
-      if (best < 0 || dec_better(s, best)) best = s;
-    }
-    --freq[best];
-    --sum;
-  }
+  rans_fixup_scan(c, freq, sum);
 #else
-  uint8_t heap[256];
-  int hn = 0;
-  auto sift_down = [&](int i, auto&& better) {
-    for (;;) {
-      int m = i;
-      const int l = 2 * i + 1, r = l + 1;
-      if (l < hn && better(heap[l], heap[m])) m = l;
-      if (r < hn && better(heap[r], heap[m])) m = r;
-      if (m == i) return;
-      const uint8_t t = heap[i];
-      heap[i] = heap[m];
-      heap[m] = t;
-      i = m;
-    }
-  };
-  if (sum < (int64_t)kProbScale) {
-    for (int s = 0; s < 256; ++s)
-      if (c[s]) heap[hn++] = (uint8_t)s;
-    for (int i = hn / 2; i-- > 0;) sift_down(i, inc_better);
-    while (sum < (int64_t)kProbScale) {
-      ++freq[heap[0]];  // its ratio only falls: move it down
-      ++sum;
-      sift_down(0, inc_better);
-    }
-  } else if (sum > (int64_t)kProbScale) {
-    for (int s = 0; s < 256; ++s)
-      if (freq[s] > 1) heap[hn++] = (uint8_t)s;
-    for (int i = hn / 2; i-- > 0;) sift_down(i, dec_better);
-    while (sum > (int64_t)kProbScale) {
-      const int b = heap[0];
-      --freq[b];
-      --sum;
-      if (freq[b] <= 1) heap[0] = heap[--hn];
-      sift_down(0, dec_better);
-    }
-  }
+  rans_fixup_host(c, freq, sum, t);
 #endif
   return present;
 }
