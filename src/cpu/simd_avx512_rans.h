@@ -12,7 +12,11 @@
 
 #include "codec/rans.h"
 
-#define TZ_AVX512_RANS __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,bmi,bmi2,popcnt")))
+// The target of both including files' AVX-512 code (one string for all:
+// a function whose target differs from its caller's is inlined late, if at
+// all, by GCC 12).
+#define TZ_AVX512_RANS \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,fma,bmi,bmi2,popcnt")))
 
 namespace tz::cpu {
 
@@ -22,7 +26,9 @@ namespace tz::cpu {
 // the new states before renormalisation and the mask m of the lanes that
 // take a word, and returns the 16 symbols (one per 32-bit lane, upper bits
 // zero); dec16_words then shifts in those lanes' words, read in lane order
-// from p (32 bytes read). With lane contexts (Ctx), coff holds each lane's
+// from p (32 bytes read; a step of 32 lanes calls both for lanes 0..15,
+// then both for 16..31, the second at p past the first's words, and its
+// caller leaves 64 bytes). With lane contexts (Ctx), coff holds each lane's
 // table offset (context x kProbScale) and is advanced to the next
 // symbol's; cbase and cmax hold the context base and n - 1 in byte 0 of
 // each lane, zero above. Against one pass per half, Intel Xeon family 6
@@ -49,21 +55,6 @@ TZ_AVX512_RANS inline __m512i dec16_state(__m512i& x, const uint32_t* dec, __m51
 TZ_AVX512_RANS inline void dec16_words(__m512i& x, __mmask16 m, const uint8_t* p) {
   const __m512i w = _mm512_maskz_expand_epi32(m, _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)));
   x = _mm512_mask_or_epi32(x, m, _mm512_slli_epi32(x, 16), w);
-}
-
-// One step of 32 lanes (x0: lanes 0..15, x1: 16..31): both halves' states,
-// then their words, p moved past the words taken (two 32-byte reads, each
-// past the words before it: the caller leaves 64 bytes); s0, s1 the symbols.
-template <bool Ctx>
-TZ_AVX512_RANS inline void dec_step32(__m512i& x0, __m512i& x1, __m512i& c0, __m512i& c1, const uint32_t* dec,
-                                      const uint8_t*& p, __m512i cbase, __m512i cmax, __m512i& s0, __m512i& s1) {
-  __mmask16 m0, m1;
-  s0 = dec16_state<Ctx>(x0, dec, c0, cbase, cmax, m0);
-  s1 = dec16_state<Ctx>(x1, dec, c1, cbase, cmax, m1);
-  const uint8_t* p1 = p + 2 * (size_t)_mm_popcnt_u32(m0);
-  dec16_words(x0, m0, p);
-  dec16_words(x1, m1, p1);
-  p = p1 + 2 * (size_t)_mm_popcnt_u32(m1);
 }
 
 }  // namespace tz::cpu

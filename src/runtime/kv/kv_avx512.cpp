@@ -12,7 +12,7 @@
 #include "cpu/kernels.h"
 #include "cpu/simd_avx512_rans.h"
 
-#define TZ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi2,bmi,bmi2,popcnt")))
+#define TZ_AVX512 TZ_AVX512_RANS  // (cpu/simd_avx512_rans.h: the frame codec's AVX-512 target)
 
 namespace tz::kv {
 namespace {
@@ -251,10 +251,15 @@ TZ_AVX512 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t siz
   const uint8_t* const end = in + size;
   const uint32_t full = n / kLanes;
   uint32_t s = 0;
-  __m512i c0 = _mm512_setzero_si512(), c1 = c0;  // (no lane contexts)
+  __m512i none = _mm512_setzero_si512();  // (no lane contexts)
   for (; s < full && end - p >= 64; ++s) {  // two 32-byte reads, each past the words before it
-    __m512i s0, s1;
-    cpu::dec_step32<false>(x0, x1, c0, c1, dec, p, c0, c0, s0, s1);
+    __mmask16 m0, m1;
+    const __m512i s0 = cpu::dec16_state<false>(x0, dec, none, none, none, m0);
+    const __m512i s1 = cpu::dec16_state<false>(x1, dec, none, none, none, m1);
+    const uint8_t* p1 = p + 2 * (size_t)_mm_popcnt_u32(m0);
+    cpu::dec16_words(x0, m0, p);
+    cpu::dec16_words(x1, m1, p1);
+    p = p1 + 2 * (size_t)_mm_popcnt_u32(m1);
     _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes), _mm512_cvtepi32_epi8(s0));
     _mm_storeu_si128((__m128i*)(out + (size_t)s * kLanes + 16), _mm512_cvtepi32_epi8(s1));
   }
