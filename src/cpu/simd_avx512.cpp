@@ -251,10 +251,13 @@ TZ_AVX512 void decode2_merged_avx512(uint8_t dtype, const RansStream& a, const u
 // the renormalisation test as a mask (no movemask, no blend), x converted
 // to float as unsigned in one instruction (correctly rounded: the value
 // AVX2's two-half conversion gives), the 16-symbol window's entries and
-// reciprocals by two-table permutes, the correction masked. Entries outside
-// a window are loaded one by one (ScalarFetch, as the AVX2 step): against
-// the gather, near-8-bit bytes (tz_kernel_bench enc_wide) 1.17 against 1.33
-// cycles per symbol, Intel Xeon family 6 model 167. The quotient
+// reciprocals by two-table permutes, the correction masked. Entries of a
+// table without a window are loaded one by one from the symbol bytes
+// (ScalarFetch::bytes, as the AVX2 step): against the gather, near-8-bit
+// bytes (tz_kernel_bench enc_wide) 1.17 against 1.33 cycles per symbol,
+// Intel Xeon family 6 model 167; with lane contexts they are gathered (the
+// scalar form from the index vector measured 0.3-6 % slower there on Adam
+// m / v compress). The quotient
 // is AVX2's enc_quotient8: the same reciprocal (rcp_ps, Newton constant
 // kEncNewtonTwo) of the same float x, so the same q, checked for every
 // state by enc_quotient_misses_avx512 (simd_encode_driver.inc).
@@ -297,7 +300,7 @@ TZ_AVX512 inline void enc8vl(__m256i& x, const uint8_t* sp, const uint32_t* fst,
     f = _mm256_and_si256(fs, _mm256_set1_epi32(0x1FFF));
     r = _mm256_permutex2var_ps(win->r0, d, win->r1);
   } else {
-    fs = Ctx ? ScalarFetch::get(fst, sy) : ScalarFetch::bytes(fst, sp, sy);
+    fs = Ctx ? GatherFetch::get(fst, sy) : ScalarFetch::bytes(fst, sp, sy);
     f = _mm256_and_si256(fs, _mm256_set1_epi32(0x1FFF));
     r = enc_rcp8(f);
   }
