@@ -134,7 +134,7 @@ inline void rans_fixup_host(const uint64_t* c, uint32_t* freq, int64_t sum, uint
     auto better = [&](uint8_t a, uint8_t b) { return rans_inc_better(c, freq, a, b); };
     if (d < n) std::nth_element(cand, cand + d, cand + n, better);
     for (int i = 0; i < d && i < n; ++i) ++freq[cand[i]];
-    if (d > n) rans_fixup_scan(c, freq, sum + n);  // not reached (see above); kept exact regardless
+    if (d > n) rans_fixup_scan(c, freq, sum + n);  // not reached (see above); the sum would still end at M
     return;
   }
   uint8_t heap[256];
@@ -172,7 +172,7 @@ inline void rans_fixup_host(const uint64_t* c, uint32_t* freq, int64_t sum, uint
 // *sum their sum. Returns the number of present symbols; with 0 or 1, freq
 // is final (all zero, or kProbScale for the one symbol).
 TZ_HD int rans_normalize_start(const uint64_t* counts_in, uint32_t* freq, uint64_t* c, uint64_t* t_out,
-                                      int64_t* sum_out) {
+                               int64_t* sum_out) {
   uint64_t total = 0;
   int present = 0;
   for (int s = 0; s < 256; ++s) {

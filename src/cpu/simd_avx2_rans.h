@@ -33,9 +33,10 @@ struct DecConsts {
 // The 8 table entries t[idx] of a step, two ways, the same entries either
 // way. GatherFetch: one vpgatherdd. ScalarFetch: the indices taken out of
 // the vector two at a time, eight scalar loads joined by unpacks: more
-// instructions, but fewer cycles on AMD Zen 1 and Zen 2, whose vpgatherdd
-// is microcoded (12.9 cycles for 8 entries on an EPYC family 23 model 49,
-// tz_kernel_bench). bytes(t, sp, idx): the same with idx = the 8 bytes at sp
+// instructions, but fewer cycles in the decoders on AMD Zen 1 and Zen 2,
+// whose vpgatherdd is microcoded (12.9 cycles for 8 entries on an EPYC
+// family 23 model 49, tz_kernel_bench), and in the encoders on every CPU
+// measured (doc/cpu.md). bytes(t, sp, idx): the same with idx = the 8 bytes at sp
 // (the encoder's symbols), which the scalar form loads from memory.
 struct GatherFetch {
   TZ_AVX2_RANS static __m256i get(const uint32_t* t, __m256i idx) {
