@@ -323,10 +323,14 @@ size_t decode_range(Context& ctx, const FramePrefix& fp, const uint8_t* blocks, 
   std::mutex bad_mu;  // guards the lowest failing block and its status
   uint32_t bad = UINT32_MAX;
   int bad_status = kOk;
-  // Tasks of an even number of blocks, so that decode_pair finds its pairs
-  // in a tensor of few blocks too (with tasks of one block, the 3 to 9
-  // blocks of most MiniLM tensors never decoded in lockstep).
-  const uint32_t per_task = 2 * std::max<uint32_t>(1, count / (ctx.pool.size() * 16));
+  // Where the table decodes two blocks in lockstep, tasks of an even number
+  // of blocks, so that decode_pair finds its pairs in a tensor of few blocks
+  // too (with tasks of one block, the 3 to 9 blocks of most MiniLM tensors
+  // never decoded in lockstep); elsewhere a pair is two decodes one after
+  // the other, and one-block tasks keep a small tensor's blocks on as many
+  // threads as there are.
+  const uint32_t per_task = kr.decode2_lockstep ? 2 * std::max<uint32_t>(1, count / (ctx.pool.size() * 16))
+                                                : std::max<uint32_t>(1, count / (ctx.pool.size() * 8));
   const size_t n_tasks = (count + per_task - 1) / per_task;
   ctx.pool.parallel_for(n_tasks, [&](size_t t, unsigned w) {
     uint8_t* scratch = ctx.worker_scratch(w, scratch_bytes);
