@@ -365,12 +365,11 @@ TZ_AVX2 size_t fixed_decode_groups_isa(const KvCodecTables& c, const uint8_t* pl
 }
 
 // ------------------------------------------------------------ rANS --
-// The frame codec's AVX2 encoder for this CPU (its table's: scalar loads on
-// AMD Zen 1/2, gathers and the 16-symbol window elsewhere).
+// The frame codec's AVX2 encoder (one in both AVX2 tables: table entries
+// loaded one by one, no window).
 TZ_AVX2 size_t rans_encode_isa(const KvCodecTables& c, int k, const uint8_t* sym, uint32_t n, uint16_t* words,
                                uint8_t* out, size_t limit) {
-  static const auto encode = cpu::codec_kernels_for(cpu::SimdPath::kAvx2)->rans_encode;
-  return encode(sym, n, cpu::EncTables{c.enc[k], c.fs[k]}, RansCtx{}, words, out, limit);
+  return cpu::kAvx2Kernels.rans_encode(sym, n, cpu::EncTables{c.enc[k], c.fs[k]}, RansCtx{}, words, out, limit);
 }
 
 // One step of the four groups: the 32 symbols in element order; p moves past
