@@ -1,5 +1,6 @@
 #include "tzc_io.hpp"
 #include "tzip_refs.hpp"
+#include "write_queue.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -156,7 +157,28 @@ void OutFile::write_fd(const uint8_t* p, size_t n) {
     }
     p += w;
     n -= (size_t)w;
+    written_ += (uint64_t)w;
   }
+  // The temporary's writeback starts as it is written (commit's fsync then
+  // waits for the last chunk only); written-through outputs are left alone.
+  if (!stream_) writeback_.written_to(fd_, written_);
+}
+
+void OutFile::flush() { flush_buffer(); }
+
+void OutFile::write_at(const void* src, size_t n, uint64_t off) {
+  check_cancel();
+  if (const int e = tz::io::pwrite_full(fd_, src, n, off)) fail_errno(final_, "write failed", e);
+  // Each range's writeback starts as it is written (out of order, so not
+  // through writeback_, which follows a growing prefix).
+  tz::io::Writeback::start(fd_, off, n);
+  written_at_.fetch_add(n, std::memory_order_relaxed);
+}
+
+void OutFile::end_positional() {
+  offset_ += written_at_.exchange(0);
+  written_ = offset_;
+  if (lseek(fd_, (off_t)offset_, SEEK_SET) < 0) fail_errno(final_, "seek failed", errno);
 }
 
 void OutFile::flush_buffer() {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "tensorzip/container.hpp"
 #include "tzc_output.hpp"
+#include "io/writeback.hpp"
 
 namespace tz::container::detail {
 
@@ -58,6 +60,16 @@ class OutFile {
   OutFile& operator=(const OutFile&) = delete;
   void write(const void* p, size_t n);  // buffered
   uint64_t offset() const { return offset_; }
+  // Positional writes, for an output written out of order by several
+  // threads: a regular file only (the temporary; not a stream). flush()
+  // first writes what write() buffered; then write_at() from any thread
+  // (ranges from offset() on, tiling it without overlaps), and
+  // end_positional() once they all returned: offset() then counts their
+  // bytes too, and write() may follow.
+  bool positional() const { return !stream_; }
+  void flush();
+  void write_at(const void* p, size_t n, uint64_t off);
+  void end_positional();
   void commit();
   const std::string& path() const { return final_; }
 
@@ -72,6 +84,9 @@ class OutFile {
   bool stream_ = false;  // written through (FIFO, device, caller's descriptor)
   bool force_ = false;
   uint64_t offset_ = 0;
+  uint64_t written_ = 0;  // bytes written to fd_
+  std::atomic<uint64_t> written_at_{0};  // by write_at since the last end_positional
+  tz::io::Writeback writeback_;
   uint8_t* buf_ = nullptr;
   size_t buf_used_ = 0;
 };

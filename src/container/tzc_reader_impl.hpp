@@ -264,7 +264,12 @@ struct Reader::Impl {
     if (r != fr.raw_size) corrupt(t, "frame " + std::to_string(c) + " decodes to the wrong size (data corrupted)");
   }
 
-  PassStats pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink, const ReadOptions& opt);
+  // Reads, checks and decodes every frame; sink(bytes, n, data offset) gets
+  // the decoded data section group by group: in order, or with
+  // sink_any_order from the workers in any order (a thread-safe positional
+  // writer).
+  PassStats pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink, const ReadOptions& opt,
+                 bool sink_any_order = false);
   // max_raw_hint: the largest group's decoded size (s.raw grows to it at once);
   // exporting: the pass has a sink (decode_frame's whole_file_checked).
   void decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx, uint64_t max_raw_hint,

@@ -40,7 +40,7 @@ void Reader::Impl::decode_group(const PassUnit* units, size_t count, PassSlot& s
 }
 
 PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink,
-                             const ReadOptions& opt) {
+                             const ReadOptions& opt, bool sink_any_order) {
   std::vector<PassUnit> units;
   uint64_t pos = kPreambleSize;
   for (const TensorEntry* s : h.segments)
@@ -94,9 +94,21 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
     max_comp = std::max(max_comp, comp_span(g));
     max_raw = std::max(max_raw, raw);
   }
+  // A group is read, checked and decoded by one worker (the reads' kernel
+  // copies run in parallel too), and, with sink_any_order, handed to the
+  // sink there; in order then follow the whole-file hash over its bytes as
+  // read, the in-order sink, and the progress.
+  // The group's frames are consecutive chunks of the data section
+  // (segments and their chunks tile it in order, check_tiling), decoded
+  // one after the other into s.raw: passed on in one piece, so an export
+  // writes them with one call and copies nothing into its buffer.
+  auto data_offset = [&](const ItemGroup& g) {
+    const PassUnit& u = units[g.first];
+    return u.seg->data_begin + u.c * h.chunk_bytes;
+  };
   run_pipeline(
-      groups.size(), window, slots, workers,
-      [&](size_t gi, PassSlot& s) {
+      groups.size(), window, slots, workers, [](size_t, PassSlot&) {},
+      [&](size_t gi, PassSlot& s, unsigned w) {
         const ItemGroup& g = groups[gi];
         const uint64_t base = units[g.first].read_from;
         const uint64_t n = comp_span(g);
@@ -106,18 +118,13 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
           const PassUnit& u = units[g.first + k];
           check_pad(p + (u.read_from - base), frame_of(u).offset - u.read_from, "before " + label(*u.seg));
         }
-        XXH64_update(fh, p, n);
-      },
-      [&](size_t gi, PassSlot& s, unsigned w) {
-        decode_group(&units[groups[gi].first], groups[gi].count, s, ctxs.v[w], max_raw, (bool)sink);
+        decode_group(&units[g.first], g.count, s, ctxs.v[w], max_raw, (bool)sink);
+        if (sink && sink_any_order) sink(s.raw.p.get(), s.raw.size, data_offset(g));
       },
       [&](size_t gi, PassSlot& s) {
-        // The group's frames are consecutive chunks of the data section
-        // (segments and their chunks tile it in order, check_tiling), decoded
-        // one after the other into s.raw: passed on in one piece, so an export
-        // writes them with one call and copies nothing into its buffer.
-        const PassUnit& u = units[groups[gi].first];
-        if (sink) sink(s.raw.p.get(), s.raw.size, u.seg->data_begin + u.c * h.chunk_bytes);
+        const ItemGroup& g = groups[gi];
+        XXH64_update(fh, s.comp.p.get(), comp_span(g));
+        if (sink && !sink_any_order) sink(s.raw.p.get(), s.raw.size, data_offset(g));
         done += s.raw.size;
         if (opt.progress) opt.progress(done, total);
       });
@@ -177,7 +184,19 @@ PassStats Reader::export_safetensors(const std::string& out_path, const ReadOpti
   put_le64(len, m.h.safetensors_header.size());
   out.write(len, 8);
   out.write(m.h.safetensors_header.data(), m.h.safetensors_header.size());
-  const PassStats st = m.pass([&](const uint8_t* p, size_t n, uint64_t) { out.write(p, n); }, opt);
+  // A file (the temporary) takes each group at its offset from the worker
+  // that decoded it, so the writes' kernel copies run in parallel; a stream
+  // (pipe, device, the caller's descriptor) in order.
+  const uint64_t base = out.offset();
+  PassStats st;
+  if (out.positional()) {
+    out.flush();
+    st = m.pass([&](const uint8_t* p, size_t n, uint64_t data_off) { out.write_at(p, n, base + data_off); }, opt,
+                /*sink_any_order=*/true);
+    out.end_positional();
+  } else {
+    st = m.pass([&](const uint8_t* p, size_t n, uint64_t) { out.write(p, n); }, opt);
+  }
   if (out.offset() != original_size()) fail(ErrorKind::kInternal, out_path + ": exported size differs from the original");
   out.commit();
   return st;

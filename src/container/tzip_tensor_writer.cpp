@@ -28,6 +28,7 @@
 #include "tzc_predict.hpp"
 #include "tzc_tensor_frames.hpp"
 #include "write_queue.hpp"
+#include "io/writeback.hpp"
 
 namespace tz::container {
 
@@ -40,9 +41,12 @@ constexpr uint64_t kDirectAlign = 4096;
 
 class PwriteSink final : public Sink {
  public:
-  explicit PwriteSink(int fd) : fd_(fd) {}
+  // writeback: start each chunk's writeback as it is written (tz::io::Writeback;
+  // buffered files, which the writer fsyncs at the end).
+  PwriteSink(int fd, bool writeback) : fd_(fd), writeback_(writeback) {}
   void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
     if (!err_) err_ = tz::io::pwrite_full(fd_, p, n, off);
+    if (!err_ && writeback_) started_.written_to(fd_, off + n);
     if (done) done();
   }
   int drain() override { return err_; }
@@ -51,6 +55,8 @@ class PwriteSink final : public Sink {
 
  private:
   int fd_;
+  bool writeback_;
+  tz::io::Writeback started_;
   int err_ = 0;
 };
 
@@ -66,7 +72,7 @@ using Unit = WriterUnit;
 
 }  // namespace
 
-std::unique_ptr<Sink> make_pwrite_sink(int fd) { return std::make_unique<PwriteSink>(fd); }
+std::unique_ptr<Sink> make_pwrite_sink(int fd, bool direct) { return std::make_unique<PwriteSink>(fd, !direct); }
 
 namespace {
 // TensorWriterOptions::safetensors_header: the given header must describe the added tensors
@@ -387,7 +393,7 @@ TensorWriterStats TensorWriter::Impl::finish() {
     }
   }
   const bool direct = dfd >= 0;
-  std::unique_ptr<Sink> sink = opt.sink ? opt.sink(direct ? dfd : fd, direct) : make_pwrite_sink(direct ? dfd : fd);
+  std::unique_ptr<Sink> sink = opt.sink ? opt.sink(direct ? dfd : fd, direct) : make_pwrite_sink(direct ? dfd : fd, direct);
   if (!sink) fail(ErrorKind::kInternal, path + ": the sink factory returned no sink");
   stats.direct = direct;
   stats.io = sink->name() + (direct ? "+O_DIRECT" : "");

@@ -373,14 +373,14 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   // Every slot's buffers are allocated once, at the largest group's size.
   uint64_t max_raw = 0, max_cap = 0;
   for (const ItemGroup& g : groups) max_raw = std::max(max_raw, raw_span(g)), max_cap = std::max(max_cap, comp_cap(g));
+  // A group is read and coded by one worker (the reads' kernel copies run
+  // in parallel too); its frames are written and hashed in order.
   run_pipeline(
-      groups.size(), window, slots, workers,
-      [&](size_t gi, Slot& s) {
-        const uint64_t n = raw_span(groups[gi]);
-        src.pread_exact(units[groups[gi].first].src_off, s.raw.reserve(n, max_raw), n);
-      },
+      groups.size(), window, slots, workers, [](size_t, Slot&) {},
       [&](size_t gi, Slot& s, unsigned w) {
         const ItemGroup& g = groups[gi];
+        const uint64_t n = raw_span(g);
+        src.pread_exact(units[g.first].src_off, s.raw.reserve(n, max_raw), n);
         s.comp_off.resize(g.count);
         s.comp_size.resize(g.count);
         s.hash.resize(g.count);
