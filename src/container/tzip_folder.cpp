@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <set>
+#include <thread>
 
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
@@ -73,21 +75,23 @@ void walk(const std::string& root, const std::string& rel, int depth, dev_t skip
   }
 }
 
-void copy_file(const std::string& src, const std::string& dst, const ProgressFn& progress, uint64_t base,
-               uint64_t total) {
+// Copies src to dst (a temporary until committed); returns false, leaving
+// nothing behind, once *stop is set.
+bool copy_file(const std::string& src, const std::string& dst, const std::atomic<bool>& stop) {
   InFile in(src);
   in.advise_sequential();
   OutFile out(dst, false, src);
   Buf buf;  // not zero-filled: every byte is read into before it is written
   uint8_t* const p = buf.reserve((size_t)std::min<uint64_t>(in.size(), 8u << 20));
   for (uint64_t off = 0; off < in.size();) {
+    if (stop.load(std::memory_order_relaxed)) return false;
     const size_t n = (size_t)std::min<uint64_t>(buf.size, in.size() - off);
     in.pread_exact(off, p, n);
     out.write(p, n);
     off += n;
-    if (progress) progress(base + off, total);
   }
   out.commit();
+  return true;
 }
 
 // Entries of an existing folder, links not followed: (relative path, mode).
@@ -214,6 +218,39 @@ struct FolderPass {
   }
 };
 
+// Runs `code` (the pass over the folder's safetensors or .tzip files) on
+// the calling thread while a thread of its own copies the entries `copied`
+// selects (the other files) into the temporary output: each copy mostly
+// waits for its fsync, so the copies overlap the coding instead of
+// following it. Progress: code's, then every copied byte once both are
+// done (copied_bytes more, up to total). The first error, code's before a
+// copy's, is rethrown once both have stopped; a failing code stops the
+// copies at their next chunk.
+template <class Code>
+void code_and_copy(const FolderPass& fp, bool (*copied)(const Entry&), Code&& code, const ProgressFn& progress,
+                   uint64_t total) {
+  std::atomic<bool> stop{false};
+  std::exception_ptr copy_error;
+  std::thread copier([&] {
+    try {
+      for (const auto& e : fp.entries)
+        if (!e.dir && copied(e) && !copy_file(fp.in + "/" + e.rel, fp.tmp.path() + "/" + e.rel, stop)) return;
+    } catch (...) {
+      copy_error = std::current_exception();
+    }
+  });
+  try {
+    code();
+  } catch (...) {
+    stop.store(true);
+    copier.join();
+    throw;
+  }
+  copier.join();
+  if (copy_error) std::rethrow_exception(copy_error);
+  if (progress) progress(total, total);
+}
+
 void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, const WriteOptions& opt) {
   FolderPass fp(in_dir, out_dir_arg, opt.force,
                 [](const std::string& rel) { return ends_with(rel, ".safetensors") ? default_compressed_name(rel, false) : rel; });
@@ -236,11 +273,10 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
   if (!opt.ref_original.empty() && (opt.ref.empty() || path_kind(opt.ref_original) != PathKind::kDir))
     fail(ErrorKind::kUsage, opt.ref_original + ": with a folder, the reference's original must be a folder of "
                                                ".safetensors files, given with a reference folder");
-  uint64_t base = 0;
   // Folders first, then every safetensors file of the folder as one
-  // checkpoint (casts across files), then the other files.
+  // checkpoint (casts across files), the other files copied meanwhile.
   fp.begin();
-  {
+  code_and_copy(fp, [](const Entry& e) { return !ends_with(e.rel, ".safetensors"); }, [&] {
     std::vector<std::string> ins, outs, refs, ref_origs;
     for (const auto& e : entries) {
       if (e.dir || !ends_with(e.rel, ".safetensors")) continue;
@@ -251,7 +287,6 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
       // The previous checkpoint's safetensors file of the same relative name.
       const std::string ro = opt.ref_original.empty() ? "" : opt.ref_original + "/" + e.rel;
       ref_origs.push_back(!refs.back().empty() && !ro.empty() && path_kind(ro) == PathKind::kFile ? ro : "");
-      base += e.size;
     }
     WriteOptions o = opt;
     o.force = false;
@@ -259,13 +294,7 @@ void compress_folder(const std::string& in_dir, const std::string& out_dir_arg, 
     o.ref_original.clear();
     o.progress = offset_progress(opt.progress, 0, total);
     compress_checkpoint(ins, outs, o, refs, ref_origs);
-  }
-  for (const auto& e : entries) {
-    const std::string src = in + "/" + e.rel;
-    if (e.dir || ends_with(e.rel, ".safetensors")) continue;
-    copy_file(src, tmp.path() + "/" + e.rel, opt.progress, base, total);
-    base += e.size;
-  }
+  }, opt.progress, total);
   fp.publish_output(opt.force);
 }
 
@@ -287,9 +316,8 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
     total += ends_with(e.rel, ".tzip") ? Reader(in + "/" + e.rel, 1).original_size() : e.size;
   }
   if (n_tz == 0) fail(ErrorKind::kUsage, in + ": folder holds no .tzip files");
-  uint64_t base = 0;
   fp.begin();
-  {
+  code_and_copy(fp, [](const Entry& e) { return !ends_with(e.rel, ".tzip"); }, [&] {
     // All .tzip files as one checkpoint: referenced files are restored
     // first and serve as predictors of the others (section 12).
     std::vector<std::string> ins, outs;
@@ -301,14 +329,8 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir_arg
     ReadOptions o = opt;
     o.force = false;
     o.progress = offset_progress(opt.progress, 0, total);
-    base += decompress_checkpoint(ins, outs, o).raw_bytes;
-  }
-  for (const auto& e : entries) {
-    const std::string src = in + "/" + e.rel;
-    if (e.dir || ends_with(e.rel, ".tzip")) continue;
-    copy_file(src, tmp.path() + "/" + e.rel, opt.progress, base, total);
-    base += e.size;
-  }
+    decompress_checkpoint(ins, outs, o);
+  }, opt.progress, total);
   fp.publish_output(opt.force);
 }
 
