@@ -639,8 +639,8 @@ class PyTensorWriter {
                                                 : tz::io::Backend::kUring;
       const unsigned nt = io_threads ? io_threads : 2;
       const unsigned depth = 16;
-      opt.sink = [be, nt, depth](int fd, bool) -> std::unique_ptr<tc::Sink> {
-        return std::make_unique<tz::io::QueueSink>(fd, be, nt, depth);
+      opt.sink = [be, nt, depth](int fd, bool direct) -> std::unique_ptr<tc::Sink> {
+        return std::make_unique<tz::io::QueueSink>(fd, be, nt, depth, /*writeback=*/!direct);
       };
 #else
       if (io != "auto") throw PyErrorOf(g_usage, "io='" + io + "': this build has no I/O engine (src/io)");

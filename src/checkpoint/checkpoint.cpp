@@ -308,8 +308,8 @@ tz::container::TensorWriterOptions writer_options(const SaveOptions& opt, const 
                                                     : tz::io::Backend::kAuto;  // kAuto, kGds
   const unsigned io_threads = std::max(1u, opt.io_threads);
   const unsigned depth = (unsigned)std::min<size_t>(std::max<size_t>(wo.slots, 4), 64);
-  wo.sink = [be, io_threads, depth](int fd, bool) -> std::unique_ptr<tz::container::Sink> {
-    return std::make_unique<tz::io::QueueSink>(fd, be, io_threads, depth);
+  wo.sink = [be, io_threads, depth](int fd, bool direct) -> std::unique_ptr<tz::container::Sink> {
+    return std::make_unique<tz::io::QueueSink>(fd, be, io_threads, depth, /*writeback=*/!direct);
   };
   return wo;
 }

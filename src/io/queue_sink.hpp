@@ -10,14 +10,26 @@
 
 #include "tensorzip/container.hpp"
 #include "write_queue.hpp"
+#include "writeback.hpp"
 
 namespace tz::io {
 
 class QueueSink final : public tz::container::Sink {
  public:
-  QueueSink(int fd, Backend b, unsigned threads, unsigned depth) : q_(fd, b, threads, depth) {}
+  // writeback: each completed write's range is queued for writeback at once
+  // (Writeback::start; buffered files, which the writer fsyncs at the end:
+  // give !direct of the SinkFactory).
+  QueueSink(int fd, Backend b, unsigned threads, unsigned depth, bool writeback = false)
+      : q_(fd, b, threads, depth), fd_(fd), writeback_(writeback) {}
   void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
-    q_.submit(off, p, n, std::move(done));
+    if (!writeback_) {
+      q_.submit(off, p, n, std::move(done));
+      return;
+    }
+    q_.submit(off, p, n, [fd = fd_, off, n, done = std::move(done)] {
+      Writeback::start(fd, off, n);
+      if (done) done();
+    });
   }
   int drain() override { return q_.drain(); }
   int error() const override { return q_.error(); }
@@ -25,6 +37,8 @@ class QueueSink final : public tz::container::Sink {
 
  private:
   WriteQueue q_;
+  int fd_;
+  bool writeback_;
 };
 
 }  // namespace tz::io
