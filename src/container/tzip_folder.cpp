@@ -222,10 +222,9 @@ struct FolderPass {
 // the calling thread while a thread of its own copies the entries `copied`
 // selects (the other files) into the temporary output: each copy mostly
 // waits for its fsync, so the copies overlap the coding instead of
-// following it. Progress: code's, then every copied byte once both are
-// done (copied_bytes more, up to total). The first error, code's before a
-// copy's, is rethrown once both have stopped; a failing code stops the
-// copies at their next chunk.
+// following it. Progress: code's, then `total` once both are done. The
+// first error, code's before a copy's, is rethrown once both have stopped;
+// a failing code stops the copies at their next chunk.
 template <class Code>
 void code_and_copy(const FolderPass& fp, bool (*copied)(const Entry&), Code&& code, const ProgressFn& progress,
                    uint64_t total) {

@@ -185,8 +185,10 @@ PassStats Reader::export_safetensors(const std::string& out_path, const ReadOpti
   out.write(len, 8);
   out.write(m.h.safetensors_header.data(), m.h.safetensors_header.size());
   // A file (the temporary) takes each group at its offset from the worker
-  // that decoded it, so the writes' kernel copies run in parallel; a stream
-  // (pipe, device, the caller's descriptor) in order.
+  // that decoded it, so the writes overlap the decoding instead of waiting
+  // for the in-order stage (ext4 and tmpfs still copy one write of a file
+  // at a time: bench/RESULTS.md); a stream (pipe, device, the caller's
+  // descriptor) is written in order.
   const uint64_t base = out.offset();
   PassStats st;
   if (out.positional()) {
