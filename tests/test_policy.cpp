@@ -6,6 +6,8 @@
 // they follow the same decisions.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -96,6 +98,21 @@ TEST(Policy, SampleScreeningByLevel) {
     only_level2 |= w2 && !w1;
   }
   EXPECT_TRUE(only_level2);
+}
+
+// log2_q16_fast's error, which the lane-context bound relies on
+// (policy_ctx_promising): never above log2, at most kLog2FastError units
+// of 2^-16 below it.
+TEST(Policy, Log2FastErrsOneWayWithinItsBound) {
+  std::mt19937_64 rng(3);
+  double lo = 0, hi = -1e9;
+  for (uint64_t i = 0; i < (1u << 21); ++i) {
+    const uint64_t v = i < (1u << 20) ? i + 1 : (rng() >> (rng() % 63)) | 1u;
+    const double e = (double)log2_q16_fast(v) - 65536.0 * std::log2((double)v);
+    lo = std::min(lo, e), hi = std::max(hi, e);
+  }
+  EXPECT_GT(lo, -(double)kLog2FastError);
+  EXPECT_LT(hi, 0.01);  // above log2 only by the double's rounding
 }
 
 TEST(Policy, ExactKindCountsEveryOverhead) {

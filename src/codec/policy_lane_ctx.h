@@ -131,10 +131,12 @@ TZ_HD bool policy_ctx_tables(const uint64_t* joint, uint32_t wlo, const RansCtx&
 //
 // Every candidate's contexts merge whole joint rows, so its estimate is at
 // least the sum of the rows' own entropies (merging never lowers a code
-// length; tables cost >= 0), less the fixed-point log2's error (< 2^-12
-// per term: 32 units of 2^-16 bits per counted symbol in each of the two
-// sums). Where that bound already misses the 0.5%, no candidate can pass
-// and the search is skipped (the same answer, cheaper).
+// length; tables cost >= 0), less the fixed-point log2's error: each
+// computed entropy lies within kLog2FastError units of 2^-16 bits per
+// counted symbol of the true one (log2_q16_fast errs one way), so the two
+// sums differ from theirs by at most twice that. Where that bound already
+// misses the 0.5%, no candidate can pass and the search is skipped (the
+// same answer, cheaper).
 TZ_HD bool policy_ctx_promising(const uint64_t* joint, uint32_t wlo, const uint64_t* first, RansCtx* best,
                                 uint64_t* tmp) {
   *best = RansCtx{0, 1};
@@ -146,7 +148,7 @@ TZ_HD bool policy_ctx_promising(const uint64_t* joint, uint32_t wlo, const uint6
   const uint32_t n_syms = policy_joint_symbols(joint, syms);
   for (uint32_t r = 0; r < kCtxJointRows; ++r) bound += entropy_bits_q16_at(joint + (size_t)r * 256, syms, n_syms, nullptr);
   for (int s = 0; s < 256; ++s) n += first[s];
-  const unsigned __int128 slack = 64 * n;
+  const unsigned __int128 slack = 2 * (unsigned __int128)kLog2FastError * n;
   if (bound > slack && (bound - slack) * 1000 >= plain * 995) return false;
   const unsigned __int128 ctx_bits = policy_ctx_search(joint, wlo, best, tmp);
   if (best->n < 2) return false;
