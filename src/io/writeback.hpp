@@ -27,7 +27,9 @@ class Writeback {
     from_ = end;
   }
   // Queues bytes [off, off + n) of fd, now (a writer of ranges in any order).
+  // n = 0 queues nothing (sync_file_range would take it as "to the end").
   static void start(int fd, uint64_t off, uint64_t n) {
+    if (n == 0) return;
 #if defined(__linux__)
     (void)::sync_file_range(fd, (off64_t)off, (off64_t)n, SYNC_FILE_RANGE_WRITE);
 #else
