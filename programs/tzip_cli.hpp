@@ -3,7 +3,8 @@
 //   tzip.cpp          main: dispatch, error -> exit status
 //   tzip_args.cpp     command line: options, bundled short flags, help texts
 //   tzip_signals.cpp  SIGINT/SIGTERM/SIGHUP: cancel, and a watchdog that cleans up
-//   tzip_paths.cpp    where outputs go (-o folder, defaults, stdin/stdout), --rm
+//   tzip_stdin.cpp    standard input: checked as it arrives, spooled to a temporary file
+//   tzip_paths.cpp    where outputs go (-o folder, defaults, stdout), --rm
 //   tzip_compress.cpp compress, decompress, rebase
 //   tzip_info.cpp     inspect, verify, bench, --version
 #pragma once
@@ -92,19 +93,29 @@ int pending_signal();       // the first signal received, or 0
 void finish_signals();      // the command succeeded: a late signal no longer ends the process
 [[noreturn]] void die_by_signal(int sig);  // default action of `sig` (after cleanup)
 
-// tzip_paths.cpp
+// tzip_stdin.cpp
 // Standard input as a file the library can read (random access): the file
 // itself when stdin is a regular file, else a copy spooled to an unnamed
-// temporary file in $TMPDIR (gone when tzip exits, even after kill -9).
+// temporary file in $TMPDIR (gone when tzip exits, even after kill -9),
+// checked as it arrives against `format` (garbage is refused at its first
+// bytes; the spool holds no more than the stream's structure declares).
 // Returns the path to open; messages naming it say "stdin" (display_name).
-std::string stdin_path();
+enum class StdinFormat { kSafetensors, kTzip };
+std::string stdin_path(StdinFormat format);
 std::string display_name(const std::string& path);  // "stdin" for stdin_path()
 std::string stdin_in_message(const std::string& msg);  // the spool path replaced by "stdin"
+
+// tzip_paths.cpp
 // Output of one input: -o OUT names it, or OUT/NAME when OUT is an existing
 // folder (as cp does); without -o the default name beside the input.
 // "-o OUT/" that does not exist: the output folder of a folder input, an
 // error for a file input.
 std::string output_for(const Args& a, const std::string& in, const std::string& default_name);
+// True when `out_dir` is an existing, non-empty folder holding nothing but
+// what compressing (or decompressing) the folder `in_dir` writes: tzip's own
+// output of it, which -o names as the output itself (replaced only with -f),
+// not as a folder to write a second copy into.
+bool is_output_folder_of(const std::string& in_dir, const std::string& out_dir, bool compress);
 // Refuses standard output when it is a terminal.
 void check_stdout_usable();
 // --rm: removes an input once its output was verified against it (the

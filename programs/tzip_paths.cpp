@@ -1,6 +1,6 @@
 // Where outputs go (doc/cli.md "Outputs"): -o as a file or an existing
-// folder to write into, default names beside the inputs, standard input
-// and output, --rm, and the dependency summary.
+// folder to write into, default names beside the inputs, standard output,
+// --rm, and the dependency summary.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "tzip_cli.hpp"
 
@@ -19,8 +20,6 @@ namespace tzip {
 using tc::ErrorKind;
 
 namespace {
-std::string g_stdin_path;  // set once by stdin_path()
-
 std::string base_name(const std::string& p) {
   std::string s = p;
   while (s.size() > 1 && s.back() == '/') s.pop_back();
@@ -30,62 +29,7 @@ std::string base_name(const std::string& p) {
 
 bool is_temp_name(const std::string& n) { return n.size() > 1 && n[0] == '.' && n.find(".tmp-") != std::string::npos; }
 
-mode_t default_file_mode() {
-  const mode_t m = umask(022);
-  umask(m);
-  return 0666 & ~m;
-}
 }  // namespace
-
-std::string stdin_path() {
-  if (!g_stdin_path.empty()) return g_stdin_path;
-  struct stat st;
-  if (fstat(STDIN_FILENO, &st) != 0) throw tc::Error(ErrorKind::kIO, "stdin: cannot read: " + std::string(std::strerror(errno)));
-  if (S_ISREG(st.st_mode)) return g_stdin_path = "/proc/self/fd/0";
-  if (isatty(STDIN_FILENO)) throw UsageError("standard input is a terminal; give a file, or redirect the input");
-  // A pipe: the formats need random access (a safetensors header first, a
-  // .tzip trailer last), so the stream is spooled to an unnamed file.
-  const char* t = std::getenv("TMPDIR");
-  const std::string dir = t && *t ? t : "/tmp";
-  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    std::string tmpl = dir + "/.tzip-stdin-XXXXXX";
-    fd = mkostemp(tmpl.data(), O_CLOEXEC);
-    if (fd < 0) throw tc::Error(ErrorKind::kIO, "stdin: cannot create a spool file in " + dir + ": " + std::strerror(errno));
-    unlink(tmpl.c_str());
-  }
-  fchmod(fd, default_file_mode());  // an output made from it gets the usual mode, not 0600
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    const ssize_t n = read(STDIN_FILENO, buf.data(), buf.size());
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR && !pending_signal()) continue;
-      if (errno == EINTR) throw tc::Error(ErrorKind::kInterrupted, "interrupted");
-      throw tc::Error(ErrorKind::kIO, "stdin: read failed: " + std::string(std::strerror(errno)));
-    }
-    for (ssize_t off = 0; off < n;) {
-      const ssize_t w = write(fd, buf.data() + off, (size_t)(n - off));
-      if (w < 0 && errno == EINTR && !pending_signal()) continue;
-      if (w < 0)
-        throw tc::Error(ErrorKind::kIO, "stdin: cannot spool to " + dir + ": " + std::strerror(errno));
-      off += w;
-    }
-  }
-  return g_stdin_path = "/proc/self/fd/" + std::to_string(fd);
-}
-
-std::string display_name(const std::string& path) {
-  if (path == "-" || (!g_stdin_path.empty() && path == g_stdin_path)) return "stdin";
-  return path;
-}
-
-std::string stdin_in_message(const std::string& msg) {
-  if (g_stdin_path.empty()) return msg;
-  std::string m = msg;
-  for (size_t k; (k = m.find(g_stdin_path)) != std::string::npos;) m.replace(k, g_stdin_path.size(), "stdin");
-  return m;
-}
 
 std::string output_for(const Args& a, const std::string& in, const std::string& default_name) {
   if (a.output.empty()) return default_name;
@@ -96,6 +40,47 @@ std::string output_for(const Args& a, const std::string& in, const std::string& 
   if (a.output.back() == '/' && tc::path_kind(in) != tc::PathKind::kDir)
     throw tc::Error(ErrorKind::kIO, a.output + ": no such folder");
   return a.output;
+}
+
+namespace {
+// Relative paths of a folder's entries (folders end in '/'), temporaries skipped.
+void list_tree(const std::string& root, const std::string& rel, std::set<std::string>* out, int depth = 0) {
+  DIR* dp = opendir((rel.empty() ? root : root + "/" + rel).c_str());
+  if (!dp || depth > 64) {
+    if (dp) closedir(dp);
+    return;
+  }
+  while (auto* e = readdir(dp)) {
+    const std::string n = e->d_name;
+    if (n == "." || n == ".." || is_temp_name(n)) continue;
+    const std::string r = rel.empty() ? n : rel + "/" + n;
+    if (tc::path_kind(root + "/" + r) == tc::PathKind::kDir) {
+      out->insert(r + "/");
+      list_tree(root, r, out, depth + 1);
+    } else {
+      out->insert(r);
+    }
+  }
+  closedir(dp);
+}
+}  // namespace
+
+bool is_output_folder_of(const std::string& in_dir, const std::string& out_dir, bool compress) {
+  std::set<std::string> have, inputs;
+  list_tree(out_dir, "", &have);
+  if (have.empty()) return false;
+  list_tree(in_dir, "", &inputs);
+  const std::string from = compress ? ".safetensors" : ".tzip";
+  std::set<std::string> expected;
+  for (const auto& r : inputs) {
+    const bool file_to_code = r.back() != '/' && r.size() > from.size() &&
+                              r.compare(r.size() - from.size(), from.size(), from) == 0;
+    if (!file_to_code) expected.insert(r);
+    else expected.insert(compress ? tc::default_compressed_name(r, false) : tc::default_decompressed_name(r, false));
+  }
+  for (const auto& r : have)
+    if (!expected.count(r)) return false;
+  return true;
 }
 
 void check_stdout_usable() {
