@@ -46,11 +46,11 @@ double now_s() {
 }
 
 void say(const std::string& s) {
-  if (verbosity >= 1) std::fprintf(stderr, "%s\n", s.c_str());
+  if (verbosity >= 1) std::fprintf(stderr, "%s\n", tc::printable(s).c_str());
 }
 
 // ---- progress bar ------------------------------------------------------------
-Progress::Progress(std::string label) : label_(std::move(label)) {
+Progress::Progress(std::string label) : label_(tc::printable(label)) {
   enabled_ = verbosity >= 1 && isatty(STDERR_FILENO);
   start_ = now_s();
 }
@@ -94,7 +94,7 @@ std::string error_line(const std::string& what, tc::ErrorKind kind) {
   const std::string tail = ": already exists";
   if (kind == tc::ErrorKind::kExists && m.size() >= tail.size() && m.compare(m.size() - tail.size(), tail.size(), tail) == 0)
     m += " (use -f to overwrite)";
-  return "tzip: " + m;
+  return "tzip: " + tc::printable(m);
 }
 
 int run(int argc, char** argv) {
@@ -115,7 +115,7 @@ int run(int argc, char** argv) {
     if (a.command == "bench") return cmd_bench(a);
     throw UsageError("unknown command '" + a.command + "'");
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "tzip: %s\n", e.what());
+    std::fprintf(stderr, "tzip: %s\n", tc::printable(e.what()).c_str());
     return kExitUsage;
   } catch (const tc::Error& e) {
     std::fprintf(stderr, "%s\n", error_line(e.what(), e.kind()).c_str());
@@ -131,7 +131,7 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "tzip: out of memory\n");
     return kExitInternal;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tzip: internal error: %s\n", e.what());
+    std::fprintf(stderr, "tzip: internal error: %s\n", tc::printable(e.what()).c_str());
     return kExitInternal;
   }
 }

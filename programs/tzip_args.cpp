@@ -159,6 +159,13 @@ int parse_level(const std::string& opt, const std::string& v) {
   return (int)parse_uint(opt, v, 0, 3);
 }
 
+// A path given to an option: an empty one is a mistake (an unset shell
+// variable), not "no option".
+std::string path_value(const std::string& opt, const std::string& v) {
+  if (v.empty()) throw UsageError("option " + opt + " needs a path, got an empty string");
+  return v;
+}
+
 bool is(const Args& a, std::initializer_list<const char*> cmds) {
   for (const char* c : cmds)
     if (a.command == c) return true;
@@ -176,14 +183,14 @@ bool apply_option(Args& a, const std::string& s, Value&& value, Flag&& flag) {
   else if (s == "--rm" && is(a, {"compress", "decompress"})) flag(), a.remove_inputs = true;
   else if ((s == "-c" || s == "--stdout") && is(a, {"compress", "decompress"})) flag(), a.to_stdout = true;
   else if (s == "--json" && a.command == "inspect") flag(), a.json = true;
-  else if (s == "-o" || s == "--output") a.output = value();
+  else if (s == "-o" || s == "--output") a.output = path_value(s, value());
   else if (s == "-T" || s == "--threads") a.threads = (unsigned)parse_uint(s, value(), 0, 4096);
   else if ((s == "-l" || s == "--level") && a.command == "compress") a.level = parse_level(s, value()), a.have_level = true;
   else if (s == "--block-elems" && a.command == "compress") a.block_elems = (unsigned)parse_uint(s, value(), 4096, 1u << 20);
   else if (s == "--chunk-mib" && a.command == "compress") a.chunk_mib = parse_uint(s, value(), 1, 64);
-  else if (s == "--against" && a.command == "verify") a.against = value();
-  else if (s == "--ref" && is(a, {"compress", "decompress", "verify", "rebase"})) a.refs.push_back(value());
-  else if (s == "--ref-original" && is(a, {"compress", "decompress"})) a.ref_origs.push_back(value());
+  else if (s == "--against" && a.command == "verify") a.against = path_value(s, value());
+  else if (s == "--ref" && is(a, {"compress", "decompress", "verify", "rebase"})) a.refs.push_back(path_value(s, value()));
+  else if (s == "--ref-original" && is(a, {"compress", "decompress"})) a.ref_origs.push_back(path_value(s, value()));
   else if (s == "--no-predict" && is(a, {"compress", "rebase"})) flag(), a.no_predict = true;
   else if (s == "--independent" && a.command == "compress") flag(), a.independent = true;
   else if (s == "--meta" && a.command == "compress") {

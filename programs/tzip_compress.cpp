@@ -47,7 +47,8 @@ Streams resolve_streams(const Args& a) {
   if (a.remove_inputs && (s.from_stdin || s.to_stdout))
     throw UsageError("--rm needs an input file and an output file (not standard input or output)");
   if (s.to_stdout) check_stdout_usable();
-  if (s.from_stdin) s.inputs[0] = stdin_path();
+  if (s.from_stdin)
+    s.inputs[0] = stdin_path(a.command == "compress" ? StdinFormat::kSafetensors : StdinFormat::kTzip);
   struct stat out_st;
   if (s.to_stdout && fstat(STDOUT_FILENO, &out_st) == 0 && S_ISREG(out_st.st_mode))
     for (const auto& in : s.inputs) {
@@ -77,6 +78,30 @@ tc::WriteOptions write_options(const Args& a) {
   o.cross_file = !a.independent;
   if ((a.chunk_mib & (a.chunk_mib - 1)) != 0) throw UsageError("--chunk-mib must be a power of two");
   return o;
+}
+
+// --rm removes an input only once its output is a file on disk: an output
+// that is a FIFO or a device is refused before any work.
+void check_rm_output(const Args& a, const std::string& out) {
+  if (a.remove_inputs && tc::path_kind(out) == tc::PathKind::kOther)
+    throw UsageError("--rm needs an output file: " + out + " is not a regular file (nothing was written)");
+}
+
+// --rm never removes a .tzip file that another one in its folder needs,
+// unless that one is removed by the same command too.
+void check_rm_keeps_references(const std::vector<std::string>& files) {
+  auto among = [&](const std::string& p) {
+    struct stat a, b;
+    if (stat(p.c_str(), &a) != 0) return false;
+    for (const auto& f : files)
+      if (stat(f.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return true;
+    return false;
+  };
+  for (const auto& f : files)
+    for (const auto& dep : tc::dependents_of(f))
+      if (!among(dep))
+        throw UsageError("--rm: " + f + " is not removed: " + dep + " needs it to decompress (it is recorded as its "
+                         "reference); decompress both, or rebase " + dep + " first (tzip rebase)");
 }
 
 // --rm after compress: each output decompressed in memory and compared with
@@ -138,6 +163,7 @@ int cmd_compress(const Args& a) {
       return a.output;
     }
     if (!a.output.empty() && tc::path_kind(a.output) != tc::PathKind::kDir) return output_for(a, in, "");
+    if (dir && !a.output.empty() && is_output_folder_of(in, a.output, true)) return a.output;
     const std::string def = tc::default_compressed_name(in, dir);
     if (def.empty()) throw UsageError(in + ": has no name to derive the output from; give -o");
     return output_for(a, in, def);
@@ -152,7 +178,7 @@ int cmd_compress(const Args& a) {
   // casts across files are found (doc/container.md section 12).
   if (many && all_files) {
     std::vector<std::string> outs, refs, ref_origs;
-    for (const auto& in : inputs) outs.push_back(out_name(in, false));
+    for (const auto& in : inputs) outs.push_back(out_name(in, false)), check_rm_output(a, outs.back());
     checkpoint_refs(a, inputs, outs, &refs, &ref_origs);
     Progress bar("checkpoint");
     o.progress = bar.fn();
@@ -167,6 +193,7 @@ int cmd_compress(const Args& a) {
     if (a.remove_inputs) remove_after_compress(inputs, outs, a.threads);
     return kExitOk;
   }
+  for (const auto& in : inputs) check_rm_output(a, out_name(in, tc::path_kind(in) == tc::PathKind::kDir));
   for (size_t ii = 0; ii < inputs.size(); ++ii) {
     const std::string& in = inputs[ii];
     const bool dir = tc::path_kind(in) == tc::PathKind::kDir;
@@ -221,6 +248,7 @@ int cmd_decompress(const Args& a) {
       return a.output;
     }
     if (!a.output.empty() && tc::path_kind(a.output) != tc::PathKind::kDir) return output_for(a, in, "");
+    if (dir && !a.output.empty() && is_output_folder_of(in, a.output, false)) return a.output;
     const std::string def = tc::default_decompressed_name(in, dir);
     if (def.empty())
       throw UsageError(in + ": name does not end in .tzip; give the output name with -o" +
@@ -232,6 +260,8 @@ int cmd_decompress(const Args& a) {
   std::vector<std::string> files, file_outs;
   for (const auto& in : inputs)
     if (tc::path_kind(in) == tc::PathKind::kFile) files.push_back(in), file_outs.push_back(out_name(in, false));
+  for (const auto& out : file_outs) check_rm_output(a, out);
+  if (a.remove_inputs) check_rm_keeps_references(files);
   if (!a.refs.empty() && files.size() != inputs.size())
     throw UsageError("--ref applies to .tzip files (a folder uses its recorded paths)");
   if (files.size() > 1) {

@@ -106,33 +106,35 @@ int cmd_inspect(const Args& a) {
       all.push_back(j);
       continue;
     }
-    std::printf("%s: %zu tensors, %s original, %s compressed, ratio %s (%s)\n", path.c_str(), r.tensors().size(),
+    // Names, metadata and paths come from the file: printed through printable().
+    const auto P = [](const std::string& s) { return tc::printable(s); };
+    std::printf("%s: %zu tensors, %s original, %s compressed, ratio %s (%s)\n", P(path).c_str(), r.tensors().size(),
                 human(r.original_size()).c_str(), human(r.file_size()).c_str(),
-                ratio_str(r.original_size(), r.file_size()).c_str(), r.created_by().c_str());
+                ratio_str(r.original_size(), r.file_size()).c_str(), P(r.created_by()).c_str());
     size_t w = 4;
-    for (const auto& t : r.tensors()) w = std::max(w, t.name.size());
+    for (const auto& t : r.tensors()) w = std::max(w, P(t.name).size());
     w = std::min<size_t>(w, 60);
     std::printf("  %-*s  %-7s  %-20s  %12s  %12s  %6s%s  %s\n", (int)w, "name", "dtype", "shape", "bytes", "compressed",
                 "ratio", verbosity >= 2 ? "  codec    level  block  frames" : "", "predicted from");
     for (const auto& t : r.tensors()) {
-      std::printf("  %-*s  %-7s  %-20s  %12" PRIu64 "  %12" PRIu64 "  %6s", (int)w, t.name.c_str(), t.dtype.c_str(),
+      std::printf("  %-*s  %-7s  %-20s  %12" PRIu64 "  %12" PRIu64 "  %6s", (int)w, P(t.name).c_str(), P(t.dtype).c_str(),
                   shape_str(t.shape).c_str(), t.raw_size(), t.compressed_size(),
                   ratio_str(t.raw_size(), t.compressed_size()).c_str());
       if (verbosity >= 2)
         std::printf("  %-7s  %5d  %5u  %6zu", tz_dtype_name(t.codec_dtype), t.level, t.block_elems, t.frames.size());
       if (t.predict.kind == tc::PredictKind::kCast)
-        std::printf("  cast of %s%s", t.predict.source.c_str(),
-                    t.predict.ref < 0 ? " (this file)" : (" in " + r.references()[t.predict.ref].file).c_str());
+        std::printf("  cast of %s%s", P(t.predict.source).c_str(),
+                    t.predict.ref < 0 ? " (this file)" : (" in " + P(r.references()[t.predict.ref].file)).c_str());
       else if (t.predict.kind == tc::PredictKind::kDelta)
-        std::printf("  delta vs %s", r.references()[t.predict.ref].file.c_str());
+        std::printf("  delta vs %s", P(r.references()[t.predict.ref].file).c_str());
       std::printf("\n");
     }
     for (const auto& [dt, s] : by_dtype)
-      std::printf("  total %-7s %s -> %s, ratio %s\n", dt.c_str(), human(s.first).c_str(), human(s.second).c_str(),
+      std::printf("  total %-7s %s -> %s, ratio %s\n", P(dt).c_str(), human(s.first).c_str(), human(s.second).c_str(),
                   ratio_str(s.first, s.second).c_str());
-    for (const auto& [k, v] : r.user_metadata()) std::printf("  user metadata: %s = %s\n", k.c_str(), v.c_str());
+    for (const auto& [k, v] : r.user_metadata()) std::printf("  user metadata: %s = %s\n", P(k).c_str(), P(v).c_str());
     for (const auto& rf : r.references())
-      std::printf("  needs reference: %s (xxh64 %016" PRIx64 ")\n", rf.file.c_str(), rf.xxh64);
+      std::printf("  needs reference: %s (xxh64 %016" PRIx64 ")\n", P(rf.file).c_str(), rf.xxh64);
     if (r.version_major() >= 2) {
       size_t nc = 0, nd = 0;
       for (const auto& t : r.tensors())
@@ -146,7 +148,7 @@ int cmd_inspect(const Args& a) {
                 human(comp).c_str(), ratio_str(raw, comp).c_str(), human(r.original_size()).c_str(),
                 human(r.file_size()).c_str(), ratio_str(r.original_size(), r.file_size()).c_str());
   }
-  if (a.json) std::printf("%s\n", (all.size() == 1 && a.inputs.size() == 1 && tc::path_kind(a.inputs[0]) == tc::PathKind::kFile ? all[0] : all).dump(2).c_str());
+  if (a.json) std::printf("%s\n", (all.size() == 1 && a.inputs.size() == 1 && tc::path_kind(a.inputs[0]) == tc::PathKind::kFile ? all[0] : all).dump(2, ' ', true).c_str());  // ASCII: names' control characters as \u escapes
   return kExitOk;
 }
 
@@ -180,7 +182,7 @@ int cmd_verify(const Args& a) {
       say(in + ": OK" + (a.against.empty() ? std::string(" (all checksums verified)") : ", identical to " + a.against));
     } catch (const std::exception& e) {
       if (a.inputs.size() == 1) throw;
-      std::fprintf(stderr, "tzip: %s\n", e.what());
+      std::fprintf(stderr, "tzip: %s\n", tc::printable(e.what()).c_str());
       if (!first) first = std::current_exception();
     }
   }

@@ -15,6 +15,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tensorzip/tensorzip.h"
@@ -39,10 +40,37 @@ enum class ErrorKind {
   kInterrupted = 6,   // request_cancel() was called (e.g. from a SIGINT handler)
 };
 
+// `s` with every control character written as \xNN: C0 (newline, escape,
+// ...), DEL, and the C1 range (U+0080..U+009F, e.g. the one-byte CSI) as
+// UTF-8 or as a stray byte. Safe to print on a terminal, and one line.
+// Tensor names, metadata and paths come from files: every message and
+// listing that shows them goes through this.
+inline std::string printable(std::string_view s) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  auto esc = [&](unsigned char c) { out += {'\\', 'x', hex[c >> 4], hex[c & 15]}; };
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = (unsigned char)s[i];
+    if (c < 0x20 || c == 0x7f) {
+      esc(c);
+    } else if (c == 0xc2 && i + 1 < s.size() && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f) {
+      esc(c);
+      esc((unsigned char)s[++i]);
+    } else if (c >= 0x80 && c <= 0x9f && (i == 0 || (unsigned char)s[i - 1] < 0x80)) {
+      esc(c);  // a stray C1 byte (not inside a UTF-8 sequence)
+    } else {
+      out += (char)c;
+    }
+  }
+  return out;
+}
+
 class Error : public std::runtime_error {
  public:
+  // The message is stored through printable(): one line, whatever names it holds.
   Error(ErrorKind kind, const std::string& msg, int sys_errno = 0)
-      : std::runtime_error(msg), kind_(kind), errno_(sys_errno) {}
+      : std::runtime_error(printable(msg)), kind_(kind), errno_(sys_errno) {}
   ErrorKind kind() const { return kind_; }
   // The errno behind a kIO error where one is known (e.g. ENOSPC), else 0.
   int sys_errno() const { return errno_; }
@@ -358,6 +386,10 @@ void verify_folder(const std::string& dir, const std::string& original_dir, cons
 // folder x -> x.tzip, folder x.tzip -> x. Empty if there is none.
 std::string default_compressed_name(const std::string& in, bool is_dir);
 std::string default_decompressed_name(const std::string& in, bool is_dir);
+// The .tzip files in the folder of `tzip_file` that record it as one of their
+// references: they cannot be decompressed without it (outputs never replace
+// such a file, even with force; tzip --rm never removes it alone).
+std::vector<std::string> dependents_of(const std::string& tzip_file);
 
 // Path kinds (follows symlinks).
 enum class PathKind { kMissing, kFile, kDir, kOther };

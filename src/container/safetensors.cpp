@@ -106,7 +106,9 @@ TensorEntry read_entry(JsonReader& r, std::string_view name, uint64_t data_size,
     r.skip();  // a syntax or depth error in it is reported first
     fail(ErrorKind::kBadInput, tw + ": entry is not an object");
   }
-  bool has_dtype = false, has_shape = false, shape_ok = true, offsets_array = false, offsets_ok = true;
+  bool has_dtype = false, has_shape = false, offsets_array = false;
+  const char* shape_bad = nullptr;    // the first value that is not a size, and why
+  const char* offsets_bad = nullptr;
   size_t n_offsets = 0;
   uint64_t offs[2] = {0, 0};
   r.for_each_member([&](std::string_view k) {
@@ -120,7 +122,8 @@ TensorEntry read_entry(JsonReader& r, std::string_view name, uint64_t data_size,
       r.for_each_element([&] {
         if (t.shape.size() >= 64) fail(ErrorKind::kBadInput, tw + ": shape has more than 64 dimensions");
         uint64_t dim = 0;
-        if (!r.read_u64(&dim)) shape_ok = false;
+        const char* why = r.read_u64_why(&dim);
+        if (why && !shape_bad) shape_bad = why;
         t.shape.push_back(dim);
       });
     } else if (k == "data_offsets") {
@@ -131,7 +134,8 @@ TensorEntry read_entry(JsonReader& r, std::string_view name, uint64_t data_size,
       offsets_array = true;
       r.for_each_element([&] {
         uint64_t v = 0;
-        if (!r.read_u64(&v)) offsets_ok = false;
+        const char* why = r.read_u64_why(&v);
+        if (why && !offsets_bad) offsets_bad = why;
         if (n_offsets < 2) offs[n_offsets] = v;
         ++n_offsets;
       });
@@ -144,8 +148,8 @@ TensorEntry read_entry(JsonReader& r, std::string_view name, uint64_t data_size,
   if (!offsets_array || n_offsets != 2)
     fail(ErrorKind::kBadInput, tw + ": data_offsets is not an array of two integers");
   if (!codec_dtype_for(t.dtype, &t.codec_dtype)) fail(ErrorKind::kBadInput, tw + ": unknown dtype '" + t.dtype + "'");
-  if (!shape_ok) fail(ErrorKind::kBadInput, tw + ": shape holds a non-integer or negative value");
-  if (!offsets_ok) fail(ErrorKind::kBadInput, tw + ": data_offsets hold a non-integer or negative value");
+  if (shape_bad) fail(ErrorKind::kBadInput, tw + ": shape holds a value that is " + shape_bad);
+  if (offsets_bad) fail(ErrorKind::kBadInput, tw + ": data_offsets hold a value that is " + offsets_bad);
   t.data_begin = offs[0];
   t.data_end = offs[1];
   if (t.data_begin > t.data_end)

@@ -268,18 +268,23 @@ void JsonReader::scan_number(bool* integer, bool* negative, uint64_t* magnitude,
 }
 
 bool JsonReader::read_u64(uint64_t* v, bool* is_number) {
+  if (is_number) *is_number = peek() == Kind::kNumber;
+  return read_u64_why(v) == nullptr;
+}
+
+const char* JsonReader::read_u64_why(uint64_t* v) {
   if (peek() != Kind::kNumber) {
-    if (is_number) *is_number = false;
     skip();
-    return false;
+    return "not a number";
   }
-  if (is_number) *is_number = true;
   bool integer, negative, fits;
   uint64_t m;
   scan_number(&integer, &negative, &m, &fits);
-  if (!integer || !fits || (negative && m != 0)) return false;
+  if (!integer) return "not an integer";
+  if (negative && (m != 0 || !fits)) return "negative";
+  if (!fits) return "larger than 2^64 - 1";
   *v = m;
-  return true;
+  return nullptr;
 }
 
 bool JsonReader::read_i64(int64_t* v) {

@@ -67,6 +67,10 @@ class JsonReader {
   // other number (negative, fraction, exponent, too large). Not a number: false
   // too, and *is_number (if given) says which.
   bool read_u64(uint64_t* v, bool* is_number = nullptr);
+  // The same read, saying what is wrong: nullptr and *v for an integer in
+  // [0, 2^64), else "not a number", "not an integer" (a fraction or an
+  // exponent), "negative" or "larger than 2^64 - 1".
+  const char* read_u64_why(uint64_t* v);
   // An integer in [-2^63, 2^63) (no fraction or exponent); false otherwise.
   bool read_i64(int64_t* v);
   // Any value (checked as thoroughly as read values).

@@ -1,4 +1,5 @@
 #include "tzc_output.hpp"
+#include "tzip_refs.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -322,13 +323,30 @@ void publish(const std::string& tmp, const std::string& final_path, bool force, 
       fail(ErrorKind::kUsage, final_path + (S_ISLNK(st.st_mode) ? ": is a symbolic link, not replaced"
                                              : S_ISDIR(st.st_mode) ? ": is a folder, expected a file name"
                                                                    : ": not a regular file, not replaced"));
+    check_not_a_reference(final_path);
     if (rename(tmp.c_str(), final_path.c_str()) != 0) fail_errno(final_path, "cannot rename " + tmp, errno);
   }
   fsync_dir_of(final_path);
 }
 
 // ---- targets -------------------------------------------------------------------
-FileTarget check_file_target(const std::string& final_path, bool force) {
+void check_not_a_reference(const std::string& final_path, const std::vector<std::string>& together) {
+  for (const std::string& dep : refs::dependents_in_folder(final_path)) {
+    struct stat d;
+    bool replaced_too = false;
+    if (stat(dep.c_str(), &d) == 0)
+      for (const auto& t : together) {
+        struct stat ts;
+        replaced_too = replaced_too || (stat(t.c_str(), &ts) == 0 && same_inode(ts, d));
+      }
+    if (!replaced_too)
+      fail(ErrorKind::kExists, final_path + ": not replaced, even with -f/overwrite: " + dep +
+                                   " needs it to decompress (it is recorded as its reference); rebase " + dep +
+                                   " first (tzip rebase), remove it, or write to another name");
+  }
+}
+
+FileTarget check_file_target(const std::string& final_path, bool force, const std::vector<std::string>& together) {
   struct stat l;
   if (lstat(final_path.c_str(), &l) != 0) {
     if (errno == ENOENT) return FileTarget::kNew;
@@ -342,6 +360,7 @@ FileTarget check_file_target(const std::string& final_path, bool force) {
   }
   if (S_ISREG(t.st_mode)) {
     if (!force) fail_exists(final_path);
+    check_not_a_reference(final_path, together);
     return FileTarget::kReplace;
   }
   if (S_ISDIR(t.st_mode)) fail(ErrorKind::kUsage, final_path + ": is a folder, expected a file name");

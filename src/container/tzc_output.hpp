@@ -100,7 +100,14 @@ enum class FileTarget {
 // (to anything but a FIFO or a character device: the link and the file
 // behind it are left alone, even with force); a terminal; a block device,
 // a socket.
-FileTarget check_file_target(const std::string& final_path, bool force);
+// `together`: the other outputs of the same call (see check_not_a_reference).
+FileTarget check_file_target(const std::string& final_path, bool force,
+                             const std::vector<std::string>& together = {});
+// An existing file that another .tzip file in its folder records as its
+// reference is not replaced, even with force: that file could never be
+// decoded again. kExists, naming the dependent file and how to proceed.
+// Files in `together` (outputs replaced by the same call) do not count.
+void check_not_a_reference(const std::string& final_path, const std::vector<std::string>& together = {});
 
 // Refuses an output that is an input, contains it (an existing folder
 // holding it) or lies inside it (an input folder), resolved by device and

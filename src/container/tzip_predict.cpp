@@ -204,6 +204,20 @@ std::string relative_path(const std::string& target, const std::string& from_fil
 }  // namespace detail
 
 namespace {
+// Runs `write` (which writes the staged file `stage`); an error it reports
+// names the output the user gave, not the hidden staging name.
+template <class Write>
+PassStats named_as(const std::string& stage, const std::string& final_path, Write&& write) {
+  try {
+    return write();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    const std::string shown = printable(stage);  // as the message holds it
+    for (size_t k; (k = m.find(shown)) != std::string::npos;) m.replace(k, shown.size(), final_path);
+    throw Error(e.kind(), m, e.sys_errno());
+  }
+}
+
 // The outputs of one compress_checkpoint / decompress_checkpoint call,
 // staged under temporary names beside their final names and published
 // together at the end. Until publish_all() returns, destroying it undoes
@@ -241,12 +255,15 @@ struct StagedOutputs {
   // watchdog sees all of it or none of it.
   void publish_all(bool force) {
     auto lk = output_lock();
+    std::vector<std::string> finals;
+    for (const auto& it : items) finals.push_back(it.final_path);
     for (auto& it : items) {
       check_cancel();
       struct stat st;
       if (lstat(it.final_path.c_str(), &st) == 0) {
         if (!force) fail(ErrorKind::kExists, it.final_path + ": already exists");
         if (!S_ISREG(st.st_mode)) fail(ErrorKind::kUsage, it.final_path + ": not a regular file, not replaced");
+        check_not_a_reference(it.final_path, finals);
         if (renameat2(AT_FDCWD, it.stage.path().c_str(), AT_FDCWD, it.final_path.c_str(), RENAME_EXCHANGE) == 0) {
           it.exchanged = true;
           continue;
@@ -297,7 +314,7 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
       check_not_same_file(ins[j], outs[i]);
       if (!refs.empty() && !refs[j].empty()) check_not_same_file(refs[j], outs[i]);
     }
-    if (check_file_target(outs[i], opt.force) == FileTarget::kStream)
+    if (check_file_target(outs[i], opt.force, outs) == FileTarget::kStream)
       fail(ErrorKind::kUsage, outs[i] + ": not a regular file (several outputs are written to files)");
   }
   std::vector<SafetensorsInfo> infos;
@@ -326,8 +343,10 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
     o.output_fd = -1;
     o.ref = refs.empty() ? std::string() : refs[i];
     o.ref_original = ref_originals.empty() ? std::string() : ref_originals[i];
-    const PassStats st = compress_file_ex(ins[i], it.stage.path(), o,
-                                          opt.predict && opt.cross_file ? written : std::vector<CastSourceFile>{});
+    const PassStats st = named_as(it.stage.path(), outs[i], [&] {
+      return compress_file_ex(ins[i], it.stage.path(), o,
+                              opt.predict && opt.cross_file ? written : std::vector<CastSourceFile>{});
+    });
     total.raw_bytes += st.raw_bytes;
     total.file_bytes += st.file_bytes;
     if (opt.predict) {
@@ -355,7 +374,7 @@ PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::
       if (outs[i] == outs[j]) fail(ErrorKind::kUsage, outs[i] + ": given as the output of two inputs");
     for (const auto& in : ins) check_not_same_file(in, outs[i]);
     for (const auto& r : opt.refs) check_not_same_file(r, outs[i]);
-    if (check_file_target(outs[i], opt.force) == FileTarget::kStream)
+    if (check_file_target(outs[i], opt.force, outs) == FileTarget::kStream)
       fail(ErrorKind::kUsage, outs[i] + ": not a regular file (several outputs are written to files)");
   }
   StagedOutputs staged;
@@ -409,7 +428,7 @@ PassStats decompress_checkpoint(const std::vector<std::string>& ins, const std::
     it.final_path = outs[pick];
     remove_stale_temporaries(outs[pick]);
     it.stage = Temporary::reserve(outs[pick]);
-    const PassStats st = r.export_safetensors(it.stage.path(), o);
+    const PassStats st = named_as(it.stage.path(), outs[pick], [&] { return r.export_safetensors(it.stage.path(), o); });
     total.raw_bytes += st.raw_bytes;
     total.file_bytes += st.file_bytes;
     done[pick] = true;

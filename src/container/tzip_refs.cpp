@@ -2,9 +2,11 @@
 // open, chains (cycles, depth) and identity (tzip_refs.hpp).
 #include "tzip_refs.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -165,6 +167,59 @@ std::unique_ptr<Reader> open_reference(const std::string& referring_file, const 
   return rd;
 }
 
+namespace {
+// The first 16 bytes of a regular file (the .tzip preamble), or false.
+bool read_preamble(const std::string& path, uint8_t pre[16]) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::pread(fd, pre, 16, 0) == 16;
+  ::close(fd);
+  return ok;
+}
+}  // namespace
+
+std::vector<std::string> dependents_in_folder(const std::string& file) {
+  std::vector<std::string> out;
+  struct stat target;
+  if (::stat(file.c_str(), &target) != 0 || !S_ISREG(target.st_mode)) return out;
+  // Only a .tzip file can be a reference, and only a file of version 2
+  // (predicted tensors) records references: both read from the preambles,
+  // so that replacing a safetensors file, or a folder of version-1 files,
+  // parses no header.
+  uint8_t pre[16];
+  if (!read_preamble(file, pre) || std::memcmp(pre, "TZIP", 4) != 0) return out;
+  std::string dir = detail::dir_of(file);
+  std::vector<std::string> names;
+  if (DIR* dp = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(dp)) names.push_back(e->d_name);
+    ::closedir(dp);
+  }
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    if (n.size() <= 5 || n.compare(n.size() - 5, 5, ".tzip") != 0 || n[0] == '.') continue;
+    const std::string p = (dir == "." && file.find('/') == std::string::npos) ? n : dir + "/" + n;
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (st.st_dev == target.st_dev && st.st_ino == target.st_ino) continue;
+    if (!read_preamble(p, pre) || std::memcmp(pre, "TZIP", 4) != 0 || (pre[4] | pre[5] << 8) < 2) continue;
+    try {
+      const Reader r(p, 1);
+      for (const auto& ref : r.references()) {
+        struct stat rs;
+        const std::string rp = resolve(p, ref.file, Policy{});
+        if (::stat(rp.c_str(), &rs) == 0 && rs.st_dev == target.st_dev && rs.st_ino == target.st_ino) {
+          out.push_back(p);
+          break;
+        }
+      }
+    } catch (const Error&) {
+      // not a readable .tzip file, or a reference outside the rules: nothing to keep
+    }
+  }
+  return out;
+}
+
 std::string sibling_folder(const std::string& dir, const std::string& name) {
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
       name.find('\0') != std::string::npos)
@@ -175,3 +230,7 @@ std::string sibling_folder(const std::string& dir, const std::string& name) {
 }
 
 }  // namespace tz::container::refs
+
+namespace tz::container {
+std::vector<std::string> dependents_of(const std::string& tzip_file) { return refs::dependents_in_folder(tzip_file); }
+}  // namespace tz::container

@@ -40,6 +40,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tensorzip/container.hpp"
 
@@ -81,6 +82,12 @@ class Chain {
   struct Node;
   std::shared_ptr<const Node> tail_;
 };
+
+// The .tzip files in the folder of `file` (other than itself) that record
+// `file` as one of their references (the recorded path, resolved under the
+// default policy, names the same device and inode). Files that cannot be
+// read are skipped: they depend on nothing that could be lost.
+std::vector<std::string> dependents_in_folder(const std::string& file);
 
 // Opens `path` for reading: O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
 // then fstat; a folder is kUsage ("is a directory"), anything but a regular

@@ -56,6 +56,21 @@ std::string seg_label(const TensorEntry& t) {
   return t.is_gap ? "gap at data offset " + std::to_string(t.data_begin) : "tensor '" + t.name + "'";
 }
 
+
+[[noreturn]] void fail_header_too_large(const std::string& in, size_t bytes) {
+  fail(ErrorKind::kBadInput, in + ": tensor table too large for a .tzip header (" + std::to_string(bytes) +
+                                 " bytes of JSON; the limit is " + std::to_string(kMaxHeaderBytes) + ")");
+}
+
+// The header with every frame present but each number at its shortest is a
+// lower bound of the header the pass writes: a table that cannot fit is
+// refused before any data is read or written.
+void refuse_oversized_header(TzipHeader& h, const std::vector<Unit>& units, const std::string& in) {
+  for (const Unit& u : units) u.seg->frames.push_back(FrameRef{});
+  const size_t least = encode_header(h).size();
+  for (const Unit& u : units) u.seg->frames.clear();
+  if (least > kMaxHeaderBytes) fail_header_too_large(in, least);
+}
 }  // namespace
 
 PassStats compress_file(const std::string& in, const std::string& out_path, const WriteOptions& opt) {
@@ -250,6 +265,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
     for (uint64_t off = 0; off < s->raw_size(); off += chunk)
       units.push_back(Unit{s, st.data_start + s->data_begin + off, std::min(chunk, s->raw_size() - off), off});
   }
+  refuse_oversized_header(h, units, in);
   std::map<const TensorEntry*, const PredSrc*> pred_of;
   for (size_t i = 0; i < h.tensors.size(); ++i)
     if (h.tensors[i].predict.kind != PredictKind::kNone) pred_of[&h.tensors[i]] = &pred[i];
@@ -417,8 +433,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   pad();
   const uint64_t header_offset = out.offset();
   const std::string json = encode_header(h);
-  if (json.size() > kMaxHeaderBytes)
-    fail(ErrorKind::kBadInput, in + ": tensor table too large for a .tzip header (" + std::to_string(json.size()) + " bytes)");
+  if (json.size() > kMaxHeaderBytes) fail_header_too_large(in, json.size());
   const std::string header = pack_header(json);
   emit(header.data(), header.size());
   uint8_t tr[kTrailerSize] = {};

@@ -153,8 +153,11 @@ def case_outputs_force(tmp):
     r = os.path.join(tmp, "r")
     run(["decompress", "-q", z, "-o", r], 0)
     open(os.path.join(r, "config.json"), "w").write("edited\n")
-    run(["decompress", "-q", "-f", z, "-o", r], 0)  # -o r exists: written into -> r/m
-    check(os.path.isdir(os.path.join(r, "m")), "decompress -o existing folder did not write into it")
+    # -o r exists and holds nothing but this command's output: it is the output itself
+    # (written into, it would nest a second copy r/m): replaced with -f
+    run(["decompress", "-q", "-f", z, "-o", r], 0)
+    check(not os.path.exists(os.path.join(r, "m")), "decompress -f into its own output nested a copy")
+    check(open(os.path.join(r, "config.json")).read() != "edited\n", "decompress -f did not replace its own output")
     # a file output whose name is a folder (default name): refused, with -f too
     src = os.path.join(T.ARGS.data, "fixture-slice-fp32.safetensors")
     fz = os.path.join(tmp, "f.tzip")

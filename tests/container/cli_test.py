@@ -547,14 +547,16 @@ def main():
     ap.add_argument("--case", required=True)
     ARGS = ap.parse_args()
     ARGS.tzip = os.path.abspath(ARGS.tzip)
-    # Cases of the output rules, signals and zstd-style options live in
-    # cli_outputs.py / cli_options.py and share this module's helpers.
+    # Cases of the output rules, signals, zstd-style options and the
+    # nothing-lost rules live in cli_outputs.py / cli_options.py / cli_lost.py
+    # and share this module's helpers.
     sys.modules.setdefault("cli_test", sys.modules[__name__])
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import cli_outputs
     import cli_options
+    import cli_lost
     fn = (globals().get("case_" + ARGS.case) or getattr(cli_outputs, "case_" + ARGS.case, None)
-          or getattr(cli_options, "case_" + ARGS.case))
+          or getattr(cli_options, "case_" + ARGS.case, None) or getattr(cli_lost, "case_" + ARGS.case))
     tmp = tempfile.mkdtemp(prefix="tzip_cli_")
     os.chmod(tmp, 0o755)
     try:
