@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+import stat as _stat
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -59,13 +60,20 @@ def ref_paths(refs: Any, what: str = "refs") -> List[str]:
 
 def file_kind(path: str) -> str:
     """"tzip" or "safetensors", from the file's first bytes; CorruptDataError for anything else."""
+    # O_NONBLOCK: a FIFO or a device never blocks the open; only regular files are read
+    # (the rule of the container's readers, with their messages).
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise os_error(e, path, "cannot open") from None
     try:
+        st = os.fstat(fd)
+        if _stat.S_ISDIR(st.st_mode):
+            raise _core.UsageError(f"{path}: is a directory, expected a file")
+        if not _stat.S_ISREG(st.st_mode):
+            raise _core.UsageError(f"{path}: not a regular file")
         head = os.pread(fd, 9, 0)
-        size = os.fstat(fd).st_size
+        size = st.st_size
     except OSError as e:
         raise os_error(e, path, "cannot read") from None
     finally:

@@ -23,12 +23,12 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: PathLike, metadata: Op
               ref_original: Optional[PathLike] = None) -> None:
     """Saves a dict of tensors to a ``.tzip`` file (replacing any existing file).
 
-    Tensors on another device are copied to the CPU first; non-contiguous
-    tensors are made contiguous (safetensors refuses them instead). As in
-    safetensors, tensors that share memory (two views of one storage that
-    overlap) raise ``RuntimeError`` (use :func:`save_model`, which keeps one of
-    them), sparse tensors ``ValueError`` and meta tensors torch's
-    ``NotImplementedError``, with safetensors' messages.
+    Tensors on another device are copied to the CPU first. As in safetensors,
+    with safetensors' messages: a value that is not a dict of tensors, a
+    non-contiguous tensor (call ``.contiguous()``, or use :func:`save_model`)
+    and a sparse tensor raise ``ValueError``; tensors that share memory (two
+    views of one storage that overlap) ``RuntimeError`` (use :func:`save_model`,
+    which keeps one of them); meta tensors torch's ``NotImplementedError``.
 
     The tensors are encoded from their own memory while the file is written
     (no raw copy of them is written anywhere).
@@ -99,7 +99,11 @@ def save_model(model: torch.nn.Module, filename: PathLike, metadata: Optional[Di
             del state[name]
     if force_contiguous:
         state = {k: v.contiguous() for k, v in state.items()}
-    save_file(state, filename, metadata, level=level, threads=threads)
+    try:
+        save_file(state, filename, metadata, level=level, threads=threads)
+    except ValueError as e:
+        raise ValueError(str(e) + " Or use save_model(..., force_contiguous=True), read the docs for potential"
+                         " caveats.") from None
 
 
 def load_model(model: torch.nn.Module, filename: PathLike, strict: bool = True,
@@ -213,14 +217,19 @@ def duplicate_names(state: Dict[str, torch.Tensor], *, preferred_names: Optional
 
 
 def check_savable(tensors: Any) -> None:
-    """Refuses, as safetensors' save_file does (same exception classes and messages): sparse
-    tensors (ValueError) and tensors that share memory (RuntimeError)."""
+    """Refuses, as safetensors' save_file does (same exception classes and messages): a value
+    that is not a dict, or a value in it that is not a tensor (ValueError), sparse tensors
+    (ValueError), tensors that share memory (RuntimeError) and non-contiguous tensors
+    (ValueError)."""
     if not isinstance(tensors, dict):
-        return  # save_sources raises TypeError for a non-mapping
-    sparse = [k for k, v in tensors.items() if isinstance(v, torch.Tensor) and v.layout != torch.strided]
+        raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    for k, v in tensors.items():
+        if not isinstance(v, torch.Tensor):
+            raise ValueError(f"Key `{k}` is invalid, expected torch.Tensor but received {type(v)}")
+    sparse = [k for k, v in tensors.items() if v.layout != torch.strided]
     if sparse:
         raise ValueError(_core.sparse_message(sparse))
-    dense = {k: v for k, v in tensors.items() if isinstance(v, torch.Tensor)}
+    dense = dict(tensors)
     failing = [g for g in shared_groups(dense) if len(g) > 1]
     if failing:
         raise RuntimeError(
@@ -229,3 +238,10 @@ def check_savable(tensors: Any) -> None:
             A potential way to correctly save your model is to use `save_model`.
             More information at https://huggingface.co/docs/safetensors/torch_shared_tensors
             """)
+    for k, v in tensors.items():
+        if not v.is_contiguous():
+            raise ValueError(
+                f"You are trying to save a non contiguous tensor: `{k}` which is not allowed. It either means you"
+                " are trying to save tensors which are reference of each other in which case it's recommended to save"
+                " only the full tensors, and reslice at load time, or simply call `.contiguous()` on your tensor to"
+                " pack it before saving.")
