@@ -327,8 +327,11 @@ class Reader {
   long find(const std::string& name) const;
 
   // Reads one whole tensor into dst (capacity >= raw_size()). Reads only its
-  // frames, plus the predictor's needed range for a predicted tensor. All
-  // read functions are thread-safe.
+  // frames (each with the zero padding on both sides, checked, and its xxh64
+  // checked before it is decoded), plus the predictor's needed range for a
+  // predicted tensor. All read functions are thread-safe. What these random
+  // reads cannot see is what only the whole-file checksum covers (its own
+  // field, the frames of gaps): read_all, verify and export check that too.
   void read_tensor(size_t index, void* dst, size_t capacity);
   std::vector<uint8_t> read_tensor(const std::string& name);
   // Reads several whole tensors at once, each into its own destination
@@ -343,6 +346,10 @@ class Reader {
   };
   void read_tensors(const std::vector<TensorRead>& reads, unsigned threads);
   // Reads codec blocks [first, first+count) of a tensor; returns bytes written.
+  // Partial reads (read_blocks, read_range) check the frame's prefix, the
+  // blocks' checksums and the padding next to what they read (before the
+  // frame; after it when the blocks reach its end), not the frame's xxh64,
+  // which covers the whole frame.
   size_t read_blocks(size_t index, uint64_t first, uint64_t count, void* dst, size_t capacity);
   // Reads raw bytes [offset, offset+size) of a tensor (decodes only the blocks it needs).
   void read_range(size_t index, uint64_t offset, uint64_t size, void* dst);
@@ -357,6 +364,12 @@ class Reader {
                    const std::function<void(uint64_t off, uint64_t len, uint8_t* dst)>& read,
                    const uint8_t* bytes = nullptr);
 
+  // Reads the listed whole tensors with the whole-file pass of verify, each
+  // into its destination: every frame (gaps too), every padding byte and
+  // the whole-file checksum are checked, so it refuses exactly what verify
+  // and export refuse (Python's load_file). Unlisted tensors are decoded
+  // and discarded. Contents are unspecified after an error.
+  PassStats read_all(const std::vector<TensorRead>& reads, const ReadOptions& opt);
   // Writes the original safetensors file to `out` (atomic, byte-identical).
   PassStats export_safetensors(const std::string& out, const ReadOptions& opt);
   // Checks whole-file checksum, header, every frame and block. If `original`

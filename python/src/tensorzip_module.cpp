@@ -548,6 +548,30 @@ class PyReader {
     guarded([&] { r.read_tensors(reads, threads_); });
   }
 
+  // Every tensor of the file read whole (Reader::read_all): the whole-file
+  // pass of verify, each listed tensor decoded into its buffer.
+  void read_all(const std::vector<size_t>& indices, nb::list outs) {
+    if (outs.size() != indices.size()) throw PyErrorOf(g_usage, "read_all: one output buffer per tensor index");
+    std::vector<std::unique_ptr<BufferView>> views;
+    views.reserve(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) views.push_back(std::make_unique<BufferView>(outs[k], true, "out"));
+    nb::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    tc::Reader& r = get();
+    std::vector<tc::Reader::TensorRead> reads;
+    reads.reserve(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const tc::TensorEntry& t = entry(r, indices[k]);
+      if (views[k]->size() != t.raw_size())
+        throw PyErrorOf(g_usage, "output buffer has " + std::to_string(views[k]->size()) + " bytes, tensor '" +
+                                     t.name + "' has " + std::to_string(t.raw_size()));
+      reads.push_back(tc::Reader::TensorRead{indices[k], views[k]->wdata(), views[k]->size()});
+    }
+    tc::ReadOptions opt;
+    opt.threads = threads_;
+    guarded([&] { r.read_all(reads, opt); });
+  }
+
   void read_range(size_t index, uint64_t offset, nb::handle dst_obj) {
     BufferView dst(dst_obj, true, "out");
     nb::gil_scoped_release nogil;
@@ -928,6 +952,9 @@ NB_MODULE(_tensorzip, m) {
       .def("read_tensor", &PyReader::read_tensor, "index"_a, "out"_a)
       .def("read_tensors", &PyReader::read_tensors, "indices"_a, "outs"_a,
            "Reads whole tensors into the buffers outs[k] (frames decoded in parallel, GIL released).")
+      .def("read_all", &PyReader::read_all, "indices"_a, "outs"_a,
+           "Whole tensors read by the whole-file pass of verify (every checksum, padding byte and the whole-file "
+           "checksum checked): load_file.")
       .def("read_range", &PyReader::read_range, "index"_a, "offset"_a, "out"_a)
       .def("export_safetensors", &PyReader::export_safetensors, "out"_a, "threads"_a = 0u, "force"_a = false)
       .def("verify", &PyReader::verify, "original"_a = "", "threads"_a = 0u);

@@ -334,9 +334,10 @@ class SafeOpen:
         return _core.to_device(out, self._device) if self._fw == "pt" else out
 
     def get_tensors(self) -> Dict[str, Any]:
-        """Every tensor, in data order (safetensors' ``get_tensors``). They are read together: the
-        frames of all of them are decoded in parallel on the file's ``threads`` (``read_tensors``),
-        so many small tensors load as fast as one large one."""
+        """Every tensor, in data order (safetensors' ``get_tensors``): for a .tzip file, a whole-file
+        read, with every check of ``tzip verify`` (every frame, padding byte and the whole-file
+        checksum; ``load_file`` is this), decoded in parallel on the file's ``threads``, so many
+        small tensors load as fast as one large one."""
         outs: Dict[str, Any] = {}
         indices: List[int] = []
         flats: List[np.ndarray] = []
@@ -348,7 +349,10 @@ class SafeOpen:
             if flat.nbytes:
                 indices.append(index)
                 flats.append(flat)
-        self._r.read_tensors(indices, flats)
+        if isinstance(self._r, _SafetensorsFile):
+            self._r.read_tensors(indices, flats)
+        else:
+            self._r.read_all(indices, flats)
         done = {}
         for name, (dtype, shape, out) in outs.items():
             out = _core.finish_output(dtype, shape, self._fw, out)

@@ -29,7 +29,8 @@ struct PassUnit {
 };
 struct PassSlot {
   Buf comp{true}, raw{true};  // a group of frames as read (with the padding before each); their decoded bytes (huge pages)
-  std::vector<uint64_t> raw_off;
+  std::vector<uint64_t> raw_off;  // per frame, its place in raw (~0: decoded into the caller's memory)
+  uint64_t produced = 0;          // bytes the group's frames decoded to
 };
 
 struct Reader::Impl {
@@ -52,8 +53,11 @@ struct Reader::Impl {
   // is checked against the header's xxh64 on first use (frame_ok, indexed
   // by frame_base[tensor index] + frame).
   bool verify_frames = false;
-  std::vector<size_t> frame_base;
   std::unique_ptr<std::atomic<uint8_t>[]> frame_ok;
+  // Per tensor, the index of its frame 0 in the per-frame tables; per
+  // tensor frame, where the padding before it starts (set at open).
+  std::vector<size_t> frame_base;
+  std::vector<uint64_t> pad_from;
   // Codec contexts for random-access reads, one per concurrent caller (the
   // read functions are thread-safe; export/verify workers read predictors),
   // each with the buffer its caller reads compressed bytes into: kept with
@@ -161,20 +165,10 @@ struct Reader::Impl {
   std::string ref_name(size_t i) const {
     return ref_paths[i].empty() ? dir_of(path) + "/" + h.references[i].file : ref_paths[i];
   }
-  // Before frame c of tensor `index` is used: with verify_frames, its bytes
-  // must have the xxh64 the (verified) header lists; checked once.
-  void check_frame_on_use(const TensorEntry& t, size_t index, size_t c) {
-    if (!verify_frames || t.frames[c].size == 0) return;
-    std::atomic<uint8_t>& ok = frame_ok[frame_base[index] + c];
-    if (ok.load(std::memory_order_acquire)) return;
-    const FrameRef& fr = t.frames[c];
-    Buf b;
-    uint8_t* p = b.reserve(fr.size);
-    f->pread_exact(fr.offset, p, fr.size);
-    if (XXH64(p, fr.size, 0) != fr.xxh64)
-      corrupt(t, "frame " + std::to_string(c) + ": checksum mismatch (data corrupted)");
-    ok.store(1, std::memory_order_release);
-  }
+  // Before frame c of tensor `index` is used by a partial read: with
+  // verify_frames, its bytes must have the xxh64 the (verified) header
+  // lists; checked once (tzip_reader_frames.cpp).
+  void check_frame_on_use(const TensorEntry& t, size_t index, size_t c);
 
   // value = residual XOR prediction, for raw bytes [off, off+n) of t held in io.
   void apply_prediction(const TensorEntry& t, uint64_t off, uint8_t* io, uint64_t n);
@@ -200,80 +194,49 @@ struct Reader::Impl {
   }
   uint64_t blocks_per_chunk(const TensorEntry& t) const { return h.chunk_bytes / t.block_bytes(); }
 
-  // Reads the prefix of frame c of t; checks it against the header.
-  void read_prefix(const TensorEntry& t, size_t c, std::vector<uint8_t>* prefix) {
-    const FrameRef& fr = t.frames[c];
-    const size_t first = (size_t)std::min<uint64_t>(fr.size, 64 * 1024);
-    prefix->resize(first);
-    f->pread_exact(fr.offset, prefix->data(), first);
-    const size_t ps = tz_frame_prefix_size(prefix->data(), prefix->size());
-    if (tz_is_error(ps) || ps > fr.size)
-      corrupt(t, "frame " + std::to_string(c) + " header: " + (tz_is_error(ps) ? tz_get_error_name(ps) : "too large") +
-                     " (data corrupted)");
-    if (ps > prefix->size()) {
-      prefix->resize(ps);
-      f->pread_exact(fr.offset + first, prefix->data() + first, ps - first);
-    } else {
-      prefix->resize(ps);
-    }
-    tz_frame_info info;
-    const size_t r = tz_frame_inspect(prefix->data(), prefix->size(), &info);
-    if (tz_is_error(r))
-      corrupt(t, "frame " + std::to_string(c) + " header: " + tz_get_error_name(r) + " " + tz_last_error_detail() +
-                     " (data corrupted)");
-    check_frame_info(t, c, info);
-  }
-
+  // ---- Reading a frame with its checks (tzip_reader_frames.cpp): the one
+  // path of every reader (doc/container.md section 6, items 8 and 9). ----
+  // At open: pad_from and frame_base; the padding after the preamble and
+  // before the header is zero.
+  void index_frames_and_check_padding();
+  // Throws for the first non-zero byte of p[0, n), the file's bytes from
+  // offset `at` (padding).
+  void check_zero(const uint8_t* p, uint64_t n, uint64_t at) const;
+  [[noreturn]] void padding_error(uint64_t at) const;
+  // Frame c of t (its bytes at src) against the header's xxh64; on a
+  // mismatch, the codec's per-block checksums name the damaged block.
+  void check_frame_hash(tz_ctx* cx, const TensorEntry& t, size_t c, const uint8_t* src) const;
   void check_frame_info(const TensorEntry& t, size_t c, const tz_frame_info& info) const {
     if (info.dtype != t.codec_dtype || info.block_elems != t.block_elems || info.raw_size != t.frames[c].raw_size)
       corrupt(t, "frame " + std::to_string(c) + " does not match the header (data corrupted)");
   }
-
-  // Decodes a whole frame already in memory (checks its xxh64 first).
-  // whole_file_checked: the caller checks the whole-file xxh64 over these
-  // bytes before anything it writes is kept (the pass of an export), so the
-  // frame is decoded first (the codec checks every block's checksum) and its
-  // own xxh64 is computed only if that fails, to name the damage as before.
-  void decode_frame(tz_ctx* cx, const TensorEntry& t, size_t c, const uint8_t* src, uint8_t* dst,
-                    bool whole_file_checked = false) const {
-    const FrameRef& fr = t.frames[c];
-    const uint64_t bpc = blocks_per_chunk(t);
-    if (whole_file_checked && dst && tz_ctx_decompress(cx, dst, fr.raw_size, src, fr.size) == fr.raw_size) return;
-    if (XXH64(src, fr.size, 0) != fr.xxh64) {
-      // Locate the damage: the codec's per-block checksums name the block.
-      unsigned bad = 0;
-      const size_t v = tz_ctx_verify(cx, src, fr.size, &bad);
-      if (tz_is_error(v) && tz_get_error_code(v) != TZ_ERROR_CORRUPT_HEADER &&
-          tz_get_error_code(v) != TZ_ERROR_BAD_MAGIC && tz_get_error_code(v) != TZ_ERROR_BAD_VERSION &&
-          tz_get_error_code(v) != TZ_ERROR_SRC_TRUNCATED)
-        corrupt(t, "block " + std::to_string(c * bpc + bad) + ": " + tz_get_error_name(v) + " (data corrupted)");
-      corrupt(t, "frame " + std::to_string(c) + " (blocks " + std::to_string(c * bpc) + "..): checksum mismatch" +
-                     (tz_is_error(v) ? std::string(" in frame header: ") + tz_get_error_name(v) : std::string()) +
-                     " (data corrupted)");
-    }
-    size_t r;
-    unsigned bad = 0;
-    if (dst) {
-      r = tz_ctx_decompress(cx, dst, fr.raw_size, src, fr.size);
-      if (tz_is_error(r)) tz_ctx_verify(cx, src, fr.size, &bad);
-    } else {
-      r = tz_ctx_verify(cx, src, fr.size, &bad);
-    }
-    if (tz_is_error(r))
-      corrupt(t, "block " + std::to_string(c * bpc + bad) + ": " + tz_get_error_name(r) + " (" + tz_last_error_detail() + ")");
-    if (r != fr.raw_size) corrupt(t, "frame " + std::to_string(c) + " decodes to the wrong size (data corrupted)");
-  }
+  // Decodes a whole frame in memory into dst (raw_size bytes): its xxh64
+  // first, then its header against the table, then the codec (every
+  // block's checksum) and the decoded size.
+  void decode_frame(tz_ctx* cx, const TensorEntry& t, size_t c, const uint8_t* src, uint8_t* dst) const;
+  // A whole frame of tensor `index` read (with the padding on both sides,
+  // checked), checked and decoded into dst; no prediction applied. For
+  // frames of size > 0.
+  void read_frame(CtxLease& cx, const TensorEntry& t, size_t index, size_t c, uint8_t* dst);
+  // The prefix of frame c of tensor `index` (the padding before it checked),
+  // checked against the header: what partial reads start from.
+  void read_prefix(const TensorEntry& t, size_t index, size_t c, std::vector<uint8_t>* prefix);
+  // Where the zero padding before frame c of tensor `index` starts (the
+  // previous frame's end, or 16), and after it ends.
+  uint64_t padding_before(size_t index, size_t c) const { return pad_from[frame_base[index] + c]; }
+  static uint64_t padding_end(const FrameRef& fr) { return align_up(fr.offset + fr.size); }
 
   // Reads, checks and decodes every frame; sink(bytes, n, data offset) gets
   // the decoded data section group by group: in order, or with
   // sink_any_order from the workers in any order (a thread-safe positional
   // writer).
+  // dests (read_all): per tensor index, where its decoded bytes go (nullptr:
+  // decoded into the slot's buffer and discarded, as gaps are).
   PassStats pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink, const ReadOptions& opt,
-                 bool sink_any_order = false);
-  // max_raw_hint: the largest group's decoded size (s.raw grows to it at once);
-  // exporting: the pass has a sink (decode_frame's whole_file_checked).
+                 bool sink_any_order = false, const std::vector<uint8_t*>* dests = nullptr);
+  // max_raw_hint: the largest group's decoded size (s.raw grows to it at once).
   void decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx, uint64_t max_raw_hint,
-                    bool exporting);
+                    const std::vector<uint8_t*>* dests);
   static void apply_ref_options(Reader& self, const ReadOptions& opt);
 };
 

@@ -70,6 +70,7 @@ Reader::Reader(const std::string& path, unsigned threads, const refs::Chain& via
     }
   }
   m.file_hash = get_le64(tr + 32);
+  m.index_frames_and_check_padding();
   for (const auto* list : {&m.h.tensors, &m.h.gaps})
     for (const TensorEntry& t : *list)
       for (const FrameRef& fr : t.frames) m.max_frame_size = std::max(m.max_frame_size, fr.size);
@@ -85,9 +86,7 @@ std::unique_ptr<Reader> ReaderAccess::open(const std::string& path, unsigned thr
 void ReaderAccess::verify_frames_on_use(Reader& r) {
   Reader::Impl& m = *r.impl_;
   if (m.verify_frames) return;
-  size_t n = 0;
-  m.frame_base.resize(m.h.tensors.size());
-  for (size_t i = 0; i < m.h.tensors.size(); ++i) m.frame_base[i] = n, n += m.h.tensors[i].frames.size();
+  const size_t n = m.pad_from.size();  // tensor frames
   m.frame_ok.reset(new std::atomic<uint8_t>[n ? n : 1]());
   m.verify_frames = true;
 }
@@ -146,13 +145,10 @@ void Reader::read_tensor(size_t index, void* dst, size_t capacity) {
   {
     auto cx = m.lease();
     for (size_t c = 0; c < t.frames.size(); ++c) {
-      if (t.frames[c].size == 0) {  // all-zero residual chunk (section 12.2)
+      if (t.frames[c].size == 0)  // all-zero residual chunk (section 12.2)
         std::memset(out + c * m.h.chunk_bytes, 0, t.frames[c].raw_size);
-        continue;
-      }
-      uint8_t* const buf = cx.comp().reserve(t.frames[c].size, m.max_frame_size);
-      m.f->pread_exact(t.frames[c].offset, buf, t.frames[c].size);
-      m.decode_frame(cx.c, t, c, buf, out + c * m.h.chunk_bytes);
+      else
+        m.read_frame(cx, t, index, c, out + c * m.h.chunk_bytes);
     }
   }
   m.apply_prediction(t, 0, out, t.raw_size());
@@ -200,14 +196,18 @@ void Reader::Impl::read_blocks_into(const TensorEntry& t, size_t index, uint64_t
       continue;
     }
     m.check_frame_on_use(t, index, c);
-    m.read_prefix(t, c, &prefix);
+    m.read_prefix(t, index, c, &prefix);  // checks the padding before the frame
     uint64_t off, size, roff, rsize;
     const size_t r = tz_frame_block_range(prefix.data(), prefix.size(), (unsigned)lf, (unsigned)lc, &off, &size, &roff, &rsize);
-    if (tz_is_error(r) || off + size > t.frames[c].size)
+    const FrameRef& fr = t.frames[c];
+    if (tz_is_error(r) || off + size > fr.size)
       m.corrupt(t, "frame " + std::to_string(c) + " block index damaged (data corrupted)");
     if (capacity - written < rsize) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
-    uint8_t* const bp = blocks.reserve(size, m.max_frame_size);
-    m.f->pread_exact(t.frames[c].offset + off, bp, size);
+    // Blocks up to the frame's end: the padding after it is read and checked too.
+    const uint64_t tail = off + size == fr.size ? m.padding_end(fr) - (fr.offset + fr.size) : 0;
+    uint8_t* const bp = blocks.reserve(size + tail, m.max_frame_size + kAlign);
+    m.f->pread_exact(fr.offset + off, bp, size + tail);
+    m.check_zero(bp + size, tail, fr.offset + fr.size);
     const size_t d = tz_ctx_decompress_blocks(cx.c, out + written, capacity - written, prefix.data(),
                                               prefix.size(), bp, size, (unsigned)lf, (unsigned)lc);
     if (tz_is_error(d))
@@ -260,7 +260,7 @@ bool Reader::check_bytes(size_t index, uint64_t offset, uint64_t size,
     const uint64_t c = b / bpc;
     const FrameRef& fr = t.frames[c];
     m.check_frame_on_use(t, index, c);
-    m.read_prefix(t, c, &prefix);
+    m.read_prefix(t, index, c, &prefix);
     for (; b <= lb && b < (c + 1) * bpc; ++b) {
       const unsigned lf = (unsigned)(b - c * bpc);
       uint64_t boff, bsize, roff, rsize;

@@ -2,15 +2,15 @@
 // requested tensor is an item of the ordered pipeline (cpu/ordered_pipeline.h),
 // consecutive small frames grouped into one (group_items, tzc_pipeline.hpp),
 // and goes, on any of the threads, straight into its place in its tensor's
-// destination (Reader::read_blocks: the frame's blocks, checksums and
-// prediction exactly as read_tensor). Items are taken in file order, so the
-// reads stay sequential; nothing is committed (each frame owns its bytes).
+// destination (Impl::read_frame: padding, xxh64, header and block checksums
+// exactly as read_tensor, then the prediction of its range). Items are taken
+// in file order, so the reads stay sequential; nothing is committed (each
+// frame owns its bytes).
 #include <algorithm>
 
 #include "cpu/ordered_pipeline.h"
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
 #include "tzc_pipeline.hpp"
+#include "tzc_reader_impl.hpp"
 
 namespace tz::container {
 
@@ -19,9 +19,11 @@ using namespace detail;
 void Reader::read_tensors(const std::vector<TensorRead>& reads, unsigned threads) {
   struct FrameJob {
     const TensorRead* r;
-    uint64_t first_block, blocks, raw_off;
+    size_t c;  // frame
+    uint64_t raw_off;
     uint64_t file_off;
   };
+  Impl& m = *impl_;
   const uint64_t chunk = chunk_bytes();
   std::vector<FrameJob> jobs;
   for (const TensorRead& r : reads) {
@@ -30,11 +32,7 @@ void Reader::read_tensors(const std::vector<TensorRead>& reads, unsigned threads
     if (r.capacity < t.raw_size())
       fail(ErrorKind::kUsage, path() + ": tensor '" + t.name + "': destination too small");
     if (t.raw_size() && !r.dst) fail(ErrorKind::kUsage, path() + ": tensor '" + t.name + "': null destination");
-    const uint64_t bpc = chunk / t.block_bytes();
-    for (size_t c = 0; c < t.frames.size(); ++c) {
-      const uint64_t first = c * bpc;
-      jobs.push_back(FrameJob{&r, first, std::min<uint64_t>(bpc, t.n_blocks() - first), c * chunk, t.frames[c].offset});
-    }
+    for (size_t c = 0; c < t.frames.size(); ++c) jobs.push_back(FrameJob{&r, c, c * chunk, t.frames[c].offset});
   }
   std::stable_sort(jobs.begin(), jobs.end(), [](const FrameJob& a, const FrameJob& b) { return a.file_off < b.file_off; });
   // Consecutive small frames are one item (group_items, as in the
@@ -47,11 +45,17 @@ void Reader::read_tensors(const std::vector<TensorRead>& reads, unsigned threads
   const unsigned n = (unsigned)std::min<size_t>(resolve_threads(threads), std::max<size_t>(1, groups.size()));
   tz::cpu::OrderedPipeline::Stages st;
   st.work = [&](size_t gi, size_t, unsigned) {
+    auto cx = m.lease();
     for (size_t i = groups[gi].first; i < groups[gi].first + groups[gi].count; ++i) {
       const FrameJob& j = jobs[i];
       const TensorEntry& t = tensors()[j.r->index];
-      read_blocks(j.r->index, j.first_block, j.blocks, static_cast<uint8_t*>(j.r->dst) + j.raw_off,
-                  (size_t)(t.raw_size() - j.raw_off));
+      const FrameRef& fr = t.frames[j.c];
+      uint8_t* const dst = static_cast<uint8_t*>(j.r->dst) + j.raw_off;
+      if (fr.size == 0)  // all-zero residual chunk (section 12.2)
+        std::memset(dst, 0, fr.raw_size);
+      else
+        m.read_frame(cx, t, j.r->index, j.c, dst);
+      m.apply_prediction(t, j.raw_off, dst, fr.raw_size);
     }
   };
   st.poll = check_cancel;

@@ -8,39 +8,45 @@ namespace tz::container {
 
 
 // Decodes the group's frames (read into s.comp from the first one's
-// read_from) into s.raw, predictions applied: what export writes and verify
-// discards.
+// read_from) into s.raw, or a requested tensor's frames straight into the
+// caller's memory (read_all), predictions applied: what export writes,
+// verify discards and read_all keeps.
 void Reader::Impl::decode_group(const PassUnit* units, size_t count, PassSlot& s, tz_ctx* cx, uint64_t max_raw_hint,
-                                bool exporting) {
+                                const std::vector<uint8_t*>* dests) {
   const uint64_t base = units[0].read_from;
+  auto dest_of = [&](const PassUnit& u) -> uint8_t* {
+    if (!dests || u.seg->is_gap) return nullptr;
+    uint8_t* d = (*dests)[(size_t)(u.seg - h.tensors.data())];
+    return d ? d + u.c * h.chunk_bytes : nullptr;
+  };
   s.raw_off.resize(count);
   uint64_t raw_n = 0;
-  for (size_t k = 0; k < count; ++k) s.raw_off[k] = raw_n, raw_n += units[k].seg->frames[units[k].c].raw_size;
+  s.produced = 0;
+  for (size_t k = 0; k < count; ++k) {
+    const uint64_t n = units[k].seg->frames[units[k].c].raw_size;
+    s.produced += n;
+    if (dest_of(units[k])) {
+      s.raw_off[k] = ~UINT64_C(0);
+    } else {
+      s.raw_off[k] = raw_n;
+      raw_n += n;
+    }
+  }
   uint8_t* raw = s.raw.reserve(raw_n, max_raw_hint);
   for (size_t k = 0; k < count; ++k) {
     const PassUnit& u = units[k];
     const FrameRef& fr = u.seg->frames[u.c];
-    const uint8_t* src = s.comp.p.get() + (fr.offset - base);
-    uint8_t* dst = raw + s.raw_off[k];
-    if (fr.size == 0) {  // all-zero residual chunk (section 12.2)
+    uint8_t* dst = s.raw_off[k] == ~UINT64_C(0) ? dest_of(u) : raw + s.raw_off[k];
+    if (fr.size == 0)  // all-zero residual chunk (section 12.2)
       std::memset(dst, 0, fr.raw_size);
-      apply_prediction(*u.seg, u.c * h.chunk_bytes, dst, fr.raw_size);
-      continue;
-    }
-    tz_frame_info info;
-    const size_t r = tz_frame_inspect(src, fr.size, &info);
-    if (tz_is_error(r)) {
-      decode_frame(cx, *u.seg, u.c, src, nullptr);  // names the damage
-      corrupt(*u.seg, std::string("frame header: ") + tz_get_error_name(r) + " (data corrupted)");
-    }
-    check_frame_info(*u.seg, u.c, info);
-    decode_frame(cx, *u.seg, u.c, src, dst, exporting);
+    else
+      decode_frame(cx, *u.seg, u.c, s.comp.p.get() + (fr.offset - base), dst);
     apply_prediction(*u.seg, u.c * h.chunk_bytes, dst, fr.raw_size);
   }
 }
 
 PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, uint64_t)>& sink,
-                             const ReadOptions& opt, bool sink_any_order) {
+                             const ReadOptions& opt, bool sink_any_order, const std::vector<uint8_t*>* dests) {
   std::vector<PassUnit> units;
   uint64_t pos = kPreambleSize;
   for (const TensorEntry* s : h.segments)
@@ -56,11 +62,6 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
   f->pread_exact(0, pre, kPreambleSize);
   XXH64_update(fh, pre, kPreambleSize);
   f->advise_sequential();
-
-  auto check_pad = [&](const uint8_t* p, size_t n, const std::string& where) {
-    for (size_t i = 0; i < n; ++i)
-      if (p[i] != 0) fail(ErrorKind::kBadInput, path + ": non-zero padding byte " + where + " (data corrupted)");
-  };
 
   const unsigned workers = resolve_threads(opt.threads);
   CtxSet ctxs(workers);
@@ -116,16 +117,16 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
         f->pread_exact(base, p, n);
         for (size_t k = 0; k < g.count; ++k) {
           const PassUnit& u = units[g.first + k];
-          check_pad(p + (u.read_from - base), frame_of(u).offset - u.read_from, "before " + label(*u.seg));
+          check_zero(p + (u.read_from - base), frame_of(u).offset - u.read_from, u.read_from);
         }
-        decode_group(&units[g.first], g.count, s, ctxs.v[w], max_raw, (bool)sink);
+        decode_group(&units[g.first], g.count, s, ctxs.v[w], max_raw, dests);
         if (sink && sink_any_order) sink(s.raw.p.get(), s.raw.size, data_offset(g));
       },
       [&](size_t gi, PassSlot& s) {
         const ItemGroup& g = groups[gi];
         XXH64_update(fh, s.comp.p.get(), comp_span(g));
         if (sink && !sink_any_order) sink(s.raw.p.get(), s.raw.size, data_offset(g));
-        done += s.raw.size;
+        done += s.produced;
         if (opt.progress) opt.progress(done, total);
       });
   // The same check for verify and export: the frames produced exactly the
@@ -138,7 +139,7 @@ PassStats Reader::Impl::pass(const std::function<void(const uint8_t*, size_t, ui
   const uint64_t pad_n = header_offset - pos;
   std::vector<uint8_t> padbuf(pad_n);
   f->pread_exact(pos, padbuf.data(), pad_n);
-  check_pad(padbuf.data(), pad_n, "before the header");
+  check_zero(padbuf.data(), pad_n, pos);
   XXH64_update(fh, padbuf.data(), pad_n);
   {
     std::vector<uint8_t>().swap(padbuf);
@@ -202,6 +203,21 @@ PassStats Reader::export_safetensors(const std::string& out_path, const ReadOpti
   if (out.offset() != original_size()) fail(ErrorKind::kInternal, out_path + ": exported size differs from the original");
   out.commit();
   return st;
+}
+
+PassStats Reader::read_all(const std::vector<TensorRead>& reads, const ReadOptions& opt) {
+  Impl& m = *impl_;
+  std::vector<uint8_t*> dests(m.h.tensors.size(), nullptr);
+  for (const TensorRead& r : reads) {
+    const TensorEntry& t = m.tensor_at(r.index);
+    if (r.capacity < t.raw_size()) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": destination too small");
+    if (t.raw_size() && !r.dst) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": null destination");
+    if (dests[r.index]) fail(ErrorKind::kUsage, m.path + ": " + m.label(t) + ": read twice");
+    dests[r.index] = static_cast<uint8_t*>(r.dst);
+  }
+  m.apply_ref_options(*this, opt);
+  check_references();
+  return m.pass(nullptr, opt, false, &dests);
 }
 
 PassStats Reader::verify(const std::string& original, const ReadOptions& opt) {

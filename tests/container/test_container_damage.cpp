@@ -102,9 +102,9 @@ TEST_F(Container, EveryFlippedBitIsDetected) {
     const std::string m = expect_error([&] { verify_one_thread(p("bad.tzip")); }, tc::ErrorKind::kBadInput, {},
                                        "flip at byte " + std::to_string(i));
     if (m.empty()) continue;
-    // The export decodes a frame before hashing it (doc/container.md 6,
-    // item 9): a flip inside a frame fails it with verify's message, and
-    // leaves no output.
+    // The export checks a frame's xxh64 before decoding it, as verify does
+    // (doc/container.md 6, item 8): a flip inside a frame fails it with
+    // verify's message, and leaves no output.
     if (in_payload(i) && i % 35 == 0) {
       ++exported;
       tc::Reader r(p("bad.tzip"), 1);

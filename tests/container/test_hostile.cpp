@@ -476,7 +476,10 @@ TEST_F(Hostile, ReferenceIdentityIsCheckedAgainstVerifiedData) {
     ADD_FAILURE() << "damaged reference frame used";
   } catch (const tc::Error& e) {
     EXPECT_NE(std::string(e.what()).find("base.tzip"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
+    // Worded as every reader words a frame whose xxh64 differs: the block
+    // the codec's checksums find damaged, else the frame.
+    EXPECT_NE(std::string(e.what()).find("tensor 'w0': block 0: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(data corrupted)"), std::string::npos) << e.what();
   }
   seed_pair("damaged_ref", delta, damaged);
 }
@@ -494,4 +497,40 @@ TEST_F(Hostile, VerifyFailsWhereDecompressFails) {
                           {"header_xxh64", hex16(o.header_checksum())}};
   }));
   expect_refused(p("lacking.tzip"), "predictor tensor 'w1' not found");
+}
+
+// Forged files in which every checksum but one agrees: a frame whose xxh64
+// in the header is wrong (its bytes intact; header and whole-file checksums
+// recomputed), a non-zero padding byte between two frames and one in the
+// preamble's padding (whole-file checksum recomputed). Every full read
+// refuses them, decompress too (it checks a frame's xxh64 before using it,
+// doc/container.md section 6), with verify's message. Corpus seeds.
+TEST_F(Hostile, ForgedFrameHashAndPaddingAreRefused) {
+  write_weights(p("w.safetensors"), 2, 16384, 0);
+  tc::compress_file(p("w.safetensors"), p("w.tzip"), tc::WriteOptions{});
+  const Bytes good = read_all(p("w.tzip"));
+  const tc::Reader r(p("w.tzip"), 1);
+  ASSERT_EQ(r.tensors().size(), 2u);
+  const tc::FrameRef f0 = r.tensors()[0].frames[0];
+  const uint64_t pad = f0.offset + f0.size;  // first padding byte after frame 0
+  ASSERT_NE(pad % 64, 0u) << "frame 0 of the fixture should end inside a 64-byte line";
+  ASSERT_EQ(r.tensors()[1].frames[0].offset, (pad + 63) / 64 * 64);
+  auto fix_file_sum = [](Bytes& b) { put64(b.data() + b.size() - 16, XXH64(b.data(), b.size() - 16, 0)); };
+
+  write_all(p("forged_frame_hash.tzip"), with_header(good, [&](J& j) {
+              j["tensors"][0]["frames"][0]["xxh64"] = hex16(f0.xxh64 ^ 1);
+            }));
+  expect_refused(p("forged_frame_hash.tzip"), "tensor 'w0': frame 0 (blocks 0..): checksum mismatch");
+
+  Bytes padded = good;
+  padded[pad] = 0x01;
+  fix_file_sum(padded);
+  write_all(p("forged_padding.tzip"), padded);
+  expect_refused(p("forged_padding.tzip"), "non-zero padding byte at offset " + std::to_string(pad));
+
+  Bytes preamble = good;
+  preamble[40] = 0x80;
+  fix_file_sum(preamble);
+  write_all(p("forged_preamble_padding.tzip"), preamble);
+  expect_refused(p("forged_preamble_padding.tzip"), "non-zero padding byte at offset 40");
 }
