@@ -4,7 +4,7 @@
 # folder, inspect it, verify it, restore it and check the bytes are identical.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TZ_SKIP_PIP=1 ./scripts/deps.sh
+TZ_SKIP_PIP=1 TZ_AARCH64=0 ./scripts/deps.sh   # the compiler and libraries only: no Python packages, no AArch64 cross tools
 JOBS="${TZ_JOBS:-$(nproc)}"
 . scripts/build-steps.sh
 tz_configure_demo build            # only the tzip target is built; the test suite stays configured

@@ -510,16 +510,28 @@ TEST(RansCoder, DecoderRejectsDamagedPayloads) {
 
 TEST(RansCoder, GarbageNeverOverruns) {
   // Arbitrary payloads and lengths: the decoder may fail, but it must stay
-  // inside its buffers (checked by ASan in the debug preset).
+  // inside its buffers (checked by ASan in the debug preset, and here by a
+  // guard zone after the output) and answer ok or "corrupt block", never
+  // anything else. Garbage of a full lane state or more is refused.
   const Coder c(symbols(5000, 1, 3));
+  constexpr size_t kGuard = 64;
+  size_t refused = 0, long_inputs = 0;
   for (uint64_t trial = 0; trial < 3000; ++trial) {
     const uint64_t h = splitmix64(trial);
     const size_t size = (size_t)(h % 600);
     const uint32_t n = (uint32_t)((h >> 16) % 2000);
     const Bytes p = hash_stream(size, trial);
-    Bytes out(n);
-    tz::rans_decode(p.data(), p.size(), n, c.dec.data(), out.data());
+    Bytes out(n + kGuard, 0xA5);
+    const int r = tz::rans_decode(p.data(), p.size(), n, c.dec.data(), out.data());
+    ASSERT_TRUE(r == tz::kOk || r == tz::kErrCorruptBlock) << "trial " << trial << ": status " << r;
+    for (size_t k = n; k < n + kGuard; ++k)
+      ASSERT_EQ(out[k], 0xA5) << "trial " << trial << ": wrote byte " << k - n << " past the output";
+    refused += r != tz::kOk;
+    long_inputs += size >= 4 * tz::kLanes;
   }
+  // Random bytes almost never leave every lane's final state where the
+  // encoder starts it: most trials must be refused, not silently decoded.
+  EXPECT_GT(refused, long_inputs * 9 / 10) << refused << " of 3000 refused, " << long_inputs << " long inputs";
 }
 
 }  // namespace

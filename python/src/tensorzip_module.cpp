@@ -529,29 +529,27 @@ class PyReader {
   // Several whole tensors at once (Reader::read_tensors): their frames are
   // decoded in parallel on the reader's threads, each into its buffer.
   void read_tensors(const std::vector<size_t>& indices, nb::list outs) {
-    if (outs.size() != indices.size()) throw PyErrorOf(g_usage, "read_tensors: one output buffer per tensor index");
-    std::vector<std::unique_ptr<BufferView>> views;
-    views.reserve(indices.size());
-    for (size_t k = 0; k < indices.size(); ++k) views.push_back(std::make_unique<BufferView>(outs[k], true, "out"));
-    nb::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
-    tc::Reader& r = get();
-    std::vector<tc::Reader::TensorRead> reads;
-    reads.reserve(indices.size());
-    for (size_t k = 0; k < indices.size(); ++k) {
-      const tc::TensorEntry& t = entry(r, indices[k]);
-      if (views[k]->size() != t.raw_size())
-        throw PyErrorOf(g_usage, "output buffer has " + std::to_string(views[k]->size()) + " bytes, tensor '" +
-                                     t.name + "' has " + std::to_string(t.raw_size()));
-      reads.push_back(tc::Reader::TensorRead{indices[k], views[k]->wdata(), views[k]->size()});
-    }
-    guarded([&] { r.read_tensors(reads, threads_); });
+    read_into("read_tensors", indices, outs, [&](tc::Reader& r, const std::vector<tc::Reader::TensorRead>& reads) {
+      r.read_tensors(reads, threads_);
+    });
   }
 
   // Every tensor of the file read whole (Reader::read_all): the whole-file
   // pass of verify, each listed tensor decoded into its buffer.
   void read_all(const std::vector<size_t>& indices, nb::list outs) {
-    if (outs.size() != indices.size()) throw PyErrorOf(g_usage, "read_all: one output buffer per tensor index");
+    read_into("read_all", indices, outs, [&](tc::Reader& r, const std::vector<tc::Reader::TensorRead>& reads) {
+      tc::ReadOptions opt;
+      opt.threads = threads_;
+      r.read_all(reads, opt);
+    });
+  }
+
+  // The tensors `indices` into the buffers `outs` (each checked to hold
+  // exactly its tensor) by read(reader, reads), without the GIL.
+  template <class Read>
+  void read_into(const char* what, const std::vector<size_t>& indices, nb::list outs, Read&& read) {
+    if (outs.size() != indices.size())
+      throw PyErrorOf(g_usage, std::string(what) + ": one output buffer per tensor index");
     std::vector<std::unique_ptr<BufferView>> views;
     views.reserve(indices.size());
     for (size_t k = 0; k < indices.size(); ++k) views.push_back(std::make_unique<BufferView>(outs[k], true, "out"));
@@ -567,9 +565,7 @@ class PyReader {
                                      t.name + "' has " + std::to_string(t.raw_size()));
       reads.push_back(tc::Reader::TensorRead{indices[k], views[k]->wdata(), views[k]->size()});
     }
-    tc::ReadOptions opt;
-    opt.threads = threads_;
-    guarded([&] { r.read_all(reads, opt); });
+    guarded([&] { read(r, reads); });
   }
 
   void read_range(size_t index, uint64_t offset, nb::handle dst_obj) {

@@ -62,15 +62,8 @@ const char* tz_get_error_name(size_t code) { return tz_error_code_name(tz_get_er
 const char* tz_last_error_detail(void) { return tz::cpu::last_error_detail().c_str(); }
 
 const char* tz_dtype_name(tz_dtype d) {
-  switch (d) {
-    case TZ_DTYPE_BYTES: return "bytes";
-    case TZ_DTYPE_BF16: return "bf16";
-    case TZ_DTYPE_F16: return "f16";
-    case TZ_DTYPE_F32: return "f32";
-    case TZ_DTYPE_F8_E4M3: return "f8_e4m3";
-    case TZ_DTYPE_F8_E5M2: return "f8_e5m2";
-    default: return "unknown";
-  }
+  const char* n = (unsigned)d < tz::kDTypeCount ? tz::dtype_name((uint8_t)d) : nullptr;
+  return n ? n : "unknown";
 }
 
 const char* tz_simd_path(void) { return tz::cpu::simd_path_name(tz::cpu::active_simd_path()); }

@@ -30,6 +30,7 @@
 #include <set>
 
 #include "../container/tzc_output.hpp"
+#include "codec/policy.h"
 #include "../io/queue_sink.hpp"
 #include "../io/write_queue.hpp"
 #include "checkpoint_internal.hpp"
@@ -195,7 +196,7 @@ void validate(std::span<const TensorView> tensors, std::vector<Seg>& segs) {
     if (t.memory == Memory::kDevice)
       fail(ErrorKind::kUsage, "tensor '" + t.name + "' is in device memory but tensorzip was built without CUDA");
 #endif
-    s.block_elems = s.cd == TZ_DTYPE_BYTES ? 262144 : 65536;
+    s.block_elems = tz::policy_block_elems(0, (uint8_t)s.cd);  // the codec's default
     s.data_begin = pos;
     pos += t.size;
     segs.push_back(std::move(s));

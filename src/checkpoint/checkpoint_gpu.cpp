@@ -16,6 +16,7 @@
 
 #include "../io/cufile.hpp"
 #include "codec/frame_prefix.h"
+#include "codec/policy.h"
 #include "cpu/ordered_pipeline.h"
 #include "../io/write_queue.hpp"
 #include "tensorzip/container.hpp"
@@ -299,7 +300,7 @@ void WriterEncoder::add(tz::container::TensorWriter& w, const std::string& name,
   if (enc_) throw Error(ErrorKind::kUsage, what + ": added after the GPU encode started");
   tz_dtype cd = TZ_DTYPE_BYTES;
   if (!tz::container::codec_dtype_for(dtype, &cd)) throw Error(ErrorKind::kUsage, what + ": unknown dtype '" + dtype + "'");
-  if (!block_elems) block_elems = cd == TZ_DTYPE_BYTES ? 262144 : 65536;  // the container's defaults
+  if (!block_elems) block_elems = tz::policy_block_elems(0, (uint8_t)cd);  // the codec's default
   int device = -1;
   if (size) {
     if (!data) throw Error(ErrorKind::kUsage, what + ": null device pointer");

@@ -92,6 +92,20 @@ TZ_HD bool kind_is_rans(uint8_t kind) { return kind == kKindRans || kind == kKin
 // Per-block mode of a stream (top two bits of the block's stream word).
 enum BlockMode : uint8_t { kModeRaw = 0, kModeRans = 1, kModeZstd = 2, kModeRawElided = 3 };
 
+// The name of each element type (the container's "codec" key and the C
+// API's tz_dtype_name use these); nullptr for a value that is not one.
+TZ_HD const char* dtype_name(uint8_t dt) {
+  switch (dt) {
+    case kBytes: return "bytes";
+    case kBF16: return "bf16";
+    case kF16: return "f16";
+    case kF32: return "f32";
+    case kF8E4M3: return "f8_e4m3";
+    case kF8E5M2: return "f8_e5m2";
+    default: return nullptr;
+  }
+}
+
 TZ_HD uint32_t dtype_elem_size(uint8_t dt) {
   switch (dt) {
     case kBF16: case kF16: return 2;

@@ -6,6 +6,7 @@
 
 #include <zstd.h>
 
+#include "codec/policy.h"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
 #include "tzc_json.hpp"
@@ -31,37 +32,21 @@ uint64_t TensorEntry::n_blocks() const {
 
 namespace tz::container::detail {
 
-namespace {
-struct CodecName {
-  tz_dtype d;
-  const char* name;
-  unsigned size;
-};
-constexpr CodecName kCodecNames[] = {
-    {TZ_DTYPE_BYTES, "bytes", 1},     {TZ_DTYPE_BF16, "bf16", 2},        {TZ_DTYPE_F16, "f16", 2},
-    {TZ_DTYPE_F32, "f32", 4},         {TZ_DTYPE_F8_E4M3, "f8_e4m3", 1}, {TZ_DTYPE_F8_E5M2, "f8_e5m2", 1},
-};
-}  // namespace
-
+// Codec dtype names and sizes: the codec's own (codec/format.h).
 const char* codec_dtype_name(tz_dtype d) {
-  for (const auto& c : kCodecNames)
-    if (c.d == d) return c.name;
-  return "?";
+  const char* n = (unsigned)d < tz::kDTypeCount ? tz::dtype_name((uint8_t)d) : nullptr;
+  return n ? n : "?";
 }
 bool codec_dtype_from_name(const std::string& s, tz_dtype* out) {
-  for (const auto& c : kCodecNames)
-    if (s == c.name) {
-      *out = c.d;
+  for (uint8_t d = 0; d < tz::kDTypeCount; ++d)
+    if (s == tz::dtype_name(d)) {
+      *out = (tz_dtype)d;
       return true;
     }
   return false;
 }
-unsigned codec_elem_size(tz_dtype d) {
-  for (const auto& c : kCodecNames)
-    if (c.d == d) return c.size;
-  return 1;
-}
-unsigned default_block_elems(tz_dtype d) { return d == TZ_DTYPE_BYTES ? (1u << 18) : (1u << 16); }
+unsigned codec_elem_size(tz_dtype d) { return tz::dtype_elem_size((uint8_t)d); }
+unsigned default_block_elems(tz_dtype d) { return tz::policy_block_elems(0, (uint8_t)d); }  // the codec's rule
 
 std::string hex64(uint64_t v) {
   static const char* digits = "0123456789abcdef";

@@ -22,20 +22,9 @@ def data(name):
     return os.path.join(T.ARGS.data, name)
 
 
-def checkpoint_pair(tmp):
-    """model.safetensors (BF16 casts of the FP32 masters) and optim.safetensors (the masters)."""
-    t = T.read_st(data("fixture-slice-fp32.safetensors"))
-    masters = sorted(n for n in t if n.startswith("master."))
-    model = os.path.join(tmp, "model.safetensors")
-    T.write_st(model, [(f"w{i}", "BF16", t[n][1], T.bf16_rne(t[n][2])) for i, n in enumerate(masters)])
-    optim = os.path.join(tmp, "optim.safetensors")
-    T.write_st(optim, [(n,) + t[n] for n in sorted(t)])
-    return model, optim
-
-
 def case_lost_refs(tmp):
     """-f never replaces a file that another .tzip in its folder records as its reference; --rm never removes it."""
-    model, optim = checkpoint_pair(tmp)
+    model, optim = T.checkpoint_pair(tmp)
     ck = os.path.join(tmp, "ck")
     os.mkdir(ck)
     run(["compress", "-q", model, optim, "-o", ck], 0)

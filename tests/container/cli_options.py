@@ -216,12 +216,7 @@ def case_many(tmp):
 
 def case_depends(tmp):
     """Outputs that depend on each other are named in the summary; --independent prevents it."""
-    t = T.read_st(data("fixture-slice-fp32.safetensors"))
-    masters = sorted(n for n in t if n.startswith("master."))
-    model = os.path.join(tmp, "model.safetensors")
-    T.write_st(model, [(f"w{i}", "BF16", t[n][1], T.bf16_rne(t[n][2])) for i, n in enumerate(masters)])
-    optim = os.path.join(tmp, "optim.safetensors")
-    T.write_st(optim, [(n,) + t[n] for n in sorted(t)])
+    model, optim = T.checkpoint_pair(tmp)
     c1 = os.path.join(tmp, "c1")
     os.mkdir(c1)
     p = run(["compress", model, optim, "-o", c1], 0)

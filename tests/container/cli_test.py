@@ -84,6 +84,18 @@ def real_tensors():
     return t
 
 
+def checkpoint_pair(d):
+    """model.safetensors (BF16 casts of the fixture slice's FP32 masters) and optim.safetensors
+    (the FP32 tensors) in folder d: compressed together, model.tzip needs optim.tzip."""
+    t = read_st(os.path.join(ARGS.data, "fixture-slice-fp32.safetensors"))
+    masters = sorted(n for n in t if n.startswith("master."))
+    model = os.path.join(d, "model.safetensors")
+    write_st(model, [(f"w{i}", "BF16", t[n][1], bf16_rne(t[n][2])) for i, n in enumerate(masters)])
+    optim = os.path.join(d, "optim.safetensors")
+    write_st(optim, [(n,) + t[n] for n in sorted(t)])
+    return model, optim
+
+
 def make_hf_folder(d):
     """A sharded Hugging Face folder made of real tensor slices."""
     os.makedirs(os.path.join(d, "onnx"))

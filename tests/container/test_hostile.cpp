@@ -40,7 +40,13 @@ using J = nlohmann::json;
 
 namespace {
 
-constexpr double kMaxCpuSeconds = 1.0;
+// Bounds on what a hostile file may cost before it is refused. Memory is
+// deterministic and checked tightly. CPU time is not a speed target here
+// (the measured worst case, ~0.5 s for a 100 MiB header, is a benchmark's
+// figure: doc/container.md section 6): the bound is a hang guard, 20x above
+// that, so that a quadratic or unbounded pass fails while a loaded machine
+// does not.
+constexpr double kHangGuardCpuSeconds = 10.0;
 constexpr long kMaxRssKiB = 256 * 1024;
 
 // ---- building files -----------------------------------------------------------
@@ -204,7 +210,7 @@ class Hostile : public DirTest {
       EXPECT_NE(o->message.find(expect), std::string::npos) << o->message;
       EXPECT_NE(o->message.find(fs::path(file).filename().string()), std::string::npos) << o->message;
       EXPECT_EQ(o->message.find('\n'), std::string::npos) << o->message;
-      EXPECT_LT(o->cpu_s, kMaxCpuSeconds) << o->message;
+      EXPECT_LT(o->cpu_s, kHangGuardCpuSeconds) << o->message;
       EXPECT_LT(o->max_rss_kib, kMaxRssKiB) << o->message;
     }
     EXPECT_EQ(v.message, d.message) << "verify and decompress disagree";
@@ -220,12 +226,12 @@ class Hostile : public DirTest {
       EXPECT_TRUE(c.code == 2 || c.code == 3) << args[0] << ": exit " << c.code << ": " << c.message;
       EXPECT_NE(c.message.find(expect), std::string::npos) << args[0] << ": " << c.message;
       EXPECT_EQ(std::count(c.message.begin(), c.message.end(), '\n'), 1) << args[0] << ": " << c.message;
-      EXPECT_LT(c.cpu_s, kMaxCpuSeconds) << args[0];
+      EXPECT_LT(c.cpu_s, kHangGuardCpuSeconds) << args[0];
       EXPECT_LT(c.max_rss_kib, kMaxRssKiB) << args[0];
     }
     const Outcome i = run_tzip({"inspect", file});
     EXPECT_LT(i.code, 64) << i.message;  // shown or refused, never a crash
-    EXPECT_LT(i.cpu_s, kMaxCpuSeconds);
+    EXPECT_LT(i.cpu_s, kHangGuardCpuSeconds);
     EXPECT_LT(i.max_rss_kib, kMaxRssKiB);
     EXPECT_FALSE(fs::exists(out));
 #endif
