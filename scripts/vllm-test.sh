@@ -91,7 +91,7 @@ export TZIP
 "$PY" - <<'PYEOF'
 import sys
 from importlib.metadata import entry_points, version
-import tensorzip
+import tensorzip, vllm
 eps = [e for e in entry_points(group="vllm.general_plugins") if e.name == "tensorzip"]
 if not eps:
     sys.exit("vllm-test.sh: the installed tensorzip has no vllm.general_plugins entry point")
@@ -102,7 +102,7 @@ PYEOF
 # Small, fast engines: one process per engine, a small KV cache.
 export VLLM_ENABLE_V1_MULTIPROCESSING="${VLLM_ENABLE_V1_MULTIPROCESSING:-0}"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
-export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
+export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TZ_VLLM_REQUIRED=1
 set +e
 "$PY" -m pytest python/tests/test_vllm.py -ra -p no:cacheprovider "$@"
 rc=$?
