@@ -154,6 +154,8 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
             try:
                 return h.get_tensor(name)
             except (TensorZipError, OSError, ValueError, KeyError) as e:
+                if path in str(e) and repr(name) in str(e):
+                    raise  # the reader's message names both already
                 raise _with_context(e, f"{path}: tensor {name!r}") from e
             finally:
                 handles.give(path, h)

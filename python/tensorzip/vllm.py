@@ -42,7 +42,8 @@ LOAD_FORMAT = "tensorzip"
 #: The keys model_loader_extra_config may hold.
 OPTIONS = ("threads", "refs", "window")
 
-logger = logging.getLogger("tensorzip.vllm")
+# Under vLLM's logger: its messages go where vLLM's go.
+logger = logging.getLogger("vllm.tensorzip")
 _loader_class: Any = None
 
 
@@ -111,6 +112,8 @@ def _make_loader_class() -> Any:
             if model_config.quantization is None and loaded is not None:
                 _check_all_loaded(model, loaded, folder)
 
+    TensorZipModelLoader.__module__ = __name__
+    TensorZipModelLoader.__qualname__ = "TensorZipModelLoader"
     return TensorZipModelLoader
 
 

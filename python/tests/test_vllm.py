@@ -11,6 +11,7 @@ every parameter in the loaded model, must be identical. The weight stream's own 
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -135,6 +136,29 @@ def folders(tmp_path_factory, tzip_cli):
     return out
 
 
+@pytest.fixture(scope="module")
+def delta(folders, tmp_path_factory, tzip_cli):
+    """(folder, refs): the model compressed as a delta against a previous version of it (every third
+    element's lowest bit flipped), whose .tzip folder was then moved away from the recorded path."""
+    root = tmp_path_factory.mktemp("delta")
+    sd = load_file(str(folders["plain"] / "model.safetensors"))
+    prev = {}
+    for name, t in sd.items():
+        bits = t.view(torch.int16).clone().view(-1)
+        bits[::3] ^= 1
+        prev[name] = bits.view(t.shape).view(t.dtype)
+    write_gpt2_folder(root / "prev", prev, folders["n_layers"])
+    run = functools.partial(subprocess.run, check=True, capture_output=True, timeout=600)
+    run([tzip_cli, "compress", str(root / "prev"), "-o", str(root / "prev.tzip")])
+    run([tzip_cli, "compress", str(folders["plain"]), "-o", str(root / "delta.tzip"), "--ref", str(root / "prev.tzip")])
+    with tensorzip.safe_open(str(root / "delta.tzip" / "model.tzip"), framework="pt") as f:
+        assert len(f.predictions()) == len(sd) and all(p["kind"] == "delta" for p in f.predictions().values())
+    (root / "elsewhere").mkdir()
+    moved = root / "elsewhere" / "prev-moved.tzip"
+    shutil.move(str(root / "prev.tzip"), str(moved))
+    return root / "delta.tzip", moved
+
+
 # ---- the model and the weight stream (no vLLM needed) ----
 
 def test_gpt2_folder_is_the_fixture_model(folders):
@@ -159,6 +183,22 @@ def test_weight_stream_is_bit_identical(folders, kind):
     for name, t in want.items():
         assert got[name].dtype == t.dtype and got[name].shape == t.shape, name
         assert torch.equal(got[name].view(torch.int16), t.view(torch.int16)), name
+
+
+def test_weight_stream_refs(folders, delta):
+    """A delta-coded folder: its reference found through refs (a folder of .tzip files), not otherwise."""
+    import tensorzip.vllm as tzv
+
+    folder, moved = delta
+    files = _vllm_weights.model_weight_files(str(folder))
+    with pytest.raises(tensorzip.TensorZipError, match=str(folder / "model.tzip")):
+        next(_vllm_weights.iter_weights(files, threads=2))
+    refs = tzv._options({"refs": str(moved)})["refs"]
+    assert refs == [str(moved / "model.tzip")]
+    got = dict(_vllm_weights.iter_weights(files, threads=2, refs=refs))
+    want = load_file(str(folders["plain"] / "model.safetensors"))
+    assert sorted(got) == sorted(want)
+    assert all(torch.equal(got[n].view(torch.int16), t.view(torch.int16)) for n, t in want.items())
 
 
 def test_weight_stream_window(folders, monkeypatch):
@@ -230,7 +270,7 @@ def test_weight_stream_corrupt_frame(folders, tmp_path):
         for _ in _vllm_weights.iter_weights(files, threads=2):
             pass
     msg = str(e.value)
-    assert str(folder / "model.tzip") in msg and f"tensor {tensor!r}" in msg, msg
+    assert str(folder / "model.tzip") in msg and msg.count(f"tensor {tensor!r}") == 1, msg
 
 
 # ---- vLLM engines ----
@@ -289,9 +329,15 @@ def served_sharded(tmp_path_factory, folders):
     return engine_result(tmp_path_factory, folders, "tzip_sharded", "tensorzip")
 
 
-@pytest.mark.parametrize("mode", ["single", "sharded"])
-def test_same_tokens_and_weights(reference, served_tzip, served_sharded, mode):
-    got = served_tzip if mode == "single" else served_sharded
+@pytest.fixture(scope="module")
+def served_delta(tmp_path_factory, delta):
+    folder, moved = delta
+    return engine_result(tmp_path_factory, {"delta": folder}, "delta", "tensorzip", {"refs": str(moved)})
+
+
+@pytest.mark.parametrize("mode", ["served_tzip", "served_sharded", "served_delta"])
+def test_same_tokens_and_weights(reference, request, mode):
+    got = request.getfixturevalue(mode)
     assert len(reference["weights"]) > 0 and got["weights"] == reference["weights"]
     assert got["greedy"] == reference["greedy"]
     assert got["sampled"] == reference["sampled"]
@@ -315,7 +361,8 @@ def test_engine_refuses_corrupt_frame(folders, tmp_path):
     rc, _, err = run_engine(tmp_path, folder, "tensorzip", {"threads": 2})
     assert rc == 3, err[-4000:]
     line = [x for x in err.splitlines() if x.startswith("ENGINE ERROR:")][-1]
-    assert "CorruptDataError" in line and str(folder / "model.tzip") in line and f"tensor {tensor!r}" in line, line
+    assert "CorruptDataError" in line and str(folder / "model.tzip") in line, line
+    assert line.count(f"tensor {tensor!r}") == 1, line
 
 
 def test_plugin_registered_and_options_checked():
