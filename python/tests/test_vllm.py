@@ -403,7 +403,10 @@ def test_openai_server(folders, reference, tmp_path):
            "--load-format", "tensorzip", "--model-loader-extra-config", '{"threads": 2}', "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "8",
            "--enforce-eager", "--seed", "0"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_vllm_env(), start_new_session=True)
+    # vLLM's default process layout here (API server, engine core, worker): the load format is
+    # registered in each of them through the entry point.
+    env = dict(_vllm_env(), VLLM_ENABLE_V1_MULTIPROCESSING="1")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + ENGINE_TIMEOUT
         while True:
@@ -424,6 +427,9 @@ def test_openai_server(folders, reference, tmp_path):
             assert choice["text"] == reference["texts"][i]
             if choice.get("token_ids") is not None:
                 assert choice["token_ids"] == reference["text_greedy"][i]
+        log.flush()
+        text = (tmp_path / "server.log").read_text()
+        assert "Registered model loader" in text and "tensorzip: loaded the weights of" in text
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
