@@ -365,6 +365,20 @@ def test_engine_refuses_corrupt_frame(folders, tmp_path):
     assert line.count(f"tensor {tensor!r}") == 1, line
 
 
+def test_engine_refuses_missing_tensor(folders, tmp_path, tzip_cli):
+    """A folder whose weights lack a tensor the model needs: vLLM's own check, naming the folder."""
+    sd = load_file(str(folders["plain"] / "model.safetensors"))
+    del sd["transformer.ln_f.bias"]
+    write_gpt2_folder(tmp_path / "partial", sd, folders["n_layers"])
+    folder = tmp_path / "partial.tzip"
+    subprocess.run([tzip_cli, "compress", str(tmp_path / "partial"), "-o", str(folder)], check=True,
+                   capture_output=True, timeout=600)
+    rc, _, err = run_engine(tmp_path, folder, "tensorzip")
+    assert rc == 3, err[-4000:]
+    line = [x for x in err.splitlines() if x.startswith("ENGINE ERROR:")][-1]
+    assert "UsageError" in line and str(folder) in line and "transformer.ln_f.bias" in line, line
+
+
 def test_plugin_registered_and_options_checked():
     need_vllm()
     from vllm.config.load import LoadConfig
