@@ -15,4 +15,5 @@ if [ "${TZ_AARCH64:-1}" != "0" ]; then
 fi
 if [ -d python/tests ]; then
   ./scripts/python-test.sh
+  [ "${TZ_VLLM:-1}" = "0" ] || ./scripts/vllm-test.sh   # vLLM load format, own venv (doc/vllm.md)
 fi

@@ -1,0 +1,57 @@
+"""One vLLM engine in a process of its own, for python/tests/test_vllm.py.
+
+    python _vllm_worker.py SPEC.json OUT.json
+
+SPEC: {"model": folder, "load_format": "auto" | "tensorzip", "extra": {...} (model_loader_extra_config),
+"prompts": [[token ids], ...], "text_prompts": [str, ...], "max_tokens": n, "seed": s}.
+OUT: {"greedy": [[ids]], "sampled": [[ids]], "text_greedy": [[ids]], "texts": [str], "weights": {name: sha256}}.
+A failure to start the engine: exit status 3, "ENGINE ERROR: <class>: <message>" on stderr.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import traceback
+
+
+def weight_digests(model):
+    """sha256 of every parameter's bytes, by name (as loaded into the model)."""
+    out = {}
+    for name, p in model.named_parameters():
+        t = p.detach().to("cpu").contiguous()
+        out[name] = hashlib.sha256(t.view(-1).view(__import__("torch").uint8).numpy().tobytes()).hexdigest()
+    return out
+
+
+def main() -> int:
+    spec = json.load(open(sys.argv[1]))
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    try:
+        llm = LLM(model=spec["model"], load_format=spec["load_format"],
+                  model_loader_extra_config=spec.get("extra") or {}, dtype="bfloat16", max_model_len=256,
+                  max_num_seqs=8, enforce_eager=True, seed=0)
+    except Exception as e:  # noqa: BLE001 - the test reads the message
+        traceback.print_exc()
+        print(f"ENGINE ERROR: {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
+    n = spec.get("max_tokens", 24)
+    prompts = [TokensPrompt(prompt_token_ids=ids) for ids in spec["prompts"]]
+    greedy = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True), use_tqdm=False)
+    sampled = llm.generate(prompts, SamplingParams(temperature=0.8, top_p=0.95, seed=spec.get("seed", 7),
+                                                   max_tokens=n, ignore_eos=True), use_tqdm=False)
+    text = llm.generate(spec.get("text_prompts", []), SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True),
+                        use_tqdm=False)
+    weights = llm.apply_model(weight_digests)[0]
+    out = {"greedy": [list(o.outputs[0].token_ids) for o in greedy],
+           "sampled": [list(o.outputs[0].token_ids) for o in sampled],
+           "text_greedy": [list(o.outputs[0].token_ids) for o in text],
+           "texts": [o.outputs[0].text for o in text], "weights": weights}
+    json.dump(out, open(sys.argv[2], "w"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
