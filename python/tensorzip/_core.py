@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import struct
 import sys
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -234,3 +235,44 @@ def decompress(data: Any, framework: Optional[str] = None, device: Any = "cpu", 
     if fw == "pt":
         return to_device(out, device)
     return out
+
+
+def fsync_dir(path: Any) -> None:
+    """fsync of a folder (its entries' names made durable); errors ignored (file systems without it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def replace_atomically(path: Any, write: Callable[[BinaryIO], None], *, sync: bool = True) -> None:
+    """Writes ``path`` as the library writes its outputs (doc/cli.md "Outputs"): ``write(f)`` fills a
+    hidden temporary beside it (``.NAME.tmp-TAG-PID-RANDOM``, created exclusively, never followed
+    through a link; folder walks skip such names), which is fsync'd (``sync``), renamed onto
+    ``path`` in one step, and the folder fsync'd. On any failure the temporary is removed and
+    ``path`` is as it was. The file gets ``0666 & ~umask``."""
+    path = os.fspath(path)
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.tmp-{secrets.token_hex(4)}-{os.getpid()}-{secrets.token_hex(8)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if sync:
+        fsync_dir(folder or ".")

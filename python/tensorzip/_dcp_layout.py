@@ -10,7 +10,7 @@ import pickle
 import re
 from typing import Any, List, Optional, Union
 
-from ._core import CorruptDataError
+from ._core import CorruptDataError, fsync_dir as _fsync_dir
 
 #: Suffix of the per-rank data files (standard .tzip files).
 SUFFIX = ".tzip"
@@ -18,7 +18,6 @@ SUFFIX = ".tzip"
 _METADATA = ".metadata"
 # Data files written by StorageWriter: __<rank>_<save id>.tzip.
 _DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)(" + re.escape(SUFFIX) + r")$")
-# The temporary name TensorWriter builds a data file under (left behind by a killed save).
 # The temporary name TensorWriter builds a data file under (left behind by a killed save):
 # ".NAME.tmp-<machine tag>-<pid>-<random>" (src/container/tzc_output.hpp), or "-<pid>-<n>" (older).
 _DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) +
@@ -39,18 +38,6 @@ _CODEC_TZIP_RAW = "tzip:raw"    # U8 tensor: a BYTE_IO item, as given by DCP
 _DESCRIPTOR_NAME = "tensorzip"
 _DESCRIPTOR_VERSION = "3"
 _FRAME_ALIGN = 64  # frames of a .tzip file start at multiples of 64 (doc/container.md)
-
-def _fsync_dir(path: Any) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ---- checkpoint folder state: finished or not, leftovers of interrupted saves ----

@@ -448,24 +448,10 @@ class StorageWriter(FileSystemWriter):
         metadata.storage_meta = self.storage_meta()
         per_rank = not self.use_collectives and self.rank is not None
         final = self._get_metadata_path(self.rank if per_rank else None)
-        tmp = f"{final}.{uuid.uuid4().hex[:8]}.tmp"
         if self.sync_files:
             _fsync_dir(self.path)  # the new data files' names are durable before .metadata points at them
-        try:
-            with open(tmp, "wb") as f:
-                pickle.dump(metadata, f)
-                f.flush()
-                if self.sync_files:
-                    os.fsync(f.fileno())
-            os.replace(tmp, final)  # atomic: readers see the old or the new checkpoint, never none
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        if self.sync_files:
-            _fsync_dir(self.path)
+        # Atomic: readers see the old or the new checkpoint, never none.
+        _core.replace_atomically(final, lambda f: pickle.dump(metadata, f), sync=self.sync_files)
         # Only now may data files of earlier (finished or interrupted) saves go.
         keep = {getattr(info, "relative_path", None) for info in storage_md.values()}
         mine = f"__{self.rank}_" if per_rank else None

@@ -18,7 +18,6 @@ keeps each layer's past keys and values compressed in host memory.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -100,17 +99,9 @@ class PageCodec:
         return self._c.tables()
 
     def save(self, path: Any) -> None:
-        """Writes the tables to ``path`` (through a temporary file, then renamed)."""
-        path = os.fspath(path)
-        tmp = f"{path}.tmp{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(self.to_bytes())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        """Writes the tables to ``path`` (through a temporary file, then renamed: _core.replace_atomically)."""
+        data = self.to_bytes()
+        _core.replace_atomically(path, lambda f: f.write(data))
 
     # ---- properties ----------------------------------------------------------
     @property

@@ -48,7 +48,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("tensorzip.transformers needs PyTorch and transformers: pip install torch transformers") from e
 
-from . import _dtypes
+from . import _core, _dtypes
 from ._core import UsageError
 from ._file import compress_safetensors
 from ._open import SafeOpen, TensorSlice
@@ -289,9 +289,8 @@ def save_pretrained(model: Any, save_directory: Any, *, level: int = 0, threads:
 
 
 def _copy_replace(src: str, dst: str) -> None:
-    tmp = f"{dst}.tmp-{os.getpid()}"
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    with open(src, "rb") as s:
+        _core.replace_atomically(dst, lambda f: shutil.copyfileobj(s, f, 1 << 20))
 
 
 def _remove_stale_shards(out: str, written: set) -> None:
