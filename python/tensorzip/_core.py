@@ -256,8 +256,12 @@ def replace_atomically(path: Any, write: Callable[[BinaryIO], None], *, sync: bo
     hidden temporary beside it (``.NAME.tmp-TAG-PID-RANDOM``, created exclusively, never followed
     through a link; folder walks skip such names), which is fsync'd (``sync``), renamed onto
     ``path`` in one step, and the folder fsync'd. On any failure the temporary is removed and
-    ``path`` is as it was. The file gets ``0666 & ~umask``."""
+    ``path`` is as it was. The file gets ``0666 & ~umask``. A symbolic link at ``path`` is refused
+    (UsageError), as the library refuses one as an output."""
     path = os.fspath(path)
+    if os.path.islink(path):
+        raise UsageError(f"{path}: is a symbolic link; neither the link nor the file behind it is replaced "
+                         f"(give the file's own path, or remove the link)")
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.tmp-{secrets.token_hex(4)}-{os.getpid()}-{secrets.token_hex(8)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)

@@ -124,3 +124,25 @@ def test_names_in_messages_are_escaped(tmp_path):
             fn()
         msg = str(e.value)
         assert "\x1b" not in msg and "\n" not in msg and "\\x1b[2J" in msg, msg
+
+
+def test_python_side_writes_replace_atomically(tmp_path):
+    """KV tables, copied folder files and DCP metadata go through one writer: a failure part-way
+    leaves the old file and no temporary; success leaves no temporary either."""
+    from tensorzip import _core
+    p = tmp_path / "tables.bin"
+    p.write_bytes(b"old")
+
+    def fail(f):
+        f.write(b"partial")
+        raise RuntimeError("disk on fire")
+    with pytest.raises(RuntimeError):
+        _core.replace_atomically(p, fail)
+    assert p.read_bytes() == b"old" and os.listdir(tmp_path) == ["tables.bin"]
+    _core.replace_atomically(p, lambda f: f.write(b"new"))
+    assert p.read_bytes() == b"new" and os.listdir(tmp_path) == ["tables.bin"]
+    link = tmp_path / "link.bin"
+    link.symlink_to(p)
+    with pytest.raises(tensorzip.UsageError, match="symbolic link"):  # as the library's outputs
+        _core.replace_atomically(link, lambda f: f.write(b"via link"))
+    assert p.read_bytes() == b"new" and link.is_symlink()
