@@ -6,7 +6,7 @@
 that has vLLM and tensorzip installed.
 
 The model: a GPT-2 folder (GPT2LMHeadModel, vocab 256, n_positions 256, n_embd 2048, n_layer 12,
-n_head 16, n_inner 8192, untied lm_head, BF16: 1.26 GB of weights) whose every tensor is made of
+n_head 16, n_inner 8192, untied lm_head, BF16: 1.21 GB of weights) whose every tensor is made of
 the real trained BF16 values of the fixture GPT (gpt-small-step400-model-bf16.safetensors, 256
 wide, 6 layers): for each kind of tensor (token embedding, position embedding, layernorm weights,
 layernorm biases, c_attn / attn.c_proj / mlp.c_fc / mlp.c_proj weights, each in GPT-2's Conv1D
@@ -224,7 +224,7 @@ def cpu_line():
 
 def table(results, settings, folders, args, elapsed):
     a, b = folders["sizes"]
-    head = git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
     rows = ["| storage | loader | load (s) | vs safetensors | ready (s) | peak RSS (MiB) | tokens |",
             "|---|---|---:|---:|---:|---:|---|"]
@@ -239,7 +239,7 @@ def table(results, settings, folders, args, elapsed):
                         f"{statistics.median(r['rss_mib'] for r in rs):.0f} | {same} |")
     notes = [f"Machine: {cpu_line()}, {platform.system()} {platform.release()}; vLLM CPU build "
              f"{__import__('vllm').__version__}, tensorzip {__import__('tensorzip').__version__}.",
-             f"Commit {head or git}, {datetime.date.today().isoformat()}; "
+             f"Commit {head}, {datetime.date.today().isoformat()}; "
              f"command: `{' '.join(['python'] + sys.argv)}`; {args.rounds} rounds, medians; "
              f"total run time {elapsed / 60:.1f} min.",
              f"Model: GPT-2 layout, {CFG}, BF16, {a / 1e9:.2f} GB of safetensors; every tensor tiled from the "
