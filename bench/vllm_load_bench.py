@@ -1,0 +1,293 @@
+"""vLLM (CPU build) weight load: the default safetensors loader vs the load format ``tensorzip``.
+
+    sudo python bench/vllm_load_bench.py --tzip build/programs/tzip --out vllm-load.md
+
+(root: it drops the page cache, makes a loop device and a blkio cgroup.) Run it with a Python
+that has vLLM and tensorzip installed.
+
+The model: a GPT-2 folder (GPT2LMHeadModel, vocab 256, n_positions 256, n_embd 2048, n_layer 12,
+n_head 16, n_inner 8192, untied lm_head, BF16: 1.21 GB of weights) whose every tensor is made of
+the real trained BF16 values of the fixture GPT (gpt-small-step400-model-bf16.safetensors, 256
+wide, 6 layers): for each kind of tensor (token embedding, position embedding, layernorm weights,
+layernorm biases, c_attn / attn.c_proj / mlp.c_fc / mlp.c_proj weights, each in GPT-2's Conv1D
+[in, out] layout, and their biases, lm_head), the fixture's tensors of that kind (all layers) are
+flattened and concatenated into one pool; a tensor of the big model is that pool tiled (repeated)
+to its element count, starting at an offset that differs per tensor, and reshaped. No random
+numbers. The folder is compressed with `tzip compress`.
+
+Both folders are put on an ext4 filesystem in a loop-device file. Each measurement is a fresh
+process (VLLM_ENABLE_V1_MULTIPROCESSING=0, VLLM_CPU_KVCACHE_SPACE=1, enforce_eager) that builds
+`LLM(...)`: "load" is the wall time of the model's `load_weights` (vLLM's GPT-2 load_weights,
+wrapped, for both loaders: reading, decoding and copying every weight), "ready" the time of
+`LLM(...)` construction, "peak RSS" the process's ru_maxrss. Settings: (a) page cache (the files
+read once before each run), (b) caches dropped (`echo 3 > /proc/sys/vm/drop_caches`) and the
+loop device's reads limited by the child's blkio cgroup (`blkio.throttle.read_bps_device`; the
+child writes its pid to the cgroup's cgroup.procs before it imports vLLM). Configurations are
+interleaved over rounds; the table gives medians. Each child also generates 16 greedy tokens for
+one prompt; they must equal those of the plain folder.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FIXTURE = "/work/shared/fixtures/gpt-small-step400-model-bf16.safetensors"
+CGROUP = Path("/sys/fs/cgroup/blkio/tzip_vllm_bench")
+PROMPT = [ord(c) for c in "def load_file(path):\n    with open(path"]
+CONFIGS = [("safetensors (vLLM default)", "plain", "auto", {}),
+           ("tensorzip threads=1", "tzip", "tensorzip", {"threads": 1}),
+           ("tensorzip threads=2", "tzip", "tensorzip", {"threads": 2})]
+CFG = dict(vocab_size=256, n_positions=256, n_embd=2048, n_layer=12, n_head=16, n_inner=8192)
+
+
+# ---- the model ----
+
+def fixture_pools():
+    """{kind: 1-D BF16 tensor}: the fixture's real weights of each kind, in GPT-2 layout."""
+    import torch
+    from safetensors.torch import load_file
+    sd = load_file(FIXTURE)
+    n = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
+    kinds = {"wte": ["tok.weight"], "wpe": ["pos.weight"], "lm_head": ["head.weight"]}
+    for i in range(n):
+        b = f"blocks.{i}."
+        kinds.setdefault("ln.weight", []).extend([b + "ln1.weight", b + "ln2.weight"])
+        kinds.setdefault("ln.bias", []).extend([b + "ln1.bias", b + "ln2.bias"])
+        for src, dst in (("qkv", "attn.c_attn"), ("proj", "attn.c_proj"), ("fc1", "mlp.c_fc"),
+                         ("fc2", "mlp.c_proj")):
+            kinds.setdefault(dst + ".weight", []).append(b + src + ".weight")
+            kinds.setdefault(dst + ".bias", []).append(b + src + ".bias")
+    kinds["ln.weight"].append("lnf.weight")
+    kinds["ln.bias"].append("lnf.bias")
+    conv = lambda k, t: t.t() if t.dim() == 2 and k.startswith(("attn", "mlp")) else t  # noqa: E731
+    return {k: torch.cat([conv(k, sd[name]).contiguous().reshape(-1) for name in names])
+            for k, names in kinds.items()}
+
+
+def tiled(pool, shape, offset):
+    import math
+    numel = math.prod(shape)
+    reps = -(-(numel + offset) // pool.numel())
+    return pool.repeat(reps)[offset % pool.numel():][:numel].reshape(shape).clone()
+
+
+def big_state_dict():
+    pools = fixture_pools()
+    d, inner, out = CFG["n_embd"], CFG["n_inner"], {}
+    shapes = {"attn.c_attn.weight": (d, 3 * d), "attn.c_attn.bias": (3 * d,), "attn.c_proj.weight": (d, d),
+              "attn.c_proj.bias": (d,), "mlp.c_fc.weight": (d, inner), "mlp.c_fc.bias": (inner,),
+              "mlp.c_proj.weight": (inner, d), "mlp.c_proj.bias": (d,)}
+    idx = 0
+
+    def put(name, kind, shape):
+        nonlocal idx
+        idx += 1
+        out[name] = tiled(pools[kind], shape, idx * 7919)
+
+    put("transformer.wte.weight", "wte", (CFG["vocab_size"], d))
+    put("transformer.wpe.weight", "wpe", (CFG["n_positions"], d))
+    for i in range(CFG["n_layer"]):
+        for ln in ("ln_1", "ln_2"):
+            put(f"transformer.h.{i}.{ln}.weight", "ln.weight", (d,))
+            put(f"transformer.h.{i}.{ln}.bias", "ln.bias", (d,))
+        for kind, shape in shapes.items():
+            put(f"transformer.h.{i}.{kind}", kind, shape)
+    put("transformer.ln_f.weight", "ln.weight", (d,))
+    put("transformer.ln_f.bias", "ln.bias", (d,))
+    put("lm_head.weight", "lm_head", (CFG["vocab_size"], d))
+    return out
+
+
+def make_folders(root: Path, tzip: str) -> dict:
+    import transformers
+    from safetensors.torch import save_file
+    plain, packed = root / "gpt2-big", root / "gpt2-big.tzip"
+    plain.mkdir()
+    transformers.GPT2Config(**CFG, activation_function="gelu", layer_norm_epsilon=1e-5, tie_word_embeddings=False,
+                            bos_token_id=0, eos_token_id=0, architectures=["GPT2LMHeadModel"],
+                            dtype="bfloat16").save_pretrained(plain)
+    save_file(big_state_dict(), str(plain / "model.safetensors"), metadata={"format": "pt"})
+    t0 = time.perf_counter()
+    subprocess.run([tzip, "compress", str(plain), "-o", str(packed)], check=True, capture_output=True)
+    secs = time.perf_counter() - t0
+    a, b = (plain / "model.safetensors").stat().st_size, (packed / "model.tzip").stat().st_size
+    return {"plain": plain, "tzip": packed, "sizes": (a, b), "compress_s": secs}
+
+
+# ---- one measurement (child process) ----
+
+def child(spec: dict) -> None:
+    if spec.get("cgroup"):
+        Path(spec["cgroup"], "cgroup.procs").write_text(str(os.getpid()))
+    from vllm import LLM, SamplingParams
+    from vllm.model_executor.models import gpt2
+    timed = {}
+    real = gpt2.GPT2LMHeadModel.load_weights
+
+    def load_weights(self, weights):
+        t0 = time.perf_counter()
+        try:
+            return real(self, weights)
+        finally:
+            timed["load"] = time.perf_counter() - t0
+
+    gpt2.GPT2LMHeadModel.load_weights = load_weights
+    t0 = time.perf_counter()
+    llm = LLM(model=spec["model"], load_format=spec["load_format"], model_loader_extra_config=spec["extra"],
+              skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16", max_model_len=256, seed=0)
+    ready = time.perf_counter() - t0
+    out = llm.generate([{"prompt_token_ids": PROMPT}], SamplingParams(temperature=0.0, max_tokens=16,
+                                                                       detokenize=False), use_tqdm=False)
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps({"load": timed.get("load"), "ready": ready, "rss_mib": rss_mib,
+                                  "tokens": list(out[0].outputs[0].token_ids)}), flush=True)
+
+
+def measure(name, folder, load_format, extra, bps, files):
+    """Runs one child: {"load", "ready", "rss_mib", "tokens"}."""
+    if bps is None:
+        for f in files:  # the page cache setting: the folder's files read once first
+            with open(f, "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+    else:
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    spec = {"model": str(folder), "load_format": load_format, "extra": extra,
+            "cgroup": str(CGROUP) if bps else None}
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1",
+               DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
+                       env=env, timeout=1200)
+    lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+    if p.returncode != 0 or not lines:
+        raise RuntimeError(f"{name} exited {p.returncode}:\n{p.stderr[-4000:]}")
+    r = json.loads(lines[-1][7:])
+    print(f"  {name:28s} load {r['load']:.2f} s  ready {r['ready']:.2f} s  peak RSS {r['rss_mib']:.0f} MiB",
+          flush=True)
+    return r
+
+
+# ---- storage: loop device + blkio cgroup ----
+
+class Storage:
+    def __init__(self, data: Path, size_gib: int):
+        self.data, self.size_gib, self.dev, self.mnt = data, size_gib, None, data / "mnt"
+
+    def __enter__(self):
+        self.data.mkdir(parents=True, exist_ok=True)
+        img = self.data / "fs.img"
+        subprocess.run(["truncate", "-s", f"{self.size_gib}G", str(img)], check=True)
+        self.dev = subprocess.run(["losetup", "-f", "--show", str(img)], check=True, capture_output=True,
+                                  text=True).stdout.strip()
+        subprocess.run(["mkfs.ext4", "-q", "-F", self.dev], check=True)
+        self.mnt.mkdir(exist_ok=True)
+        subprocess.run(["mount", self.dev, str(self.mnt)], check=True)
+        CGROUP.mkdir(exist_ok=True)
+        rdev = os.stat(self.dev).st_rdev
+        self.majmin = f"{os.major(rdev)}:{os.minor(rdev)}"
+        return self
+
+    def limit(self, bps):
+        (CGROUP / "blkio.throttle.read_bps_device").write_text(f"{self.majmin} {int(bps) if bps else 0}\n")
+
+    def __exit__(self, *exc):
+        steps = [lambda: subprocess.run(["umount", str(self.mnt)], check=True),
+                 lambda: subprocess.run(["losetup", "-d", self.dev], check=True),
+                 lambda: CGROUP.rmdir() if CGROUP.exists() else None,
+                 lambda: shutil.rmtree(self.data)]
+        for step in steps:
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - go on cleaning up
+                print(f"cleanup: {e}", file=sys.stderr)
+
+
+# ---- the table ----
+
+def cpu_line():
+    info = Path("/proc/cpuinfo").read_text()
+    get = lambda k: re.search(rf"^{k}\s*:\s*(.*)$", info, re.M).group(1)  # noqa: E731
+    return f"{get('model name')} (family {get('cpu family')}, model {get('model')}), {os.cpu_count()} CPUs"
+
+
+def table(results, settings, folders, args, elapsed):
+    a, b = folders["sizes"]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip()
+    rows = ["| storage | loader | load (s) | vs safetensors | ready (s) | peak RSS (MiB) | tokens |",
+            "|---|---|---:|---:|---:|---:|---|"]
+    for sname, _ in settings:
+        base = statistics.median(r["load"] for r in results[(sname, CONFIGS[0][0])])
+        for cname, *_ in CONFIGS:
+            rs = results[(sname, cname)]
+            load = statistics.median(r["load"] for r in rs)
+            same = "same" if all(r["same"] for r in rs) else "DIFFERENT"
+            rows.append(f"| {sname} | {cname} | {load:.2f} | {load / base:.2f}x | "
+                        f"{statistics.median(r['ready'] for r in rs):.2f} | "
+                        f"{statistics.median(r['rss_mib'] for r in rs):.0f} | {same} |")
+    notes = [f"Machine: {cpu_line()}, {platform.system()} {platform.release()}; vLLM CPU build "
+             f"{__import__('vllm').__version__}, tensorzip {__import__('tensorzip').__version__}.",
+             f"Commit {head}, {datetime.date.today().isoformat()}; "
+             f"command: `{' '.join(['python'] + sys.argv)}`; {args.rounds} rounds, medians; "
+             f"total run time {elapsed / 60:.1f} min.",
+             f"Model: GPT-2 layout, {CFG}, BF16, {a / 1e9:.2f} GB of safetensors; every tensor tiled from the "
+             "real trained BF16 values of the fixture GPT of the same kind (bench/vllm_load_bench.py's docstring). "
+             f"`tzip compress`: {b / 1e9:.2f} GB, ratio {a / b:.3f} ({100 * b / a:.1f}% of the size), "
+             f"{folders['compress_s']:.1f} s.",
+             "load: wall time of the model's load_weights (reading, decoding, copying all weights); ready: "
+             "`LLM(...)` construction; peak RSS: the process's ru_maxrss; tokens: 16 greedy tokens vs the "
+             "plain folder's. Storage: ext4 on a loop device, caches dropped before each run, reads limited by "
+             "a blkio cgroup (v1 throttle.read_bps_device) holding the measuring process.",
+             "ZipNN's vLLM route: not measured."]
+    return "\n".join(rows) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--child")
+    ap.add_argument("--tzip", default="tzip")
+    ap.add_argument("--data", default="/work/vbench-data")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--bandwidths", default="1e9,5e8", help="read limits in bytes/s (comma-separated)")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if args.child:
+        return child(json.loads(args.child))
+    start = time.perf_counter()
+    settings = [("page cache", None)] + [(f"{float(b) / 1e9:g} GB/s, cold", float(b))
+                                         for b in args.bandwidths.split(",") if b]
+    with Storage(Path(args.data), 4) as st:
+        folders = make_folders(st.mnt, args.tzip)
+        print(f"sizes {folders['sizes']}, compress {folders['compress_s']:.1f} s", flush=True)
+        results, want = {}, None
+        for rnd in range(args.rounds):
+            for sname, bps in settings:
+                st.limit(bps)
+                print(f"round {rnd + 1}, {sname}", flush=True)
+                for cname, key, fmt, extra in CONFIGS:
+                    files = [p for p in folders[key].iterdir() if p.is_file()]
+                    r = measure(cname, folders[key], fmt, extra, bps, files)
+                    want = want or r["tokens"]
+                    r["same"] = r["tokens"] == want
+                    results.setdefault((sname, cname), []).append(r)
+        st.limit(None)
+    text = table(results, settings, folders, args, time.perf_counter() - start)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
