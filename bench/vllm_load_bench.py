@@ -42,7 +42,8 @@ import sys
 import time
 from pathlib import Path
 
-FIXTURE = "/work/shared/fixtures/gpt-small-step400-model-bf16.safetensors"
+FIXTURE = str(Path(os.environ.get("TZ_FIXTURES") or Path(__file__).resolve().parents[2] / "shared" / "fixtures")
+              / "gpt-small-step400-model-bf16.safetensors")  # ../shared/fixtures beside the repo
 CGROUP = Path("/sys/fs/cgroup/blkio/tzip_vllm_bench")
 PROMPT = [ord(c) for c in "def load_file(path):\n    with open(path"]
 CONFIGS = [("safetensors (vLLM default)", "plain", "auto", {}),
