@@ -1,4 +1,4 @@
-# Build steps shared by scripts/demo.sh and scripts/test.sh (sourced, not run),
+# Build steps shared by scripts/demo.sh, scripts/test.sh, python-test.sh and vllm-test.sh
 # so that the two README commands work in either order on one checkout:
 # the demo builds only `tzip` and never changes what the build folder builds;
 # the test script always configures the test suite (also over a cache left by
@@ -19,4 +19,15 @@ tz_configure_tests() {  # DIR [cmake args...]
 tz_run_ctest() {  # DIR [ctest args...]
   local dir="$1"; shift
   ctest --test-dir "$dir" --output-on-failure --no-tests=error "$@"
+}
+
+tz_find_tzip() {  # JOBS: exports TZIP, the CLI the tests drive (build/programs/tzip, built if missing) unless set
+  if [ -z "${TZIP:-}" ]; then
+    TZIP="$PWD/build/programs/tzip"
+    if [ ! -x "$TZIP" ]; then
+      cmake --preset default
+      cmake --build --preset default -j "$1" --target tzip
+    fi
+  fi
+  export TZIP
 }

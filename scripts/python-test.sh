@@ -35,14 +35,8 @@ print(f"python-test.sh: tensorzip {tensorzip.__version__} from {tensorzip.__file
       f"CUDA in the build: {C.HAVE_CUDA}, device: {C.cuda_available()}")
 PYEOF
 
-if [ -z "${TZIP:-}" ]; then
-  TZIP="$PWD/build/programs/tzip"
-  if [ ! -x "$TZIP" ]; then
-    cmake --preset default
-    cmake --build --preset default -j "$JOBS" --target tzip
-  fi
-fi
-export TZIP
+. scripts/build-steps.sh
+tz_find_tzip "$JOBS"
 
 set +e
 "$PY" -m pytest python/tests -ra -p no:cacheprovider "$@"

@@ -81,14 +81,8 @@ PYEOF
 CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP[@]}" install -q --no-build-isolation --force-reinstall --no-deps \
   -C cmake.define.TZ_CUDA="${TZ_PY_CUDA:-AUTO}" .
 
-if [ -z "${TZIP:-}" ]; then
-  TZIP="$PWD/build/programs/tzip"
-  if [ ! -x "$TZIP" ]; then
-    cmake --preset default
-    cmake --build --preset default -j "$JOBS" --target tzip
-  fi
-fi
-export TZIP
+. scripts/build-steps.sh
+tz_find_tzip "$JOBS"
 
 # The plugin must be visible to vLLM through its entry point, as after `pip install tensorzip`.
 "$PY" - <<'PYEOF'
