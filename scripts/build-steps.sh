@@ -1,4 +1,4 @@
-# Build steps shared by scripts/demo.sh, scripts/test.sh, python-test.sh and vllm-test.sh
+# Build steps shared by scripts/demo.sh, test.sh, python-test.sh and vllm-test.sh (sourced, not run),
 # so that the two README commands work in either order on one checkout:
 # the demo builds only `tzip` and never changes what the build folder builds;
 # the test script always configures the test suite (also over a cache left by
