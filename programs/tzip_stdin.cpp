@@ -72,6 +72,17 @@ class Spool {
     }
     return done;
   }
+  // Appends exactly n bytes to *v, growing it only as they arrive: a
+  // declared size (checked against its limit) is never allocated up front.
+  void read_append(std::vector<uint8_t>* v, uint64_t n, const char* what) {
+    while (n > 0) {
+      const size_t k = (size_t)std::min<uint64_t>(n, 1 << 20);
+      const size_t at = v->size();
+      v->resize(at + k);
+      if (read_some(v->data() + at, k) != k) bad("ends after " + std::to_string(off_) + " bytes, inside " + what);
+      n -= k;
+    }
+  }
   bool at_end() {
     uint8_t b;
     return fill(&b, 1) == 0;
@@ -117,8 +128,8 @@ void spool_safetensors(Spool& s) {
     bad("not a safetensors file (header length " + std::to_string(n) + " exceeds the " +
         std::to_string(tc::kMaxHeaderBytes) + "-byte limit)");
   if (n < 2) bad("not a safetensors file (header length " + std::to_string(n) + ")");
-  std::vector<uint8_t> header(n);
-  s.read_exact(header.data(), n, "the safetensors header");
+  std::vector<uint8_t> header;
+  s.read_append(&header, n, "the safetensors header");
   // The data section's size is not known yet: validated against the largest
   // one, then the stream must hold exactly what the tensors span.
   const tc::SafetensorsInfo info = tc::parse_safetensors_header(header.data(), n, UINT64_MAX, "stdin");
@@ -162,8 +173,7 @@ void spool_tzip(Spool& s) {
     const uint64_t at = s.offset() - 32;
     const std::string where = "frame at offset " + std::to_string(at);
     if (psize > (64u << 20)) bad(where + ": a prefix of " + std::to_string(psize) + " bytes");
-    prefix.resize(psize);
-    s.read_exact(prefix.data() + 32, psize - 32, "a frame's prefix");
+    s.read_append(&prefix, psize - 32, "a frame's prefix");
     tz_frame_info fi;
     const size_t ir = tz_frame_inspect(prefix.data(), psize, &fi);
     if (tz_is_error(ir)) bad(where + ": " + tz_get_error_name(ir));
