@@ -56,7 +56,6 @@ std::string seg_label(const TensorEntry& t) {
   return t.is_gap ? "gap at data offset " + std::to_string(t.data_begin) : "tensor '" + t.name + "'";
 }
 
-
 [[noreturn]] void fail_header_too_large(const std::string& in, size_t bytes) {
   fail(ErrorKind::kBadInput, in + ": tensor table too large for a .tzip header (" + std::to_string(bytes) +
                                  " bytes of JSON; the limit is " + std::to_string(kMaxHeaderBytes) + ")");
