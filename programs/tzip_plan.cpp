@@ -1,5 +1,5 @@
 // `tzip plan`: what compression saves on checkpoints, in seconds, GPU-hours
-// and dollars per month (cost model in src/checkpoint/plan.hpp,
+// and dollars per month (cost model in programs/plan.hpp,
 // doc/checkpoint.md). Called from tzip.cpp's main.
 #include <cerrno>
 #include <cmath>

@@ -35,7 +35,7 @@
 #include "../io/write_queue.hpp"
 #include "checkpoint_internal.hpp"
 #include "manifest.hpp"
-#include "plan.hpp"
+#include "checkpoint/codec_choice.hpp"
 #include "references.hpp"
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip.h"

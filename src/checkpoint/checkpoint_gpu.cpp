@@ -17,7 +17,7 @@
 #include "../io/cufile.hpp"
 #include "codec/frame_prefix.h"
 #include "codec/policy.h"
-#include "cpu/ordered_pipeline.h"
+#include "common/ordered_pipeline.h"
 #include "../io/write_queue.hpp"
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip_cuda.h"
@@ -481,7 +481,7 @@ void load_frames(std::vector<DevFrame>& frames, bool gds) {
     ranges.push_back({i, j});
     i = j;
   }
-  // The batches are items of the ordered pipeline (cpu/ordered_pipeline.h)
+  // The batches are items of the ordered pipeline (common/ordered_pipeline.h)
   // on this one thread, two slots: issue reads batch b and queues its copy
   // and decode; read_ahead 2 issues batch b+1 (the stream runs its decode
   // after this one's) before work waits for batch b and checks it.

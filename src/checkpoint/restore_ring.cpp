@@ -6,7 +6,7 @@
 
 #include "../io/read_queue.hpp"
 #include "checkpoint_internal.hpp"
-#include "cpu/ordered_pipeline.h"
+#include "common/ordered_pipeline.h"
 
 namespace tz::checkpoint::detail {
 

@@ -1,5 +1,5 @@
 // Restore's read-ahead ring (doc/checkpoint.md, "Restore"): the frames are
-// items of the project's ordered pipeline (src/cpu/ordered_pipeline.h); its
+// items of the project's ordered pipeline (src/common/ordered_pipeline.h); its
 // issue stage queues each frame's read, in order, through the src/io read
 // queue (io_uring, or pread threads) into the slot's 4 KiB-aligned buffer,
 // and its work stage, on `workers` threads, hands the frame to the caller's

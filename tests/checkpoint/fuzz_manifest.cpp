@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "manifest_fuzz_template.hpp"
-#include "tz_test_manifest.hpp"  // tests/common
+#include "tz_test_manifest.hpp"  // tests/support
 
 namespace ck = tz::checkpoint;
 using nlohmann::json;

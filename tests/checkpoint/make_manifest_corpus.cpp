@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "manifest_fuzz_template.hpp"
-#include "tz_test_manifest.hpp"  // tests/common
+#include "tz_test_manifest.hpp"  // tests/support
 
 using nlohmann::json;
 

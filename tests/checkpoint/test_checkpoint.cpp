@@ -25,7 +25,7 @@
 #include "uring_ring.hpp"  // src/io: io_uring fault injection
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
-#include "tz_test_checkpoint.hpp"  // tests/common
+#include "tz_test_checkpoint.hpp"  // tests/support
 
 namespace fs = std::filesystem;
 namespace ck = tz::checkpoint;

@@ -18,7 +18,7 @@
 
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/container.hpp"
-#include "tz_test_checkpoint.hpp"  // tests/common
+#include "tz_test_checkpoint.hpp"  // tests/support
 
 namespace fs = std::filesystem;
 namespace ck = tz::checkpoint;
@@ -244,7 +244,7 @@ TEST(CheckpointDelta, LatestSkipsCheckpointsWithAMissingDependency) {
 }
 
 // The real AdamW run: step 400 saved with step 200 as reference. Prints the
-// sizes (bench/RESULTS.md); master weights take a delta.
+// sizes (bench/experiments/notebook.md); master weights take a delta.
 TEST(CheckpointDelta, FixtureStep200ToStep400) {
   const std::string fx = TZ_SHARED_FIXTURES_DIR;
   if (!fs::exists(fx + "/gpt-small-step200-model-bf16.safetensors")) GTEST_SKIP() << "no shared fixtures at " << fx;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tensorzip/checkpoint.hpp"
-#include "tz_test_checkpoint.hpp"  // tests/common
+#include "tz_test_checkpoint.hpp"  // tests/support
 #include "tz_test_manifest.hpp"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,5 @@
-// Cost model of `tzip plan` (src/checkpoint/plan.hpp).
+// Cost model of `tzip plan` (programs/plan.hpp) and the save's codec choice
+// (src/checkpoint/codec_choice.hpp).
 #include <gtest/gtest.h>
 
 #include <cmath>

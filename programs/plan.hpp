@@ -5,19 +5,15 @@
 // consistent in binary units (70e9 x 12 bytes = 782 GiB; 782 / 5 = 156 s),
 // so every figure here is binary. A month is 730 hours (8760 / 12).
 //
-// Time model of one save of S raw bytes (also used by the save pipeline to
-// choose its codec, see choose_codec):
-//   raw:         t = S / B                         (B: storage bandwidth)
-//   compressed:  t = max(S / E, S / (r x B))       (E: encode throughput of raw
-//                bytes, r: ratio; encode of chunk k+1 overlaps the write of
-//                chunk k, so the slower stage sets the pace)
-// A codec is chosen only when its t is strictly below the raw t, so
-// compression never makes a save slower than writing the raw bytes.
+// Time model of one save: src/checkpoint/codec_choice.hpp (choose_codec, also
+// used by the save pipeline to choose its codec).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "checkpoint/codec_choice.hpp"
 
 namespace tz::checkpoint {
 
@@ -37,24 +33,6 @@ struct PlanPart {
   double ratio_fast = 1.0;    // level 1
   double ratio_strong = 1.0;  // level 2
 };
-
-// Codec choice for one save.
-enum class CodecKind { kRaw = 0, kFast = 1, kStrong = 2 };
-const char* codec_kind_name(CodecKind k);  // "raw", "fast", "strong"
-int codec_kind_level(CodecKind k);         // tz_params.level: -1 (store), 1, 2
-
-struct CodecChoice {
-  CodecKind kind = CodecKind::kRaw;
-  double t_raw_s = 0, t_fast_s = 0, t_strong_s = 0;
-  std::string model;  // the time model with the numbers plugged in, one line
-};
-
-// Picks raw / fast / strong for `bytes` raw bytes given the storage bandwidth
-// and each setting's aggregate encode throughput and ratio. Zero or negative
-// speeds/ratios make that setting unavailable. `forced` (optional) overrides
-// the choice but the model still reports every time.
-CodecChoice choose_codec(double bytes, double storage_gibps, double fast_gibps, double fast_ratio,
-                         double strong_gibps, double strong_ratio, const CodecKind* forced = nullptr);
 
 struct PlanInput {
   std::vector<PlanPart> parts;
