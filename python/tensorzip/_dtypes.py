@@ -46,7 +46,7 @@ class DType(NamedTuple):
 # rank = safetensors 0.8's Rust `Dtype` enum order (BOOL F4 F6_E2M3 F6_E3M2 U8 I8 F8_E5M2
 # F8_E4M3 F8_E8M0 F8_E4M3FNUZ F8_E5M2FNUZ I16 U16 F16 BF16 I32 U32 F32 C64 F64 I64 U64;
 # checked against safetensors' output in the tests). F6_* have no torch or NumPy type here.
-# Codec choices for E8M0, F4, FNUZ and C64: measured (bench/dtype_codec_bench.py, bench/RESULTS.md).
+# Codec choices for E8M0, F4, FNUZ and C64: measured (bench/dtype_codec_bench.py, bench/experiments/notebook.md).
 _TABLE = [
     DType("BOOL", 1, CODEC_BYTES, 0, "bool_", "bool"),
     DType("F4", 1, CODEC_BYTES, 1, "float4_e2m1fn", "float4_e2m1fn_x2", packed=2),

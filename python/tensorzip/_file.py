@@ -95,7 +95,7 @@ def write_backend(threads: int) -> str:
     """TensorWriter's ``io`` for save_file: the I/O engine's write queue ("auto": io_uring or a
     pwrite thread) while the coding threads leave a CPU free for it, else "pwrite", each frame
     group written by the coding thread that commits it. On two busy CPUs the queue's extra thread
-    only takes turns with the coders and costs more CPU time than it saves (bench/RESULTS.md,
+    only takes turns with the coders and costs more CPU time than it saves (bench/experiments/notebook.md,
     "wall time with threads: huge-page buffers")."""
     try:
         cpus = len(os.sched_getaffinity(0))

@@ -14,10 +14,10 @@ from typing import Any, Sequence, Tuple
 import numpy as np
 import torch
 
-from . import _core, _dtypes
-from . import _tensorzip as _C
-from ._core import CorruptDataError
-from ._dcp_layout import _CODEC_TZIP, _DESCRIPTOR_NAME, _DESCRIPTOR_VERSION, _FRAME_ALIGN
+from .. import _core, _dtypes
+from .. import _tensorzip as _C
+from .._core import CorruptDataError
+from ._layout import _CODEC_TZIP, _DESCRIPTOR_NAME, _DESCRIPTOR_VERSION, _FRAME_ALIGN
 
 # ---- DCP's own readers: the "tensorzip" stream transform extension ----
 

@@ -10,7 +10,7 @@ import pickle
 import re
 from typing import Any, List, Optional, Union
 
-from ._core import CorruptDataError, fsync_dir as _fsync_dir
+from .._core import CorruptDataError, fsync_dir as _fsync_dir
 
 #: Suffix of the per-rank data files (standard .tzip files).
 SUFFIX = ".tzip"

@@ -22,10 +22,10 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _core
-from . import _dtypes
-from . import _tensorzip as _C
-from ._core import UsageError
+from .. import _core
+from .. import _dtypes
+from .. import _tensorzip as _C
+from .._core import UsageError
 
 __all__ = ["PageCodec", "TensorZipKVCache", "KV_DTYPES"]
 
@@ -233,7 +233,7 @@ class PageCodec:
 def __getattr__(name: str) -> Any:
     # The transformers cache is imported on first use (torch and transformers are optional).
     if name in ("TensorZipKVCache", "CompressedKVLayer"):
-        from . import _kv_hf
+        from . import _hf
 
-        return getattr(_kv_hf, name)
+        return getattr(_hf, name)
     raise AttributeError(f"module 'tensorzip.kv' has no attribute {name!r}")

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from .kv import PageCodec
+from . import PageCodec
 
 
 class CompressedKVLayer(DynamicLayer):

@@ -29,11 +29,11 @@ from typing import Any, Dict, Optional, Sequence, Set, Union
 import torch
 import torch.nn as nn
 
-from ._core import UsageError
-from ._resident_load import empty_parameters  # noqa: F401
-from ._resident_select import Selection, _candidates, _find_groups, _selected, _selection  # noqa: F401
-from ._resident_state import ResidentState, _attach, _state, is_resident  # noqa: F401
-from ._resident_tensor import CODEC_OF, Frame, ResidentTensor, _encode  # noqa: F401
+from .._core import UsageError
+from ._load import empty_parameters  # noqa: F401
+from ._select import Selection, _candidates, _find_groups, _selected, _selection  # noqa: F401
+from ._state import ResidentState, _attach, _state, is_resident  # noqa: F401
+from ._tensor import CODEC_OF, Frame, ResidentTensor, _encode  # noqa: F401
 
 __all__ = ["compress_model", "decompress_model", "load_resident", "resident_stats", "is_resident", "check",
            "from_pretrained", "empty_parameters", "ResidentTensor"]
@@ -172,13 +172,13 @@ def check(model: nn.Module) -> None:
 
 def load_resident(model: nn.Module, path: Any, **kwargs: Any) -> nn.Module:
     """Loads a ``.tzip`` file or folder into ``model`` with the weights kept compressed (see _resident_load)."""
-    from ._resident_load import load_resident as _load
+    from ._load import load_resident as _load
 
     return _load(model, path, **kwargs)
 
 
 def from_pretrained(model_class: Any, path: Any, **kwargs: Any) -> nn.Module:
     """A transformers model from a compressed folder, built on the meta device, weights kept compressed."""
-    from ._resident_load import from_pretrained as _fp
+    from ._load import from_pretrained as _fp
 
     return _fp(model_class, path, **kwargs)

@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 import torch
 import torch.nn as nn
 
-from ._resident_tensor import ResidentTensor
+from ._tensor import ResidentTensor
 
 # ---- the swapped module classes ----------------------------------------------
 

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _tensorzip as _C
-from ._core import CorruptDataError, UsageError
+from .. import _tensorzip as _C
+from .._core import CorruptDataError, UsageError
 
 
 class _Slot:

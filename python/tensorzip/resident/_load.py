@@ -22,12 +22,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from . import _dtypes
-from . import _tensorzip as _C
-from ._core import UsageError
-from ._resident_select import Held, _distinct_tensors, _selected, _selection
-from ._resident_state import _attach
-from ._resident_tensor import CODEC_OF, Frame, _encode
+from .. import _dtypes
+from .. import _tensorzip as _C
+from .._core import UsageError
+from ._select import Held, _distinct_tensors, _selected, _selection
+from ._state import _attach
+from ._tensor import CODEC_OF, Frame, _encode
 
 _FRAME_ALIGN = 16
 
@@ -59,7 +59,7 @@ def _files(path: Any) -> List[str]:
     if p.is_dir():
         files: Optional[List[str]] = None
         try:  # a model folder: its weight files as tensorzip.transformers finds them (index, shards)
-            from .transformers import weight_files
+            from ..transformers import weight_files
 
             files = weight_files(str(p))
         except ImportError:  # no transformers: every .tzip file of the folder
@@ -142,7 +142,7 @@ def load_resident(model: nn.Module, path: Any, *, device: Any = None, strict: bo
     ``strict``: every parameter and persistent buffer of the model must be in the file(s).
     Returns ``model`` (its ``resident_stats(model)["load"]`` says what was kept, decoded, re-encoded).
     """
-    from ._resident_state import is_resident
+    from ._state import is_resident
 
     if is_resident(model):
         raise UsageError("load_resident: the model is already compressed (decompress_model first)")

@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
-from . import _tensorzip as _C
+from .. import _tensorzip as _C
 
 
 class _FrameIndex:

@@ -7,8 +7,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 import torch
 import torch.nn as nn
 
-from ._core import UsageError
-from ._resident_tensor import CODEC_OF
+from .._core import UsageError
+from ._tensor import CODEC_OF
 
 # ---- selection of what to compress -------------------------------------------
 

@@ -7,11 +7,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
-from ._core import UsageError
-from ._resident_classes import _buffer_name, _property, _resident_class, _rows_only
-from ._resident_engine import Engine, Layout
-from ._resident_select import _NOT_CALLED, _find_groups
-from ._resident_tensor import CODEC_OF, Frame, ResidentTensor, _encode
+from .._core import UsageError
+from ._classes import _buffer_name, _property, _resident_class, _rows_only
+from ._engine import Engine, Layout
+from ._select import _NOT_CALLED, _find_groups
+from ._tensor import CODEC_OF, Frame, ResidentTensor, _encode
 
 # ---- the model's state ---------------------------------------------------------
 
@@ -130,7 +130,7 @@ class ResidentState:
 
     def rows(self, rt: ResidentTensor, ids: torch.Tensor) -> Optional[torch.Tensor]:
         """An embedding lookup decoding only the blocks that hold the rows (None: decode it whole)."""
-        from ._resident_rows import gather
+        from ._rows import gather
 
         e = self._engine_for(rt)
         plan_blocks = None

@@ -6,7 +6,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from . import _tensorzip as _C
+from .. import _tensorzip as _C
 
 #: torch dtype -> codec dtype (tz_dtype)
 CODEC_OF = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
