@@ -2,7 +2,7 @@
 // plain pwrite/pread of the same bytes, on real tensors tiled to a target
 // size, with the engine's options side by side (cast prediction on/off,
 // O_DIRECT writes on/off, codec auto, async), a raw pwrite and a safetensors
-// file written from the same buffers. Results go to bench/RESULTS.md
+// file written from the same buffers. Results go to bench/experiments/notebook.md
 // ("Checkpoint I/O"); bench/io_bench.py measures torch.save and the
 // safetensors library on the same data.
 //

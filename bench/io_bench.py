@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checkpoint save/load with torch.save and safetensors on the same data as
 tz_io_bench (the step-400 fixture checkpoint tiled to --gib), for the
-"Checkpoint I/O" table of bench/RESULTS.md.
+"Checkpoint I/O" table of bench/experiments/notebook.md.
 
     python3 bench/io_bench.py --fixtures ../shared/fixtures --gib 4 --dir /path/on/disk --dir /dev/shm/x
 

@@ -1,5 +1,5 @@
 // KV page codec benchmark driver (bench/kv_bench.py runs it and prints the
-// table of bench/RESULTS.md). Every method codes the same pages, one page per
+// table of bench/experiments/notebook.md). Every method codes the same pages, one page per
 // call, in one process:
 //   kv-rans, kv-fixed (code width from the sample), kv-fixed4 (4 bits):
 //       the page codec with one codec per group (layer x K/V), each CPU
@@ -35,7 +35,7 @@
 #include <time.h>
 #include <vector>
 
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 #include "tensorzip/tensorzip.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // Many small tensors through TensorWriter and Reader::read_tensors (the
 // paths of Python save_file / load_file / safe_open), for callgrind counts
-// and thread A/B runs (bench/RESULTS.md, "Tiny frames and small-tensor
+// and thread A/B runs (bench/experiments/notebook.md, "Tiny frames and small-tensor
 // grouping").
 //   tz_many_small_bench write OUT.tzip THREADS
 //     20,000 tensors of 1-400 elements (BF16 from the fixture model file's

@@ -15,7 +15,7 @@ The Python rows run torch on one thread (its spinning OpenMP workers would take 
 timed calls) and start each round's loads after an untimed one (same allocator state for both).
 On a loaded shared machine the wall times say little: `--idle-wait S` starts each round only once
 no other task runs (the table says how many did), and the CPU-time column compares builds and
-thread counts whatever the load (bench/RESULTS.md, "huge-page buffers"). Real-time priorities
+thread counts whatever the load (bench/experiments/notebook.md, "huge-page buffers"). Real-time priorities
 (`chrt`) would take CPU from the other users of a shared machine: not on shared machines.
 
 Data: the fixture optimizer file (../shared/fixtures/gpt-small-step400-optim-fp32.safetensors), the

@@ -1,5 +1,5 @@
 // Decode cost of stream-1 tables chosen by the same element's exponent
-// ("slope contexts", bench/RESULTS.md, the version-3 model study), measured
+// ("slope contexts", bench/experiments/notebook.md, the version-3 model study), measured
 // before any format change. Stream 1 (BF16 / FP32 sign|mantissa-high byte)
 // of each 64 Ki-element block of real data is coded with 32 interleaved rANS
 // lanes in the library's payload layout (doc/format.md section 5), each

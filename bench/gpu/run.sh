@@ -145,7 +145,7 @@ run_tests() {
   fi
   if fits 20 "tz_kv_cuda_gpu_tests"; then
     stamp "KV page codec on the GPU (pages equal the CPU's; throughput of ~1 GiB batches)"
-    timeout "$(cap 120)" "$BUILD/tests/runtime/kv/tz_kv_cuda_gpu_tests" >/tmp/tz_kv_gpu_tests.txt 2>&1
+    timeout "$(cap 120)" "$BUILD/tests/kv/tz_kv_cuda_gpu_tests" >/tmp/tz_kv_gpu_tests.txt 2>&1
     echo "tz_kv_cuda_gpu_tests exit code $?"
     grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|kv gpu:|Expected|Which is" /tmp/tz_kv_gpu_tests.txt | head -20
     cat /tmp/tz_kv_gpu_tests.txt >>"$OUT/tests.txt"  # $OUT holds 8 files at most
