@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real KV-cache pages for the KV codec tests (tests/runtime/kv, doc/kv.md).
+"""Real KV-cache pages for the KV codec tests (tests/kv, doc/kv.md).
 
 Runs the fixture GPT (architecture of ../shared/fixtures/make_fixture.py:
 d_model 256, 8 heads of 32, context 256, pre-LayerNorm blocks) in BF16, as a

@@ -32,6 +32,6 @@ time qemu-aarch64 "$BUILD/tests/tz_tests" --gtest_filter="$FILTER" --gtest_brief
 # every dtype and mode, every fixed width, damaged pages), checksums, escapes,
 # the C API; and the page decoder's fuzz corpus.
 KV_FILTER="${TZ_AARCH64_KV_FILTER:-KvPaths.*:KvChecksum.*:KvUnseenValues.*:KvCApi.*}"
-echo "qemu-aarch64 $BUILD/tests/runtime/kv/tz_kv_tests --gtest_filter=$KV_FILTER"
-time qemu-aarch64 "$BUILD/tests/runtime/kv/tz_kv_tests" --gtest_filter="$KV_FILTER" --gtest_brief=1
-time qemu-aarch64 "$BUILD/tests/runtime/kv/fuzz_replay_kv_page" tests/fuzz/corpus/kv_page
+echo "qemu-aarch64 $BUILD/tests/kv/tz_kv_tests --gtest_filter=$KV_FILTER"
+time qemu-aarch64 "$BUILD/tests/kv/tz_kv_tests" --gtest_filter="$KV_FILTER" --gtest_brief=1
+time qemu-aarch64 "$BUILD/tests/kv/fuzz_replay_kv_page" tests/fuzz/corpus/kv_page

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kv_codec.hpp"  // src/runtime/kv: the codec with an explicit kernel set for batches
+#include "kv/codec.hpp"  // src/kv: the codec with an explicit kernel set for batches
 #include "tensorzip/tensorzip_kv.h"
 
 namespace nb = nanobind;

@@ -1,5 +1,5 @@
 // Bindings of resident weights (tensorzip.resident): the prepared CPU decode
-// plan (src/runtime/resident/resident_plan.hpp), the CUDA plan where the
+// plan (src/resident/plan.hpp), the CUDA plan where the
 // module is built with CUDA, and raw frame access to .tzip files (frames
 // kept compressed when a model is loaded straight into resident form).
 //
@@ -21,9 +21,9 @@
 #include <tuple>
 #include <vector>
 
-#include "resident_plan.hpp"
+#include "resident/plan.hpp"
 #ifdef TZ_PY_HAVE_CUDA
-#include "resident_plan_cuda.hpp"
+#include "resident/plan_cuda.hpp"
 #endif
 #ifdef TZ_PY_HAVE_CONTAINER
 #include <xxhash.h>
@@ -49,9 +49,9 @@ template <class F>
 auto translated(F&& f) -> decltype(f()) {
   try {
     return f();
-  } catch (const tz::runtime::ResidentFrameError& e) {
+  } catch (const tz::resident::ResidentFrameError& e) {
     throw ResidentPyError(g_corrupt, e.what());
-  } catch (const tz::runtime::ResidentDecodeError& e) {
+  } catch (const tz::resident::ResidentDecodeError& e) {
     throw ResidentPyError(g_corrupt, e.what());
   } catch (const std::invalid_argument& e) {
     throw ResidentPyError(g_usage, e.what());
@@ -88,10 +88,10 @@ class PyResidentPlan {
     return translated([&] { return p_.decode_blocks(group, frame, first, count, as_ptr(dst), capacity); });
   }
   bool busy() { return p_.busy(); }
-  tz::runtime::ResidentPlan& plan() { return p_; }
+  tz::resident::ResidentPlan& plan() { return p_; }
 
  private:
-  tz::runtime::ResidentPlan p_;
+  tz::resident::ResidentPlan p_;
 };
 
 #ifdef TZ_PY_HAVE_CUDA
@@ -118,10 +118,10 @@ class PyResidentPlanCuda {
       throw ResidentPyError(g_usage, std::string("resident weights: CUDA decode of group ") + std::to_string(group) +
                                          " could not start: " + tz_get_error_name(r));
   }
-  tz::runtime::ResidentPlanCuda& plan() { return p_; }
+  tz::resident::ResidentPlanCuda& plan() { return p_; }
 
  private:
-  tz::runtime::ResidentPlanCuda p_;
+  tz::resident::ResidentPlanCuda p_;
 };
 #endif
 
@@ -214,7 +214,7 @@ void bind_resident(nb::module_& m) {
   nb::class_<PyResidentPlan>(m, "ResidentPlan",
                              "Prepared CPU decode plan of resident weights (tensorzip.resident); pointers are ints.")
       .def(nb::init<unsigned, uint64_t>(), "threads"_a = 0u,
-           "table_budget"_a = tz::runtime::ResidentPlan::kDefaultTableBudget)
+           "table_budget"_a = tz::resident::ResidentPlan::kDefaultTableBudget)
       .def("add", &PyResidentPlan::add, "group"_a, "name"_a, "frame_ptr"_a, "frame_size"_a, "dst_offset"_a)
       .def("finalize", &PyResidentPlan::finalize)
       .def("decode", &PyResidentPlan::decode, "group"_a, "dst_ptr"_a, "capacity"_a)

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cpu/frame.h"
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 
 struct tz_kv_codec_s {
   std::unique_ptr<tz::kv::Codec> c;

@@ -215,7 +215,7 @@ TZ_HD bool policy_v3(int level) { return level >= 1; }
 // log2(v) in 16.16 fixed point for v >= 1: the bit scan gives the integer
 // part, a cubic in the next 16 bits the fraction. Never above the true
 // value, and at most kLog2FastError units of 2^-16 below it (0.0133 bits;
-// tests/test_policy.cpp measures it).
+// tests/codec/test_policy.cpp measures it).
 constexpr uint32_t kLog2FastError = 869;
 TZ_HD uint32_t log2_q16_fast(uint64_t v) {
 #if defined(__CUDA_ARCH__)

@@ -1,11 +1,11 @@
-#include "cpu/ordered_pipeline.h"
+#include "common/ordered_pipeline.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
 
-#include "cpu/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace tz::cpu {
 

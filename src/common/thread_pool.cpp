@@ -1,4 +1,4 @@
-#include "cpu/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace tz::cpu {
 

@@ -22,7 +22,7 @@ struct DTypeRow {
 };
 // Every dtype of safetensors 0.8 (including the sub-byte MX types). The codec is lossless
 // for any bytes; the float codecs only code better where the data has their layout. Chosen by
-// measurement on real tensors (bench/dtype_codec_bench.py, bench/RESULTS.md "Codec of the
+// measurement on real tensors (bench/dtype_codec_bench.py, bench/experiments/notebook.md "Codec of the
 // dtypes added for safetensors parity"): F8_E4M3FNUZ / F8_E5M2FNUZ (the bit fields of F8_E4M3 /
 // F8_E5M2, another bias) and F8_E8M0 (MX block scales: an 8-bit exponent) code better with the
 // FP8 codec (E8M0 scales 6.5x against 5.2x), C64 (two F32 per element) with the F32 codec

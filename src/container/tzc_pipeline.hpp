@@ -1,5 +1,5 @@
 // The container's read -> code -> write passes (compress_file, export,
-// verify) on the project's ordered pipeline (cpu/ordered_pipeline.h):
+// verify) on the project's ordered pipeline (common/ordered_pipeline.h):
 // produce prepares item i in order (reads), work transforms items in
 // parallel in any order (codec), consume takes them in order (writes). All
 // three run on `threads` threads in total, the calling thread included; at
@@ -15,7 +15,7 @@
 #include <mutex>
 #include <vector>
 
-#include "cpu/ordered_pipeline.h"
+#include "common/ordered_pipeline.h"
 #include "tzc_io.hpp"
 
 namespace tz::container::detail {

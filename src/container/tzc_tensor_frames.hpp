@@ -1,6 +1,6 @@
 // TensorWriter's frame stage (tzip_tensor_frames.cpp): the tensors' chunks
 // coded in parallel and written in file order through the ordered pipeline
-// (cpu/ordered_pipeline.h), with bounded memory. The rest of the writer
+// (common/ordered_pipeline.h), with bounded memory. The rest of the writer
 // (tensor table, prediction discovery, header, trailer, rename) is in
 // tzip_tensor_writer.cpp.
 #pragma once

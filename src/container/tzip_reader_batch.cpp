@@ -1,5 +1,5 @@
 // Reader::read_tensors: many tensors decoded together. Every frame of every
-// requested tensor is an item of the ordered pipeline (cpu/ordered_pipeline.h),
+// requested tensor is an item of the ordered pipeline (common/ordered_pipeline.h),
 // consecutive small frames grouped into one (group_items, tzc_pipeline.hpp),
 // and goes, on any of the threads, straight into its place in its tensor's
 // destination (Impl::read_frame: padding, xxh64, header and block checksums
@@ -8,7 +8,7 @@
 // frame owns its bytes).
 #include <algorithm>
 
-#include "cpu/ordered_pipeline.h"
+#include "common/ordered_pipeline.h"
 #include "tzc_pipeline.hpp"
 #include "tzc_reader_impl.hpp"
 

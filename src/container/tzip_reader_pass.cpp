@@ -188,7 +188,7 @@ PassStats Reader::export_safetensors(const std::string& out_path, const ReadOpti
   // A file (the temporary) takes each group at its offset from the worker
   // that decoded it, so the writes overlap the decoding instead of waiting
   // for the in-order stage (ext4 and tmpfs still copy one write of a file
-  // at a time: bench/RESULTS.md); a stream (pipe, device, the caller's
+  // at a time: bench/experiments/notebook.md); a stream (pipe, device, the caller's
   // descriptor) is written in order.
   const uint64_t base = out.offset();
   PassStats st;

@@ -1,6 +1,6 @@
 // TensorWriter's frames (tzc_tensor_frames.hpp). Each chunk, or group of
 // consecutive small chunks (group_items), is an item of the ordered
-// pipeline (cpu/ordered_pipeline.h): work codes it (or checks a
+// pipeline (common/ordered_pipeline.h): work codes it (or checks a
 // caller's pre-encoded frame) into the item's slot, on any of the writer's
 // threads; commit, in file order, assigns its offset, hashes it and hands
 // it to the Sink (the I/O back end); the slot is reused once that write
@@ -22,7 +22,7 @@
 #include <mutex>
 
 #include "codec/predict.h"
-#include "cpu/ordered_pipeline.h"
+#include "common/ordered_pipeline.h"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
 #include "tzc_pipeline.hpp"

@@ -297,7 +297,7 @@ PassStats detail::compress_file_ex(const std::string& in, const std::string& out
   // overlaps the coding of the others. More would only let the reads run
   // ahead of the coders, each extra slot another set of buffers first
   // touched (MiniLM, -T2: 46 -> 32 MB peak RSS, 6 % less wall time with
-  // workers + 1 than with workers + 3; bench/RESULTS.md).
+  // workers + 1 than with workers + 3; bench/experiments/notebook.md).
   const size_t window = workers + 1;
   ReusePool<Slot> slots(window);
   std::vector<std::vector<uint8_t>> pred_buf(workers);

@@ -131,7 +131,7 @@ const bool g_hw = detect_hw();
 // On the 512-bit path, streams of at least kCrc32cFoldMinBytes512 are folded
 // one after the other and the others go through the CRC instruction's
 // chains. The 128-bit path folds single buffers only: six CRC chains beat it
-// on streams (measured, bench/RESULTS.md "CRC32C folding").
+// on streams (measured, bench/experiments/notebook.md "CRC32C folding").
 void fold_streams(uint32_t* state, const uint8_t* const* p, const size_t* n, int k) {
   uint32_t cs[kCrc32cMaxStreams];
   const uint8_t* cp[kCrc32cMaxStreams];
@@ -163,7 +163,7 @@ bool path_supported(Crc32cPath path) {
   }
 }
 
-// The best path here (measured: bench/RESULTS.md "CRC32C folding"), or the
+// The best path here (measured: bench/experiments/notebook.md "CRC32C folding"), or the
 // one TZ_CRC32C names when this CPU has it.
 Crc32cPath choose_path() {
   Crc32cPath best = Crc32cPath::kTable;

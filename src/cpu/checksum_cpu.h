@@ -23,7 +23,7 @@ const char* crc32c_path();
 // kClmul: PCLMULQDQ folding of 128-bit lanes (x86-64), kClmul512: VPCLMULQDQ
 // folding of 512-bit registers (AVX-512). They fold buffers of at least
 // these sizes and use the CRC instruction below (where folding starts to
-// pay on an AMD EPYC Zen 4: bench/RESULTS.md "CRC32C folding"); the 128-bit
+// pay on an AMD EPYC Zen 4: bench/experiments/notebook.md "CRC32C folding"); the 128-bit
 // path folds single buffers only, streams go through the CRC chains (faster).
 enum class Crc32cPath : int { kTable = 0, kCrc = 1, kClmul = 2, kClmul512 = 3 };
 bool crc32c_path_supported(Crc32cPath path);

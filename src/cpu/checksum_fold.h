@@ -27,7 +27,7 @@ uint32_t clmul_update(uint32_t state, const uint8_t* p, size_t n);
 // n >= kFoldMinBytes; one 512-bit accumulator (four 128-bit lanes), four
 // of them 256 bytes apart from 512 bytes on. (Several streams are folded
 // one after the other: measured faster than one accumulator a stream in
-// lockstep, bench/RESULTS.md "CRC32C folding".)
+// lockstep, bench/experiments/notebook.md "CRC32C folding".)
 uint32_t clmul512_update(uint32_t state, const uint8_t* p, size_t n);
 #endif
 

@@ -12,7 +12,7 @@
 #include "cpu/frame_internal.h"
 #include "cpu/frame_tables.h"
 #include "cpu/kernels.h"
-#include "cpu/ordered_pipeline.h"
+#include "common/ordered_pipeline.h"
 
 static_assert(std::endian::native == std::endian::little, "tensorzip assumes a little-endian host");
 
@@ -154,7 +154,7 @@ struct FrameShape {
 
 // Codes every block of the frame after its prefix (prefix bytes from the
 // start of dst) and records each block's size in sizes. Tasks are runs of
-// blocks, the items of an ordered pipeline (cpu/ordered_pipeline.h) on the
+// blocks, the items of an ordered pipeline (common/ordered_pipeline.h) on the
 // context's threads. A run is encoded into its slot's buffer, and commit, in
 // run order, copies it to its final offset. Memory stays bounded (2 runs per
 // thread), and the output never depends on the number of workers. Returns

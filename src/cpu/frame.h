@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "codec/frame_prefix.h"
-#include "cpu/thread_pool.h"
+#include "common/thread_pool.h"
 #include "tensorzip/tensorzip.h"
 
 namespace tz::cpu {
@@ -77,7 +77,7 @@ size_t decompress_blocks(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* 
 // tables, block index), with its block index copied and its rANS decode
 // tables built from the validated frequencies: a decode of its blocks with
 // decompress_blocks_prepared parses nothing and builds no table (resident
-// weights, src/runtime/resident). Block data is checked as in
+// weights, src/resident). Block data is checked as in
 // decompress_blocks (block headers, checksums).
 struct PreparedFrame;
 struct PreparedFrameDeleter {

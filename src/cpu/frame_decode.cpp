@@ -130,7 +130,7 @@ int decode_coded_streams(const CodecKernels& kr, const BlockDecTables& t, const 
 // of them) are decoded first, into scratch, and the merged decoder then
 // takes their bytes as it takes a raw stream's: others[k - 1] is stream k's
 // (scratch + k * align4(n) where coded). Measured on the fixture's Adam v
-// (stream 1 coded in 74 of 125 blocks; bench/RESULTS.md): AVX2 +7 %
+// (stream 1 coded in 74 of 125 blocks; bench/experiments/notebook.md): AVX2 +7 %
 // decompress; AVX-512 -12 %, where the generic path's lockstep pair of
 // streams 0 and 1 beats the merged pass.
 bool merged_sources(const CodecKernels& kr, const BlockView& v, int K, uint32_t n, uint8_t* scratch,

@@ -10,7 +10,7 @@
 #include "codec/rans.h"
 #include "cpu/checksum_cpu.h"
 #include "cpu/frame.h"
-#include "cpu/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace tz::cpu {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "codec/policy.h"
-#include "cpu/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace tz::cpu {
 

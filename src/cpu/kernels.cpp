@@ -34,7 +34,7 @@ int decode_portable(const uint8_t* in, size_t size, uint32_t n, const uint32_t* 
 // tz::split_fields / tz::merge_fields written as loops over typed views,
 // which the compiler vectorises (SSE2 on x86-64): tz::merge_fields stores
 // bytes one by one (it is also the device code). Measured: see
-// bench/RESULTS.md "AVX2 decode step, FP8 in place, portable merge".
+// bench/experiments/notebook.md "AVX2 decode step, FP8 in place, portable merge".
 namespace loops {
 #define TZ_LOOP_TARGET
 #include "cpu/simd_field_loops.inc"

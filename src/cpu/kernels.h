@@ -5,12 +5,12 @@
 //      simd_avx512.cpp, simd_neon.cpp; target attributes on the functions, so
 //      the rest of the build stays baseline) and define one CodecKernels
 //      table there. Every entry must give exactly the result (bytes and
-//      status) of the portable entry: tests/test_simd*.cpp compare them.
+//      status) of the portable entry: tests/cpu/test_simd*.cpp compare them.
 //   2. Return it from codec_kernels_for() (kernels.cpp) for its SimdPath.
 //   3. Once every entry is the path's own, list the path in built_with()
 //      (simd_path.cpp): only then may active_simd_path() choose it.
 // Callers take codec_kernels() once per call and use its entries; they never
-// test the CPU themselves. A component with kernels of its own (src/runtime)
+// test the CPU themselves. A component with kernels of its own (src/kv)
 // keeps its own table of the same shape, chosen by the same
 // active_simd_path().
 #pragma once

@@ -1,6 +1,6 @@
 // AVX2 (+BMI2, FMA) kernels of the CPU backend (SimdPath::kAvx2, kernels.h),
 // for x86-64 CPUs without AVX-512. Each produces exactly the bytes (or the
-// status) of its portable counterpart; tests/test_simd*.cpp compare them.
+// status) of its portable counterpart; tests/cpu/test_simd*.cpp compare them.
 //
 // A rANS step of 32 lanes is four vectors of 8 lanes. What AVX-512 does with
 // mask registers (expand the words a decoder lane takes, compress the words

@@ -1,7 +1,7 @@
 // AVX2 histograms of the CPU backend (SimdPath::kAvx2; the AVX-512 table uses
 // them too, kernels.h): the exact byte histogram of a stream and the joint
 // counts of the lane-context search. Each produces exactly the counts of its
-// portable counterpart; tests/test_simd_fields.cpp and the policy tests
+// portable counterpart; tests/cpu/test_simd_fields.cpp and the policy tests
 // compare them. The rANS coder of this path is in simd_avx2.cpp.
 #include "codec/fields.h"
 #include "codec/policy.h"

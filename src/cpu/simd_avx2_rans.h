@@ -1,5 +1,5 @@
 // The AVX2 rANS decode step and table lookups shared by the frame codec's
-// AVX2 kernels (simd_avx2.cpp) and the KV page codec's (runtime/kv/kv_avx2.cpp):
+// AVX2 kernels (simd_avx2.cpp) and the KV page codec's (kv/kernels_avx2.cpp):
 // one decoder of the 32-lane layout of doc/format.md §5.3, written once.
 // Functions carry their own target attribute (the including file may use
 // another for the rest of its code), so include it in any x86-64 file.

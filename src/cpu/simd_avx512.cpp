@@ -1,6 +1,6 @@
 // AVX-512 kernels of the CPU backend (SimdPath::kAvx512, kernels.h). Each
 // produces exactly the bytes (or the status) of its portable counterpart;
-// tests/test_simd*.cpp compare them.
+// tests/cpu/test_simd*.cpp compare them.
 //
 // Two tables. The encoder entry of both is encode_avx512: the AVX2
 // encoder's 8-lane step in AVX-512VL's 256-bit forms (masks, unsigned

@@ -1,5 +1,5 @@
 // The AVX-512 rANS decode step shared by the frame codec's AVX-512 kernels
-// (simd_avx512.cpp) and the KV page codec's (runtime/kv/kv_avx512.cpp): one
+// (simd_avx512.cpp) and the KV page codec's (kv/kernels_avx512.cpp): one
 // step of 16 lanes of the 32-lane layout of doc/format.md §5.3, written once.
 // Functions carry their own target attribute, so include it in any x86-64
 // file.

@@ -1,6 +1,6 @@
 // NEON (AArch64 Advanced SIMD) kernels of the CPU backend (SimdPath::kNeon,
 // kernels.h). Each produces exactly the bytes (or the status) of its portable
-// counterpart; tests/test_simd*.cpp compare them (CI runs them under
+// counterpart; tests/cpu/test_simd*.cpp compare them (CI runs them under
 // qemu-aarch64: scripts/test-aarch64.sh).
 //
 // A rANS step of 32 lanes is eight vectors of 4 lanes. NEON has no gather:

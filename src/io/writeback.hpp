@@ -5,7 +5,7 @@
 // SYNC_FILE_RANGE_WRITE, which starts the writes and does not wait for
 // them). The disk then writes while the codec still runs, and the final
 // fsync waits for the last chunk only (measured on this project's VMs: a
-// 48 MB output's fsync 24 -> 3 ms, bench/RESULTS.md). Durability and error
+// 48 MB output's fsync 24 -> 3 ms, bench/experiments/notebook.md). Durability and error
 // reporting stay with the fsync: this is a hint and its result is ignored.
 // Elsewhere than Linux it does nothing.
 #pragma once

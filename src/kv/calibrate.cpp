@@ -6,7 +6,7 @@
 
 #include "codec/cost.h"
 #include "cpu/frame.h"
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 
 namespace tz::kv {
 namespace {

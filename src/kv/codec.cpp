@@ -1,5 +1,5 @@
 // Codec objects, table blobs, kernel choice and batches (doc/kv.md).
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 
 #include <algorithm>
 #include <cstdint>

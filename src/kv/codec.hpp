@@ -1,6 +1,6 @@
 // KV-cache page codec, CPU side (doc/kv.md): calibration, table blobs, the
 // choice of kernel set and batches over a thread pool. The per-page code is
-// src/codec/kv_page.h; the kernels of each SIMD path are in kv_*.cpp here.
+// src/kv/page.h; the kernels of each SIMD path are in kernels_*.cpp here.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -8,9 +8,9 @@
 #include <mutex>
 #include <vector>
 
-#include "codec/kv_page.h"
+#include "kv/page.h"
 #include "cpu/simd_path.h"
-#include "cpu/thread_pool.h"
+#include "common/thread_pool.h"
 #include "tensorzip/tensorzip_kv.h"
 
 namespace tz::kv {
@@ -29,8 +29,8 @@ const PageKernels* page_kernels(cpu::SimdPath p);
 // dispatch rule), the portable ones where that path has none.
 const PageKernels& active_page_kernels();
 
-// Per-path kernel tables (kv_portable.cpp, kv_avx2.cpp, kv_avx512.cpp,
-// kv_neon.cpp; the SIMD ones built from kv_kernel_set.inc).
+// Per-path kernel tables (kernels_portable.cpp, kernels_avx2.cpp, kernels_avx512.cpp,
+// kernels_neon.cpp; the SIMD ones built from kernel_set.inc).
 const PageKernels* portable_kernels();
 #if defined(__x86_64__)
 const PageKernels* avx2_kernels();
@@ -85,7 +85,7 @@ struct CpuPageSum {
   uint32_t operator()(const uint8_t* p, size_t size) const { return page_checksum_cpu(p, size); }
 };
 
-// The codec behind a C handle (kv_c_api.cpp).
+// The codec behind a C handle (src/api/kv_c_api.cpp).
 const Codec* codec_of(const tz_kv_codec* c);
 
 // Message for a page-level status (kErr* of format.h).

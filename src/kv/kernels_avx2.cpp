@@ -1,10 +1,10 @@
-// AVX2 kernel set of the KV page codec: kv_kernel_set.inc (the page loops,
+// AVX2 kernel set of the KV page codec: kernel_set.inc (the page loops,
 // escape patching and the kernel set, written once for every SIMD path) over
 // 8-lane / 32-byte primitives, the rANS decoder and the fused pass of the
 // common rANS page; the rANS encoder is the frame codec's AVX2 encoder for
 // this CPU (the same coder on the same freq | start tables). Same bytes and statuses
-// as the portable kernels (tests/runtime/kv compares them).
-#include "kv_codec.hpp"
+// as the portable kernels (tests/kv compares them).
+#include "kv/codec.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -157,7 +157,7 @@ TZ_AVX2 void fixed_planes_isa(const KvCodecTables& c, const uint8_t* codes, cons
   kv_fixed_planes_from(c, codes, s0, n, g, out, lit);
 }
 
-// Fixed-mode coding of whole groups in one pass (kv_kernel_set.inc's
+// Fixed-mode coding of whole groups in one pass (kernel_set.inc's
 // fixed_page_simd): per 32 elements of dtype class D (kBF16, kF16, or kOneByte:
 // stream 0 = the bytes), the streams split in registers,
 // stream 1 stored at raw1, the codes' Bits planes at planes and the escaped
@@ -269,7 +269,7 @@ struct FixedGroups {
   }
 };
 
-// Fixed-mode decoding of whole groups in one pass (kv_kernel_set.inc's
+// Fixed-mode decoding of whole groups in one pass (kernel_set.inc's
 // fixed_decode_simd, codes of Bits <= 4 bits): per group the codes from its
 // planes (one 16-byte read, spread over the 32 lanes by a shuffle per
 // plane), the elements of dtype class D (kBF16, kF16, kOneByte) made from
@@ -497,7 +497,7 @@ TZ_AVX2 int rans_merge_isa(const KvCodecTables& c, const uint8_t* in, size_t siz
 #define TZ_KV_FIXED_GROUPS 1
 #define TZ_KV_FIXED_DECODE_GROUPS 1
 #define TZ_KV_PREFETCH_FIXED 1
-#include "kv_kernel_set.inc"
+#include "kv/kernel_set.inc"
 #undef TZ_KV_PREFETCH_FIXED
 #undef TZ_KV_FIXED_DECODE_GROUPS
 #undef TZ_KV_FIXED_GROUPS

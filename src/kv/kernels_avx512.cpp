@@ -1,10 +1,10 @@
 // AVX-512 kernel set of the KV page codec (F, BW, VL, DQ, VBMI2: the
-// features simd_path_cpu_has(kAvx512) checks): kv_kernel_set.inc (the page
+// features simd_path_cpu_has(kAvx512) checks): kernel_set.inc (the page
 // loops, escape patching and the kernel set, written once for every SIMD
 // path) over 16-lane / 64-byte primitives with mask registers and compress /
 // expand, and the rANS decoder; the rANS encoder is the frame codec's AVX2
 // one. Same bytes and statuses as the portable kernels.
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -173,7 +173,7 @@ struct FixedGroups {
   }
 };
 
-// Fixed-mode decoding of whole groups in one pass (kv_kernel_set.inc's
+// Fixed-mode decoding of whole groups in one pass (kernel_set.inc's
 // fixed_decode_simd, codes of Bits <= 4 bits): per group the symbols from
 // the planes (mask blends) and the literals (expanded into the escaped
 // lanes), merged with the raw stream 1 in registers into the elements of
@@ -274,7 +274,7 @@ TZ_AVX512 int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t siz
 #define TZ_KV_FIXED_PAGE 1
 #define TZ_KV_FIXED_DECODE_GROUPS 1
 #define TZ_KV_PREFETCH_FIXED 1
-#include "kv_kernel_set.inc"
+#include "kv/kernel_set.inc"
 #undef TZ_KV_PREFETCH_FIXED
 #undef TZ_KV_FIXED_DECODE_GROUPS
 #undef TZ_KV_FIXED_PAGE

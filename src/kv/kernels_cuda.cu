@@ -1,9 +1,9 @@
 // KV page codec on CUDA devices (include/tensorzip/tensorzip_kv_cuda.h,
 // doc/kv.md 7): one warp per page, the page layout, encoder rule and checks
-// of src/codec/kv_page.h (its TZ_HD helpers are called here), the lane-
+// of src/kv/page.h (its TZ_HD helpers are called here), the lane-
 // parallel parts (split, escapes, bit planes, the 32 rANS lanes, checksum
 // segments) spread over the warp with ballots. Pages equal the CPU's byte for
-// byte; tests/runtime/kv/emu runs this file under the CPU emulation of
+// byte; tests/kv/emu runs this file under the CPU emulation of
 // tests/cuda/emu/cuda_emu.h.
 //
 // TZ_CUDA_EMULATION: compiled by the host compiler over cuda_emu.h.
@@ -24,9 +24,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "codec/kv_page.h"
+#include "kv/page.h"
 #include "cuda/warp_codec.h"
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 #include "tensorzip/tensorzip_kv_cuda.h"
 
 namespace tz::kv::gpu {

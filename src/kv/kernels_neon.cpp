@@ -1,11 +1,11 @@
 // NEON (AArch64 Advanced SIMD) kernel set of the KV page codec:
-// kv_kernel_set.inc (the page loops, escape patching and the kernel set,
+// kernel_set.inc (the page loops, escape patching and the kernel set,
 // written once for every SIMD path) over 16-byte primitives, and the rANS
 // decoder with 4-lane vectors (AArch64 has no gather: each lane's table entry
 // is loaded on its own, the arithmetic and the word placement are vector
 // code); the rANS encoder is the frame codec's. Same bytes and statuses as
 // the portable kernels.
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -245,7 +245,7 @@ int rans_decode_isa(const uint32_t* dec, const uint8_t* in, size_t size, uint32_
 
 // ------------------------------------------------------------ kernel set --
 #define TZ_KV_TARGET
-#include "kv_kernel_set.inc"
+#include "kv/kernel_set.inc"
 #undef TZ_KV_TARGET
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The portable kernel set: the reference code of src/codec/kv_page.h, with
+// The portable kernel set: the reference code of src/kv/page.h, with
 // the CPU's CRC32C (same value as the table-driven reference).
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 
 namespace tz::kv {
 namespace {

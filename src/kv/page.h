@@ -1,7 +1,7 @@
 // KV-cache page codec (doc/kv.md, normative): per-page encode and decode with
 // tables calibrated once and stored apart from the pages. No allocation, no
 // I/O, no threads: the same functions run in a CPU thread and in a GPU warp
-// (src/runtime/kv/kv_cuda.cu), and the SIMD kernels of src/runtime/kv must produce
+// (src/kv/kernels_cuda.cu), and the SIMD kernels of src/kv must produce
 // exactly their bytes and statuses.
 //
 // Two page modes share the field split of the frame format (codec/fields.h):
@@ -19,6 +19,6 @@
 // checksum), kv_page_encode.h (kv_encode_page_with) and kv_page_decode.h
 // (the page view, kv_decode_page_with).
 #pragma once
-#include "codec/kv_page_format.h"
-#include "codec/kv_page_encode.h"
-#include "codec/kv_page_decode.h"
+#include "kv/page_format.h"
+#include "kv/page_encode.h"
+#include "kv/page_decode.h"

@@ -1,8 +1,8 @@
 // KV-cache page codec, decoding side (doc/kv.md 5): the page view that
 // validates a page against its tables, escape counts, payload decoding and
-// kv_decode_page_with. Included by codec/kv_page.h.
+// kv_decode_page_with. Included by kv/page.h.
 #pragma once
-#include "codec/kv_page_format.h"
+#include "kv/page_format.h"
 
 namespace tz::kv {
 
@@ -43,7 +43,7 @@ TZ_KV_VIEW_FN size_t kv_fixed_escapes_t(const uint8_t* q, uint32_t groups) {
 // kv_fixed_escapes for any width: the widths calibration picks on real KV
 // (about 3 bits) and SplitZip's 4 get loops of their own. A SIMD decoder
 // calls it from a function of its own file (SimdDecoder::fixed_escapes,
-// kv_kernel_set.inc), so that it is compiled with popcnt; the portable
+// kernel_set.inc), so that it is compiled with popcnt; the portable
 // decoder and the CUDA kernels call it through the page view's default.
 TZ_KV_VIEW_FN size_t kv_fixed_escapes_any(const uint8_t* q, uint32_t groups, uint32_t bits) {
   if (bits == 3) return kv_fixed_escapes_t<3>(q, groups);

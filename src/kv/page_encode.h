@@ -1,8 +1,8 @@
 // KV-cache page codec, encoding side (doc/kv.md): the fixed-mode codes and
 // planes, escapes, stream placement and kv_encode_page_with. Included by
-// codec/kv_page.h; the page header, bound and checksum are in kv_page_format.h.
+// kv/page.h; the page header, bound and checksum are in kv_page_format.h.
 #pragma once
-#include "codec/kv_page_format.h"
+#include "kv/page_format.h"
 
 namespace tz::kv {
 

@@ -1,8 +1,8 @@
 // KV-cache page codec: what encoder and decoder share (doc/kv.md): the page
 // header, the page bound and scratch size, the page checksum, a bit count.
-// codec/kv_page.h includes this and both sides.
+// kv/page.h includes this and both sides.
 #pragma once
-#include "codec/kv_tables.h"
+#include "kv/tables.h"
 
 namespace tz::kv {
 

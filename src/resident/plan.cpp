@@ -1,13 +1,13 @@
-#include "resident_plan.hpp"
+#include "resident/plan.hpp"
 
 #include <algorithm>
 #include <chrono>
 
 #include "cpu/frame.h"
-#include "cpu/thread_pool.h"
+#include "common/thread_pool.h"
 #include "tensorzip/tensorzip.h"
 
-namespace tz::runtime {
+namespace tz::resident {
 
 namespace {
 
@@ -251,4 +251,4 @@ void ResidentPlan::background_loop() {
   }
 }
 
-}  // namespace tz::runtime
+}  // namespace tz::resident

@@ -31,7 +31,7 @@
 
 #include "cpu/frame.h"
 
-namespace tz::runtime {
+namespace tz::resident {
 
 // A frame that does not validate when added (names the tensor).
 struct ResidentFrameError : std::invalid_argument {
@@ -153,4 +153,4 @@ class ResidentPlan {
   std::thread bg_thread_;
 };
 
-}  // namespace tz::runtime
+}  // namespace tz::resident

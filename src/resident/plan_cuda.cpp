@@ -1,8 +1,8 @@
-#include "resident_plan_cuda.hpp"
+#include "resident/plan_cuda.hpp"
 
 #include <algorithm>
 
-namespace tz::runtime {
+namespace tz::resident {
 
 void ResidentPlanCuda::add(size_t group, const std::string& name, const void* d_frame, size_t frame_size,
                            uint64_t raw_size, uint64_t dst_offset) {
@@ -49,4 +49,4 @@ size_t ResidentPlanCuda::decode(size_t group, void* d_dst, size_t capacity, void
   return tz_cuda_decompress(g.items.data(), g.items.size(), d_temp, temp_size, d_sizes, d_status, stream);
 }
 
-}  // namespace tz::runtime
+}  // namespace tz::resident

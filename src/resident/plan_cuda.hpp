@@ -1,4 +1,4 @@
-// The CUDA side of resident weights (resident_plan.hpp is the CPU side): a
+// The CUDA side of resident weights (plan.hpp is the CPU side): a
 // model's frames already in device memory, grouped per forward pre-hook, with
 // the batch decode descriptors (tz_cuda_decompress_item) built once. decode()
 // only enqueues tz_cuda_decompress on the caller's stream: no host
@@ -17,7 +17,7 @@
 
 #include "tensorzip/tensorzip_cuda.h"
 
-namespace tz::runtime {
+namespace tz::resident {
 
 class ResidentPlanCuda {
  public:
@@ -61,4 +61,4 @@ class ResidentPlanCuda {
   bool final_ = false;
 };
 
-}  // namespace tz::runtime
+}  // namespace tz::resident

@@ -1,7 +1,7 @@
 // The encoder policy (codec/policy.h) and the table-section writer
 // (codec/frame_prefix.h), tested directly. The CPU encoder's table sections
-// against the policy run step by step: tests/test_policy_encoder.cpp; level
-// 1's fast-table ranges: tests/test_policy_fast.cpp. (The CUDA encoder's
+// against the policy run step by step: tests/codec/test_policy_encoder.cpp; level
+// 1's fast-table ranges: tests/codec/test_policy_fast.cpp. (The CUDA encoder's
 // frames are compared with the CPU's byte for byte in tests/cuda/emu, so
 // they follow the same decisions.)
 #include <gtest/gtest.h>

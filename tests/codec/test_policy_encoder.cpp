@@ -2,7 +2,7 @@
 // (codec/policy.h) run step by step on the same data: a model of the
 // decision procedure (policy_table_section) and the frames of real, random
 // and tiny tensors at every level. (The policy functions themselves:
-// tests/test_policy.cpp, tests/test_policy_fast.cpp; the CUDA encoder's
+// tests/codec/test_policy.cpp, tests/codec/test_policy_fast.cpp; the CUDA encoder's
 // frames are compared with the CPU's byte for byte in tests/cuda/emu.)
 #include <gtest/gtest.h>
 

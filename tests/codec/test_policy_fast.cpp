@@ -1,7 +1,7 @@
 // Level 1's fast tables' statistics (codec/policy.h, "fast tables'
 // statistics"): the per-block ranges of four extremes and the pseudo-counts
 // they give. The CPU encoder's table sections with them are checked against
-// the policy step by step in tests/test_policy.cpp
+// the policy step by step in tests/codec/test_policy.cpp
 // (Policy.CpuEncoderFollowsThePolicy), the CUDA encoder's frames against
 // the CPU's in tests/cuda/emu (CudaEmu.FastTablesRanges).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The ordered, bounded pipeline (src/cpu/ordered_pipeline.h) under
+// The ordered, bounded pipeline (src/common/ordered_pipeline.h) under
 // adversarial scheduling: random sleeps and yields in every stage, more
 // threads than cores, completions from foreign threads in any order. Each
 // test checks the contract, not timings: commit (and issue) in item order,
@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/ordered_pipeline.h"
-#include "cpu/thread_pool.h"
+#include "common/ordered_pipeline.h"
+#include "common/thread_pool.h"
 
 using tz::cpu::OrderedPipeline;
 using tz::cpu::ThreadPool;

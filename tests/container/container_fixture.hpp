@@ -26,8 +26,8 @@
 
 #include "tensorzip/container.hpp"
 #include "tensorzip/tzip_file.h"
-#include "tz_test_files.hpp"       // tests/common
-#include "tz_test_tzip_edit.hpp"  // tests/common
+#include "tz_test_files.hpp"       // tests/support
+#include "tz_test_tzip_edit.hpp"  // tests/support
 
 namespace tc = tz::container;
 using namespace tz_test;

@@ -377,7 +377,7 @@ TEST(ContainerNames, DefaultNamesAndDtypes) {
     EXPECT_EQ(d, TZ_DTYPE_BYTES) << s;
   }
   // The dtypes of safetensors 0.8 added for parity, on the codec their measurement chose
-  // (bench/RESULTS.md): FNUZ FP8 and E8M0 scales on the FP8 split, C64 on the F32 split.
+  // (bench/experiments/notebook.md): FNUZ FP8 and E8M0 scales on the FP8 split, C64 on the F32 split.
   for (const char* s : {"F8_E4M3FNUZ", "F8_E8M0"}) {
     ASSERT_TRUE(tc::codec_dtype_for(s, &d)) << s;
     EXPECT_EQ(d, TZ_DTYPE_F8_E4M3) << s;

@@ -144,7 +144,7 @@ TEST_F(Container, TruncationWrongMagicAndNewerVersion) {
   expect_error([&] { tc::Reader r(p("v.tzip")); }, tc::ErrorKind::kBadInput, {"newer"}, "newer major version");
 }
 
-// with_header (tests/common/tz_test_tzip_edit.hpp): the header validation
+// with_header (tests/support/tz_test_tzip_edit.hpp): the header validation
 // itself, not the hash, must catch each edit.
 
 // The header is stored as one zstd frame (preamble flag 1, section 3.2).

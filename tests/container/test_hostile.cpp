@@ -30,8 +30,8 @@
 
 #include "container/tzip_refs.hpp"
 #include "tensorzip/container.hpp"
-#include "tz_test_files.hpp"       // tests/common
-#include "tz_test_tzip_edit.hpp"  // tests/common
+#include "tz_test_files.hpp"       // tests/support
+#include "tz_test_tzip_edit.hpp"  // tests/support
 
 namespace tc = tz::container;
 namespace fs = std::filesystem;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tensorzip/container.hpp"
-#include "tz_test_files.hpp"  // tests/common
+#include "tz_test_files.hpp"  // tests/support
 
 namespace tc = tz::container;
 using namespace tz_test;

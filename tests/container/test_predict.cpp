@@ -25,8 +25,8 @@
 
 #include "codec/predict.h"
 #include "tensorzip/container.hpp"
-#include "tz_test_files.hpp"       // tests/common
-#include "tz_test_tzip_edit.hpp"  // tests/common
+#include "tz_test_files.hpp"       // tests/support
+#include "tz_test_tzip_edit.hpp"  // tests/support
 
 namespace tc = tz::container;
 namespace tp = tz::predict;
@@ -487,7 +487,7 @@ TEST_F(Predict, DecompressCheckpointRestoresSourcesFirstAndUsesThem) {
 
 // ---- hostile version-2 headers ---------------------------------------------
 
-// with_header (tests/common/tz_test_tzip_edit.hpp) rewrites the JSON header and
+// with_header (tests/support/tz_test_tzip_edit.hpp) rewrites the JSON header and
 // fixes every checksum, so that the header validation itself must catch the edit.
 
 TEST_F(Predict, HeaderValidationOfPredictions) {

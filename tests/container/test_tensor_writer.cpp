@@ -14,7 +14,7 @@
 
 #include "tensorzip/container.hpp"
 #include "tensorzip/tensorzip.h"
-#include "tz_test_files.hpp"  // tests/common
+#include "tz_test_files.hpp"  // tests/support
 
 namespace fs = std::filesystem;
 namespace tc = tz::container;

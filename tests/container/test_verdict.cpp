@@ -21,7 +21,7 @@
 #include <xxhash.h>
 
 #include "tensorzip/container.hpp"
-#include "tz_test_files.hpp"  // tests/common
+#include "tz_test_files.hpp"  // tests/support
 
 namespace tc = tz::container;
 namespace fs = std::filesystem;

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/thread_pool.h"
+#include "common/thread_pool.h"
 #include "tensorzip/checkpoint.hpp"
 #include "tensorzip/tensorzip.h"
 #include "tensorzip/tzip_file.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kv_codec.hpp"
+#include "kv/codec.hpp"
 #include "tz_test_data.h"
 
 namespace kvt {

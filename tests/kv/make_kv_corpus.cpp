@@ -2,12 +2,12 @@
 // made with the target's own codecs: valid pages of every codec (sizes around
 // the 32-element groups, special values, incompressible bytes) and round-trip
 // inputs. Run by hand, output committed:
-//   build/tests/runtime/kv/tz_make_kv_corpus tests/fuzz/corpus/kv_page
+//   build/tests/kv/tz_make_kv_corpus tests/fuzz/corpus/kv_page
 #include <cstdio>
 #include <fstream>
 #include <string>
 
-#include "../../fuzz/fuzz_kv_page.cpp"
+#include "../fuzz/fuzz_kv_page.cpp"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -80,7 +80,7 @@ TEST(KvCudaGpu, PagesEqualCpu) {
 }
 
 // Throughput of batches of pages on the device (bench/gpu/run.sh prints it;
-// bench/RESULTS.md compares it with SplitZip's published figures). The real
+// bench/experiments/notebook.md compares it with SplitZip's published figures). The real
 // layer-0 K pages tiled to ~1 GiB of pages, encoded and decoded in one batch
 // per call, best of 5 by CUDA events; the last round trip is checked.
 TEST(KvCudaGpu, Throughput) {

@@ -1,4 +1,4 @@
-// The CPU plan of resident weights (src/runtime/resident/resident_plan.hpp):
+// The CPU plan of resident weights (src/resident/plan.hpp):
 // groups of real fixture weights (BF16 and their F16 / F32 / FP8 casts)
 // decode byte for byte into their place in a group buffer, with any thread
 // count and block size, synchronously and in the background; tasks are cut
@@ -13,15 +13,15 @@
 #include <vector>
 
 #include "codec/format.h"
-#include "resident_plan.hpp"
+#include "resident/plan.hpp"
 #include "tensorzip/tensorzip.h"
 #include "tz_test_data.h"
 
 namespace {
 
-using tz::runtime::ResidentDecodeError;
-using tz::runtime::ResidentFrameError;
-using tz::runtime::ResidentPlan;
+using tz::resident::ResidentDecodeError;
+using tz::resident::ResidentFrameError;
+using tz::resident::ResidentPlan;
 using tzt::Bytes;
 
 struct Weight {

@@ -1,4 +1,4 @@
-// The CUDA plan of resident weights (src/runtime/resident/resident_plan_cuda.cpp)
+// The CUDA plan of resident weights (src/resident/plan_cuda.cpp)
 // over the real kernel source run by the CPU emulation of tests/cuda/emu
 // (emu_codec.cpp: host memory stands in for device memory). Real fixture
 // weights in every codec dtype decode byte for byte into two alternating
@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "resident_plan_cuda.hpp"
+#include "resident/plan_cuda.hpp"
 #include "tensorzip/tensorzip.h"
 #include "tz_test_data.h"
 
 namespace {
 
-using tz::runtime::ResidentPlanCuda;
+using tz::resident::ResidentPlanCuda;
 using tzt::Bytes;
 
 struct DevBuf {  // 256-aligned "device" memory

@@ -3,7 +3,7 @@
 // parameters, header CRC, block index, extent), of the block header
 // (parse_block in codec/block.h) and of block decoding, each built from a
 // valid CPU frame by editing one part, with the header CRC recomputed unless
-// the rule is about that CRC. The CPU tests (tests/test_frame_validation.cpp)
+// the rule is about that CRC. The CPU tests (tests/cpu/test_frame_validation.cpp)
 // and the CUDA emulation tests (tests/cuda/emu) run every backend over it and
 // expect the same status code from each (the seeded-lane rows are in
 // tz_malformed_seeded.h, the record type in tz_malformed_types.h). Header-only; needs the tensorzip

@@ -1,5 +1,5 @@
 // "Device" memory of the tests that run CUDA kernels under the CPU emulation
-// (tests/cuda/emu, tests/runtime/kv/emu): host memory, 256-aligned, with
+// (tests/cuda/emu, tests/kv/emu): host memory, 256-aligned, with
 // canaries on both sides so that a test sees any write outside the buffer.
 #pragma once
 #include <cstddef>

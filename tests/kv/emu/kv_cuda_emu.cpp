@@ -1,4 +1,4 @@
-// The KV page codec's CUDA source (src/runtime/kv/kv_cuda.cu) compiled with
+// The KV page codec's CUDA source (src/kv/kernels_cuda.cu) compiled with
 // the host compiler over the thread-per-lane emulation of
 // tests/cuda/emu/cuda_emu.h: the same tz_kv_cuda_* entry points, host memory
 // standing in for device memory.
@@ -13,4 +13,4 @@ cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, enum cudaMemcpyKin
 }
 }
 
-#include "runtime/kv/kv_cuda.cu"
+#include "kv/kernels_cuda.cu"
