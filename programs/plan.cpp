@@ -31,12 +31,6 @@ std::string fmt(const char* f, double v) {
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
-
-// Time of a pipelined compressed save: encode and write overlap.
-double t_comp(double bytes, double storage, double enc, double ratio) {
-  if (enc <= 0 || ratio <= 0 || storage <= 0) return INFINITY;
-  return std::max(bytes / enc, bytes / (ratio * storage));
-}
 }  // namespace
 
 std::vector<PlanPart> model_parts(double params, bool master, unsigned grad_bytes_per_param) {
@@ -114,7 +108,7 @@ PlanResult plan(const PlanInput& in) {
   const double B = in.storage_gibps * kGiB;
   r.restore_raw_s = S / B;
   r.restore_comp_s = r.choice.kind == CodecKind::kRaw ? r.restore_raw_s
-                                                       : t_comp(S, B, dec * g * kGiB, r.ratio);
+                                                       : pipelined_seconds(S, B, dec * g * kGiB, r.ratio);
   r.checkpoints_per_month = in.interval_min > 0 ? kHoursPerMonth * 60 / in.interval_min : 0;
   r.gpu_hours_saved_sync = r.checkpoints_per_month * (r.sync_stall_raw_s - r.sync_stall_comp_s) * g / 3600;
   r.usd_saved_sync = r.gpu_hours_saved_sync * in.usd_per_gpu_hour;

@@ -15,13 +15,12 @@ std::string fmt(const char* f, double v) {
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
-
-// Time of a pipelined compressed save: encode and write overlap.
-double t_comp(double bytes, double storage, double enc, double ratio) {
-  if (enc <= 0 || ratio <= 0 || storage <= 0) return INFINITY;
-  return std::max(bytes / enc, bytes / (ratio * storage));
-}
 }  // namespace
+
+double pipelined_seconds(double bytes, double storage_bps, double codec_bps, double ratio) {
+  if (codec_bps <= 0 || ratio <= 0 || storage_bps <= 0) return INFINITY;
+  return std::max(bytes / codec_bps, bytes / (ratio * storage_bps));
+}
 
 const char* codec_kind_name(CodecKind k) {
   switch (k) {
@@ -44,8 +43,8 @@ CodecChoice choose_codec(double bytes, double storage_gibps, double fast_gibps, 
   CodecChoice c;
   const double B = storage_gibps * kGiB;
   c.t_raw_s = B > 0 ? bytes / B : INFINITY;
-  c.t_fast_s = t_comp(bytes, B, fast_gibps * kGiB, fast_ratio);
-  c.t_strong_s = t_comp(bytes, B, strong_gibps * kGiB, strong_ratio);
+  c.t_fast_s = pipelined_seconds(bytes, B, fast_gibps * kGiB, fast_ratio);
+  c.t_strong_s = pipelined_seconds(bytes, B, strong_gibps * kGiB, strong_ratio);
   c.kind = CodecKind::kRaw;
   double best = c.t_raw_s;
   // Strictly faster than raw, and strong only when strictly faster than fast.

@@ -25,6 +25,11 @@ struct CodecChoice {
   std::string model;  // the time model with the numbers plugged in, one line
 };
 
+// Seconds to move `bytes` raw bytes through a codec of `codec_bps` raw bytes/s and
+// storage of `storage_bps` bytes/s when coding and I/O overlap (the slower stage
+// sets the pace); infinite when a figure is zero or negative.
+double pipelined_seconds(double bytes, double storage_bps, double codec_bps, double ratio);
+
 // Picks raw / fast / strong for `bytes` raw bytes given the storage bandwidth
 // and each setting's aggregate encode throughput and ratio. Zero or negative
 // speeds/ratios make that setting unavailable. `forced` (optional) overrides
