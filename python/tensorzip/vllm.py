@@ -22,9 +22,12 @@ Options (``--model-loader-extra-config '{"threads": 8}'`` / ``model_loader_extra
         (a folder, a file, or a list; default: the recorded relative paths).
     ``window``: tensors decoded ahead of the model's loader (default and least: ``threads``).
 
-Not built yet (doc/vllm.md): weights kept compressed in memory (a ``quantization="tensorzip"``
-mode) and decoding on the GPU; the weights are decoded on the CPU and loaded as vLLM loads any
-checkpoint.
+With ``quantization="tensorzip"`` (``tensorzip._vllm_resident``) the loaded model's weights are then
+kept compressed in memory (``tensorzip.resident.compress_model``), decoded block by block; a plain
+safetensors folder is accepted in that mode (loaded by vLLM's own safetensors loader).
+
+Not built yet (doc/vllm.md): decoding the load on the GPU; the weights are decoded on the CPU and
+loaded as vLLM loads any checkpoint.
 """
 from __future__ import annotations
 
