@@ -107,9 +107,11 @@ def weight_files(folder: str, variant: Optional[str] = None) -> Optional[List[st
         shards.append(tz if os.path.isfile(tz) else os.path.join(folder, shard))
     if not any(s.endswith(".tzip") for s in shards):
         return None  # a plain safetensors folder
-    missing = [s for s in shards if not os.path.isfile(s)]
+    # A shard in neither form is named as this folder's shards are stored: compressed.
+    missing = [_as_tzip_name(os.path.basename(s)) for s in shards if not os.path.isfile(s)]
     if missing:
-        raise UsageError(f"{index} names shards that are not in {folder}: {', '.join(map(os.path.basename, missing))}")
+        raise UsageError(f"{index} names shards that are not in {folder}: {', '.join(missing)} (nor in safetensors "
+                         f"form)")
     return shards
 
 

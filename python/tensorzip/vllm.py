@@ -22,9 +22,12 @@ Options (``--model-loader-extra-config '{"threads": 8}'`` / ``model_loader_extra
         (a folder, a file, or a list; default: the recorded relative paths).
     ``window``: tensors decoded ahead of the model's loader (default and least: ``threads``).
 
-Not built yet (doc/vllm.md): weights kept compressed in memory (a ``quantization="tensorzip"``
-mode) and decoding on the GPU; the weights are decoded on the CPU and loaded as vLLM loads any
-checkpoint.
+With ``quantization="tensorzip"`` (``tensorzip._vllm_resident``) the loaded model's weights are then
+kept compressed in memory (``tensorzip.resident.compress_model``), decoded block by block; a plain
+safetensors folder is accepted in that mode (loaded by vLLM's own safetensors loader).
+
+Not built yet (doc/vllm.md): decoding the load on the GPU; the weights are decoded on the CPU and
+loaded as vLLM loads any checkpoint.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import time
 from typing import Any, Dict, List
 
 from ._core import UsageError
+from . import _vllm_resident
 from ._vllm_weights import iter_weights, model_weight_files
 
 __all__ = ["register", "LOAD_FORMAT", "loader_class", "OPTIONS"]
@@ -95,10 +99,24 @@ def _make_loader_class() -> Any:
 
         def download_model(self, model_config: Any) -> None:
             # Local folders only: checks that the weight files are there (shards included).
-            model_weight_files(str(model_config.model))
+            if not _plain_folder(model_config):
+                model_weight_files(str(model_config.model))
+
+        def load_model(self, vllm_config: Any, model_config: Any, prefix: str = "") -> Any:
+            resident = model_config.quantization == _vllm_resident.QUANTIZATION
+            if resident:
+                _vllm_resident.check_can_keep_compressed(vllm_config)
+            model = super().load_model(vllm_config, model_config, prefix)
+            if resident:
+                _vllm_resident.keep_compressed(model, threads=self.options.get("threads") or 0,
+                                               where=str(model_config.model))
+            return model
 
         def load_weights(self, model: Any, model_config: Any) -> None:
             folder = str(model_config.model)
+            if _plain_folder(model_config):  # quantization="tensorzip" of a safetensors folder
+                _load_plain(self.load_config, model, model_config)
+                return
             files = model_weight_files(folder)
             t0 = time.perf_counter()
             weights = iter_weights(files, threads=self.options.get("threads") or 0,
@@ -109,12 +127,31 @@ def _make_loader_class() -> Any:
                 weights.close()  # an error inside load_weights: the pool stops, the files close
             logger.info("tensorzip: loaded the weights of %s (%d file(s)) in %.2f s", folder, len(files),
                         time.perf_counter() - t0)
-            if model_config.quantization is None and loaded is not None:
+            if model_config.quantization in (None, _vllm_resident.QUANTIZATION) and loaded is not None:
                 _check_all_loaded(model, loaded, folder)
 
     TensorZipModelLoader.__module__ = __name__
     TensorZipModelLoader.__qualname__ = "TensorZipModelLoader"
     return TensorZipModelLoader
+
+
+def _plain_folder(model_config: Any) -> bool:
+    """A safetensors folder (no .tzip weights) served with quantization="tensorzip"."""
+    from .transformers import weight_files
+
+    folder = str(model_config.model)
+    return model_config.quantization == _vllm_resident.QUANTIZATION and os.path.isdir(folder) and \
+        weight_files(folder) is None
+
+
+def _load_plain(load_config: Any, model: Any, model_config: Any) -> None:
+    """The weights of a safetensors folder, through vLLM's default loader."""
+    import dataclasses
+
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+    plain = dataclasses.replace(load_config, load_format="safetensors", model_loader_extra_config={})
+    DefaultModelLoader(plain).load_weights(model, model_config)
 
 
 def _check_all_loaded(model: Any, loaded: Any, folder: str) -> None:
@@ -149,8 +186,12 @@ def register() -> None:
         from vllm.model_executor import model_loader as ml
 
         cls = loader_class()
-        if getattr(ml, "_LOAD_FORMAT_TO_MODEL_LOADER", {}).get(LOAD_FORMAT) is cls:
-            return
-        ml.register_model_loader(LOAD_FORMAT)(cls)
+        if getattr(ml, "_LOAD_FORMAT_TO_MODEL_LOADER", {}).get(LOAD_FORMAT) is not cls:
+            ml.register_model_loader(LOAD_FORMAT)(cls)
     except Exception as e:  # pragma: no cover - another vLLM version
         logger.warning("tensorzip: cannot register the vLLM load format %r: %s", LOAD_FORMAT, e)
+    try:
+        _vllm_resident.register()
+    except Exception as e:  # pragma: no cover - another vLLM version
+        logger.warning("tensorzip: cannot register the vLLM quantization method %r: %s",
+                       _vllm_resident.QUANTIZATION, e)

@@ -3,8 +3,10 @@
     python _vllm_worker.py SPEC.json OUT.json
 
 SPEC: {"model": folder, "load_format": "auto" | "tensorzip", "extra": {...} (model_loader_extra_config),
-"prompts": [[token ids], ...], "text_prompts": [str, ...], "max_tokens": n, "seed": s}.
-OUT: {"greedy": [[ids]], "sampled": [[ids]], "text_greedy": [[ids]], "texts": [str], "weights": {name: sha256}}.
+"quantization": null | "tensorzip", "prompts": [[token ids], ...], "text_prompts": [str, ...], "max_tokens": n,
+"seed": s}.
+OUT: {"greedy": [[ids]], "sampled": [[ids]], "text_greedy": [[ids]], "texts": [str], "weights": {name: sha256},
+"resident": null | the memory held by a model whose weights are kept compressed (resident_memory)}.
 A failure to start the engine: exit status 3, "ENGINE ERROR: <class>: <message>" on stderr.
 """
 from __future__ import annotations
@@ -24,6 +26,31 @@ def weight_digests(model):
     return out
 
 
+def resident_memory(model):
+    """What a model with weights kept compressed holds, measured from its tensors: the bytes of its frames
+    (uint8 buffers), of its other parameters and buffers, and of its decode scratch; None for a plain model."""
+    import torch
+    from tensorzip.resident import is_resident, resident_stats
+
+    if not is_resident(model):
+        return None
+    frames = other = 0
+    seen = set()
+    for t in list(model.buffers()) + list(model.parameters()):
+        if t.data_ptr() in seen:
+            continue
+        seen.add(t.data_ptr())
+        n = t.untyped_storage().nbytes()
+        if t.dtype == torch.uint8:
+            frames += n
+        else:
+            other += n
+    stats = resident_stats(model)
+    return {"frame_bytes": frames, "other_bytes": other, "scratch_bytes": stats["scratch_bytes"],
+            "stats": {k: stats[k] for k in ("tensors", "plain_bytes", "compressed_bytes", "slot_bytes", "groups",
+                                            "on_demand_decodes")}}
+
+
 def main() -> int:
     spec = json.load(open(sys.argv[1]))
     from vllm import LLM, SamplingParams
@@ -32,7 +59,8 @@ def main() -> int:
     try:
         llm = LLM(model=spec["model"], load_format=spec["load_format"],
                   model_loader_extra_config=spec.get("extra") or {}, dtype="bfloat16", max_model_len=256,
-                  max_num_seqs=8, enforce_eager=True, seed=0)
+                  max_num_seqs=8, enforce_eager=spec.get("enforce_eager", True), seed=0,
+                  quantization=spec.get("quantization"))
     except Exception as e:  # noqa: BLE001 - the test reads the message
         traceback.print_exc()
         print(f"ENGINE ERROR: {type(e).__name__}: {e}", file=sys.stderr)
@@ -45,10 +73,11 @@ def main() -> int:
     text = llm.generate(spec.get("text_prompts", []), SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True),
                         use_tqdm=False)
     weights = llm.apply_model(weight_digests)[0]
+    resident = llm.apply_model(resident_memory)[0]
     out = {"greedy": [list(o.outputs[0].token_ids) for o in greedy],
            "sampled": [list(o.outputs[0].token_ids) for o in sampled],
            "text_greedy": [list(o.outputs[0].token_ids) for o in text],
-           "texts": [o.outputs[0].text for o in text], "weights": weights}
+           "texts": [o.outputs[0].text for o in text], "weights": weights, "resident": resident}
     json.dump(out, open(sys.argv[2], "w"))
     return 0
 

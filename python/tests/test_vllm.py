@@ -229,7 +229,7 @@ def test_weight_stream_errors(folders, tmp_path):
     with pytest.raises(tensorzip.UsageError, match="not a local folder"):
         _vllm_weights.model_weight_files(str(tmp_path / "nowhere"))
     broken = missing_shard_copy(folders, tmp_path)
-    with pytest.raises(tensorzip.UsageError, match=r"index.json names shards that are not in .*model-00002-of-00002"):
+    with pytest.raises(tensorzip.UsageError, match=r"index.json names shards that are not in .*: model-00002-of-00002\.tzip "):
         _vllm_weights.model_weight_files(str(broken))
 
 
@@ -294,22 +294,24 @@ def prompts():
     return [_gpt.real_text_ids(48, off)[0].tolist() for off in (0, 700, 1500)]
 
 
-def run_engine(tmp_path: Path, model: Path, load_format: str, extra=None):
-    """(returncode, result dict or None, stderr) of one engine in its own process."""
+def run_engine(tmp_path: Path, model: Path, load_format: str, extra=None, quantization=None):
+    """(returncode, result dict or None, its output: stdout then stderr) of one engine in its own process."""
     need_vllm()
-    spec = tmp_path / f"spec-{model.name}-{load_format}.json"
-    out = tmp_path / f"out-{model.name}-{load_format}.json"
+    spec = tmp_path / f"spec-{model.name}-{load_format}-{quantization}.json"
+    out = tmp_path / f"out-{model.name}-{load_format}-{quantization}.json"
     spec.write_text(json.dumps({"model": str(model), "load_format": load_format, "extra": extra or {},
-                                "prompts": prompts(), "text_prompts": TEXT_PROMPTS, "max_tokens": 24}))
+                                "quantization": quantization, "prompts": prompts(), "text_prompts": TEXT_PROMPTS,
+                                "max_tokens": 24}))
     p = subprocess.run([sys.executable, str(WORKER), str(spec), str(out)], capture_output=True, text=True,
                        env=_vllm_env(), timeout=ENGINE_TIMEOUT)
     result = json.loads(out.read_text()) if p.returncode == 0 else None
-    return p.returncode, result, p.stderr
+    return p.returncode, result, p.stdout + p.stderr  # vLLM logs to stdout
 
 
-def engine_result(tmp_path_factory, folders, key, load_format, extra=None):
-    rc, result, err = run_engine(tmp_path_factory.mktemp("engine"), folders[key], load_format, extra)
-    assert rc == 0, f"vLLM on {folders[key]} ({load_format}) exited {rc}:\n{err[-6000:]}"
+def engine_result(tmp_path_factory, folders, key, load_format, extra=None, quantization=None):
+    rc, result, err = run_engine(tmp_path_factory.mktemp("engine"), folders[key], load_format, extra, quantization)
+    assert rc == 0, f"vLLM on {folders[key]} ({load_format}, quantization {quantization}) exited {rc}:\n{err[-6000:]}"
+    result["log"] = err
     return result
 
 
@@ -352,7 +354,7 @@ def test_engine_refuses_missing_shard(folders, tmp_path):
     rc, _, err = run_engine(tmp_path, folder, "tensorzip")
     assert rc == 3, err[-4000:]
     line = [x for x in err.splitlines() if x.startswith("ENGINE ERROR:")][-1]
-    assert "UsageError" in line and "names shards that are not in" in line and "model-00002-of-00002" in line \
+    assert "UsageError" in line and "names shards that are not in" in line and "model-00002-of-00002.tzip" in line \
         and str(folder) in line, line
 
 
@@ -453,3 +455,99 @@ def test_openai_server(folders, reference, tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         log.close()
+
+
+# ---- weights kept compressed in memory: quantization="tensorzip" ----
+
+RESIDENT = "tensorzip"
+
+
+@pytest.fixture(scope="module")
+def resident_tzip(tmp_path_factory, folders):
+    return engine_result(tmp_path_factory, folders, "tzip", "tensorzip", {"threads": 2}, quantization=RESIDENT)
+
+
+@pytest.fixture(scope="module")
+def resident_sharded(tmp_path_factory, folders):
+    return engine_result(tmp_path_factory, folders, "tzip_sharded", "tensorzip", quantization=RESIDENT)
+
+
+@pytest.fixture(scope="module")
+def resident_plain(tmp_path_factory, folders):
+    """A plain safetensors folder served with its weights kept compressed."""
+    return engine_result(tmp_path_factory, folders, "plain", "tensorzip", quantization=RESIDENT)
+
+
+def _plain_weights(folders):
+    return load_file(str(folders["plain"] / "model.safetensors"))
+
+
+@pytest.mark.parametrize("mode", ["resident_tzip", "resident_sharded", "resident_plain"])
+def test_resident_same_tokens(reference, folders, request, mode):
+    got = request.getfixturevalue(mode)
+    assert got["greedy"] == reference["greedy"]
+    assert got["sampled"] == reference["sampled"]
+    assert got["text_greedy"] == reference["text_greedy"] and got["texts"] == reference["texts"]
+    # Every weight matrix of the checkpoint is held as frames, no longer a parameter (the biases and
+    # norms stay plain parameters).
+    res = got["resident"]
+    assert res is not None, "the model's weights were not kept compressed"
+    matrices = {n for n, t in _plain_weights(folders).items() if t.dim() == 2}
+    held = set(reference["weights"]) - set(got["weights"])
+    assert held == matrices and set(got["weights"]) < set(reference["weights"]), sorted(held ^ matrices)
+    assert res["stats"]["on_demand_decodes"] > 0  # the output head: read by vLLM's logits processor
+
+
+def test_resident_memory_at_rest(resident_tzip, folders):
+    """Frames + every other tensor of the model <= 0.70x of the BF16 checkpoint; scratch <= two blocks."""
+    sd = _plain_weights(folders)
+    bf16 = sum(t.numel() * t.element_size() for t in sd.values())
+    block = sum(t.numel() * t.element_size() for n, t in sd.items() if n.startswith("transformer.h.0."))
+    res = resident_tzip["resident"]
+    at_rest = res["frame_bytes"] + res["other_bytes"]
+    assert res["frame_bytes"] == res["stats"]["compressed_bytes"] > 0
+    assert at_rest <= 0.70 * bf16, (at_rest, bf16, at_rest / bf16)
+    assert 0 < res["scratch_bytes"] <= 2 * block + 4096, (res["scratch_bytes"], block)
+    # The figures reported at start: one log line with the compressed and raw bytes, ratio and scratch.
+    line = next(x for x in resident_tzip["log"].splitlines() if "weights kept compressed" in x)
+    assert f"{res['stats']['compressed_bytes']} bytes of frames for {res['stats']['plain_bytes']} raw bytes" in line
+    assert f"scratch {2 * res['stats']['slot_bytes']} bytes" in line
+    n = res["stats"]["tensors"]
+    assert f"plain weights freed: {n} of {n}" in line, line  # no reference to a plain weight left behind
+
+
+def test_resident_refuses_corrupt_frame(folders, tmp_path):
+    folder, tensor = corrupt_copy(folders, tmp_path)
+    rc, _, err = run_engine(tmp_path, folder, "tensorzip", {"threads": 2}, quantization=RESIDENT)
+    assert rc == 3, err[-4000:]
+    line = [x for x in err.splitlines() if x.startswith("ENGINE ERROR:")][-1]
+    assert "CorruptDataError" in line and str(folder / "model.tzip") in line, line
+    assert line.count(f"tensor {tensor!r}") == 1, line
+
+
+def test_resident_registered_and_checks(monkeypatch):
+    """The entry point registers quantization="tensorzip"; it refuses other load formats and compiled models."""
+    need_vllm()
+    import types
+
+    import vllm.config
+    from vllm.config import CompilationMode
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.plugins import load_general_plugins
+
+    from tensorzip import _vllm_resident
+
+    load_general_plugins()
+    cls = get_quantization_config("tensorzip")
+    assert cls is _vllm_resident.config_class() and cls.get_config_filenames() == []
+    config = cls.from_config({})
+    assert config.get_name() == "tensorzip"
+    monkeypatch.setattr(vllm.config, "get_current_vllm_config_or_none",
+                        lambda: types.SimpleNamespace(load_config=types.SimpleNamespace(load_format="auto")))
+    with pytest.raises(tensorzip.UsageError, match="pass load_format='tensorzip'.*not 'auto'"):
+        config.get_quant_method(torch.nn.Linear(4, 4), "x")
+    compiled = types.SimpleNamespace(compilation_config=types.SimpleNamespace(mode=CompilationMode.VLLM_COMPILE))
+    with pytest.raises(tensorzip.UsageError, match="enforce_eager=True"):
+        _vllm_resident.check_can_keep_compressed(compiled)
+    eager = types.SimpleNamespace(compilation_config=types.SimpleNamespace(mode=CompilationMode.NONE))
+    _vllm_resident.check_can_keep_compressed(eager)
