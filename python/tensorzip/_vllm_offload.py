@@ -40,7 +40,7 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.config import OffloadingConfig
 
 from ._core import UsageError
-from ._kv_offload import CompressedBlockStore, OffloadIndex, SlotSizes, kv_dtype_of, reserve_bytes
+from ._kv_offload import PAGE_HEADER_BYTES, CompressedBlockStore, OffloadIndex, SlotSizes, kv_dtype_of
 
 __all__ = ["TensorZipOffloadingSpec", "TensorZipOffloadingManager", "TensorZipOffloadingWorker", "OPTIONS"]
 
@@ -247,7 +247,9 @@ class TensorZipOffloadingSpec(OffloadingSpec):
         world = max(1, config.parallel.world_size)
         raw_block = config.worker_kv_bytes_per_block * world
         n_layers = sum(len(g.layer_names) for g in config.groups)
-        self.reserve = reserve_bytes([raw_block], False) + 16 * n_layers * world
+        # The most a block can hold: its pages stored raw, each behind a page header (one page per
+        # layer and worker; fewer when layers share a KV tensor).
+        self.reserve = raw_block + (PAGE_HEADER_BYTES * n_layers * world if self.compress else 0)
         self.num_slots = max(1, int(max_ratio * self.budget // max(1, raw_block)))
         self._manager: Optional[TensorZipOffloadingManager] = None
         self._worker: Optional[TensorZipOffloadingWorker] = None

@@ -279,3 +279,46 @@ def test_engine_uncompressed_baseline(gpt2_folder, no_connector, tmp_path):
     st = got["after_again"]
     assert st["blocks_loaded"] >= got["prompt_blocks"] and st["held_bytes"] == st["held_raw_bytes"]
     assert not st["compress"]
+
+
+def offloading_config(extra, dtype="bfloat16", blocks_per_chunk=1, engine_id="tz-test"):
+    from vllm.v1.kv_offload.config import (OffloadingCacheConfig, OffloadingConfig, OffloadingGroupConfig,
+                                           OffloadingModelConfig, OffloadingParallelConfig)
+
+    layers = tuple(f"model.layers.{i}.attn" for i in range(6))
+    return OffloadingConfig(
+        groups=(OffloadingGroupConfig(tokens_per_block=32, layer_names=layers, group_id=0),),
+        worker_kv_bytes_per_block=6 * 32768, enable_kv_cache_events=False, extra_config=extra,
+        engine_id=engine_id, model=OffloadingModelConfig(name="gpt2", dtype=dtype),
+        cache=OffloadingCacheConfig(tokens_per_hash=32, blocks_per_chunk=blocks_per_chunk),
+        parallel=OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
+                                          data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
+                                          is_parallelism_agnostic=True))
+
+
+def test_spec_found_by_vllm_and_options_checked():
+    need_vllm()
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+    extra = {"spec_name": "TensorZipOffloadingSpec", "spec_module_path": "tensorzip.vllm", "cpu_bytes_to_use": 1 << 24}
+    cls = OffloadingSpecFactory.get_spec_cls(extra)
+    import tensorzip.vllm as tzv
+    assert cls is tzv.TensorZipOffloadingSpec
+    spec = cls(offloading_config(extra))
+    assert spec.reserve == 6 * 32768 + 6 * ko.PAGE_HEADER_BYTES and spec.num_slots == 4 * (1 << 24) // (6 * 32768)
+    manager = spec.get_manager()
+    try:
+        assert manager.index.budget == 1 << 24 and manager.prepare_store([b"k"], None).keys_to_store == [b"k"]
+    finally:
+        manager.shutdown()
+    for bad, match in [({"compress": "yes"}, "compress must be true or false"),
+                       ({"mode": "zstd"}, 'mode must be "rans" or "fixed"'),
+                       ({"threads": -1}, "threads must be a number >= 0"),
+                       ({"cpu_bytes_to_use": 0}, "cpu_bytes_to_use must be a positive integer")]:
+        with pytest.raises(tensorzip.UsageError, match=match):
+            cls(offloading_config(dict(extra, **bad)))
+    with pytest.raises(tensorzip.UsageError, match="block_size must equal the KV cache's block size 32"):
+        cls(offloading_config(extra, blocks_per_chunk=2))
+    with pytest.raises(tensorzip.UsageError, match="KV cache dtype 'float32'"):
+        cls(offloading_config(extra, dtype="float32"))
+    assert cls(offloading_config(dict(extra, compress=False), dtype="float32")).reserve == 6 * 32768
