@@ -14,6 +14,7 @@ This module imports vLLM; ``tensorzip.vllm`` imports it on first use of the spec
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import time
@@ -176,14 +177,15 @@ class TensorZipOffloadingWorker(OffloadingWorker):
                 yield g, gpu.block_ids[start:start + n], slots.block_ids[start:start + n]
             start += n
 
-    def _sync(self, slots: TensorZipSlots) -> None:
-        if slots.generation != self.store.generation:
-            self.store.clear(slots.generation)
-
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
         assert isinstance(dst_spec, TensorZipSlots)
         t0 = time.perf_counter()
-        self._sync(dst_spec)
+        if dst_spec.generation < self.store.generation:
+            # Planned before the index was reset: vLLM discards its result; nothing is stored.
+            self._finished.append(TransferResult(job_id, True, 0, 0.0))
+            return True
+        if dst_spec.generation > self.store.generation:
+            self.store.clear(dst_spec.generation)  # the index was reset: every held block is gone
         self.store.drop(dst_spec.drop)
         raw = 0
         for g, blocks, slots in self._groups(src_spec, dst_spec):
@@ -260,8 +262,9 @@ class TensorZipOffloadingSpec(OffloadingSpec):
     def get_manager(self) -> OffloadingManager:
         if self._manager is None:
             index = OffloadIndex(self.budget, self.reserve, self.num_slots)
-            self._manager = TensorZipOffloadingManager(index, self._sizes(),
-                                                       self.kv_events_config.enable_kv_cache_events)
+            sizes = self._sizes()
+            atexit.register(sizes.unlink)  # also where vLLM never shuts the manager down
+            self._manager = TensorZipOffloadingManager(index, sizes, self.kv_events_config.enable_kv_cache_events)
             logger.info("tensorzip: KV offloading to host memory, %d bytes, %s (at most %d blocks of %d raw bytes)",
                         self.budget, "compressed" if self.compress else "uncompressed", self.num_slots, self.reserve)
         return self._manager

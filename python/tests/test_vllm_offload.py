@@ -322,3 +322,37 @@ def test_spec_found_by_vllm_and_options_checked():
     with pytest.raises(tensorzip.UsageError, match="KV cache dtype 'float32'"):
         cls(offloading_config(extra, dtype="float32"))
     assert cls(offloading_config(dict(extra, compress=False), dtype="float32")).reserve == 6 * 32768
+
+
+def test_worker_moves_blocks_between_kv_cache_and_store(tmp_path):
+    """The worker on a KV cache of real blocks: stored blocks load back bit for bit into other KV
+    blocks; a store planned before an index reset stores nothing; a newer generation frees all."""
+    need_vllm()
+    from vllm.v1.kv_offload.base import (CanonicalKVCacheRef, CanonicalKVCaches, CanonicalKVCacheTensor,
+                                         GPULoadStoreSpec)
+
+    from tensorzip import _vllm_offload as vo
+
+    blocks = real_blocks()
+    page = blocks.shape[1]
+    kv = [torch.zeros((32, page), dtype=torch.int8) for _ in range(2)]
+    kv[0][:16] = torch.from_numpy(blocks).view(torch.int8)
+    kv[1][:16] = torch.from_numpy(blocks[::-1].copy()).view(torch.int8)
+    caches = CanonicalKVCaches([CanonicalKVCacheTensor(t, page) for t in kv],
+                               [[CanonicalKVCacheRef(0, page), CanonicalKVCacheRef(1, page)]])
+    _, sizes, store = make_store(tmp_path)
+    worker = vo.TensorZipOffloadingWorker(caches, store)
+    gpu = GPULoadStoreSpec(list(range(4, 12)), group_sizes=[8], block_indices=[0])
+    assert worker.submit_store(7, gpu, vo.TensorZipSlots(range(100, 108)))
+    assert store.stats()["blocks_stored"] == 8 and sizes.total(100) == store.slot_bytes(100) > 0
+    dst = GPULoadStoreSpec(list(range(20, 28)), group_sizes=[8], block_indices=[0])
+    assert worker.submit_load(8, vo.TensorZipSlots(range(100, 108)), dst)
+    assert [r.job_id for r in worker.get_finished()] == [7, 8] and worker.get_finished() == []
+    for t in kv:
+        assert torch.equal(t[20:28], t[4:12]) and t[20:28].any()
+    worker.submit_store(9, GPULoadStoreSpec([0], [1], [0]), vo.TensorZipSlots([1], drop=[100], generation=1))
+    assert store.generation == 1 and store.stats()["blocks_held"] == 1  # a reset freed every block
+    worker.submit_store(10, GPULoadStoreSpec([2], [1], [0]), vo.TensorZipSlots([2], generation=0))
+    assert store.stats()["blocks_held"] == 1 and len(worker.get_finished()) == 2  # the stale store: done, nothing held
+    with pytest.raises(tensorzip.UsageError, match="one offloaded block per KV block"):
+        worker.submit_load(11, vo.TensorZipSlots([1, 2]), GPULoadStoreSpec([0], [1], [0]))
