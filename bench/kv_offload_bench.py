@@ -15,11 +15,11 @@ overrides the folder).
    of host memory (from the bytes held), store and load GB/s of raw KV per core (median and best
    of --reps; store includes copying the pages out, load the copy into the output).
 2. Time to first token of a reused prefix, vLLM (CPU build) serving the fixture GPT (GPT-2 folder as
-   python/tests/test_vllm.py writes it) with prefix caching, block_size 32: for each of 4 prompts
-   of 224 tokens of real text, ``llm.reset_prefix_cache()`` then ``generate(prompt, max_tokens=1)``
-   timed; its 6 full blocks (192 tokens) come from the offloaded copy (compressed or plain) or are
-   recomputed (no connector); "engine prefix cache" is the same without the reset (no offloading
-   involved). Each configuration is an engine in a process of its own
+   python/tests/test_vllm.py writes it) with prefix caching, block_size 32: 3 prompts of 224 tokens
+   (7 blocks) of real text are generated once (their blocks offloaded), then for each of them
+   ``llm.reset_prefix_cache()`` and ``generate(prompt, max_tokens=1)`` timed: its blocks come from
+   the offloaded copy (compressed or plain) or are recomputed (no connector); "engine prefix cache"
+   is the same without the reset (vLLM's own cache, no offloading involved; it reuses 6 blocks). Each configuration is an engine in a process of its own
    (VLLM_ENABLE_V1_MULTIPROCESSING=0, VLLM_CPU_KVCACHE_SPACE=1); medians over --reps rounds. The
    first token of every configuration must be the same.
 """
@@ -107,7 +107,7 @@ def child(spec: dict) -> dict:
     from vllm.inputs import TokensPrompt
 
     llm = make_llm({"model": spec["model"], "offload": spec["offload"], "cpu_bytes_to_use": 256 << 20})
-    prompts = [TokensPrompt(prompt_token_ids=p) for p in text_prompts(224, 4)]
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in text_prompts(224, 3)]
     one = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
     llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True), use_tqdm=False)
     times, first = [], []
@@ -182,8 +182,8 @@ def main() -> None:
     if have_vllm:
         with tempfile.TemporaryDirectory(prefix="kv-offload-bench-") as tmp:
             trows = ttft_rows(args.reps, Path(tmp))
-        lines += ["", "Time to first token, one 224-token prompt whose first 192 tokens were seen before "
-                  f"(vLLM CPU build, medians of {4 * args.reps}):", "",
+        lines += ["", "Time to first token of a 224-token prompt seen before "
+                  f"(vLLM CPU build, medians of {3 * args.reps}):", "",
                   "| configuration | TTFT ms (median) | min ms | prefix tokens reused |", "|---|---|---|---|"]
         lines += [f"| {r['config']} | {r['ttft_ms']:.1f} | {r['min_ms']:.1f} | {r['cached']} |" for r in trows]
     else:

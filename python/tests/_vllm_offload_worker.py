@@ -26,7 +26,10 @@ BLOCK = 32
 
 def text_prompts(n_tokens: int, count: int):
     src = (Path(__file__).resolve().parents[1] / "tensorzip" / "_file.py").read_bytes()
-    return [list(src[i * 4000:i * 4000 + n_tokens]) for i in range(count)]
+    prompts = [list(src[i * 4000:i * 4000 + n_tokens]) for i in range(count)]
+    if any(len(p) != n_tokens for p in prompts):
+        raise ValueError(f"{count} prompts of {n_tokens} tokens 4000 bytes apart need more than {len(src)} bytes")
+    return prompts
 
 
 def store_stats():
