@@ -86,6 +86,13 @@ class SlotSizes:
 
 # ---- scheduler side: the index ---------------------------------------------------------------
 
+_LIVE_INDEXES: "weakref.WeakSet[OffloadIndex]" = weakref.WeakSet()
+
+
+def live_indexes() -> List["OffloadIndex"]:
+    """The offload indexes of this process (for tests: what the scheduler side charged)."""
+    return list(_LIVE_INDEXES)
+
 @dataclass
 class _Entry:
     slot: int
@@ -115,6 +122,7 @@ class OffloadIndex:
             raise UsageError(f"KV offloading: budget {budget}, reserve {reserve}, slots {slots}")
         self.budget, self.reserve, self.slots = int(budget), int(reserve), int(slots)
         self.reset()
+        _LIVE_INDEXES.add(self)
 
     def reset(self) -> None:
         self._entries: "OrderedDict[Any, _Entry]" = OrderedDict()

@@ -12,7 +12,7 @@ blocks stay) and its KV cache overwritten with a constant, and it generates for 
 then, as a control, the KV cache is overwritten without a reset and it generates once more
 ("poisoned": prefix hits on overwritten blocks).
 OUT: {"first", "again": [[token ids]], "after_first", "after_again": the compressed block store's
-stats after each (none without offloading), "prompt_blocks": full 32-token blocks of the prompts
+stats after each, with the index's block count and bytes charged (none without offloading), "prompt_blocks": full 32-token blocks of the prompts
 that a prefix hit can cover, "cached_tokens_first", "cached_tokens_again": prefix-hit tokens}.
 """
 from __future__ import annotations
@@ -33,11 +33,15 @@ def text_prompts(n_tokens: int, count: int):
 
 
 def store_stats():
+    """The worker's block store stats, with what the scheduler's index charged (one process here)."""
     from tensorzip import _kv_offload
 
-    stores = _kv_offload.live_stores()
-    assert len(stores) <= 1, f"{len(stores)} block stores in one engine process"
-    return stores[0].stats() if stores else None
+    stores, indexes = _kv_offload.live_stores(), _kv_offload.live_indexes()
+    assert len(stores) <= 1 and len(indexes) <= 1, f"{len(stores)} block stores, {len(indexes)} indexes"
+    if not stores:
+        return None
+    return dict(stores[0].stats(), index_blocks=len(indexes[0]), index_held=indexes[0].held,
+                index_budget=indexes[0].budget)
 
 
 def poison_kv_cache(worker) -> int:

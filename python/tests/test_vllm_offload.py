@@ -268,6 +268,8 @@ def test_engine_offloads_compressed_blocks_and_reuses_them(gpt2_folder, no_conne
     # After the prefix cache reset, every full prompt block came back from the spec.
     assert reused["blocks_loaded"] >= got["prompt_blocks"]
     assert reused["held_bytes"] * 1.4 <= reused["held_raw_bytes"], reused
+    # The scheduler's index charged exactly the bytes the worker holds (the shared slot sizes).
+    assert reused["index_blocks"] == reused["blocks_held"] and reused["index_held"] == reused["held_bytes"]
     assert reused["calibrations"] >= 1 and reused["compress"]
     assert got["cached_tokens_first"] == 0 and got["cached_tokens_again"] == got["prompt_blocks"] * 32
     assert no_connector["cached_tokens_again"] == 0
@@ -278,6 +280,7 @@ def test_engine_uncompressed_baseline(gpt2_folder, no_connector, tmp_path):
     assert got["first"] == no_connector["first"] and got["again"] == no_connector["again"]
     st = got["after_again"]
     assert st["blocks_loaded"] >= got["prompt_blocks"] and st["held_bytes"] == st["held_raw_bytes"]
+    assert st["index_held"] == st["held_bytes"]
     assert not st["compress"]
 
 
