@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ._core import UsageError
+from ._core import TensorZipError, UsageError
 
 #: Page header size of the KV page codec (doc/kv.md section 3.1).
 PAGE_HEADER_BYTES = 16
@@ -322,7 +322,10 @@ class CompressedBlockStore:
             path = self._tables_path(t)
             if not os.path.isfile(path):
                 continue
-            codec = PageCodec.load(path, framework="np")
+            try:
+                codec = PageCodec.load(path, framework="np")
+            except TensorZipError as e:  # the file named, the error's kind kept
+                raise type(e)(f"{path}: {e}") from None
             if codec.dtype != self.dtype:
                 raise UsageError(f"{path}: KV tables for {codec.dtype}, the KV cache is {self.dtype}")
             tables.use(codec, 0.0)

@@ -130,6 +130,9 @@ def test_tables_saved_then_loaded(tmp_path):
     f16.save(str(bad / "tensor-0.tzkv"))
     with pytest.raises(tensorzip.UsageError, match=r"f16/tensor-0.tzkv: KV tables for F16, the KV cache is BF16"):
         make_store(tmp_path, tables_dir=str(bad))
+    (bad / "tensor-0.tzkv").write_bytes(b"not tables at all, just some bytes")
+    with pytest.raises(tensorzip.CorruptDataError, match=r"f16/tensor-0.tzkv: KV tables: .*bad magic"):
+        make_store(tmp_path, tables_dir=str(bad))
 
 
 def test_kv_dtypes():
