@@ -344,8 +344,8 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
     o.ref = refs.empty() ? std::string() : refs[i];
     o.ref_original = ref_originals.empty() ? std::string() : ref_originals[i];
     const PassStats st = named_as(it.stage.path(), outs[i], [&] {
-      return compress_file_ex(ins[i], it.stage.path(), o,
-                              opt.predict && opt.cross_file ? written : std::vector<CastSourceFile>{});
+      return compress_safetensors(ins[i], it.stage.path(), o,
+                                  opt.predict && opt.cross_file ? written : std::vector<CastSourceFile>{});
     });
     total.raw_bytes += st.raw_bytes;
     total.file_bytes += st.file_bytes;
