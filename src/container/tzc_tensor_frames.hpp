@@ -74,11 +74,12 @@ struct FramesWritten {
 // the first error (Error naming `path`).
 // dref: the delta reference (TensorWriterOptions::ref), dref_orig its
 // safetensors content when given (ref_original), else null.
-// tensors[i]: items[i]'s entry as stored.
+// tensors[i]: items[i]'s entry as stored. huge_pages: the frame and read
+// buffers as Buf(true) (a whole-file pass, compress_file; tzc_io.hpp).
 FramesWritten write_frames(const std::string& path, const uint8_t* pre, const std::vector<WriterItem>& items,
                            const std::vector<WriterUnit>& units, Reader* dref, const RefOriginal* dref_orig,
                            const TensorWriterOptions& opt, Sink& sink, bool direct, XXH64_state_t* fh,
-                           std::vector<TensorEntry>& tensors);
+                           std::vector<TensorEntry>& tensors, bool huge_pages = false);
 
 [[noreturn]] void fail_io(const std::string& path, const std::string& what, int err);
 

@@ -209,7 +209,7 @@ size_t code_unit(const std::string& path, const std::vector<WriterItem>& items, 
 FramesWritten write_frames(const std::string& path, const uint8_t* pre, const std::vector<WriterItem>& items,
                            const std::vector<WriterUnit>& units, Reader* dref, const RefOriginal* dref_orig,
                            const TensorWriterOptions& opt, Sink& sink, bool direct, XXH64_state_t* fh,
-                           std::vector<TensorEntry>& tensors) {
+                           std::vector<TensorEntry>& tensors, bool huge_pages) {
   // Consecutive chunks the writer codes itself travel as one pipeline item
   // (group_items: up to kGroupBytes raw bytes, kGroupItems chunks), so a file
   // of many small tensors is not handed between threads frame by frame. A
@@ -232,6 +232,7 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
   std::vector<Slot*> slots(n_slots, nullptr);  // pipeline slot -> the buffers its item holds
   CtxSet ctx(threads);
   std::vector<Scratch> scratch(threads);
+  for (Scratch& s : scratch) s.resid.huge_pages = huge_pages;
   std::atomic<uint64_t> encode_ns{0};
 
   std::unique_ptr<DirectStage> stage;
@@ -265,6 +266,7 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
   st.work = [&](size_t gi, size_t si, unsigned w) {
     if (!slots[si]) slots[si] = pool.take();
     Slot& s = *slots[si];
+    s.comp.huge_pages = huge_pages;
     const ItemGroup& g = groups[gi];
     uint8_t* dst = s.comp.reserve(group_cap(g), max_cap);
     s.at.resize(g.count);

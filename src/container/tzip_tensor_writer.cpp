@@ -398,8 +398,8 @@ uint64_t TensorWriter::Impl::write_through(TzipHeader& h, std::vector<TensorEntr
   uint8_t pre[kAlign];
   preamble(h, pre);
   XxhPtr fh = new_file_hash(path);
-  const FramesWritten fw =
-      write_frames(path, pre, items, units, pred.dref.get(), pred.dref_orig.get(), opt, sink, false, fh.get(), segs);
+  const FramesWritten fw = write_frames(path, pre, items, units, pred.dref.get(), pred.dref_orig.get(), opt, sink,
+                                        false, fh.get(), segs, /*huge_pages=*/true);
   stats.encode_seconds = (double)fw.encode_ns * 1e-9;
   set_segments(&h, segs);
   const std::string tail = header_and_trailer(h, fw.end, fh.get(), stats);
