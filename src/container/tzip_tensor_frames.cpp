@@ -53,6 +53,7 @@ struct Slot {
 // zero-filled, as their bytes are always written before they are read.
 struct Scratch {
   Buf resid, pred;
+  size_t at_least = 0;  // the largest chunk: each buffer is allocated once
 };
 
 // O_DIRECT staging: a ring of aligned buffers, each covering the next
@@ -170,7 +171,7 @@ size_t code_unit(const std::string& path, const std::vector<WriterItem>& items, 
   const uint8_t* src = it.bytes.data && !predicted ? it.bytes.data + u.off : nullptr;
   uint8_t* resid = nullptr;
   if (!src) {
-    resid = sc.resid.reserve(u.n);
+    resid = sc.resid.reserve(u.n, sc.at_least);
     it.bytes.read(u.off, u.n, resid);
     src = resid;
   }
@@ -182,7 +183,7 @@ size_t code_unit(const std::string& path, const std::vector<WriterItem>& items, 
   } else if (it.delta_of >= 0) {
     // Residual = value XOR the reference's bytes of this chunk (decoded,
     // or read from ref_original and checked against its block checksums).
-    uint8_t* pred = sc.pred.reserve(u.n);
+    uint8_t* pred = sc.pred.reserve(u.n, sc.at_least);
     if (dref_orig)
       dref_orig->read_checked(*dref, (size_t)it.delta_of, u.off, u.n, pred);
     else
@@ -232,7 +233,9 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
   std::vector<Slot*> slots(n_slots, nullptr);  // pipeline slot -> the buffers its item holds
   CtxSet ctx(threads);
   std::vector<Scratch> scratch(threads);
-  for (Scratch& s : scratch) s.resid.huge_pages = huge_pages;
+  size_t max_unit = 0;
+  for (const auto& u : units) max_unit = std::max<size_t>(max_unit, u.n);
+  for (Scratch& s : scratch) s.resid.huge_pages = huge_pages, s.at_least = max_unit;
   std::atomic<uint64_t> encode_ns{0};
 
   std::unique_ptr<DirectStage> stage;
