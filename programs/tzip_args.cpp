@@ -154,9 +154,32 @@ uint64_t parse_uint(const std::string& opt, const std::string& v, uint64_t lo, u
   return x;
 }
 
+// An option value checked by the library's writer rule (tc::check_*).
+template <class Check>
+void check_option(const std::string& opt, Check&& check) {
+  try {
+    check("option " + opt);
+  } catch (const tc::Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
 int parse_level(const std::string& opt, const std::string& v) {
-  if (v == "-1") return -1;
-  return (int)parse_uint(opt, v, 0, 3);
+  const int level = v == "-1" ? -1 : (int)parse_uint(opt, v, 0, INT32_MAX);
+  check_option(opt, [&](const std::string& what) { tc::check_level(level, what); });
+  return level;
+}
+
+unsigned parse_block_elems(const std::string& opt, const std::string& v) {
+  const uint64_t n = parse_uint(opt, v, 0, UINT32_MAX);
+  check_option(opt, [&](const std::string& what) { tc::check_block_elems(n, what); });
+  return (unsigned)n;
+}
+
+uint64_t parse_chunk_mib(const std::string& opt, const std::string& v) {
+  const uint64_t mib = parse_uint(opt, v, 1, UINT32_MAX);
+  check_option(opt, [&](const std::string& what) { tc::check_chunk_bytes(mib << 20, what); });
+  return mib;
 }
 
 // A path given to an option: an empty one is a mistake (an unset shell
@@ -186,8 +209,8 @@ bool apply_option(Args& a, const std::string& s, Value&& value, Flag&& flag) {
   else if (s == "-o" || s == "--output") a.output = path_value(s, value());
   else if (s == "-T" || s == "--threads") a.threads = (unsigned)parse_uint(s, value(), 0, 4096);
   else if ((s == "-l" || s == "--level") && a.command == "compress") a.level = parse_level(s, value()), a.have_level = true;
-  else if (s == "--block-elems" && a.command == "compress") a.block_elems = (unsigned)parse_uint(s, value(), 4096, 1u << 20);
-  else if (s == "--chunk-mib" && a.command == "compress") a.chunk_mib = parse_uint(s, value(), 1, 64);
+  else if (s == "--block-elems" && a.command == "compress") a.block_elems = parse_block_elems(s, value());
+  else if (s == "--chunk-mib" && a.command == "compress") a.chunk_mib = parse_chunk_mib(s, value());
   else if (s == "--against" && a.command == "verify") a.against = path_value(s, value());
   else if (s == "--ref" && is(a, {"compress", "decompress", "verify", "rebase"})) a.refs.push_back(path_value(s, value()));
   else if (s == "--ref-original" && is(a, {"compress", "decompress"})) a.ref_origs.push_back(path_value(s, value()));

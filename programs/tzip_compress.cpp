@@ -76,7 +76,6 @@ tc::WriteOptions write_options(const Args& a) {
   o.user_metadata = a.meta;
   o.predict = !a.no_predict;
   o.cross_file = !a.independent;
-  if ((a.chunk_mib & (a.chunk_mib - 1)) != 0) throw UsageError("--chunk-mib must be a power of two");
   return o;
 }
 

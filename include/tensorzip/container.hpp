@@ -135,6 +135,21 @@ struct ReadOptions {
   ProgressFn progress;
 };
 
+// The rules of a writer's options, in one place: every writer (compress_file,
+// TensorWriter, the checkpoint engine), the C API, the CLI and Python check
+// them here. level: -1 (store), 0 (default), 1, 2 or 3 (the codec's
+// encode_level_valid); block_elems: 0 (the codec default for the dtype) or a
+// power of two in [4096, 1048576] (the codec's block size rule);
+// chunk_bytes: raw bytes per frame, a power of two in [1 MiB, 64 MiB].
+// Throws Error(kUsage) naming the rule, prefixed with `what` + ": " when
+// `what` is not empty (the file, and tensor, it is about).
+void check_write_options(int level, uint64_t block_elems, uint64_t chunk_bytes, const std::string& what = "");
+// The same checks, one option each.
+void check_level(int level, const std::string& what = "");
+void check_block_elems(uint64_t block_elems, const std::string& what = "");
+void check_chunk_bytes(uint64_t chunk_bytes, const std::string& what = "");
+bool chunk_bytes_valid(uint64_t chunk_bytes);
+
 // safetensors dtype string -> the codec dtype a writer uses for it (BF16, F16,
 // F32, F8_E4M3, F8_E5M2 map to their own; the FNUZ FP8 types and F8_E8M0 to an
 // FP8 codec, C64 to F32, every other known dtype to TZ_DTYPE_BYTES: doc/container.md
@@ -271,6 +286,7 @@ PassStats rebase(const std::string& in, const std::string& out, const WriteOptio
 
 namespace detail {
 struct ReaderAccess;  // the references module's access (src/container/tzip_refs.hpp)
+struct WriterAccess;  // compress_file's access to the writer (src/container/tzc_writer.hpp)
 }
 namespace refs {
 class Chain;
@@ -563,6 +579,8 @@ class TensorWriter {
   const std::vector<TensorEntry>& tensors() const;
 
  private:
+  friend struct detail::WriterAccess;
+  TensorWriter();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

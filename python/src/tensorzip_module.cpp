@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "codec/policy.h"  // policy_option_error: the encoder options' rules
 #include "tensorzip/tensorzip.h"
 #ifdef TZ_PY_HAVE_CONTAINER
 #include "tensorzip/container.hpp"
@@ -165,7 +166,7 @@ CtxPool& ctx_pool() {
 tz_params make_params(int dtype, int level, unsigned block_elems) {
   if (dtype < TZ_DTYPE_BYTES || dtype > TZ_DTYPE_F8_E5M2)
     throw PyErrorOf(g_usage, "unknown codec dtype " + std::to_string(dtype));
-  if (level < -1 || level > 3) throw PyErrorOf(g_usage, "level must be -1 (store), 0 (default), 1, 2 or 3");
+  if (const char* e = tz::policy_option_error(level, block_elems)) throw PyErrorOf(g_usage, e);
   tz_params p{};
   p.dtype = static_cast<tz_dtype>(dtype);
   p.level = level;
@@ -819,6 +820,22 @@ PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const
 void bind_resident(nb::module_& m);  // resident_module.cpp
 void bind_kv(nb::module_& m);  // kv_module.cpp: the KV page codec
 
+// The writers' option rules (tz::container::check_write_options; the codec's
+// alone in a build without the container). chunk_bytes 0: not given.
+static void check_write_options(int64_t level, uint64_t block_elems, uint64_t chunk_bytes) {
+  if (level < INT32_MIN || level > INT32_MAX) level = INT32_MIN;  // out of range either way
+#ifdef TZ_PY_HAVE_CONTAINER
+  guarded([&] {
+    tc::check_level((int)level);
+    tc::check_block_elems(block_elems);
+    if (chunk_bytes) tc::check_chunk_bytes(chunk_bytes);
+  });
+#else
+  if (const char* e = tz::policy_option_error((int)level, block_elems)) throw PyErrorOf(g_usage, e);
+  if (chunk_bytes) throw PyErrorOf(g_usage, "this build has no .tzip container");
+#endif
+}
+
 NB_MODULE(_tensorzip, m) {
   m.doc() = "Low-level bindings of the tensorzip codec and .tzip container (use the tensorzip package).";
 
@@ -894,6 +911,8 @@ NB_MODULE(_tensorzip, m) {
   m.def("simd_kernels", [] { return std::string(tz_simd_kernels()); },
         "The kernel table in use, in words: simd_path() and, for avx512, which of its two tables.");
   m.def("compress_bound", &tz_compress_bound, "size"_a);
+  m.def("check_write_options", &check_write_options, "level"_a, "block_elems"_a, "chunk_bytes"_a = 0,
+        "Raises UsageError for options the writers refuse (chunk_bytes 0: the default, not checked).");
   m.def("compress", &compress, "prefix"_a, "data"_a, "dtype"_a, "level"_a = 0, "block_elems"_a = 0u,
         "threads"_a = 0u, "Returns prefix + one codec frame of data (GIL released while coding).");
   m.def("decompress_into", &decompress_into, "data"_a, "offset"_a, "out"_a, "threads"_a = 0u,

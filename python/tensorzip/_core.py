@@ -168,6 +168,25 @@ def check_int(value: Any, what: str, lo: int, hi: int) -> int:
     return v
 
 
+MAX_THREADS = 1 << 16
+
+
+def check_threads(threads: Any) -> int:
+    return check_int(threads, "threads", 0, MAX_THREADS)
+
+
+def check_write_options(level: Any, threads: Any, block_elems: Any,
+                        chunk_bytes: Any = 0) -> Tuple[int, int, int, int]:
+    """The writer options as ints: their types checked here, their ranges by the library's one rule
+    set (tensorzip::container::check_write_options; chunk_bytes 0: the default)."""
+    level = check_int(level, "level", -(1 << 63), (1 << 63) - 1)
+    threads = check_threads(threads)
+    block_elems = check_int(block_elems, "block_elems", 0, (1 << 64) - 1)
+    chunk_bytes = check_int(chunk_bytes, "chunk_bytes", 0, (1 << 64) - 1)
+    _C.check_write_options(level, block_elems, chunk_bytes)
+    return level, threads, block_elems, chunk_bytes
+
+
 # ---- tensorzip.compress / tensorzip.decompress wrapper (doc/python.md) -----
 
 MAGIC = b"TZPY"
@@ -177,9 +196,7 @@ MAX_JSON = 1 << 16
 
 
 def compress(x: Any, level: int = 0, threads: int = 0, block_elems: int = 0) -> bytes:
-    level = check_int(level, "level", -1, 3)
-    threads = check_int(threads, "threads", 0, 1 << 16)
-    block_elems = check_int(block_elems, "block_elems", 0, 1 << 20)
+    level, threads, block_elems, _ = check_write_options(level, threads, block_elems)
     dtype, shape, flat, framework = source_of(x)
     desc = json.dumps({"dtype": dtype, "shape": list(shape), "framework": framework},
                       separators=(",", ":")).encode()
@@ -218,7 +235,7 @@ def parse_wrapper(data: Any) -> Tuple[str, Shape, str, int]:
 
 
 def decompress(data: Any, framework: Optional[str] = None, device: Any = "cpu", threads: int = 0) -> Any:
-    threads = check_int(threads, "threads", 0, 1 << 16)
+    threads = check_threads(threads)
     dtype, shape, stored_fw, offset = parse_wrapper(data)
     fw = normalize_framework(framework) or stored_fw
     try:

@@ -118,10 +118,7 @@ def save_sources(tensors: Mapping[str, Any], filename: PathLike, metadata: Optio
         raise UsageError("ref (delta against a previous checkpoint) needs predict=True")
     if ref_orig_s and not ref_s:
         raise UsageError("ref_original needs ref (the previous checkpoint's .tzip file)")
-    level = _core.check_int(level, "level", -1, 3)
-    threads = _core.check_int(threads, "threads", 0, 1 << 16)
-    block_elems = _core.check_int(block_elems, "block_elems", 0, 1 << 20)
-    chunk_bytes = _core.check_int(chunk_bytes, "chunk_bytes", 0, 1 << 30)
+    level, threads, block_elems, chunk_bytes = _core.check_write_options(level, threads, block_elems, chunk_bytes)
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a dict of name to tensor, got {type(tensors).__name__}")
     check_metadata(metadata)

@@ -236,7 +236,7 @@ class SafeOpen:
             raise ValueError(f"numpy arrays live on the CPU; device={device!r} needs framework='pt'")
         self._fw = fw
         self._device = device
-        self._threads = _core.check_int(threads, "threads", 0, 1 << 16)
+        self._threads = _core.check_threads(threads)
         path = os.fspath(filename)
         if isinstance(path, bytes):
             path = os.fsdecode(path)

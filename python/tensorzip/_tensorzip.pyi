@@ -39,6 +39,7 @@ def safetensors_info(path: str) -> Dict[str, Any]:
 def codec_dtype_for(dtype: str) -> int:
     """The codec dtype the container uses for a safetensors dtype string (-1: unknown)."""
 def compress_bound(size: int) -> int: ...
+def check_write_options(level: int, block_elems: int, chunk_bytes: int = 0) -> None: ...
 def compress(prefix: Buffer, data: Buffer, dtype: int, level: int = 0, block_elems: int = 0,
              threads: int = 0) -> bytes:
     """prefix + one codec frame of data (GIL released while coding)."""

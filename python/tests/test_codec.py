@@ -268,3 +268,24 @@ def test_simd_path_and_kernel_table_names():
     assert path in ("portable", "avx2", "avx512", "neon")
     assert kernels.startswith(path)
     assert kernels == path or path in ("avx512", "avx2"), kernels
+
+
+def test_write_options_one_rule_set(tmp_path):
+    # Python's option checks are the library's (tensorzip::container::check_write_options):
+    # every entry point refuses what the C++ writers refuse, naming the rule.
+    from tensorzip import _core
+    import tensorzip.numpy as tznp
+    assert _core.check_write_options(-1, 0, 4096, 1 << 20) == (-1, 0, 4096, 1 << 20)
+    for level, block, chunk, rule in [(4, 0, 0, "level"), (-2, 0, 0, "level"), (0, 6144, 0, "block size"),
+                                      (0, 1 << 32, 0, "block size"), (0, 0, 3 << 20, "chunk size"),
+                                      (0, 0, 128 << 20, "chunk size")]:
+        with pytest.raises(tensorzip.UsageError, match=rule):
+            _core.check_write_options(level, 0, block, chunk)
+    a = np.zeros(16, np.float32)
+    with pytest.raises(tensorzip.UsageError, match="block size"):
+        tensorzip.compress(a, block_elems=6144)
+    with pytest.raises(tensorzip.UsageError, match="chunk size"):
+        tznp.save_file({"a": a}, tmp_path / "a.tzip", chunk_bytes=3 << 20)
+    with pytest.raises(TypeError):
+        _core.check_write_options("1", 0, 0)
+    assert not list(tmp_path.iterdir())

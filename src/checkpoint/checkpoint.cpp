@@ -391,8 +391,7 @@ void record_stats(const SaveOptions& opt, const Choice& choice, unsigned threads
 json write_rank_file(const std::string& dir, std::span<const TensorView> tensors, const SaveOptions& opt,
                      SaveStats& stats) {
   const uint64_t chunk = opt.chunk_bytes;
-  if (chunk < (1u << 20) || chunk > (64u << 20) || (chunk & (chunk - 1)))
-    fail(ErrorKind::kUsage, "chunk_bytes must be a power of two in [1 MiB, 64 MiB]");
+  tz::container::check_chunk_bytes(chunk);
   std::vector<Seg> segs;
   validate(tensors, segs);
   uint64_t data_size = 0;

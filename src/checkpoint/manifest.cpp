@@ -13,6 +13,7 @@
 #include <set>
 
 #include "../io/write_queue.hpp"  // pread_full
+#include "tensorzip/container.hpp"  // chunk_bytes_valid
 #include "container/tzc_internal.hpp"  // the container's strict JSON parser and checked arithmetic
 #include "container/tzc_json.hpp"       // the container's strict JSON reader
 #include "container/tzip_refs.hpp"      // is_complete: depends_on chains
@@ -295,7 +296,7 @@ ManifestRank parse_rank_entry(const json& j, int expect_rank, const std::string&
     c.bad("file_size " + std::to_string(r.file_size) + " is not the size of a .tzip file");
   r.file_xxh64 = c.hex_at(j, "file_xxh64");
   r.chunk_bytes = c.u64_at(j, "chunk_bytes");
-  if (r.chunk_bytes < (1u << 20) || r.chunk_bytes > (64u << 20) || (r.chunk_bytes & (r.chunk_bytes - 1)))
+  if (!tz::container::chunk_bytes_valid(r.chunk_bytes))
     c.bad("chunk_bytes " + std::to_string(r.chunk_bytes) + " is not a power of two in [1 MiB, 64 MiB]");
   r.metadata = c.strings_at(j, "metadata");
   c.optional_string(j, "codec");

@@ -52,6 +52,20 @@ TZ_HD uint32_t policy_block_elems(uint32_t requested, uint8_t dtype) {
   if (requested) return requested;
   return dtype == kBytes ? kDefaultBytesBlockElems : kDefaultBlockElems;
 }
+// An encoder's requested block_elems: 0 (the default above) or a block size
+// a frame can hold (block_elems_valid: a power of two in [4096, 2^20]).
+TZ_HD bool policy_block_elems_valid(uint64_t requested) {
+  return requested == 0 || (requested <= UINT32_MAX && block_elems_valid((uint32_t)requested));
+}
+// The encoder options a caller gives, checked in one place (the codec's
+// compress, every .tzip writer, the C APIs, the CLI and Python): null when
+// both are valid, else the rule the first invalid one breaks.
+TZ_HD const char* policy_option_error(int level, uint64_t block_elems) {
+  if (!encode_level_valid(level)) return "level must be -1 (store), 0 (default), 1, 2 or 3";
+  if (!policy_block_elems_valid(block_elems))
+    return "block size must be 0 (the default) or a power of two between 4096 and 1048576 elements";
+  return nullptr;
+}
 // Sizes a frame can describe: raw_size <= kMaxRawSize, n_blocks < 2^32.
 TZ_HD bool encode_size_valid(uint64_t n_bytes) { return n_bytes <= kMaxRawSize; }
 TZ_HD bool encode_block_count(uint64_t n_elems, uint32_t block_elems, uint32_t* n_blocks) {

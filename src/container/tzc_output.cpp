@@ -270,63 +270,128 @@ Temporary Temporary::create_dir(const std::string& final_path) {
 }
 
 // ---- publishing ------------------------------------------------------------------
-void publish(const std::string& tmp, const std::string& final_path, bool force, bool is_dir) {
+namespace {
+// Swaps the names of a and b in one step (renameat2 RENAME_EXCHANGE): 0 or
+// the errno (EINVAL, ENOSYS: a file system or kernel without it).
+int exchange_names(const std::string& a, const std::string& b) {
+  return renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0 ? 0 : errno;
+}
+bool no_exchange(int err) { return err == EINVAL || err == ENOSYS; }
+
+// Onto a name nothing has: a no-replace rename, so that a file that
+// appeared meanwhile is never clobbered.
+void publish_new(const std::string& tmp, const std::string& final_path) {
+  if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) == 0) return;
+  const int err = errno;
+  if (err == EEXIST) fail_exists(final_path);
+  if (err != EINVAL && err != ENOSYS) fail_errno(final_path, "cannot rename " + tmp, err);
+  // A file system without renameat2 flags: checked by the caller, plain rename.
+  if (rename(tmp.c_str(), final_path.c_str()) != 0) fail_errno(final_path, "cannot rename " + tmp, errno);
+}
+
+// What a file output may replace (with force): a regular file no other
+// output of the call's folder needs.
+void check_replaceable_file(const std::string& final_path, const struct stat& st,
+                            const std::vector<std::string>& together) {
+  if (!S_ISREG(st.st_mode))
+    fail(ErrorKind::kUsage, final_path + (S_ISLNK(st.st_mode) ? ": is a symbolic link, not replaced"
+                                           : S_ISDIR(st.st_mode) ? ": is a folder, expected a file name"
+                                                                 : ": not a regular file, not replaced"));
+  check_not_a_reference(final_path, together);
+}
+
+// A folder replaced atomically: the old folder and the new one swap names,
+// then the old one (now under the temporary name) is removed.
+void replace_folder(const std::string& tmp, const std::string& final_path, const struct stat& st) {
+  if (!S_ISDIR(st.st_mode))
+    fail(ErrorKind::kUsage, final_path + (S_ISLNK(st.st_mode) ? ": is a symbolic link, not replaced" : ": exists and is not a folder"));
+  const int err = exchange_names(tmp, final_path);
+  if (err == 0) {
+    fsync_dir_of(final_path);
+    remove_tree(tmp);
+    return;
+  }
+  if (!no_exchange(err)) fail_errno(final_path, "cannot replace with " + tmp, err);
+  // No RENAME_EXCHANGE: move the old folder aside (registered, so that an
+  // interrupt cannot lose it unnoticed: it is put back on failure).
+  Temporary old = Temporary::reserve(final_path);
+  if (rename(final_path.c_str(), old.path().c_str()) != 0) {
+    const int e = errno;
+    old.release();
+    fail_errno(final_path, "cannot move aside", e);
+  }
+  if (rename(tmp.c_str(), final_path.c_str()) != 0) {
+    const int e = errno;
+    rename(old.path().c_str(), final_path.c_str());
+    old.release();
+    fail_errno(final_path, "cannot rename " + tmp, e);
+  }
+  old.remove();
+}
+
+// A regular file replaced and kept: exchanged with the new one (or, without
+// RENAME_EXCHANGE, kept under a hard link and renamed over); `stage` then
+// names the old file.
+void replace_file_keeping(Temporary& stage, const std::string& final_path) {
+  const int err = exchange_names(stage.path(), final_path);
+  if (err == 0) return;
+  if (!no_exchange(err)) fail_errno(final_path, "cannot replace", err);
+  Temporary keep = Temporary::reserve(final_path);
+  if (link(final_path.c_str(), keep.path().c_str()) != 0) {
+    const int e = errno;
+    keep.release();
+    fail_errno(final_path, "cannot keep the file being replaced", e);
+  }
+  if (rename(stage.path().c_str(), final_path.c_str()) != 0) fail_errno(final_path, "cannot rename", errno);
+  stage = std::move(keep);  // the old file, as after an exchange
+}
+
+// The one publisher: `stage` (a file, or a folder when is_dir) onto final_path.
+bool publish_onto(Temporary* stage, const std::string& tmp, const std::string& final_path, bool force, bool is_dir,
+                  const std::vector<std::string>& together) {
   auto lk = output_lock();
   check_cancel();
   if (g_dead.load()) fail(ErrorKind::kInterrupted, "interrupted");
   struct stat st;
   if (lstat(final_path.c_str(), &st) != 0) {
     if (errno != ENOENT) fail_errno(final_path, "cannot check the output", errno);
-    // No-replace rename: a file that appeared meanwhile is never clobbered.
-    if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) == 0) {
-      fsync_dir_of(final_path);
-      return;
-    }
-    const int err = errno;
-    if (err == EEXIST) fail_exists(final_path);
-    if (err != EINVAL && err != ENOSYS) fail_errno(final_path, "cannot rename " + tmp, err);
-    // A file system without renameat2 flags: checked above, plain rename.
-    if (rename(tmp.c_str(), final_path.c_str()) != 0) fail_errno(final_path, "cannot rename " + tmp, errno);
+    publish_new(tmp, final_path);
     fsync_dir_of(final_path);
-    return;
+    return false;
   }
   if (!force) fail_exists(final_path);
+  bool kept = false;
   if (is_dir) {
-    if (!S_ISDIR(st.st_mode))
-      fail(ErrorKind::kUsage, final_path + (S_ISLNK(st.st_mode) ? ": is a symbolic link, not replaced" : ": exists and is not a folder"));
-    // Atomic: the old folder and the new one swap names, then the old one
-    // (now under the temporary name) is removed.
-    if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0) {
-      fsync_dir_of(final_path);
-      remove_tree(tmp);
-      return;
-    }
-    const int err = errno;
-    if (err != EINVAL && err != ENOSYS) fail_errno(final_path, "cannot replace with " + tmp, err);
-    // No RENAME_EXCHANGE: move the old folder aside (registered, so that an
-    // interrupt cannot lose it unnoticed: it is put back on failure).
-    Temporary old = Temporary::reserve(final_path);
-    if (rename(final_path.c_str(), old.path().c_str()) != 0) {
-      const int e = errno;
-      old.release();
-      fail_errno(final_path, "cannot move aside", e);
-    }
-    if (rename(tmp.c_str(), final_path.c_str()) != 0) {
-      const int e = errno;
-      rename(old.path().c_str(), final_path.c_str());
-      old.release();
-      fail_errno(final_path, "cannot rename " + tmp, e);
-    }
-    old.remove();
+    replace_folder(tmp, final_path, st);
   } else {
-    if (!S_ISREG(st.st_mode))
-      fail(ErrorKind::kUsage, final_path + (S_ISLNK(st.st_mode) ? ": is a symbolic link, not replaced"
-                                             : S_ISDIR(st.st_mode) ? ": is a folder, expected a file name"
-                                                                   : ": not a regular file, not replaced"));
-    check_not_a_reference(final_path);
-    if (rename(tmp.c_str(), final_path.c_str()) != 0) fail_errno(final_path, "cannot rename " + tmp, errno);
+    check_replaceable_file(final_path, st, together);
+    if (stage) {
+      replace_file_keeping(*stage, final_path);
+      kept = true;
+    } else if (rename(tmp.c_str(), final_path.c_str()) != 0) {
+      fail_errno(final_path, "cannot rename " + tmp, errno);
+    }
   }
   fsync_dir_of(final_path);
+  return kept;
+}
+}  // namespace
+
+void publish(const std::string& tmp, const std::string& final_path, bool force, bool is_dir) {
+  publish_onto(nullptr, tmp, final_path, force, is_dir, {});
+}
+
+bool publish_keeping_replaced(Temporary& stage, const std::string& final_path, bool force,
+                              const std::vector<std::string>& together) {
+  return publish_onto(&stage, stage.path(), final_path, force, false, together);
+}
+
+void restore_replaced(Temporary& stage, const std::string& final_path) {
+  auto lk = output_lock();
+  // Swap back: the replaced file returns, the new one is removed with the stage.
+  const int err = exchange_names(stage.path(), final_path);
+  if (err != 0 && rename(stage.path().c_str(), final_path.c_str()) == 0)
+    stage.release();  // (no RENAME_EXCHANGE: the kept file was renamed back over the new one)
 }
 
 // ---- targets -------------------------------------------------------------------

@@ -87,6 +87,19 @@ class Temporary {
 // then removed). Checks check_cancel() first: nothing is published after a
 // signal.
 void publish(const std::string& tmp, const std::string& final_path, bool force, bool is_dir);
+// The same for a file that is one of several outputs published together
+// (compress_checkpoint, decompress_checkpoint: all or nothing): a regular
+// file it replaces (force) is kept, exchanged with the new file in one step
+// (renameat2 RENAME_EXCHANGE; without it, kept under a hard link and renamed
+// over), so its name never goes missing. Returns true when a file was
+// replaced: `stage` then names that file, to be removed once every output is
+// in place, or put back by restore_replaced(). `together`: the other outputs
+// of the call (check_not_a_reference).
+bool publish_keeping_replaced(Temporary& stage, const std::string& final_path, bool force,
+                              const std::vector<std::string>& together);
+// Undoes publish_keeping_replaced() that returned true: the replaced file
+// (held by `stage`) returns to final_path; the new one is then `stage`'s.
+void restore_replaced(Temporary& stage, const std::string& final_path);
 
 // What an existing output path is, for a file output.
 enum class FileTarget {

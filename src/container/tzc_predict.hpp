@@ -1,5 +1,6 @@
 // Internals of checkpoint-aware coding (doc/container.md section 12): the
-// writer with extra cast sources from other files of the same checkpoint.
+// writer with extra cast sources from other files of the same checkpoint,
+// and the rules its prediction discovery applies.
 #pragma once
 
 #include <cstdint>
@@ -25,10 +26,12 @@ struct CastSourceFile {
   uint64_t header_xxh64 = 0;  // and its header checksum (what readers verify)
 };
 
-PassStats compress_file_ex(const std::string& in, const std::string& out, const WriteOptions& opt,
-                           const std::vector<CastSourceFile>& others);
+// compress_file, with cast sources in other files of the checkpoint
+// (compress_checkpoint; tzip_writer.cpp).
+PassStats compress_safetensors(const std::string& in, const std::string& out, const WriteOptions& opt,
+                               std::vector<CastSourceFile> others);
 
-// ---- discovery rules shared by compress_file and TensorWriter -------------
+// ---- discovery rules of the writer (tzip_writer_discovery.cpp) -------------
 
 // Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
 // plane (what the codec's per-plane coding approaches on float data).
@@ -51,12 +54,12 @@ SampleRuns sample_runs(uint64_t n, uint64_t R = 4);
 //  - cost: on the sample_runs(n) sample, the order-0 per-byte-plane cost of
 //    the residual (value XOR cast(candidate)) must be below (1 - min_gain)
 //    of the values' own cost; the cheapest candidate wins (ties: the first);
-//  - stop_at_exact (TensorWriter): the search ends at the first candidate
+//  - stop_at_exact (PredictionRules::name_first): the search ends at the first candidate
 //    that matches the whole probe and passes the cost test, so that a save
 //    holding many FP32 tensors of one shape stays linear in its size.
-// Returns the winner's index, or -1. The data come through callbacks (files
-// for compress_file, memory for TensorWriter), asked only for what the rule
-// needs; element offsets and counts are in elements:
+// Returns the winner's index, or -1. The data come through callbacks (from
+// files or memory), asked only for what the rule needs; element offsets and
+// counts are in elements:
 struct CastData {
   // count 16-bit elements of the target from element `first` into dst
   std::function<void(uint64_t first, uint64_t count, uint8_t* dst)> read_target;

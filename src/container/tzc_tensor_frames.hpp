@@ -1,17 +1,19 @@
 // TensorWriter's frame stage (tzip_tensor_frames.cpp): the tensors' chunks
 // coded in parallel and written in file order through the ordered pipeline
 // (common/ordered_pipeline.h), with bounded memory. The rest of the writer
-// (tensor table, prediction discovery, header, trailer, rename) is in
-// tzip_tensor_writer.cpp.
+// (tensor table, header, trailer, rename) is in tzip_tensor_writer.cpp, its
+// prediction discovery in tzip_writer_discovery.cpp.
 #pragma once
 
 #include <xxhash.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "tensorzip/container.hpp"
+#include "tzc_io.hpp"
 
 namespace tz::container::detail {
 
@@ -19,14 +21,37 @@ class RefOriginal;  // tzc_predict.hpp
 
 enum class WriterSource { kHost, kFrames, kEncoder };
 
-// A tensor added to a TensorWriter.
+// Where raw bytes the writer codes itself are: host memory (TensorWriter::add)
+// or a range of a file (compress_file's safetensors input, or another file
+// of the same checkpoint holding a cast source).
+struct ByteSource {
+  const uint8_t* data = nullptr;  // host memory, or
+  const InFile* file = nullptr;   // the file, from byte `offset` on
+  uint64_t offset = 0;
+  bool readable() const { return data || file; }
+  // Bytes [at, at + n) into dst.
+  void read(uint64_t at, uint64_t n, uint8_t* dst) const {
+    if (data) std::memcpy(dst, data + at, n);
+    else file->pread_exact(offset + at, dst, n);
+  }
+  // Bytes [at, at + n): the memory itself, or `buf` filled from the file.
+  const uint8_t* view(uint64_t at, uint64_t n, Buf& buf) const {
+    if (data) return data + at;
+    uint8_t* p = buf.reserve(n);
+    file->pread_exact(offset + at, p, n);
+    return p;
+  }
+};
+
+// A segment of the .tzip (a tensor, or a gap of a safetensors input's data
+// section): what the writer stores and how it gets its frames.
 struct WriterItem {
   TensorEntry e;
   WriterSource src = WriterSource::kHost;
-  const uint8_t* data = nullptr;
+  ByteSource bytes;  // kHost: the raw bytes
   std::vector<EncodedFrame> frames;
   TensorWriter::EncodeFn enc;
-  long cast_from = -1;  // item index of the FP32 source (kHost only)
+  ByteSource cast_src;  // a cast prediction's FP32 source (readable() when e.predict is a cast)
   long delta_of = -1;   // tensor index in the reference (kHost only)
 };
 
@@ -49,10 +74,12 @@ struct FramesWritten {
 // the first error (Error naming `path`).
 // dref: the delta reference (TensorWriterOptions::ref), dref_orig its
 // safetensors content when given (ref_original), else null.
+// tensors[i]: items[i]'s entry as stored. huge_pages: the frame and read
+// buffers as Buf(true) (a whole-file pass, compress_file; tzc_io.hpp).
 FramesWritten write_frames(const std::string& path, const uint8_t* pre, const std::vector<WriterItem>& items,
                            const std::vector<WriterUnit>& units, Reader* dref, const RefOriginal* dref_orig,
                            const TensorWriterOptions& opt, Sink& sink, bool direct, XXH64_state_t* fh,
-                           std::vector<TensorEntry>& tensors);
+                           std::vector<TensorEntry>& tensors, bool huge_pages = false);
 
 [[noreturn]] void fail_io(const std::string& path, const std::string& what, int err);
 

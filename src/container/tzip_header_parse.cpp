@@ -6,6 +6,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "codec/format.h"
 #include "tzc_internal.hpp"
 #include "tzc_io.hpp"
 #include "tzc_json.hpp"
@@ -254,7 +255,7 @@ void check_segment(const RawSegment& raw, bool gap, const std::string& what, Ten
   t->level = (int)raw.level;
   if (!raw.block_elems.ok) bad(what, ctx + "block_elems missing or not a non-negative integer");
   const uint64_t be = raw.block_elems.v;
-  if (be < 4096 || be > (1u << 20) || (be & (be - 1)) != 0) bad(what, ctx + "bad block_elems");
+  if (be > UINT32_MAX || !tz::block_elems_valid((uint32_t)be)) bad(what, ctx + "bad block_elems");
   t->block_elems = (unsigned)be;
   if (t->raw_size() % codec_elem_size(t->codec_dtype) != 0) bad(what, ctx + "size is not a whole number of elements");
   if (!raw.has_frames) bad(what, ctx + "frames missing");
@@ -483,9 +484,7 @@ void decode_header(std::string&& json_in, uint64_t header_offset, uint16_t major
   if (!created_ok) bad(what, "created_by is not a string");
   if (!chunk.ok) bad(what, "chunk_bytes missing or not a non-negative integer");
   out->chunk_bytes = chunk.v;
-  if (out->chunk_bytes < kMinChunkBytes || out->chunk_bytes > kMaxChunkBytes ||
-      (out->chunk_bytes & (out->chunk_bytes - 1)) != 0)
-    bad(what, "chunk_bytes out of range");
+  if (!chunk_bytes_valid(out->chunk_bytes)) bad(what, "chunk_bytes out of range");
   if (!data_size.ok) bad(what, "data_size missing or not a non-negative integer");
   out->data_size = data_size.v;
   if (!has_st) bad(what, "safetensors_header missing");

@@ -238,51 +238,27 @@ struct StagedOutputs {
     auto lk = output_lock();
     for (auto it = items.rbegin(); it != items.rend(); ++it) {
       if (it->exchanged) {
-        // Swap back: the replaced file returns, the new one is removed with the stage.
-        if (renameat2(AT_FDCWD, it->stage.path().c_str(), AT_FDCWD, it->final_path.c_str(), RENAME_EXCHANGE) != 0 &&
-            rename(it->stage.path().c_str(), it->final_path.c_str()) == 0)
-          it->stage.release();  // (no RENAME_EXCHANGE: the kept file was renamed back over the new one)
+        restore_replaced(it->stage, it->final_path);
       } else if (it->published) {
         unlink(it->final_path.c_str());
       }
     }
     // each stage (new file, or the new file swapped back) is removed by its Temporary
   }
-  // Renames every staged file onto its final name: an existing final
-  // (refused up front unless force; a regular file) is exchanged with the
-  // staged file in one step, so its name never goes missing, and removed
-  // only once every output is in place. Under the output lock: a signal
-  // watchdog sees all of it or none of it.
+  // Publishes every staged file onto its final name (publish_keeping_replaced:
+  // an existing final, refused up front unless force, is exchanged with the
+  // staged file in one step and removed only once every output is in
+  // place). Under the output lock: a signal watchdog sees all of it or none
+  // of it.
   void publish_all(bool force) {
     auto lk = output_lock();
     std::vector<std::string> finals;
     for (const auto& it : items) finals.push_back(it.final_path);
     for (auto& it : items) {
-      check_cancel();
-      struct stat st;
-      if (lstat(it.final_path.c_str(), &st) == 0) {
-        if (!force) fail(ErrorKind::kExists, it.final_path + ": already exists");
-        if (!S_ISREG(st.st_mode)) fail(ErrorKind::kUsage, it.final_path + ": not a regular file, not replaced");
-        check_not_a_reference(it.final_path, finals);
-        if (renameat2(AT_FDCWD, it.stage.path().c_str(), AT_FDCWD, it.final_path.c_str(), RENAME_EXCHANGE) == 0) {
-          it.exchanged = true;
-          continue;
-        }
-        if (errno != EINVAL && errno != ENOSYS) fail_errno(it.final_path, "cannot replace", errno);
-        // No RENAME_EXCHANGE here: keep the old file under a second name
-        // (a hard link) and rename over it.
-        Temporary keep = Temporary::reserve(it.final_path);
-        if (link(it.final_path.c_str(), keep.path().c_str()) != 0) {
-          const int e = errno;
-          keep.release();
-          fail_errno(it.final_path, "cannot keep the file being replaced", e);
-        }
-        if (rename(it.stage.path().c_str(), it.final_path.c_str()) != 0) fail_errno(it.final_path, "cannot rename", errno);
-        it.stage = std::move(keep);  // the old file, as after an exchange
+      if (publish_keeping_replaced(it.stage, it.final_path, force, finals)) {
         it.exchanged = true;
         continue;
       }
-      publish(it.stage.path(), it.final_path, false, false);
       it.stage.release();
       it.published = true;
     }
@@ -344,8 +320,8 @@ PassStats compress_checkpoint(const std::vector<std::string>& ins, const std::ve
     o.ref = refs.empty() ? std::string() : refs[i];
     o.ref_original = ref_originals.empty() ? std::string() : ref_originals[i];
     const PassStats st = named_as(it.stage.path(), outs[i], [&] {
-      return compress_file_ex(ins[i], it.stage.path(), o,
-                              opt.predict && opt.cross_file ? written : std::vector<CastSourceFile>{});
+      return compress_safetensors(ins[i], it.stage.path(), o,
+                                  opt.predict && opt.cross_file ? written : std::vector<CastSourceFile>{});
     });
     total.raw_bytes += st.raw_bytes;
     total.file_bytes += st.file_bytes;

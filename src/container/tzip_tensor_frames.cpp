@@ -49,9 +49,11 @@ struct Slot {
   size_t bytes = 0;
 };
 
-// Per-thread buffers for residuals.
+// Per-thread buffers for residuals (and chunks read from files); never
+// zero-filled, as their bytes are always written before they are read.
 struct Scratch {
-  std::vector<uint8_t> resid, pred;
+  Buf resid, pred;
+  size_t at_least = 0;  // the largest chunk: each buffer is allocated once
 };
 
 // O_DIRECT staging: a ring of aligned buffers, each covering the next
@@ -163,26 +165,31 @@ size_t code_unit(const std::string& path, const std::vector<WriterItem>& items, 
     check_frame(unit_label(path, items, u), it.e, u, dst, r);
     return r;
   }
-  const uint8_t* src = it.data + u.off;
-  if (it.cast_from >= 0) {
-    // Residual = value XOR cast(source), formed in a thread's buffer.
-    sc.resid.assign(src, src + u.n);
-    tz::predict::cast_xor(items[(size_t)it.cast_from].data + u.off * 2, sc.resid.data(), u.n / 2,
+  // The chunk's bytes: in place in memory, else read into the thread's
+  // buffer (also where a residual is formed).
+  const bool predicted = it.cast_src.readable() || it.delta_of >= 0;
+  const uint8_t* src = it.bytes.data && !predicted ? it.bytes.data + u.off : nullptr;
+  uint8_t* resid = nullptr;
+  if (!src) {
+    resid = sc.resid.reserve(u.n, sc.at_least);
+    it.bytes.read(u.off, u.n, resid);
+    src = resid;
+  }
+  if (it.cast_src.readable()) {
+    // Residual = value XOR cast(source).
+    tz::predict::cast_xor(it.cast_src.view(u.off * 2, u.n * 2, sc.pred), resid, u.n / 2,
                           it.e.dtype == "F16" ? tz::predict::kCastF16 : tz::predict::kCastBF16);
-    if (all_zero(sc.resid.data(), u.n)) return 0;
-    src = sc.resid.data();
+    if (all_zero(resid, u.n)) return 0;
   } else if (it.delta_of >= 0) {
     // Residual = value XOR the reference's bytes of this chunk (decoded,
     // or read from ref_original and checked against its block checksums).
-    sc.pred.resize(u.n);
+    uint8_t* pred = sc.pred.reserve(u.n, sc.at_least);
     if (dref_orig)
-      dref_orig->read_checked(*dref, (size_t)it.delta_of, u.off, u.n, sc.pred.data());
+      dref_orig->read_checked(*dref, (size_t)it.delta_of, u.off, u.n, pred);
     else
-      dref->read_range((size_t)it.delta_of, u.off, u.n, sc.pred.data());
-    sc.resid.assign(src, src + u.n);
-    tz::predict::xor_bytes(sc.pred.data(), sc.resid.data(), u.n);
-    if (all_zero(sc.resid.data(), u.n)) return 0;
-    src = sc.resid.data();
+      dref->read_range((size_t)it.delta_of, u.off, u.n, pred);
+    tz::predict::xor_bytes(pred, resid, u.n);
+    if (all_zero(resid, u.n)) return 0;
   }
   tz_params p{};
   p.dtype = it.e.codec_dtype;
@@ -203,7 +210,7 @@ size_t code_unit(const std::string& path, const std::vector<WriterItem>& items, 
 FramesWritten write_frames(const std::string& path, const uint8_t* pre, const std::vector<WriterItem>& items,
                            const std::vector<WriterUnit>& units, Reader* dref, const RefOriginal* dref_orig,
                            const TensorWriterOptions& opt, Sink& sink, bool direct, XXH64_state_t* fh,
-                           std::vector<TensorEntry>& tensors) {
+                           std::vector<TensorEntry>& tensors, bool huge_pages) {
   // Consecutive chunks the writer codes itself travel as one pipeline item
   // (group_items: up to kGroupBytes raw bytes, kGroupItems chunks), so a file
   // of many small tensors is not handed between threads frame by frame. A
@@ -226,6 +233,9 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
   std::vector<Slot*> slots(n_slots, nullptr);  // pipeline slot -> the buffers its item holds
   CtxSet ctx(threads);
   std::vector<Scratch> scratch(threads);
+  size_t max_unit = 0;
+  for (const auto& u : units) max_unit = std::max<size_t>(max_unit, u.n);
+  for (Scratch& s : scratch) s.resid.huge_pages = huge_pages, s.at_least = max_unit;
   std::atomic<uint64_t> encode_ns{0};
 
   std::unique_ptr<DirectStage> stage;
@@ -259,6 +269,7 @@ FramesWritten write_frames(const std::string& path, const uint8_t* pre, const st
   st.work = [&](size_t gi, size_t si, unsigned w) {
     if (!slots[si]) slots[si] = pool.take();
     Slot& s = *slots[si];
+    s.comp.huge_pages = huge_pages;
     const ItemGroup& g = groups[gi];
     uint8_t* dst = s.comp.reserve(group_cap(g), max_cap);
     s.at.resize(g.count);

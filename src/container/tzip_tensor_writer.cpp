@@ -1,10 +1,12 @@
-// TensorWriter: a .tzip file from named tensors in memory (container.hpp).
+// TensorWriter: a .tzip file from named tensors (container.hpp), the one
+// writer of the library: compress_file hands it a safetensors file's
+// segments (tzip_writer.cpp).
 //
 // Tensors are cut into chunk_bytes chunks, coded and written in order by
 // write_frames (tzip_tensor_frames.cpp: `threads` threads in all, memory
-// bounded by `slots` chunks); this file builds the tensor table, finds the
-// predicted tensors, opens the output (O_DIRECT where asked and allowed) and
-// writes the header and trailer.
+// bounded by `slots` chunks); this file builds the tensor table, has the
+// predicted tensors found (tzip_writer_discovery.cpp), opens the output
+// (O_DIRECT where asked and allowed) and writes the header and trailer.
 //
 // Layout written (doc/container.md sections 2-3, 11): preamble, frames (each
 // at a multiple of 64), header JSON, trailer; built under a temporary name,
@@ -27,6 +29,7 @@
 #include "tzc_io.hpp"
 #include "tzc_predict.hpp"
 #include "tzc_tensor_frames.hpp"
+#include "tzc_writer.hpp"
 #include "write_queue.hpp"
 #include "io/writeback.hpp"
 
@@ -59,12 +62,6 @@ class PwriteSink final : public Sink {
   tz::io::Writeback started_;
   int err_ = 0;
 };
-
-// Discovery follows compress_file (tzip_writer.cpp) with the shared rules
-// of tzc_predict.hpp, on memory. Cast: find_cast_source (a 64-element probe,
-// then the residual's cost on a sample against min_gain), stopping at the
-// first candidate exact on the probe. Delta (TensorWriterOptions::ref): the tensor of the same
-// name, dtype and shape in the reference, sampled on one decoded block.
 
 using Src = WriterSource;
 using Item = WriterItem;
@@ -108,9 +105,10 @@ void check_given_header(const std::string& hdr, const std::vector<Item>& items,
 
 struct TensorWriter::Impl {
   std::string path;
-  Temporary tmp;  // the file being written, beside `path`
+  Temporary tmp;  // the file being written, beside `path` (not with `input`)
   int fd = -1;
   TensorWriterOptions opt;
+  std::unique_ptr<FileInput> input;  // compress_file: its safetensors input; output through OutFile
   std::vector<Item> items;
   std::map<std::string, size_t> by_name;
   uint64_t data_size = 0;
@@ -124,18 +122,20 @@ struct TensorWriter::Impl {
   Item& add_common(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
                    uint64_t size, int level, unsigned block_elems);
   TensorWriterStats finish();
+  TzipHeader header_skeleton();
+  void refuse_oversized_header(TzipHeader& h, std::vector<TensorEntry>& segs, const std::vector<Unit>& units);
+  std::string header_and_trailer(TzipHeader& h, uint64_t header_offset, XXH64_state_t* fh, TensorWriterStats& stats);
+  uint64_t write_to_temporary(TzipHeader& h, std::vector<TensorEntry>& segs, const std::vector<Unit>& units,
+                              const Predictions& pred, TensorWriterStats& stats);
+  uint64_t write_through(TzipHeader& h, std::vector<TensorEntry>& segs, const std::vector<Unit>& units,
+                         const Predictions& pred, TensorWriterStats& stats);
 };
 
 TensorWriter::TensorWriter(const std::string& path, const TensorWriterOptions& opt) : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
   m.path = path;
   m.opt = opt;
-  if (opt.chunk_bytes < kMinChunkBytes || opt.chunk_bytes > kMaxChunkBytes || (opt.chunk_bytes & (opt.chunk_bytes - 1)))
-    fail(ErrorKind::kUsage, path + ": chunk size must be a power of two between 1 MiB and 64 MiB");
-  if (opt.block_elems &&
-      (opt.block_elems < 4096 || opt.block_elems > (1u << 20) || (opt.block_elems & (opt.block_elems - 1))))
-    fail(ErrorKind::kUsage, path + ": block size must be a power of two between 4096 and 1048576 elements");
-  if (opt.level < -1 || opt.level > 3) fail(ErrorKind::kUsage, path + ": level must be -1, 0, 1, 2 or 3");
+  check_write_options(opt.level, opt.block_elems, opt.chunk_bytes, path);
   if (opt.direct_io && (opt.direct_buffer_bytes < kDirectAlign || opt.direct_buffer_bytes % kDirectAlign ||
                         opt.direct_buffers < 2))
     fail(ErrorKind::kUsage, path + ": direct_buffer_bytes must be a multiple of 4096 and direct_buffers >= 2");
@@ -146,6 +146,36 @@ TensorWriter::TensorWriter(const std::string& path, const TensorWriterOptions& o
     fail(ErrorKind::kUsage, path + ": not a regular file (a .tzip is written to a regular file)");
   remove_stale_temporaries(path);
   m.tmp = Temporary::create_file(path, &m.fd);
+}
+
+TensorWriter::TensorWriter() = default;
+
+std::unique_ptr<TensorWriter> WriterAccess::for_file(const std::string& path, const TensorWriterOptions& opt,
+                                                     FileInput input) {
+  check_write_options(opt.level, opt.block_elems, opt.chunk_bytes);
+  std::unique_ptr<TensorWriter> w(new TensorWriter());
+  w->impl_ = std::make_unique<TensorWriter::Impl>();
+  auto& m = *w->impl_;
+  m.path = path;
+  m.opt = opt;
+  m.input = std::make_unique<FileInput>(std::move(input));
+  const SafetensorsInfo& st = m.input->st;
+  m.data_size = st.data_size;
+  for (const auto* list : {&st.tensors, &st.gaps})
+    for (const TensorEntry& t : *list) {
+      Item it;
+      it.e = t;
+      if (t.is_gap) it.e.codec_dtype = TZ_DTYPE_BYTES;
+      it.e.level = opt.level;
+      it.e.block_elems = opt.block_elems ? opt.block_elems : default_block_elems(it.e.codec_dtype);
+      it.bytes = ByteSource{nullptr, m.input->file.get(), st.data_start + t.data_begin};
+      m.items.push_back(std::move(it));
+    }
+  // Segments tile the data section: file order is data order.
+  std::stable_sort(m.items.begin(), m.items.end(), [](const Item& a, const Item& b) {
+    return a.e.data_begin != b.e.data_begin ? a.e.data_begin < b.e.data_begin : a.e.data_end < b.e.data_end;
+  });
+  return w;
 }
 
 TensorWriter::~TensorWriter() {
@@ -165,6 +195,7 @@ Item& TensorWriter::Impl::add_common(const std::string& name, const std::string&
                                      const std::vector<uint64_t>& shape, uint64_t size, int level,
                                      unsigned block_elems) {
   if (state != kOpen) fail(ErrorKind::kUsage, path + ": tensor '" + name + "' added after finish() or abort()");
+  if (input) fail(ErrorKind::kUsage, path + ": tensor '" + name + "' added to a writer of a safetensors file");
   if (name.empty()) fail(ErrorKind::kUsage, path + ": tensor with an empty name");
   if (name == "__metadata__") fail(ErrorKind::kUsage, path + ": '__metadata__' is not a tensor name");
   if (by_name.count(name)) fail(ErrorKind::kUsage, path + ": duplicate tensor name '" + name + "'");
@@ -183,11 +214,10 @@ Item& TensorWriter::Impl::add_common(const std::string& name, const std::string&
   if (nbytes != size)
     fail(ErrorKind::kUsage, path + ": tensor '" + name + "': size " + std::to_string(size) +
                                 " bytes does not match its dtype and shape (" + std::to_string(nbytes) + " bytes)");
-  if (level < -1 || level > 3) fail(ErrorKind::kUsage, path + ": tensor '" + name + "': bad level");
+  check_level(level, path + ": tensor '" + name + "'");
+  check_block_elems(block_elems, path + ": tensor '" + name + "'");
   it.e.level = level;
   it.e.block_elems = block_elems ? block_elems : opt.block_elems ? opt.block_elems : default_block_elems(it.e.codec_dtype);
-  if (it.e.block_elems < 4096 || it.e.block_elems > (1u << 20) || (it.e.block_elems & (it.e.block_elems - 1)))
-    fail(ErrorKind::kUsage, path + ": tensor '" + name + "': bad block size");
   if (it.e.block_bytes() > opt.chunk_bytes)
     fail(ErrorKind::kUsage, path + ": tensor '" + name + "': a block (" + std::to_string(it.e.block_bytes()) +
                                 " bytes) is larger than a chunk");
@@ -204,7 +234,7 @@ void TensorWriter::add(const std::string& name, const std::string& dtype, const 
   if (size && !data) fail(ErrorKind::kUsage, impl_->path + ": tensor '" + name + "': null data");
   Item& it = impl_->add_common(name, dtype, shape, size, impl_->opt.level, 0);
   it.src = Src::kHost;
-  it.data = static_cast<const uint8_t*>(data);
+  it.bytes.data = static_cast<const uint8_t*>(data);
 }
 
 void TensorWriter::add_frames(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
@@ -243,22 +273,31 @@ TensorWriterStats TensorWriter::finish() {
   }
 }
 
-TensorWriterStats TensorWriter::Impl::finish() {
-  const auto t_start = Clock::now();
-  TensorWriterStats stats;
-  const uint64_t chunk = opt.chunk_bytes;
+namespace {
+// The header's segments: the items' entries as stored (segs[i] of item i),
+// tensors and gaps apart.
+void set_segments(TzipHeader* h, const std::vector<TensorEntry>& segs) {
+  h->tensors.clear();
+  h->gaps.clear();
+  for (const auto& e : segs) (e.is_gap ? h->gaps : h->tensors).push_back(e);
+  link_segments(h);
+}
+}  // namespace
 
-  // ---- header skeleton ----------------------------------------------------
+TzipHeader TensorWriter::Impl::header_skeleton() {
   TzipHeader h;
   h.created_by = !opt.created_by.empty() ? opt.created_by
                                           : std::string("tensorzip ") + std::to_string(TZ_VERSION_MAJOR) + "." +
                                                 std::to_string(TZ_VERSION_MINOR) + "." +
                                                 std::to_string(TZ_VERSION_PATCH);
-  h.chunk_bytes = chunk;
+  h.chunk_bytes = opt.chunk_bytes;
   h.data_size = data_size;
   h.metadata = opt.metadata;
   h.user_metadata = opt.user_metadata;
-  if (!opt.safetensors_header.empty()) {
+  if (input) {  // its own header, verbatim
+    h.metadata = input->st.metadata;
+    h.safetensors_header = input->st.header_bytes;
+  } else if (!opt.safetensors_header.empty()) {
     check_given_header(opt.safetensors_header, items, opt.metadata, data_size, path);
     h.safetensors_header = opt.safetensors_header;
   } else {
@@ -268,105 +307,113 @@ TensorWriterStats TensorWriter::Impl::finish() {
       sj[it.e.name] = {{"dtype", it.e.dtype}, {"shape", it.e.shape}, {"data_offsets", {it.e.data_begin, it.e.data_end}}};
     h.safetensors_header = sj.dump();
   }
+  return h;
+}
 
-  // ---- cast prediction discovery ------------------------------------------
-  if (opt.predict) {
-    // FP32 host tensors by shape. Candidates of a target are tried with the
-    // ones whose name ends with the target's name first (master.x for x),
-    // and the search stops at the first candidate that matches the probe
-    // exactly and passes the cost test: a save holding many FP32 tensors of
-    // one shape (Adam m and v, other layers) stays linear in its size.
-    std::map<std::vector<uint64_t>, std::vector<size_t>> by_shape;
-    for (size_t j = 0; j < items.size(); ++j)
-      if (items[j].src == Src::kHost && items[j].e.dtype == "F32" && items[j].e.raw_size() > 0)
-        by_shape[items[j].e.shape].push_back(j);
-    auto ends_with = [](const std::string& a, const std::string& b) {
-      return a.size() > b.size() && a.compare(a.size() - b.size(), b.size(), b) == 0;
-    };
-    CastScratch scratch;
-    for (size_t i = 0; i < items.size() && !by_shape.empty(); ++i) {
-      Item& t = items[i];
-      if (t.src != Src::kHost || t.e.raw_size() == 0) continue;
-      const int kind = cast_kind(t.e.dtype);
-      if (kind < 0) continue;
-      const auto shp = by_shape.find(t.e.shape);
-      if (shp == by_shape.end()) continue;
-      std::vector<size_t> cands;
-      for (size_t j : shp->second)
-        if (ends_with(items[j].e.name, t.e.name)) cands.push_back(j);
-      for (size_t j : shp->second)
-        if (!ends_with(items[j].e.name, t.e.name)) cands.push_back(j);
-      CastData cd;
-      cd.read_target = [&](uint64_t first, uint64_t count, uint8_t* dst) {
-        std::memcpy(dst, t.data + first * 2, count * 2);
-      };
-      cd.cand_probe = [&](size_t k, uint64_t first, uint64_t) -> const uint8_t* {
-        return items[cands[k]].data + first * 4;
-      };
-      cd.read_cand = [&](size_t k, uint64_t first, uint64_t count, uint8_t* dst) {
-        std::memcpy(dst, items[cands[k]].data + first * 4, count * 4);
-      };
-      const long w = find_cast_source(t.e.raw_size() / 2, kind, opt.min_gain, cands.size(), cd,
-                                      /*stop_at_exact=*/true, &scratch);
-      if (w >= 0) t.cast_from = (long)cands[(size_t)w];
-      if (t.cast_from >= 0) {
-        t.e.predict.kind = PredictKind::kCast;
-        t.e.predict.ref = -1;
-        t.e.predict.source = items[(size_t)t.cast_from].e.name;
-        h.major = kTzipVersionMajorPredicted;
-        ++stats.predicted;
-      }
-    }
+namespace {
+[[noreturn]] void fail_header_too_large(const std::string& who, bool input, size_t bytes) {
+  fail(input ? ErrorKind::kBadInput : ErrorKind::kUsage,
+       who + ": tensor table too large for a .tzip header (" + std::to_string(bytes) +
+           " bytes of JSON; the limit is " + std::to_string(kMaxHeaderBytes) + ")");
+}
+}  // namespace
+
+// The header with every frame present but each number at its shortest is a
+// lower bound of the header written: a table that cannot fit is refused
+// before any data is read or written.
+void TensorWriter::Impl::refuse_oversized_header(TzipHeader& h, std::vector<TensorEntry>& segs,
+                                                 const std::vector<Unit>& units) {
+  for (const Unit& u : units) segs[u.item].frames.push_back(FrameRef{});
+  set_segments(&h, segs);
+  const size_t least = encode_header(h).size();
+  for (auto& s : segs) s.frames.clear();
+  if (least > kMaxHeaderBytes) fail_header_too_large(input ? input->path : path, input != nullptr, least);
+}
+
+// The packed header and the trailer (their bytes hashed into fh, which then
+// gives the file checksum).
+std::string TensorWriter::Impl::header_and_trailer(TzipHeader& h, uint64_t header_offset, XXH64_state_t* fh,
+                                                   TensorWriterStats& stats) {
+  const std::string json = encode_header(h);
+  if (json.size() > kMaxHeaderBytes) fail_header_too_large(input ? input->path : path, input != nullptr, json.size());
+  std::string tail = pack_header(json);
+  uint8_t tr[kTrailerSize] = {};
+  put_le64(tr + 0, header_offset);
+  put_le64(tr + 8, tail.size());
+  put_le64(tr + 16, XXH64(tail.data(), tail.size(), 0));
+  put_le16(tr + 24, h.major);
+  put_le16(tr + 26, kTzipVersionMinor);
+  XXH64_update(fh, tail.data(), tail.size());
+  XXH64_update(fh, tr, kTrailerHashedSize);
+  stats.file_xxh64 = XXH64_digest(fh);
+  put_le64(tr + 32, stats.file_xxh64);
+  std::memcpy(tr + 44, kEndMagic, 4);
+  tail.append(reinterpret_cast<const char*>(tr), kTrailerSize);
+  return tail;
+}
+
+namespace {
+// The preamble (section 2.1), zero-padded to the first frame's offset.
+void preamble(const TzipHeader& h, uint8_t (&pre)[kAlign]) {
+  std::memset(pre, 0, kAlign);
+  std::memcpy(pre, kMagic, 4);
+  put_le32(pre + 8, kFlagHeaderZstd);
+  put_le16(pre + 4, h.major);
+  put_le16(pre + 6, kTzipVersionMinor);
+}
+
+using XxhPtr = std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)>;
+XxhPtr new_file_hash(const std::string& path) {
+  XXH64_state_t* fh = XXH64_createState();
+  if (!fh) fail(ErrorKind::kInternal, path + ": out of memory");
+  XXH64_reset(fh, 0);
+  return XxhPtr(fh, &XXH64_freeState);
+}
+
+// An OutFile as a sink: writes arrive in file order and are buffered by it.
+class OutFileSink final : public Sink {
+ public:
+  explicit OutFileSink(OutFile& out) : out_(out) {}
+  void write(uint64_t off, const void* p, size_t n, std::function<void()> done) override {
+    if (off != out_.offset()) fail(ErrorKind::kInternal, out_.path() + ": frames out of order");
+    out_.write(p, n);  // a throw owes no `done` (the pipeline's commit rule)
+    if (done) done();
   }
-  // ---- delta prediction discovery (TensorWriterOptions::ref) ---------------
-  std::unique_ptr<Reader> dref;
-  std::unique_ptr<RefOriginal> dref_orig;  // TensorWriterOptions::ref_original
-  if (!opt.ref_original.empty() && opt.ref.empty())
-    fail(ErrorKind::kUsage, path + ": ref_original needs ref (the previous checkpoint's .tzip)");
-  if (!opt.ref.empty()) {
-    check_not_same_file(opt.ref, path);  // the new file would replace its own reference
-    dref = std::make_unique<Reader>(opt.ref, 1);
-    ReaderAccess::verify_frames_on_use(*dref);  // its header checksum is recorded
-    if (!opt.ref_original.empty()) dref_orig = std::make_unique<RefOriginal>(opt.ref_original, *dref, opt.ref);
-    int ref_index = -1;
-    std::vector<uint8_t> cur, blk;
-    for (size_t i = 0; i < items.size(); ++i) {
-      Item& t = items[i];
-      if (t.src != Src::kHost || t.cast_from >= 0 || t.e.raw_size() == 0) continue;
-      const unsigned bits = dtype_bits(t.e.dtype);
-      if (bits == 0 || bits % 8 != 0) continue;  // sub-byte dtypes: never predicted
-      const unsigned esz = bits / 8;
-      const long ri = dref->find(t.e.name);
-      if (ri < 0) continue;
-      const TensorEntry& rt = dref->tensors()[(size_t)ri];
-      if (rt.dtype != t.e.dtype || rt.shape != t.e.shape) continue;
-      const DeltaWindow dw = delta_window(rt, esz);
-      blk.resize(dw.blk_len);
-      dref->read_range((size_t)ri, dw.blk_off, dw.blk_len, blk.data());  // exactly one block
-      cur.assign(t.data + dw.first * esz, t.data + (dw.first + dw.elems) * esz);
-      if (!delta_pays(cur.data(), blk.data(), dw.elems, esz, opt.min_gain)) continue;
-      if (ref_index < 0) {
-        ref_index = (int)h.references.size();
-        h.references.push_back(Reference{relative_path(opt.ref, path), dref->file_checksum(), true,
-                                         dref->header_checksum()});
-      }
-      t.delta_of = ri;
-      t.e.predict.kind = PredictKind::kDelta;
-      t.e.predict.ref = ref_index;
-      t.e.predict.source.clear();
-      h.major = kTzipVersionMajorPredicted;
-      ++stats.deltas;
-    }
-  }
-  for (const auto& it : items) h.tensors.push_back(it.e);
-  link_segments(&h);
+  int drain() override { return 0; }
+  std::string name() const override { return "write"; }
 
-  std::vector<Unit> units;
-  for (size_t i = 0; i < items.size(); ++i)
-    for (uint64_t off = 0, k = 0; off < items[i].e.raw_size(); off += chunk, ++k)
-      units.push_back({i, off, std::min(chunk, items[i].e.raw_size() - off), k});
+ private:
+  OutFile& out_;
+};
+}  // namespace
 
-  // ---- back end: O_DIRECT where asked and allowed ---------------------------
+// compress_file's output: OutFile (a temporary published on commit, or a
+// stream written through), with the input's permission bits and times.
+uint64_t TensorWriter::Impl::write_through(TzipHeader& h, std::vector<TensorEntry>& segs,
+                                          const std::vector<Unit>& units, const Predictions& pred,
+                                          TensorWriterStats& stats) {
+  OutFile o(path, opt.force, input->path, input->output_fd);
+  OutFileSink sink(o);
+  stats.io = sink.name();
+  uint8_t pre[kAlign];
+  preamble(h, pre);
+  XxhPtr fh = new_file_hash(path);
+  const FramesWritten fw = write_frames(path, pre, items, units, pred.dref.get(), pred.dref_orig.get(), opt, sink,
+                                        false, fh.get(), segs, /*huge_pages=*/true);
+  stats.encode_seconds = (double)fw.encode_ns * 1e-9;
+  set_segments(&h, segs);
+  const std::string tail = header_and_trailer(h, fw.end, fh.get(), stats);
+  o.write(tail.data(), tail.size());
+  const uint64_t file_bytes = o.offset();
+  o.commit();
+  return file_bytes;
+}
+
+// TensorWriter's output: the temporary created by the constructor, written
+// at offsets (O_DIRECT where asked and allowed), fsync'd and renamed.
+uint64_t TensorWriter::Impl::write_to_temporary(TzipHeader& h, std::vector<TensorEntry>& segs,
+                                                const std::vector<Unit>& units, const Predictions& pred,
+                                                TensorWriterStats& stats) {
   int dfd = -1;
   struct CloseFd {
     int& fd;
@@ -398,37 +445,15 @@ TensorWriterStats TensorWriter::Impl::finish() {
   stats.direct = direct;
   stats.io = sink->name() + (direct ? "+O_DIRECT" : "");
 
-  uint8_t pre[kAlign] = {};
-  std::memcpy(pre, kMagic, 4);
-  put_le32(pre + 8, kFlagHeaderZstd);
-  put_le16(pre + 4, h.major);
-  put_le16(pre + 6, kTzipVersionMinor);
-  XXH64_state_t* fh = XXH64_createState();
-  if (!fh) fail(ErrorKind::kInternal, path + ": out of memory");
-  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> fh_guard(fh, &XXH64_freeState);
-  XXH64_reset(fh, 0);
-  const FramesWritten fw = write_frames(path, pre, items, units, dref.get(), dref_orig.get(), opt, *sink, direct, fh,
-                                          h.tensors);
-  const uint64_t pos = fw.end;
-
-  // ---- header + trailer ------------------------------------------------------
-  const uint64_t header_offset = pos;
-  const std::string json = encode_header(h);
-  if (json.size() > kMaxHeaderBytes) fail(ErrorKind::kUsage, path + ": tensor table too large for a .tzip header");
-  std::string tail = pack_header(json);
-  const uint64_t header_size = tail.size();
-  uint8_t tr[kTrailerSize] = {};
-  put_le64(tr + 0, header_offset);
-  put_le64(tr + 8, header_size);
-  put_le64(tr + 16, XXH64(tail.data(), tail.size(), 0));
-  put_le16(tr + 24, h.major);
-  put_le16(tr + 26, kTzipVersionMinor);
-  XXH64_update(fh, tail.data(), tail.size());
-  XXH64_update(fh, tr, kTrailerHashedSize);
-  stats.file_xxh64 = XXH64_digest(fh);
-  put_le64(tr + 32, stats.file_xxh64);
-  std::memcpy(tr + 44, kEndMagic, 4);
-  tail.append(reinterpret_cast<const char*>(tr), kTrailerSize);
+  uint8_t pre[kAlign];
+  preamble(h, pre);
+  XxhPtr fh = new_file_hash(path);
+  const FramesWritten fw = write_frames(path, pre, items, units, pred.dref.get(), pred.dref_orig.get(), opt, *sink,
+                                        direct, fh.get(), segs);
+  stats.encode_seconds = (double)fw.encode_ns * 1e-9;
+  set_segments(&h, segs);
+  const uint64_t header_offset = fw.end;
+  const std::string tail = header_and_trailer(h, header_offset, fh.get(), stats);
   // Buffered, after every direct write completed (the page cache then reads
   // the last partial block from the file).
   if (const int e = tz::io::pwrite_full(fd, tail.data(), tail.size(), header_offset)) fail_io(path, "write failed", e);
@@ -443,11 +468,38 @@ TensorWriterStats TensorWriter::Impl::finish() {
   if (::close(cfd) != 0) fail_io(path, "close failed", errno);
   publish(tmp.path(), path, opt.force, false);  // rename + fsync of the folder
   tmp.release();
+  return file_bytes;
+}
 
+TensorWriterStats TensorWriter::Impl::finish() {
+  const auto t_start = Clock::now();
+  TensorWriterStats stats;
+  TzipHeader h = header_skeleton();
+  PredictionRules rules;
+  rules.predict = opt.predict;
+  rules.min_gain = opt.min_gain;
+  rules.ref = opt.ref;
+  rules.ref_original = opt.ref_original;
+  rules.name_first = !input;
+  Predictions pred;
+  find_predictions(items, input ? input->others : std::vector<CastSourceFile>{}, rules, path, &h, &pred);
+  stats.predicted = pred.casts;
+  stats.deltas = pred.deltas;
+
+  const uint64_t chunk = opt.chunk_bytes;
+  std::vector<TensorEntry> segs;  // the items' entries as stored
+  std::vector<Unit> units;
+  for (size_t i = 0; i < items.size(); ++i) {
+    segs.push_back(items[i].e);
+    for (uint64_t off = 0, k = 0; off < items[i].e.raw_size(); off += chunk, ++k)
+      units.push_back({i, off, std::min(chunk, items[i].e.raw_size() - off), k});
+  }
+  refuse_oversized_header(h, segs, units);
+  const uint64_t file_bytes = input ? write_through(h, segs, units, pred, stats)
+                                    : write_to_temporary(h, segs, units, pred, stats);
   out = h.tensors;
   stats.raw_bytes = data_size;
   stats.file_bytes = file_bytes;
-  stats.encode_seconds = (double)fw.encode_ns * 1e-9;
   stats.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   return stats;
 }

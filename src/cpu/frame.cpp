@@ -247,13 +247,11 @@ size_t compress_frame(Context& ctx, uint8_t* dst, size_t cap, const uint8_t* src
   static_assert(sizeof(dt_in) == sizeof(p.dtype));
   memcpy(&dt_in, &p.dtype, sizeof dt_in);
   if (dt_in < 0 || dt_in >= kDTypeCount) return make_error(kErrBadParam, "unknown dtype " + std::to_string(dt_in));
-  if (!encode_level_valid(p.level)) return make_error(kErrBadParam, "level must be in [-1, 3]");
+  if (const char* e = policy_option_error(p.level, p.block_elems)) return make_error(kErrBadParam, e);
   const int level = policy_level(p.level);
   const uint8_t dtype = encode_dtype((uint8_t)dt_in, n);  // odd-sized data: generic path
   const uint32_t es = dtype_elem_size(dtype);
   const uint32_t block_elems = policy_block_elems(p.block_elems, dtype);
-  if (!block_elems_valid(block_elems))
-    return make_error(kErrBadParam, "block_elems must be a power of two in [4096, 1048576]");
   if (!encode_size_valid(n)) return make_error(kErrBadParam, "input larger than 2^56 bytes");
   const uint64_t n_elems = n / es;
   uint32_t n_blocks = 0;

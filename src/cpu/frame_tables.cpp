@@ -10,6 +10,7 @@
 #include "codec/frame_prefix.h"
 #include "codec/policy_lane_ctx.h"
 #include "codec/policy_raw_runs.h"
+#include "codec/policy_stream.h"
 #include "cpu/kernels.h"
 
 namespace tz::cpu {
@@ -449,58 +450,33 @@ void choose_tables(ThreadPool& pool, int level, uint8_t dtype, const uint8_t* sr
   uint64_t counted = 0;
   for (uint32_t b = 0; b < n_blocks; ++b) counted += H.counted[b];
 
-  // 3. Per wanted stream: table sets (policy_segment_blocks), their tables
-  //    and estimated size; sets only if they beat one table.
+  // 3. Per wanted stream: raw, one table or table sets
+  //    (policy_decide_stream, as the CUDA encoder decides).
   SegScratch seg;
   TableScratch tsc;
   uint64_t stream_coded[kMaxStreams] = {};
+  const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
+  // Scratch the decision fills before it reads (never zero-filled).
+  const std::unique_ptr<uint32_t[]> freq1(new uint32_t[256]),
+      freqN(new uint32_t[(size_t)std::max<uint32_t>(max_sets, 1) * 256]);
+  const std::unique_ptr<uint8_t[]> set_of(new uint8_t[n_blocks]);
   for (int k = 0; k < K; ++k) {
     if (!want[k]) continue;
+    const StreamChoice c = policy_decide_stream(
+        level, H.of(0, k), H.stride(), H.counted.data(), counted, n_blocks, block_elems, n_elems, max_sets, fast,
+        fast ? mm.data() + kRangeBytes * k : nullptr, kRangeBytes * kMaxStreams, freq1.get(), freqN.get(),
+        set_of.get(), &seg, &tsc);
+    if (c.kind != kKindRans) continue;
     StreamTables& st = out->s[k];
-    std::vector<uint8_t> set_of(n_blocks, 0);
-    auto evaluate = [&](uint32_t sets, const uint8_t* sof, std::vector<uint32_t>* freq, uint64_t* coded) {
-      freq->assign((size_t)sets * 256, 0);
-      return policy_set_tables(H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems, n_elems, sof, sets,
-                               fast, fast ? mm.data() + kRangeBytes * k : nullptr, kRangeBytes * kMaxStreams,
-                               freq->data(), coded, &tsc);
-    };
-    const uint32_t max_sets = policy_max_sets(n_blocks, n_wanted, level);
-    bool bound_pays = true;
-    if (!policy_tries_sets(level, false) || max_sets <= 1) {
-      // Sets only if one table pays: where even policy_one_table_bound does
-      // not, one table does not pay either (the same decision, without a
-      // table), and only raw runs may make the stream codable.
-      uint64_t counts[256] = {};
-      for (uint32_t b = 0; b < n_blocks; ++b)
-        for (int x = 0; x < 256; ++x) counts[x] += H.of(b, k)[x];
-      bound_pays = stream_pays(level, policy_one_table_bound(counts, counted, n_elems, n_blocks), n_elems);
-      if (!bound_pays && !policy_tries_raw_runs(level, n_blocks)) continue;
-    }
-    std::vector<uint32_t> freq1, freqN;
-    uint64_t coded1 = ~UINT64_C(0), codedN = ~UINT64_C(0);
-    bool one_pays = false;
-    if (bound_pays) {
-      if (!evaluate(1, nullptr, &freq1, &coded1)) continue;
-      one_pays = stream_pays(level, coded1, n_elems);
-    }
-    const uint32_t n_sets =
-        max_sets > 1 && (policy_tries_sets(level, one_pays) || policy_tries_raw_runs(level, n_blocks))
-            ? policy_segment_blocks(level, H.of(0, k), H.stride(), n_blocks, max_sets, n_elems, counted, &seg,
-                                    set_of.data())
-            : 1;
-    uint32_t kept = 0;
-    if (n_sets > 1 && evaluate(n_sets, set_of.data(), &freqN, &codedN))
-      kept = policy_raw_runs(level, !one_pays, H.of(0, k), H.stride(), H.counted.data(), n_blocks, block_elems,
-                             n_elems, set_of.data(), n_sets, freqN.data(), &codedN, &tsc);
-    const bool use_sets = policy_use_sets(level, fast, one_pays, kept, codedN, coded1, n_elems);
-    if (!use_sets && !one_pays) continue;
-    const uint64_t coded = use_sets ? codedN : coded1;
     st.kind = kKindRans;
-    st.n_sets = use_sets ? kept : 1;
-    if (use_sets) freqN.resize((size_t)kept * 256);
-    st.freq = use_sets ? freqN : freq1;
-    if (use_sets) st.block_set = set_of;
-    stream_coded[k] = coded;
+    st.n_sets = c.n_sets;
+    if (c.use_sets) {
+      st.freq.assign(freqN.get(), freqN.get() + (size_t)c.n_sets * 256);
+      st.block_set.assign(set_of.get(), set_of.get() + n_blocks);
+    } else {
+      st.freq.assign(freq1.get(), freq1.get() + 256);
+    }
+    stream_coded[k] = c.coded;
   }
 
   // 4. Lane contexts of stream 0: searched on the first-pass elements;

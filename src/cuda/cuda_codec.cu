@@ -24,6 +24,7 @@
 #include "codec/policy.h"
 #include "codec/policy_lane_ctx.h"
 #include "codec/policy_raw_runs.h"
+#include "codec/policy_stream.h"
 #include "codec/predict.h"
 #include "cuda/warp_codec.h"
 #include "tensorzip/tensorzip_cuda.h"

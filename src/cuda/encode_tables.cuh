@@ -241,9 +241,9 @@ __device__ void finish_tables(CTab& tab, int K) {
   tab.stage = kStageDone;
 }
 
-// Lane k decides stream k from the per-block histograms (codec/policy.h,
-// as choose_tables on the CPU); then lane 0 tries lane contexts or
-// finishes.
+// Lane k decides stream k from the per-block histograms
+// (policy_decide_stream, codec/policy_stream.h, as choose_tables on the
+// CPU); then lane 0 tries lane contexts or finishes.
 __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlockStats& bs, uint32_t lane) {
   const int K = it.n_streams;
   const uint64_t n_elems = it.n_bytes / dtype_elem_size(it.dtype);
@@ -260,32 +260,17 @@ __device__ void decide_streams(const CItem& it, int level, CTab& tab, const CBlo
     uint8_t* set_of = bs.set + (uint64_t)k * bs.total_blocks + it.first_block;
     uint64_t cnt = 0;
     for (uint32_t b = 0; b < B; ++b) cnt += counted[b];
-    uint64_t coded1 = 0, codedN = ~UINT64_C(0);
     uint32_t* region = tab.freq[tab.region[k]];
-    const bool ok1 = policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, nullptr, 1, fast,
-                                       mm, kRangeBytes * kMaxStreams, W.freq1, &coded1, &W.ts);
-    const bool one_pays = ok1 && stream_pays(level, coded1, n_elems);
-    const uint32_t n_sets =
-        ok1 && max_sets > 1 && (policy_tries_sets(level, one_pays) || policy_tries_raw_runs(level, B))
-            ? policy_segment_blocks(level, hist, kMaxStreams * 256, B, max_sets, n_elems, cnt, &W.seg, set_of)
-            : 1;
-    uint32_t kept = 0;
-    if (n_sets > 1 &&
-        policy_set_tables(hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of, n_sets, fast, mm,
-                          kRangeBytes * kMaxStreams, region, &codedN, &W.ts))
-      kept = policy_raw_runs(level, !one_pays, hist, kMaxStreams * 256, counted, B, it.block_elems, n_elems, set_of,
-                             n_sets, region, &codedN, &W.ts);
-    const bool use_sets = policy_use_sets(level, fast, one_pays, kept, codedN, coded1, n_elems);
-    const uint64_t coded = use_sets ? codedN : coded1;
-    uint8_t kind = kKindRaw;
-    if (use_sets || one_pays) kind = kKindRans;
-    if (kind == kKindRans && !use_sets)
+    const StreamChoice c = policy_decide_stream(level, hist, kMaxStreams * 256, counted, cnt, B, it.block_elems,
+                                                n_elems, max_sets, fast, mm, kRangeBytes * kMaxStreams, W.freq1,
+                                                region, set_of, &W.seg, &W.ts);
+    if (c.kind == kKindRans && !c.use_sets)
       for (uint32_t s = 0; s < 256; ++s) region[s] = W.freq1[s];
-    if (!use_sets)
+    if (!c.use_sets)
       for (uint32_t b = 0; b < B; ++b) set_of[b] = 0;
-    tab.kind[k] = kind;
-    tab.n_sets[k] = (uint8_t)(kind == kKindRans ? (use_sets ? kept : 1u) : 0u);
-    tab.coded[k] = coded;
+    tab.kind[k] = c.kind;
+    tab.n_sets[k] = (uint8_t)c.n_sets;
+    tab.coded[k] = c.coded;
   }
   __syncwarp();
   if (lane != 0) return;

@@ -33,6 +33,17 @@ TEST(Policy, Parameters) {
   EXPECT_EQ(policy_block_elems(0, kBF16), kDefaultBlockElems);
   EXPECT_EQ(policy_block_elems(0, kBytes), kDefaultBytesBlockElems);
   EXPECT_EQ(policy_block_elems(8192, kBytes), 8192u);
+  // The options' one rule set: level, then block size (0: the default).
+  EXPECT_EQ(policy_option_error(0, 0), nullptr);
+  EXPECT_EQ(policy_option_error(-1, 4096), nullptr);
+  EXPECT_EQ(policy_option_error(3, 1u << 20), nullptr);
+  EXPECT_NE(policy_option_error(4, 0), nullptr);
+  EXPECT_NE(policy_option_error(-2, 0), nullptr);
+  EXPECT_NE(policy_option_error(1, 2048), nullptr);
+  EXPECT_NE(policy_option_error(1, 6144), nullptr);
+  EXPECT_NE(policy_option_error(1, 2u << 20), nullptr);
+  EXPECT_NE(policy_option_error(1, (1ull << 32) + 4096), nullptr);  // not truncated to 4096
+  EXPECT_STREQ(policy_option_error(9, 5), policy_option_error(9, 0)) << "the level is named first";
   EXPECT_TRUE(block_elems_valid(4096));
   EXPECT_TRUE(block_elems_valid(1u << 20));
   EXPECT_FALSE(block_elems_valid(2048));

@@ -284,6 +284,36 @@ TEST_F(Container, RefusesToOverwriteWithoutForce) {
   EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"m.safetensors", "m.tzip"}));
 }
 
+// compress_file, TensorWriter and check_write_options apply one rule set:
+// each bad option is refused by all three (kUsage, naming the rule), before
+// anything is written.
+TEST_F(Container, OneOptionRuleSetForEveryWriter) {
+  const std::string src = make_mixed("m.safetensors");
+  EXPECT_NO_THROW(tc::check_write_options(0, 0, 4u << 20));
+  EXPECT_NO_THROW(tc::check_write_options(-1, 4096, 1u << 20));
+  EXPECT_NO_THROW(tc::check_write_options(3, 1u << 20, 64u << 20));
+  struct Bad {
+    int level;
+    unsigned block_elems;
+    uint64_t chunk;
+    const char* rule;
+  };
+  for (const Bad& b : {Bad{4, 0, 4u << 20, "level"}, Bad{-2, 0, 4u << 20, "level"}, Bad{0, 5000, 4u << 20, "block size"},
+                       Bad{0, 2048, 4u << 20, "block size"}, Bad{0, 0, 3u << 20, "chunk size"},
+                       Bad{0, 0, 128u << 20, "chunk size"}, Bad{0, 0, 0, "chunk size"}}) {
+    const std::string what = std::to_string(b.level) + "/" + std::to_string(b.block_elems) + "/" + std::to_string(b.chunk);
+    expect_error([&] { tc::check_write_options(b.level, b.block_elems, b.chunk, "opts"); }, tc::ErrorKind::kUsage,
+                 {"opts: ", b.rule}, what);
+    tc::WriteOptions wo;
+    wo.level = b.level, wo.block_elems = b.block_elems, wo.chunk_bytes = b.chunk;
+    expect_error([&] { tc::compress_file(src, p("m.tzip"), wo); }, tc::ErrorKind::kUsage, {b.rule}, what);
+    tc::TensorWriterOptions to;
+    to.level = b.level, to.block_elems = b.block_elems, to.chunk_bytes = b.chunk;
+    expect_error([&] { tc::TensorWriter w(p("w.tzip"), to); }, tc::ErrorKind::kUsage, {p("w.tzip"), b.rule}, what);
+    EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"m.safetensors"})) << what;
+  }
+}
+
 // ---- Hugging Face folders ------------------------------------------------------
 TEST_F(Container, ShardedFolderRoundTrip) {
   const Bytes bf = real_bytes("fixture-slice-bf16.safetensors");

@@ -84,12 +84,11 @@ class StorageWriter(FileSystemWriter):
                  sync_files: bool = True, overwrite: bool = True, gpu_encode: bool = True,
                  **kwargs: Any) -> None:
         super().__init__(path, sync_files=sync_files, overwrite=overwrite, **kwargs)
-        # UsageError now for a bad level/threads/block_elems
-        _core.compress(torch.zeros(1), level=level, threads=threads, block_elems=block_elems)
+        # UsageError now for a bad level/threads/block_elems/chunk_bytes
+        level, threads, block_elems, chunk_bytes = _core.check_write_options(level, threads, block_elems,
+                                                                             chunk_bytes)
         if io not in ("auto", "posix", "io_uring", "pwrite"):
             raise _core.UsageError(f"io must be 'auto', 'posix', 'io_uring' or 'pwrite', not {io!r}")
-        if chunk_bytes and (chunk_bytes < (1 << 20) or chunk_bytes > (64 << 20) or chunk_bytes & (chunk_bytes - 1)):
-            raise _core.UsageError("chunk_bytes must be 0 or a power of two between 1 MiB and 64 MiB")
         self.level = level
         self.threads = threads
         self.block_elems = block_elems
