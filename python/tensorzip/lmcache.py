@@ -19,11 +19,13 @@ header records. Both are registered when this module is imported; LMCache import
         "module_path": "tensorzip.lmcache", "class_name": "TensorZipFSL2Adapter",
         "adapter_params": {"base_path": "/var/cache/kv"}, "serde": {"type": "tensorzip"}}'
 
+(with vLLM on a CPU also ``--supported-transfer-mode engine_driven``: doc/kv.md section 7.3).
+
 Serde options (the ``"serde"`` dict): ``mode`` ("rans", default, or "fixed"), ``tables`` (a file
 of tables: loaded when it exists, else written after the first chunk is calibrated),
 ``max_workers`` (chunks coded at once, default 1).
 
-Chunk layout (little-endian)::
+Chunk layout (little-endian; doc/kv.md section 7.3)::
 
     chunk  := "TZLC", u8 version (1), u8 n_groups, u16 0, u64 chunk_bytes, group * n_groups
     group  := u8 ndim, u8[3] 0, u32 n_pages, u64 dims[ndim], page * n_pages
