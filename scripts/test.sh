@@ -15,5 +15,6 @@ if [ "${TZ_AARCH64:-1}" != "0" ]; then
 fi
 if [ -d python/tests ]; then
   ./scripts/python-test.sh
-  [ "${TZ_VLLM:-1}" = "0" ] || ./scripts/vllm-test.sh   # vLLM load format, own venv (doc/vllm.md)
+  [ "${TZ_VLLM:-1}" = "0" ] || ./scripts/vllm-test.sh         # vLLM: load format, resident mode, KV offloading (own venv)
+  [ "${TZ_LMCACHE:-1}" = "0" ] || ./scripts/lmcache-test.sh   # LMCache serde, own venv (doc/kv.md 7.3)
 fi
