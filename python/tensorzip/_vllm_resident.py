@@ -64,30 +64,24 @@ def _make_classes() -> Dict[str, Any]:
         UnquantizedEmbeddingMethod, VocabParallelEmbedding)
     from vllm.platforms import current_platform
 
-    class TensorZipLinearMethod(UnquantizedLinearMethod):
+    class _PlainWeightOnCpu:
+        """vLLM's unquantized method, except that on the CPU it keeps no pre-packed copy of the weight
+        (it is packed per call in apply): the plain weight stays visible to be kept compressed."""
+
+        def process_weights_after_loading(self, layer: Any) -> None:
+            if not current_platform.is_cpu():
+                super().process_weights_after_loading(layer)  # type: ignore[misc]
+
+        def apply(self, layer: Any, x: Any, bias: Any = None) -> Any:
+            if current_platform.is_cpu():
+                return _cpu_linear(x, layer.weight, bias)
+            return super().apply(layer, x, bias)  # type: ignore[misc]
+
+    class TensorZipLinearMethod(_PlainWeightOnCpu, UnquantizedLinearMethod):
         """Unquantized linear weights that tensorzip keeps compressed after the load."""
 
-        def process_weights_after_loading(self, layer: Any) -> None:
-            if not current_platform.is_cpu():
-                super().process_weights_after_loading(layer)
-            # CPU: no packed copy; the weight is packed per call in apply
-
-        def apply(self, layer: Any, x: Any, bias: Any = None) -> Any:
-            if current_platform.is_cpu():
-                return _cpu_linear(x, layer.weight, bias)
-            return super().apply(layer, x, bias)
-
-    class TensorZipEmbeddingMethod(UnquantizedEmbeddingMethod):
+    class TensorZipEmbeddingMethod(_PlainWeightOnCpu, UnquantizedEmbeddingMethod):
         """Embedding tables and output heads that tensorzip keeps compressed after the load."""
-
-        def process_weights_after_loading(self, layer: Any) -> None:
-            if not current_platform.is_cpu():
-                super().process_weights_after_loading(layer)
-
-        def apply(self, layer: Any, x: Any, bias: Any = None) -> Any:
-            if current_platform.is_cpu():
-                return _cpu_linear(x, layer.weight, bias)
-            return super().apply(layer, x, bias)
 
     class TensorZipConfig(QuantizationConfig):
         """``quantization="tensorzip"``: BF16/F16/F32 checkpoints, weights kept compressed in memory."""

@@ -37,6 +37,7 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS.parents[1] / "scripts"))
 import _gpt  # noqa: E402
+from _engines import need_module  # noqa: E402
 from make_kv_sample import fixture_kv  # noqa: E402
 
 WORKER = TESTS / "_lmcache_worker.py"
@@ -275,10 +276,7 @@ ENGINE_TIMEOUT = 600
 
 
 def need_vllm():
-    if REQUIRED:
-        import vllm  # noqa: F401 - an ImportError fails the test
-    else:
-        pytest.importorskip("vllm")
+    need_module("vllm", REQUIRED)
 
 
 @pytest.fixture(scope="module")

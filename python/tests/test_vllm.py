@@ -34,6 +34,7 @@ from tensorzip import _vllm_weights  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _gpt  # noqa: E402
+from _engines import need_module  # noqa: E402
 
 WORKER = Path(__file__).parent / "_vllm_worker.py"
 # scripts/vllm-test.sh sets TZ_VLLM_REQUIRED=1: there a vLLM that does not import fails the tests
@@ -276,10 +277,7 @@ def test_weight_stream_corrupt_frame(folders, tmp_path):
 # ---- vLLM engines ----
 
 def need_vllm():
-    if REQUIRED:
-        import vllm  # noqa: F401 - an ImportError fails the test
-    else:
-        pytest.importorskip("vllm")
+    need_module("vllm", REQUIRED)
 
 
 def _vllm_env():

@@ -24,6 +24,9 @@ import pytest
 import tensorzip
 from tensorzip import _kv_offload as ko
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _engines import need_module  # noqa: E402
+
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,10 +225,7 @@ WORKER = Path(__file__).parent / "_vllm_offload_worker.py"
 
 
 def need_vllm():
-    if REQUIRED:
-        import vllm  # noqa: F401 - an ImportError fails the test
-    else:
-        pytest.importorskip("vllm")
+    need_module("vllm", REQUIRED)
 
 
 @pytest.fixture(scope="module")
