@@ -36,17 +36,12 @@ PEERS = [
 
 def make_data(out_dir, n_seq):
     import torch
-    from make_kv_sample import fixture_kv, T
+    from make_kv_sample import fixture_kv, text_ids
     from safetensors.torch import load_file
 
     shared = os.path.join(ROOT, "..", "shared", "fixtures", "gpt-small-step400-model-bf16.safetensors")
     weights = shared if os.path.exists(shared) else os.path.join(ROOT, "sample", "gpt-small-step400-model-bf16.safetensors")
-    files = sorted(glob.glob(os.path.join(os.path.dirname(__import__("email").__file__), "*.py")))
-    files += sorted(glob.glob(os.path.join(os.path.dirname(json.__file__), "*.py")))
-    text = b"".join(open(f, "rb").read() for f in files)
-    if len(text) < n_seq * T:
-        raise SystemExit(f"only {len(text)} bytes of text for {n_seq} sequences")
-    ids = torch.frombuffer(bytearray(text[: n_seq * T]), dtype=torch.uint8).long().view(n_seq, T)
+    ids, files = text_ids(n_seq)
     ks, vs = fixture_kv(load_file(weights), ids)
     os.makedirs(out_dir, exist_ok=True)
     for f in glob.glob(os.path.join(out_dir, "g*.*")):

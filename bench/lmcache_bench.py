@@ -18,8 +18,6 @@ Needs LMCache (scripts/lmcache-test.sh makes the venv above).
 """
 import argparse
 import datetime
-import glob
-import json
 import os
 import platform
 import statistics
@@ -34,16 +32,11 @@ sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
 def real_kv(n_seq):
     """(n_seq, 2, layers, 256, hidden) BF16 KV of the fixture GPT over real source, and the weights used."""
     import torch
-    from make_kv_sample import fixture_kv, T
+    from make_kv_sample import T, fixture_kv, text_ids
     import _gpt
 
     weights = _gpt.FULL if _gpt.FULL.is_file() else _gpt.SAMPLE
-    files = sorted(glob.glob(os.path.join(os.path.dirname(__import__("email").__file__), "*.py")))
-    files += sorted(glob.glob(os.path.join(os.path.dirname(json.__file__), "*.py")))
-    text = b"".join(open(f, "rb").read() for f in files)
-    if len(text) < n_seq * T:
-        raise SystemExit(f"only {len(text)} bytes of text for {n_seq} sequences")
-    ids = torch.frombuffer(bytearray(text[: n_seq * T]), dtype=torch.uint8).long().view(n_seq, T)
+    ids, _ = text_ids(n_seq)
     ks, vs = fixture_kv(_gpt.state_dict_of(weights), ids)
     kv = torch.stack([torch.stack(ks), torch.stack(vs)])          # (2, L, B, T, H, HD)
     return kv.permute(2, 0, 1, 3, 4, 5).reshape(n_seq, 2, len(ks), T, -1).contiguous(), weights

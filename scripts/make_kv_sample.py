@@ -33,6 +33,20 @@ def source_text():
     return b"".join(open(f, "rb").read() for f in files), [os.path.basename(f) for f in files]
 
 
+def text_ids(n_seq):
+    """(n_seq, T) byte ids of real text for the KV benchmarks, and the files they come from: the
+    sources of the standard library's email and json packages, in file order."""
+    import email
+    import json as json_pkg
+    import torch
+    files = sorted(glob.glob(os.path.join(os.path.dirname(email.__file__), "*.py")))
+    files += sorted(glob.glob(os.path.join(os.path.dirname(json_pkg.__file__), "*.py")))
+    text = b"".join(open(f, "rb").read() for f in files)
+    if len(text) < n_seq * T:
+        raise SystemExit(f"only {len(text)} bytes of text for {n_seq} sequences")
+    return torch.frombuffer(bytearray(text[: n_seq * T]), dtype=torch.uint8).long().view(n_seq, T), files
+
+
 def fixture_kv(weights, ids, layers=None):
     """K and V of each block for token ids (B, T) in BF16: lists of (B, T, H, HD)."""
     import torch
