@@ -166,7 +166,9 @@ TEST_F(Verdict, EveryReaderGivesTheSameVerdictOnTheCorpus) {
     } else {
       ++refused;
     }
-    if (!v.exported.empty()) EXPECT_FALSE(fs::exists(sub + "/out.safetensors")) << n << ": a failed export left its output";
+    if (!v.exported.empty()) {
+      EXPECT_FALSE(fs::exists(sub + "/out.safetensors")) << n << ": a failed export left its output";
+    }
     fs::remove_all(sub);
   }
   std::printf("%zu .tzip inputs: %zu accepted by all, %zu refused by all, %zu refused by full reads only "
