@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 import threading
 import time
@@ -63,9 +64,13 @@ class SlotSizes:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", str(engine_id))[:100]
         self.path = os.path.join(folder, f"tensorzip-kv-offload-{safe}-{ranks}x{slots}")
         nbytes = ranks * slots * 8
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        # Never through a link, and only a regular file of this user's: the folder is shared.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
-            if os.fstat(fd).st_size < nbytes:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size not in (0, nbytes):
+                raise UsageError(f"KV offloading: {self.path}: exists and is not this engine's slot-sizes file")
+            if st.st_size < nbytes:
                 os.ftruncate(fd, nbytes)
             self._map = np.memmap(self.path, dtype=np.int64, mode="r+", shape=(ranks, slots))
         finally:

@@ -362,3 +362,23 @@ def test_worker_moves_blocks_between_kv_cache_and_store(tmp_path):
     assert store.stats()["blocks_held"] == 1 and len(worker.get_finished()) == 2  # the stale store: done, nothing held
     with pytest.raises(tensorzip.UsageError, match="one offloaded block per KV block"):
         worker.submit_load(11, vo.TensorZipSlots([1, 2]), GPULoadStoreSpec([0], [1], [0]))
+
+
+def test_slot_sizes_never_written_through_a_link_or_into_another_file(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    name = "tensorzip-kv-offload-eng-1x4"
+    os.symlink(victim, tmp_path / name)
+    with pytest.raises(OSError):
+        ko.SlotSizes("eng", 1, 4, folder=str(tmp_path))
+    (tmp_path / name).unlink()
+    (tmp_path / name).write_bytes(b"someone else's file")  # not 0 or 1 x 4 x 8 bytes
+    with pytest.raises(tensorzip.UsageError, match="not this engine's slot-sizes file"):
+        ko.SlotSizes("eng", 1, 4, folder=str(tmp_path))
+    assert victim.read_bytes() == b"keep me"
+    assert (tmp_path / name).read_bytes() == b"someone else's file"
+    (tmp_path / name).unlink()
+    s = ko.SlotSizes("eng", 1, 4, folder=str(tmp_path))
+    s.write(0, 2, 123)
+    assert ko.SlotSizes("eng", 1, 4, folder=str(tmp_path)).total(2) == 123
+    s.unlink()
