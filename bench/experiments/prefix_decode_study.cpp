@@ -288,6 +288,8 @@ int study_kind(const char* name, const std::vector<uint8_t>& e, const std::vecto
              [&bc](size_t b, uint8_t* out) { decode_prefix4_regs<L>(bc[b].pre[0], 4, kBlock, out); });
   add_prefix("prefix K=32, 4 interleaved, states in registers",
              [&bc](size_t b, uint8_t* out) { decode_prefix4_regs<L>(bc[b].pre[2], 32, kBlock, out); });
+  add_prefix("prefix K=32 byte-aligned, 4 lanes rotating through them, registers",
+             [&bc](size_t b, uint8_t* out) { decode_prefix32_rotating<L>(bc[b].pre[2], kBlock, out); });
   add_prefix("prefix K=4, 4 interleaved, short chain (<= 4 symbols a lookup)", [&bc](size_t b, uint8_t* out) {
     decode_prefix4_short<L>(bc[b].pre[0], bc[b].short4.data(), 4, kBlock, out);
   });

@@ -183,6 +183,92 @@ void decode_prefix4_regs(const PrefixBlock& pb, unsigned K, uint32_t n, uint8_t*
   }
 }
 
+// K = 32 byte-aligned segments, four in flight all the way: lane j decodes
+// segments j, j + 4, j + 8, ... one after the other; when its segment has
+// no room left for a round of four lookups, that lane alone finishes the
+// segment (its tail one symbol at a time, exactly) and starts its next
+// one, while the other lanes keep their state. States in scalars, as
+// decode_prefix4_regs.
+template <unsigned L>
+void decode_prefix32_rotating(const PrefixBlock& pb, uint32_t n, uint8_t* out) {
+  constexpr unsigned K = 32;
+  const uint32_t per = (n + K - 1) / K;
+  const uint64_t* multi = pb.multi.data();
+  const uint16_t* single = pb.single.data();
+  constexpr size_t kRoom = 4 * kMaxSyms + 8;
+  struct Lane {
+    unsigned seg;  // current segment; K when done
+  };
+  const uint8_t* p[4];
+  uint64_t b[4];
+  unsigned c[4], seg[4];
+  uint8_t *o[4], *e[4];
+  auto start = [&](unsigned j, unsigned k) {
+    seg[j] = k;
+    if (k >= K) {  // done: a lane that never has room
+      o[j] = e[j] = nullptr;
+      return;
+    }
+    const uint32_t a = std::min(n, k * per), z = std::min(n, a + per);
+    p[j] = pb.bytes.data() + pb.start[k];
+    b[j] = 0;
+    c[j] = 0;
+    o[j] = out + a;
+    e[j] = out + z;
+  };
+  for (unsigned j = 0; j < 4; ++j) start(j, j);
+  unsigned live = 4;
+  while (live) {
+    uint64_t b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3];
+    unsigned c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+    const uint8_t *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
+    uint8_t *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
+    uint8_t *const e0 = e[0], *const e1 = e[1], *const e2 = e[2], *const e3 = e[3];
+    if (live == 4) {
+#define TZ_REFILL(b, c, p)                 \
+  b |= load_be64(p) >> c;                  \
+  p += (63 - c) >> 3;                      \
+  c |= 56;
+#define TZ_LOOKUP(b, c, o)                                 \
+  {                                                        \
+    const uint64_t x = multi[b >> (64 - L)];               \
+    std::memcpy(o, &x, 8);                                 \
+    o += x >> 56;                                          \
+    const unsigned nb = (unsigned)(x >> 48) & 0xFF;        \
+    b <<= nb;                                              \
+    c -= nb;                                               \
+  }
+      while (o0 + kRoom <= e0 && o1 + kRoom <= e1 && o2 + kRoom <= e2 && o3 + kRoom <= e3) {
+        TZ_REFILL(b0, c0, p0) TZ_REFILL(b1, c1, p1) TZ_REFILL(b2, c2, p2) TZ_REFILL(b3, c3, p3)
+        for (int r = 0; r < 4; ++r) {
+          TZ_LOOKUP(b0, c0, o0) TZ_LOOKUP(b1, c1, o1) TZ_LOOKUP(b2, c2, o2) TZ_LOOKUP(b3, c3, o3)
+        }
+      }
+#undef TZ_REFILL
+#undef TZ_LOOKUP
+    }
+    b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3;
+    c[0] = c0, c[1] = c1, c[2] = c2, c[3] = c3;
+    p[0] = p0, p[1] = p1, p[2] = p2, p[3] = p3;
+    o[0] = o0, o[1] = o1, o[2] = o2, o[3] = o3;
+    // Every lane without room finishes its segment and moves on; once a
+    // lane has no segment left, the others run alone.
+    for (unsigned j = 0; j < 4; ++j) {
+      if (seg[j] >= K) continue;
+      if (live == 4 && o[j] + kRoom <= e[j]) continue;
+      Seg x{p[j], b[j], c[j], o[j], e[j]};
+      while (x.out + kRoom <= x.end) {
+        refill(x);
+        for (int r = 0; r < 4; ++r) lookup<L>(x, multi);
+      }
+      finish<L>(x, single);
+      start(j, seg[j] + 4);
+      if (seg[j] >= K) --live;
+      else if (live < 4) --j;  // running alone: finish this lane's next segment too
+    }
+  }
+}
+
 // Entries laid out for the shortest dependency chain: byte 0 holds the
 // bits consumed (bits 0..5, which shlx reads as its count: the entry itself
 // shifts the buffer, no field extracted on the chain) and the symbol count
