@@ -134,6 +134,22 @@ void decode_prefix(const PrefixBlock& pb, unsigned K, uint32_t n, uint8_t* out) 
   }
 }
 
+// One refill and one lookup of a segment whose state is in scalars (b, c,
+// p, o), for the decoders below; `multi` and L from the enclosing function.
+#define TZ_REFILL(b, c, p)                 \
+  b |= load_be64(p) >> c;                  \
+  p += (63 - c) >> 3;                      \
+  c |= 56;
+#define TZ_LOOKUP(b, c, o)                                 \
+  {                                                        \
+    const uint64_t x = multi[b >> (64 - L)];               \
+    std::memcpy(o, &x, 8);                                 \
+    o += x >> 56;                                          \
+    const unsigned nb = (unsigned)(x >> 48) & 0xFF;        \
+    b <<= nb;                                              \
+    c -= nb;                                               \
+  }
+
 // The same as decode_prefix<L, 4> with the four segments' states in local
 // scalars (the stores through the output pointers could otherwise alias
 // an array of states, which the compiler then keeps in memory), and the
@@ -151,27 +167,12 @@ void decode_prefix4_regs(const PrefixBlock& pb, unsigned K, uint32_t n, uint8_t*
             *o2 = out + std::min(n, (g + 2) * per), *o3 = out + std::min(n, (g + 3) * per);
     uint8_t *const e0 = o1, *const e1 = o2, *const e2 = o3, *const e3 = out + std::min(n, (g + 4) * per);
     constexpr size_t kRoom = 4 * kMaxSyms + 8;  // bytes four lookups may write
-#define TZ_REFILL(b, c, p)                 \
-  b |= load_be64(p) >> c;                  \
-  p += (63 - c) >> 3;                      \
-  c |= 56;
-#define TZ_LOOKUP(b, c, o)                                 \
-  {                                                        \
-    const uint64_t e = multi[b >> (64 - L)];               \
-    std::memcpy(o, &e, 8);                                 \
-    o += e >> 56;                                          \
-    const unsigned nb = (unsigned)(e >> 48) & 0xFF;        \
-    b <<= nb;                                              \
-    c -= nb;                                               \
-  }
     while (o0 + kRoom <= e0 && o1 + kRoom <= e1 && o2 + kRoom <= e2 && o3 + kRoom <= e3) {
       TZ_REFILL(b0, c0, p0) TZ_REFILL(b1, c1, p1) TZ_REFILL(b2, c2, p2) TZ_REFILL(b3, c3, p3)
       for (int r = 0; r < 4; ++r) {
         TZ_LOOKUP(b0, c0, o0) TZ_LOOKUP(b1, c1, o1) TZ_LOOKUP(b2, c2, o2) TZ_LOOKUP(b3, c3, o3)
       }
     }
-#undef TZ_REFILL
-#undef TZ_LOOKUP
     Seg s[4] = {{p0, b0, c0, o0, e0}, {p1, b1, c1, o1, e1}, {p2, b2, c2, o2, e2}, {p3, b3, c3, o3, e3}};
     for (Seg& x : s) {
       while (x.out + 4 * kMaxSyms + 8 <= x.end) {
@@ -196,9 +197,6 @@ void decode_prefix32_rotating(const PrefixBlock& pb, uint32_t n, uint8_t* out) {
   const uint64_t* multi = pb.multi.data();
   const uint16_t* single = pb.single.data();
   constexpr size_t kRoom = 4 * kMaxSyms + 8;
-  struct Lane {
-    unsigned seg;  // current segment; K when done
-  };
   const uint8_t* p[4];
   uint64_t b[4];
   unsigned c[4], seg[4];
@@ -225,27 +223,12 @@ void decode_prefix32_rotating(const PrefixBlock& pb, uint32_t n, uint8_t* out) {
     uint8_t *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
     uint8_t *const e0 = e[0], *const e1 = e[1], *const e2 = e[2], *const e3 = e[3];
     if (live == 4) {
-#define TZ_REFILL(b, c, p)                 \
-  b |= load_be64(p) >> c;                  \
-  p += (63 - c) >> 3;                      \
-  c |= 56;
-#define TZ_LOOKUP(b, c, o)                                 \
-  {                                                        \
-    const uint64_t x = multi[b >> (64 - L)];               \
-    std::memcpy(o, &x, 8);                                 \
-    o += x >> 56;                                          \
-    const unsigned nb = (unsigned)(x >> 48) & 0xFF;        \
-    b <<= nb;                                              \
-    c -= nb;                                               \
-  }
       while (o0 + kRoom <= e0 && o1 + kRoom <= e1 && o2 + kRoom <= e2 && o3 + kRoom <= e3) {
         TZ_REFILL(b0, c0, p0) TZ_REFILL(b1, c1, p1) TZ_REFILL(b2, c2, p2) TZ_REFILL(b3, c3, p3)
         for (int r = 0; r < 4; ++r) {
           TZ_LOOKUP(b0, c0, o0) TZ_LOOKUP(b1, c1, o1) TZ_LOOKUP(b2, c2, o2) TZ_LOOKUP(b3, c3, o3)
         }
       }
-#undef TZ_REFILL
-#undef TZ_LOOKUP
     }
     b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3;
     c[0] = c0, c[1] = c1, c[2] = c2, c[3] = c3;
@@ -345,5 +328,8 @@ void decode_prefix4_short(const PrefixBlock& pb, const uint64_t* t, unsigned K, 
 #if defined(__x86_64__)
 #pragma GCC pop_options
 #endif
+
+#undef TZ_REFILL
+#undef TZ_LOOKUP
 
 }  // namespace tz::experiments
