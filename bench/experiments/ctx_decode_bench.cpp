@@ -419,15 +419,8 @@ int main(int argc, char** argv) {
   for (const Kind& kd : kinds) {
     if (!o.only_kind.empty() && o.only_kind != kd.name) continue;
     std::vector<uint8_t> e, s1;
-    std::string err;
-    if (!load_blocks(o.fixtures + "/" + kd.file, kd.prefix, kd.dtype, e, s1, err)) {
-      std::fprintf(stderr, "%s\n", err.c_str());
-      return 2;
-    }
-    size_t nb = e.size() / kBlock;
-    if (o.max_blocks && nb > o.max_blocks) nb = o.max_blocks;
-    e.resize(nb * kBlock);
-    s1.resize(nb * kBlock);
+    size_t nb = 0;
+    if (!load_fixture_blocks(o.fixtures, kd.file, kd.prefix, kd.dtype, o.max_blocks, e, s1, nb)) return 2;
     Variant vs[kVariants] = {{"o0", {}, kOne, {}, {}, {}}, {"ctx", {}, kCtxBytes, {}, {}, {}},
                      {"lut", {}, kExpLut, {}, {}, {}}, {"q8", {}, kCtxBytes, {}, {}, {}},
                      {"q4", {}, kCtxBytes, {}, {}, {}}};

@@ -70,4 +70,20 @@ inline bool load_blocks(const std::string& file, const char* prefix, const char*
   return !s0.empty();
 }
 
+// load_blocks of fixtures/file, kept to at most max_blocks whole blocks
+// (0: all); nb is their number. The error, if any, printed to stderr.
+inline bool load_fixture_blocks(const std::string& fixtures, const char* file, const char* prefix, const char* dtype,
+                                size_t max_blocks, std::vector<uint8_t>& s0, std::vector<uint8_t>& s1, size_t& nb) {
+  std::string err;
+  if (!load_blocks(fixtures + "/" + file, prefix, dtype, s0, s1, err)) {
+    std::fprintf(stderr, "%s\n", err.c_str());
+    return false;
+  }
+  nb = s0.size() / kFixtureBlock;
+  if (max_blocks && nb > max_blocks) nb = max_blocks;
+  s0.resize(nb * kFixtureBlock);
+  s1.resize(nb * kFixtureBlock);
+  return true;
+}
+
 }  // namespace tz::experiments
