@@ -285,8 +285,8 @@ PassStats rebase(const std::string& in, const std::string& out, const WriteOptio
                  const ReadOptions& ropt = {});
 
 namespace detail {
-struct ReaderAccess;  // the references module's access (src/container/tzip_refs.hpp)
-struct WriterAccess;  // compress_file's access to the writer (src/container/tzc_writer.hpp)
+struct ReaderAccess;  // the references module's access (src/container/file_refs.hpp)
+struct WriterAccess;  // compress_file's access to the writer (src/container/writer/writer_impl.hpp)
 }
 namespace refs {
 class Chain;
@@ -441,7 +441,7 @@ void remove_temporaries_on_signal();
 void remove_temporaries();
 
 // ---------------------------------------------------------------------------
-// Writing a .tzip file from tensors in memory (src/container/tzip_tensor_writer.cpp).
+// Writing a .tzip file from tensors in memory (src/container/writer/tensor_writer.cpp).
 //
 // Where the writer's bytes go: an I/O back end for one open file. The writer
 // calls write() from one thread, in file order; `done` must run once the

@@ -19,7 +19,7 @@
 #include <set>
 #include <thread>
 
-#include "container/tzc_output.hpp"  // temporary names
+#include "container/output.hpp"  // temporary names
 #include "cufile.hpp"  // src/io: the GPUDirect Storage decision
 #include "read_queue.hpp"
 #include "uring_ring.hpp"  // src/io: io_uring fault injection
@@ -118,7 +118,7 @@ TEST(Checkpoint, AutoPicksRawOnFastStorage) {
 }
 
 // Issue 13 item 8: the manifest's and the bandwidth probe's temporaries are
-// the container's (src/container/tzc_output.hpp): unpredictable names,
+// the container's (src/container/output.hpp): unpredictable names,
 // created O_EXCL|O_NOFOLLOW. Links planted at the names they used to have
 // (".manifest.json.tmp-PID", ".bw-probe-PID") are neither followed nor
 // renamed onto manifest.json; every temporary a save creates (watched with
