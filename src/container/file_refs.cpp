@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "internal.hpp"
 #include "file_io.hpp"
 

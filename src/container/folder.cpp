@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "cli_support.hpp"
 #include "internal.hpp"
 #include "file_io.hpp"
 

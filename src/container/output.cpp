@@ -1,4 +1,5 @@
 #include "output.hpp"
+#include "cli_support.hpp"
 #include "file_refs.hpp"
 
 #include <dirent.h>

@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "container/cli_support.hpp"  // remove_temporaries
 #include "container/output.hpp"
 #include "tensorzip/container.hpp"
 
