@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "container/cli_support.hpp"  // src/container: the CLI's helpers of the container
 #include "tensorzip/container.hpp"
 
 namespace tzip {

@@ -285,8 +285,8 @@ PassStats rebase(const std::string& in, const std::string& out, const WriteOptio
                  const ReadOptions& ropt = {});
 
 namespace detail {
-struct ReaderAccess;  // the references module's access (src/container/tzip_refs.hpp)
-struct WriterAccess;  // compress_file's access to the writer (src/container/tzc_writer.hpp)
+struct ReaderAccess;  // the references module's access (src/container/file_refs.hpp)
+struct WriterAccess;  // compress_file's access to the writer (src/container/writer/writer_impl.hpp)
 }
 namespace refs {
 class Chain;
@@ -411,37 +411,14 @@ void decompress_folder(const std::string& in_dir, const std::string& out_dir, co
 // file with the original folder).
 void verify_folder(const std::string& dir, const std::string& original_dir, const ReadOptions& opt);
 
-// Default output names: x.safetensors -> x.tzip, x.tzip -> x.safetensors,
-// folder x -> x.tzip, folder x.tzip -> x. Empty if there is none.
-std::string default_compressed_name(const std::string& in, bool is_dir);
-std::string default_decompressed_name(const std::string& in, bool is_dir);
-// The .tzip files in the folder of `tzip_file` that record it as one of their
-// references: they cannot be decompressed without it (outputs never replace
-// such a file, even with force; tzip --rm never removes it alone).
-std::vector<std::string> dependents_of(const std::string& tzip_file);
-
-// Path kinds (follows symlinks).
-enum class PathKind { kMissing, kFile, kDir, kOther };
-PathKind path_kind(const std::string& path);
-
 // Asks every running operation to stop at its next chunk boundary with
 // Error(kInterrupted); their temporaries are then removed as on any error.
 // Async-signal-safe (sets a flag). The flag stays set until clear_cancel().
 void request_cancel();
 void clear_cancel();
-// Removes the temporary files this process is writing, without unwinding
-// (last resort for a second signal). Async-signal-safe, so files and empty
-// folders only, and the first 256 temporaries only.
-void remove_temporaries_on_signal();
-// Removes every temporary (files and whole folders) this process is
-// writing and makes later attempts to create or publish one fail with
-// kInterrupted. Waits for a rename in progress, so a published output is
-// never half-replaced. For a watchdog thread after request_cancel() (not
-// async-signal-safe); the process is expected to exit afterwards.
-void remove_temporaries();
 
 // ---------------------------------------------------------------------------
-// Writing a .tzip file from tensors in memory (src/container/tzip_tensor_writer.cpp).
+// Writing a .tzip file from tensors in memory (src/container/writer/tensor_writer.cpp).
 //
 // Where the writer's bytes go: an I/O back end for one open file. The writer
 // calls write() from one thread, in file order; `done` must run once the

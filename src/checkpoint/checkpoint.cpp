@@ -29,7 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "../container/tzc_output.hpp"
+#include "../container/output.hpp"
 #include "codec/policy.h"
 #include "../io/queue_sink.hpp"
 #include "../io/write_queue.hpp"
@@ -78,7 +78,7 @@ tz::io::GdsDecision gds_decision(Io io) {
 
 using namespace detail;
 using nlohmann::json;
-namespace tzd = tz::container::detail;  // output temporaries (src/container/tzc_output.hpp)
+namespace tzd = tz::container::detail;  // output temporaries (src/container/output.hpp)
 
 namespace {
 

@@ -14,9 +14,9 @@
 
 #include "../io/write_queue.hpp"  // pread_full
 #include "tensorzip/container.hpp"  // chunk_bytes_valid
-#include "container/tzc_internal.hpp"  // the container's strict JSON parser and checked arithmetic
-#include "container/tzc_json.hpp"       // the container's strict JSON reader
-#include "container/tzip_refs.hpp"      // is_complete: depends_on chains
+#include "container/file_refs.hpp"    // is_complete: depends_on chains
+#include "container/internal.hpp"     // the container's strict JSON parser and checked arithmetic
+#include "container/strict_json.hpp"  // the container's strict JSON reader
 
 namespace tz::checkpoint::detail {
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "container/tzip_refs.hpp"
+#include "container/file_refs.hpp"
 
 namespace tz::checkpoint::detail {
 

@@ -18,7 +18,7 @@
 
 #include "checkpoint_internal.hpp"
 #include "codec/predict.h"
-#include "container/tzc_internal.hpp"  // codec dtype names
+#include "container/internal.hpp"  // codec dtype names
 #include "manifest.hpp"
 #include "references.hpp"
 #include "restore_ring.hpp"

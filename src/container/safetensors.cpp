@@ -6,9 +6,9 @@
 #include <string_view>
 
 #include "tensorzip/container.hpp"
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
-#include "tzc_json.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
+#include "strict_json.hpp"
 
 namespace tz::container {
 

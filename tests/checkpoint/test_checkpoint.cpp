@@ -1,55 +1,12 @@
 // Checkpoint save/restore: round trips on real tensors, the rank file as a
-// valid .tzip, async saves, partial loads, corruption naming the tensor,
-// ENOSPC (RLIMIT_FSIZE), atomicity under kill -9 of a saving process.
-#include <fcntl.h>
-#include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/inotify.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
+// valid .tzip, unpredictable temporaries, async saves, partial loads,
+// corruption naming the tensor, multi-rank commits, cast prediction on the
+// fixture. Failures (io_uring faults, ENOSPC, kill -9):
+// test_checkpoint_failures.cpp; O_DIRECT and GPUDirect Storage back ends:
+// test_checkpoint_io.cpp.
+#include "checkpoint_fixture.hpp"
 
-#include <chrono>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <random>
-#include <regex>
-#include <set>
-#include <thread>
-
-#include "container/tzc_output.hpp"  // temporary names
-#include "cufile.hpp"  // src/io: the GPUDirect Storage decision
-#include "read_queue.hpp"
-#include "uring_ring.hpp"  // src/io: io_uring fault injection
-#include "tensorzip/checkpoint.hpp"
-#include "tensorzip/container.hpp"
-#include "tz_test_checkpoint.hpp"  // tests/support
-
-namespace fs = std::filesystem;
-namespace ck = tz::checkpoint;
-using namespace tz_test;
-
-namespace {
-
-std::vector<Owned> real_tensors() {
-  return load_pair(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors",
-                   std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors");
-}
-
-void expect_identical(ck::Checkpoint& c, const std::vector<Owned>& ref) {
-  ASSERT_EQ(c.tensors().size(), ref.size());
-  for (const auto& o : ref) {
-    const long i = c.find(o.name);
-    ASSERT_GE(i, 0) << o.name;
-    EXPECT_EQ(c.tensors()[(size_t)i].dtype, o.dtype);
-    EXPECT_EQ(c.tensors()[(size_t)i].shape, o.shape);
-    EXPECT_TRUE(c.read(o.name) == o.bytes) << o.name;
-  }
-}
-
-}  // namespace
+using namespace checkpoint_test;
 
 class RoundTrip : public ::testing::TestWithParam<std::tuple<ck::Codec, ck::Io>> {};
 
@@ -118,7 +75,7 @@ TEST(Checkpoint, AutoPicksRawOnFastStorage) {
 }
 
 // Issue 13 item 8: the manifest's and the bandwidth probe's temporaries are
-// the container's (src/container/tzc_output.hpp): unpredictable names,
+// the container's (src/container/output.hpp): unpredictable names,
 // created O_EXCL|O_NOFOLLOW. Links planted at the names they used to have
 // (".manifest.json.tmp-PID", ".bw-probe-PID") are neither followed nor
 // renamed onto manifest.json; every temporary a save creates (watched with
@@ -287,49 +244,6 @@ TEST(Checkpoint, AsyncSaveFailureIsReportedByTheNextSave) {
   EXPECT_NE(log.back().find("failed and nobody waited for it"), std::string::npos) << log.back();
 }
 
-// io_uring refusing submissions or failing its waits: the save fails with
-// an I/O error naming the rank file and leaves no checkpoint; the load
-// fails naming the tensor. Neither waits forever.
-TEST(Checkpoint, IoUringFaultsFailTheSaveAndTheLoad) {
-  {
-    tz::io::ReadQueue probe(tz::io::Backend::kUring, 1, 1);
-    if (probe.backend() != tz::io::Backend::kUring) GTEST_SKIP() << "io_uring not available here";
-  }
-  namespace fault = tz::io::testing;
-  struct Clear {
-    ~Clear() { fault::clear_uring_faults(); }
-  } clear;
-  const auto data = real_tensors();
-  TempDir d;
-  ck::SaveOptions o;
-  o.codec = ck::Codec::kFast;
-  o.io = ck::Io::kUring;
-  o.chunk_bytes = 1u << 20;
-  for (const auto f : {fault::UringFault::kSubmit, fault::UringFault::kWait}) {
-    const std::string dir = d.path + (f == fault::UringFault::kSubmit ? "/submit" : "/wait");
-    fault::inject_uring_fault(f, EIO, 1);
-    try {
-      ck::save(dir, views(data), o);
-      ADD_FAILURE() << "save with a failing io_uring succeeded";
-    } catch (const ck::Error& e) {
-      EXPECT_EQ(e.kind(), ck::ErrorKind::kIO) << e.what();
-      EXPECT_NE(std::string(e.what()).find("rank-00000.tzip"), std::string::npos) << e.what();
-    }
-    fault::clear_uring_faults();
-    EXPECT_FALSE(ck::is_complete(dir));
-    for (const auto& e : fs::directory_iterator(dir)) ADD_FAILURE() << "left behind: " << e.path();
-  }
-  ck::save(d.path + "/good", views(data), o);
-  for (const auto f : {fault::UringFault::kSubmit, fault::UringFault::kWait}) {
-    ck::Checkpoint c(d.path + "/good", 2, false, ck::Io::kUring);
-    fault::inject_uring_fault(f, EIO, 1);
-    EXPECT_FALSE(c.verify().empty());
-    fault::clear_uring_faults();
-    EXPECT_TRUE(c.verify().empty());  // a new load, a new ring: fine again
-    expect_identical(c, data);
-  }
-}
-
 TEST(Checkpoint, LoadsOnlyRequestedTensors) {
   const auto data = real_tensors();
   TempDir d;
@@ -491,165 +405,6 @@ TEST(Checkpoint, BadInputsAreRefused) {
   EXPECT_TRUE(c.read("s") == b);
 }
 
-// Disk full: the file size limit makes writes fail with EFBIG (as ENOSPC
-// would); the save reports kNoSpace, leaves no manifest and no temporary.
-TEST(Checkpoint, NoSpaceIsReportedAndCleanedUp) {
-  const auto data = real_tensors();
-  TempDir d;
-  const std::string dir = d.path + "/c";
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
-    rlimit rl{512 * 1024, 512 * 1024};
-    ::setrlimit(RLIMIT_FSIZE, &rl);
-    ck::SaveOptions o;
-    o.codec = ck::Codec::kRaw;
-    try {
-      ck::save(dir, views(data), o);
-    } catch (const ck::Error& e) {
-      _exit(e.kind() == ck::ErrorKind::kNoSpace ? 0 : 2);
-    } catch (...) {
-      _exit(3);
-    }
-    _exit(1);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_FALSE(ck::is_complete(dir));
-  size_t files = 0;
-  for (const auto& e : fs::directory_iterator(dir)) ++files, ADD_FAILURE() << "left behind: " << e.path();
-  EXPECT_EQ(files, 0u);
-}
-
-// kill -9 of a saving process at random moments, 64 times over four kinds
-// of save (synchronous; delta against the newest complete checkpoint;
-// AsyncSaver; two ranks and commit()): a folder is either complete (then it
-// restores byte-identical and verifies clean, and so does the checkpoint it
-// depends on) or refused by Checkpoint; latest() and the previous complete
-// checkpoint always restore. Never an output that looks complete and is not
-// (issue 13 item 9).
-TEST(Checkpoint, KillNineNeverLeavesACheckpointThatLooksCompleteAndIsNot) {
-  // The real tensors four times over (~6 MB), so that kills land inside saves.
-  std::vector<Owned> data;
-  for (int rep = 0; rep < 4; ++rep)
-    for (auto& t : real_tensors()) data.push_back({"r" + std::to_string(rep) + "." + t.name, t.dtype, t.shape, t.bytes});
-  const auto v = views(data);
-  const size_t half = v.size() / 2;
-  TempDir d;
-  ck::SaveOptions o;
-  o.codec = ck::Codec::kStrong;
-  o.threads = 1;
-  o.chunk_bytes = 1u << 20;
-  enum Kind { kSync, kDelta, kAsync, kMultiRank, kKinds };
-  const char* kind_name[] = {"sync", "delta", "async", "multi-rank"};
-  // One save of a kind into dir, as the child runs it.
-  auto save_kind = [&](int kind, const std::string& dir, const std::string& previous) {
-    ck::SaveOptions x = o;
-    if (kind == kDelta) x.ref = previous;
-    if (kind == kAsync) {
-      ck::AsyncSaver s;
-      s.save(dir, v, x);
-      s.wait();
-    } else if (kind == kMultiRank) {
-      x.world_size = 2;
-      x.rank = 0;
-      ck::save(dir, std::span<const ck::TensorView>(v).first(half), x);
-      x.rank = 1;
-      ck::save(dir, std::span<const ck::TensorView>(v).subspan(half), x);
-      ck::commit(dir, 2);
-    } else {
-      ck::save(dir, v, x);
-    }
-  };
-  auto name = [&](int k) {
-    char b[32];
-    std::snprintf(b, sizeof b, "/step-%04d", k);
-    return d.path + b;
-  };
-  // One finished save of each kind: the time to spread the kills over.
-  double t_save[kKinds];
-  std::string previous = name(0);
-  ck::save(previous, v, o);
-  for (int kind = 0; kind < kKinds; ++kind) {
-    const auto t0 = std::chrono::steady_clock::now();
-    save_kind(kind, name(1 + kind), previous);
-    t_save[kind] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    previous = name(1 + kind);
-  }
-  auto check_folder = [&](const std::string& dir) {
-    if (ck::is_complete(dir)) {
-      ck::Checkpoint c(dir);
-      expect_identical(c, data);
-      EXPECT_TRUE(c.verify().empty()) << dir;
-    } else if (fs::exists(dir)) {
-      try {
-        ck::Checkpoint c(dir);
-        ADD_FAILURE() << dir << ": not complete, but it opens";
-      } catch (const ck::Error& e) {
-        EXPECT_TRUE(e.kind() == ck::ErrorKind::kIncomplete || e.kind() == ck::ErrorKind::kCorrupt ||
-                    e.kind() == ck::ErrorKind::kNotFound)
-            << e.what();
-      }
-    }
-  };
-  std::mt19937 rng(12345);
-  constexpr int kRuns = 64;
-  int killed[kKinds] = {}, finished[kKinds] = {}, partial_files = 0;
-  for (int run = 0; run < kRuns; ++run) {
-    const int kind = run % kKinds;
-    const std::string dir = name(10 + run);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      try {
-        save_kind(kind, dir, previous);
-      } catch (...) {
-        _exit(1);
-      }
-      _exit(0);
-    }
-    const double delay = std::uniform_real_distribution<double>(0, 0.9 * t_save[kind])(rng);
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-    ::kill(pid, SIGKILL);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (WIFSIGNALED(status)) {
-      ++killed[kind];
-    } else {
-      ++finished[kind];
-      EXPECT_EQ(WEXITSTATUS(status), 0) << kind_name[kind];
-    }
-    if (fs::exists(dir))
-      for (const auto& e : fs::directory_iterator(dir))
-        if (e.path().filename().string()[0] == '.') ++partial_files;
-    check_folder(dir);
-    // The previous complete checkpoint is untouched, latest() restores.
-    {
-      ck::Checkpoint c(previous);
-      expect_identical(c, data);
-    }
-    const std::string last = ck::latest(d.path);
-    ASSERT_FALSE(last.empty());
-    {
-      ck::Checkpoint c(last);
-      expect_identical(c, data);
-    }
-    if (ck::is_complete(dir)) previous = dir;
-  }
-  // Every folder, once more, after all the kills.
-  for (const auto& e : fs::directory_iterator(d.path)) check_folder(e.path().string());
-  std::printf("kill -9 at random moments, %d runs:", kRuns);
-  for (int k = 0; k < kKinds; ++k)
-    std::printf(" %s %d killed / %d finished (one save %.3f s);", kind_name[k], killed[k], finished[k], t_save[k]);
-  std::printf(" %d partial temporary files left by killed saves\n", partial_files);
-  int total_killed = 0;
-  for (int k = 0; k < kKinds; ++k) total_killed += killed[k];
-  EXPECT_GE(total_killed, kRuns / 4) << "too few kills landed inside a save: the test did not test much";
-}
-
 // Mixed-precision checkpoint (the fixture: BF16 weights, FP32 masters + Adam
 // state): every BF16 weight is the RNE cast of its master and is stored as
 // the XOR residual against it. Restores are byte-identical: all tensors, a
@@ -728,95 +483,4 @@ TEST(Checkpoint, CastPredictionOnFixture) {
       EXPECT_NE(std::string(e.what()).find("master." + data[0].name), std::string::npos) << e.what();
     }
   }
-}
-
-// O_DIRECT writes (aligned staging buffers) on each write back end, and
-// restore through each read back end (io_uring or pread threads), with and
-// without O_DIRECT reads.
-TEST(Checkpoint, DirectWritesAndReadBackEnds) {
-  const auto data = real_tensors();
-  TempDir d;
-  int k = 0;
-  for (ck::Io io : {ck::Io::kPosix, ck::Io::kUring}) {
-    for (bool direct : {false, true}) {
-      ck::SaveOptions o;
-      o.codec = ck::Codec::kFast;
-      o.io = io;
-      o.direct_io = direct;
-      o.threads = 2;
-      o.chunk_bytes = 1u << 20;
-      const std::string dir = d.path + "/c" + std::to_string(k++);
-      const auto st = ck::save(dir, views(data), o);
-      RecordProperty("save_io_" + std::to_string(k), st.io);
-      if (!direct) {
-        EXPECT_EQ(st.io.find("O_DIRECT"), std::string::npos);
-      }
-      if (io == ck::Io::kPosix) {
-        EXPECT_EQ(st.io.rfind("posix", 0), 0u) << st.io;
-      }
-      for (bool rdirect : {false, true}) {
-        ck::Checkpoint c(dir, 2, rdirect, io);
-        expect_identical(c, data);
-        if (io == ck::Io::kPosix) {
-          EXPECT_EQ(c.io(), "posix");
-        } else {
-          EXPECT_TRUE(c.io() == "io_uring" || c.io() == "posix") << c.io();
-        }
-        RecordProperty("read_io_" + std::to_string(k) + (rdirect ? "_direct" : ""), c.io());
-      }
-      tz::container::Reader rd(dir + "/rank-00000.tzip", 1);
-      tz::container::ReadOptions ro;
-      ro.threads = 1;
-      rd.verify("", ro);
-    }
-  }
-}
-
-// A file system that refuses O_DIRECT (simulated): saves fall back to
-// buffered writes and say so; restores fall back to buffered reads.
-TEST(Checkpoint, DirectIoRefusedFallsBack) {
-  const auto data = real_tensors();
-  TempDir d;
-  ::setenv("TZ_TEST_REFUSE_O_DIRECT", "1", 1);
-  ck::SaveOptions o;
-  o.codec = ck::Codec::kFast;
-  o.direct_io = true;
-  const auto st = ck::save(d.path + "/c", views(data), o);
-  ck::Checkpoint c(d.path + "/c", 2, /*direct_io=*/true);
-  ::unsetenv("TZ_TEST_REFUSE_O_DIRECT");
-  EXPECT_EQ(st.io.find("O_DIRECT"), std::string::npos) << st.io;
-  EXPECT_FALSE(c.direct_io());
-  expect_identical(c, data);
-}
-
-// GPUDirect Storage (cuFile through dlopen): without the library, a GPU or
-// a CUDA build, saves and restores fall back to POSIX/io_uring and say why.
-TEST(Checkpoint, GdsFallsBackWhereCuFileIsMissing) {
-  auto d0 = tz::io::decide_gds(true, 1, "libtz-no-such-cufile.so.0");
-  EXPECT_FALSE(d0.use);
-  EXPECT_NE(d0.reason.find("libtz-no-such-cufile.so.0"), std::string::npos) << d0.reason;
-  auto d1 = tz::io::decide_gds(true, 0);
-  EXPECT_FALSE(d1.use);
-  EXPECT_EQ(d1.reason, "no CUDA device");
-  EXPECT_FALSE(tz::io::decide_gds(false, 1).use);
-  // A library that loads but is not cuFile.
-  auto d2 = tz::io::decide_gds(true, 1, "libc.so.6");
-  EXPECT_FALSE(d2.use);
-  EXPECT_NE(d2.reason.find("lacks cuFile symbols"), std::string::npos) << d2.reason;
-
-  const auto data = real_tensors();
-  TempDir d;
-  ::setenv("TZ_CUFILE_LIB", "libtz-no-such-cufile.so.0", 1);
-  ck::SaveOptions o;
-  o.codec = ck::Codec::kFast;
-  o.io = ck::Io::kGds;
-  std::string logged;
-  o.log = [&](const std::string& s) { logged += s + "\n"; };
-  const auto st = ck::save(d.path + "/c", views(data), o);
-  EXPECT_NE(st.io.find("cuFile not used"), std::string::npos) << st.io;
-  EXPECT_NE(logged.find("cuFile not used"), std::string::npos) << logged;
-  ck::Checkpoint c(d.path + "/c", 2, false, ck::Io::kGds);
-  expect_identical(c, data);
-  EXPECT_NE(c.io().find("cuFile not used"), std::string::npos) << c.io();
-  ::unsetenv("TZ_CUFILE_LIB");
 }

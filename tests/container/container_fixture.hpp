@@ -24,6 +24,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "container/cli_support.hpp"  // src/container: path_kind, default output names
 #include "tensorzip/container.hpp"
 #include "tensorzip/tzip_file.h"
 #include "tz_test_files.hpp"       // tests/support

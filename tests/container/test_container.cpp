@@ -248,7 +248,7 @@ TEST_F(Container, ReusedBuffersGiveTheSameBytesForFramesOfEverySize) {
 }
 
 // The whole-file passes' buffers are huge-page mappings rounded up to whole
-// 2 MiB (tzc_io.hpp alloc_buffer): at the default 4 MiB chunks, with
+// 2 MiB (file_io.hpp alloc_buffer): at the default 4 MiB chunks, with
 // frames whose raw and compressed sizes fall on both sides of a 2 MiB
 // multiple (a last frame of 1 MiB + 16, a 1 MiB + 1 tensor), compress, export and
 // verify give the same bytes at every thread count.

@@ -1,4 +1,4 @@
-// The container's streaming JSON reader and writer (src/container/tzc_json.hpp):
+// The container's streaming JSON reader and writer (src/container/strict_json.hpp):
 // strict RFC 8259 + UTF-8 checks whatever the caller reads or skips, and a
 // writer whose output is byte for byte nlohmann::json::dump() of the same
 // document (headers keep the bytes earlier writers produced).
@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "container/tzc_json.hpp"
+#include "container/strict_json.hpp"
 #include "tensorzip/container.hpp"
 
 namespace tc = tz::container;

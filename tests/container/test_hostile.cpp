@@ -28,7 +28,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "container/tzip_refs.hpp"
+#include "container/file_refs.hpp"
 #include "tensorzip/container.hpp"
 #include "tz_test_files.hpp"       // tests/support
 #include "tz_test_tzip_edit.hpp"  // tests/support

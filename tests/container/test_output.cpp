@@ -1,4 +1,4 @@
-// The output primitive (src/container/tzc_output.hpp): temporaries, publish,
+// The output primitive (src/container/output.hpp): temporaries, publish,
 // output targets, input/output overlap, attributes, stale temporaries; and
 // the same rules through TensorWriter (which the Python package and the
 // checkpoint engine use).
@@ -17,7 +17,8 @@
 
 #include <gtest/gtest.h>
 
-#include "container/tzc_output.hpp"
+#include "container/cli_support.hpp"  // remove_temporaries
+#include "container/output.hpp"
 #include "tensorzip/container.hpp"
 
 namespace tc = tz::container;

@@ -1,5 +1,5 @@
-// Buffer reuse of the container's passes (src/container/tzc_pipeline.hpp,
-// tzc_io.hpp): the pool that hands each pipeline item the most recently
+// Buffer reuse of the container's passes (src/container/pipeline.hpp,
+// file_io.hpp): the pool that hands each pipeline item the most recently
 // freed set of buffers, the grow-once byte buffer, and OutFile's mix of
 // buffered and direct writes. The passes built on them (export, verify,
 // compress_file, TensorWriter, read_tensors) are checked byte for byte at
@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "container/tzc_io.hpp"
-#include "container/tzc_pipeline.hpp"
+#include "container/file_io.hpp"
+#include "container/pipeline.hpp"
 #include "tensorzip/container.hpp"
 
 namespace tc = tz::container;

@@ -1,82 +1,12 @@
 // TensorWriter (container.hpp): .tzip files from tensors in memory. Round
 // trips through Reader, verify and safetensors export; pre-encoded frames
-// and on-demand encoders; cast prediction on the real fixture; O_DIRECT
-// with its fallback; abort/error leave nothing behind; bad arguments.
-#include <fcntl.h>
-#include <gtest/gtest.h>
-#include <unistd.h>
+// and on-demand encoders; O_DIRECT with its fallback and custom sinks;
+// abort/error leave nothing behind; bad arguments; a given safetensors
+// header. Cast and delta prediction: test_tensor_writer_prediction.cpp.
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <random>
+#include "tensor_writer_fixture.hpp"
 
-#include "tensorzip/container.hpp"
-#include "tensorzip/tensorzip.h"
-#include "tz_test_files.hpp"  // tests/support
-
-namespace fs = std::filesystem;
-namespace tc = tz::container;
-using namespace tz_test;
-
-namespace {
-
-std::vector<Owned> mixed_tensors() {
-  auto v = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-bf16.safetensors");
-  auto f = load_safetensors(std::string(TZ_TEST_DATA_DIR) + "/fixture-slice-fp32.safetensors", "opt.");
-  v.insert(v.end(), f.begin(), f.end());
-  std::mt19937 rng(7);
-  Owned big{"big.f32", "F32", {3 << 18}, std::vector<uint8_t>(3u << 20)};  // 3 MiB: several chunks
-  for (size_t i = 0; i < big.bytes.size(); i += 4) {
-    const float x = std::normal_distribution<float>(0, 0.02f)(rng);
-    std::memcpy(&big.bytes[i], &x, 4);
-  }
-  v.push_back(big);
-  v.push_back({"ids", "I64", {5}, std::vector<uint8_t>(40, 3)});
-  v.push_back({"empty", "BF16", {0, 4}, {}});
-  v.push_back({"flag", "BOOL", {3}, {1, 0, 1}});
-  return v;
-}
-
-// Checks the file three ways: Reader tensor by tensor, verify (what `tzip
-// verify` runs), and export to a safetensors file that holds exactly them.
-void expect_file_holds(const std::string& file, const std::vector<Owned>& ref,
-                       const std::map<std::string, std::string>& meta = {}) {
-  tc::Reader r(file, 2);
-  ASSERT_EQ(r.tensors().size(), ref.size());
-  for (const auto& o : ref) EXPECT_TRUE(r.read_tensor(o.name) == o.bytes) << o.name;
-  tc::ReadOptions ro;
-  ro.threads = 2;
-  r.verify("", ro);
-  const std::string st = file + ".safetensors";
-  r.export_safetensors(st, ro);
-  const auto back = load_safetensors(st);
-  ASSERT_EQ(back.size(), ref.size());
-  for (size_t i = 0; i < ref.size(); ++i) {
-    EXPECT_EQ(back[i].name, ref[i].name);
-    EXPECT_EQ(back[i].dtype, ref[i].dtype);
-    EXPECT_EQ(back[i].shape, ref[i].shape);
-    EXPECT_TRUE(back[i].bytes == ref[i].bytes) << ref[i].name;
-  }
-  EXPECT_EQ(tc::read_safetensors_info(st).metadata, meta);
-  fs::remove(st);
-#ifdef TZ_TZIP_BIN
-  // The tzip CLI too: verify, and export to a safetensors file that is
-  // byte-identical to the library's export.
-  const std::string cmd = std::string(TZ_TZIP_BIN) + " verify '" + file + "' > /dev/null";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  const std::string st2 = file + ".cli.safetensors";
-  const std::string dc = std::string(TZ_TZIP_BIN) + " decompress '" + file + "' -o '" + st2 + "' > /dev/null";
-  EXPECT_EQ(std::system(dc.c_str()), 0) << dc;
-  const auto back2 = load_safetensors(st2);
-  ASSERT_EQ(back2.size(), ref.size());
-  for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(back2[i].bytes == ref[i].bytes) << ref[i].name;
-  fs::remove(st2);
-#endif
-}
-
-}  // namespace
+using namespace tensor_writer_test;
 
 TEST(TensorWriter, RoundTripHostTensors) {
   const auto data = mixed_tensors();
@@ -387,51 +317,6 @@ TEST(TensorWriter, BadArgumentsAreRefused) {
   expect_file_holds(d.path + "/a.tzip", {{"x", "F32", {16}, b}});
 }
 
-// Mixed-precision checkpoint: BF16 weights are RNE casts of the FP32
-// masters. Cast prediction finds them; exact and perturbed masters round
-// trip byte-identically.
-TEST(TensorWriter, CastPredictionOnFixture) {
-  const std::string fx = TZ_SHARED_FIXTURES_DIR;
-  if (!fs::exists(fx + "/gpt-small-step400-model-bf16.safetensors")) GTEST_SKIP() << "no shared fixtures";
-  auto model = load_safetensors(fx + "/gpt-small-step400-model-bf16.safetensors");
-  auto optim = load_safetensors(fx + "/gpt-small-step400-optim-fp32.safetensors");
-  std::vector<Owned> all = model;
-  all.insert(all.end(), optim.begin(), optim.end());
-  uint64_t raw = 0;
-  for (const auto& t : all) raw += t.bytes.size();
-  TempDir d;
-  auto write = [&](const std::vector<Owned>& v, bool predict, const std::string& name) {
-    tc::TensorWriterOptions o;
-    o.predict = predict;
-    o.threads = 2;
-    o.chunk_bytes = 1u << 20;
-    tc::TensorWriter w(d.path + "/" + name, o);
-    for (const auto& t : v) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
-    return w.finish();
-  };
-  const auto plain = write(all, false, "plain.tzip");
-  const auto pred = write(all, true, "pred.tzip");
-  EXPECT_EQ(plain.predicted, 0u);
-  EXPECT_EQ(pred.predicted, model.size());  // every BF16 weight is a cast of its master
-  EXPECT_LT(pred.file_bytes + raw / 200, plain.file_bytes);
-  {
-    tc::Reader r(d.path + "/pred.tzip", 1);
-    EXPECT_EQ(r.version_major(), tc::kTzipVersionMajorPredicted);
-    const auto& t = r.tensors()[(size_t)r.find(model[0].name)];
-    EXPECT_EQ(t.predict.kind, tc::PredictKind::kCast);
-    EXPECT_EQ(t.predict.source, "master." + model[0].name);
-  }
-  expect_file_holds(d.path + "/pred.tzip", all);
-  // Perturbed masters: one element in 97 moved by a few ulps, so the casts
-  // are right almost everywhere but not exactly.
-  for (auto& t : all)
-    if (t.name.rfind("master.", 0) == 0)
-      for (size_t i = 0; i < t.bytes.size(); i += 4 * 97) t.bytes[i + 2] ^= 0x01;
-  const auto pert = write(all, true, "pert.tzip");
-  EXPECT_GT(pert.predicted, 0u);
-  expect_file_holds(d.path + "/pert.tzip", all);
-}
-
 // O_DIRECT through aligned staging buffers, on this file system (written
 // with it, or refused and written buffered) and on the tests' tmpfs if any.
 TEST(TensorWriter, DirectIoAndFallback) {
@@ -510,101 +395,6 @@ TEST(TensorWriter, CustomSinkSeesAlignedOrderedWrites) {
     ASSERT_FALSE(log.empty());
     for (size_t i = 1; i < log.size(); ++i) EXPECT_LE(log[i - 1].first + log[i - 1].second, log[i].first);
     expect_file_holds(file, data);
-  }
-}
-
-// Delta prediction (TensorWriterOptions::ref): tensors of the same name,
-// dtype and shape as in a previous file are stored as XOR residuals where
-// the sample says it pays; unchanged chunks become empty frames; the file
-// records the reference by relative path + checksum, and every reader (the
-// library, `tzip verify` / `decompress`) resolves it.
-TEST(TensorWriter, DeltaAgainstPreviousFile) {
-  const auto a = mixed_tensors();
-  auto b = a;
-  for (auto& t : b)
-    if (t.name == "big.f32") {
-      for (size_t i = 0; i < (1u << 20); i += 4 * 16) t.bytes[i] ^= 0x05;  // first chunk only
-    } else if (t.name.rfind("opt.master.", 0) == 0) {
-      for (size_t i = 0; i < t.bytes.size(); i += 4 * 16) t.bytes[i] ^= 0x01;
-    }
-  TempDir d;
-  fs::create_directories(d.path + "/prev");
-  fs::create_directories(d.path + "/next");
-  auto write = [&](const std::vector<Owned>& v, const std::string& path, const std::string& ref) {
-    tc::TensorWriterOptions o;
-    o.threads = 2;
-    o.chunk_bytes = 1u << 20;
-    o.ref = ref;
-    tc::TensorWriter w(path, o);
-    for (const auto& t : v) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
-    return w.finish();
-  };
-  const auto sa = write(a, d.path + "/prev/r.tzip", "");
-  EXPECT_EQ(sa.deltas, 0u);
-  const auto plain = write(b, d.path + "/next/plain.tzip", "");
-  const auto sb = write(b, d.path + "/next/r.tzip", d.path + "/prev/r.tzip");
-  EXPECT_GT(sb.deltas, 0u);
-  EXPECT_LT(sb.file_bytes, plain.file_bytes);
-  {
-    tc::Reader r(d.path + "/next/r.tzip", 1);
-    EXPECT_EQ(r.version_major(), tc::kTzipVersionMajorPredicted);
-    ASSERT_EQ(r.references().size(), 1u);
-    EXPECT_EQ(r.references()[0].file, "../prev/r.tzip");
-    EXPECT_EQ(r.references()[0].xxh64, sa.file_xxh64);
-    const auto& big = r.tensors()[(size_t)r.find("big.f32")];
-    EXPECT_EQ(big.predict.kind, tc::PredictKind::kDelta);
-    ASSERT_EQ(big.frames.size(), 3u);
-    EXPECT_GT(big.frames[0].size, 0u);
-    EXPECT_EQ(big.frames[1].size, 0u);  // unchanged chunks: empty frames
-    EXPECT_EQ(big.frames[2].size, 0u);
-  }
-  expect_file_holds(d.path + "/next/r.tzip", b);
-  // A missing reference is refused by name.
-  EXPECT_THROW(write(b, d.path + "/next/x.tzip", d.path + "/nope.tzip"), tc::Error);
-  EXPECT_FALSE(fs::exists(d.path + "/next/x.tzip"));
-
-  // ref_original: the predictors read from the reference's safetensors export instead of
-  // decoded: the same file, byte for byte; a file of other content is refused (not safetensors:
-  // at once; other bytes: by the reference's block checksums), and nothing is written.
-  const std::string orig = d.path + "/prev/r.safetensors";
-  tc::Reader(d.path + "/prev/r.tzip", 1).export_safetensors(orig, tc::ReadOptions{});
-  auto write_orig = [&](const std::string& path, const std::string& ref_original) {
-    tc::TensorWriterOptions o;
-    o.threads = 2;
-    o.chunk_bytes = 1u << 20;
-    o.ref = d.path + "/prev/r.tzip";
-    o.ref_original = ref_original;
-    tc::TensorWriter w(path, o);
-    for (const auto& t : b) w.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
-    return w.finish();
-  };
-  write_orig(d.path + "/next/o.tzip", orig);
-  EXPECT_EQ(slurp(d.path + "/next/o.tzip"), slurp(d.path + "/next/r.tzip"));
-  std::string bytes = slurp(orig);
-  const auto info = tc::read_safetensors_info(orig);
-  uint64_t big_at = 0;
-  for (const auto& t : info.tensors)
-    if (t.name == "big.f32") big_at = info.data_start + t.data_begin;
-  ASSERT_GT(big_at, 0u);
-  bytes[big_at + (2u << 20) + 12] ^= 0x40;  // in big.f32's third chunk (a delta, read from the original)
-  const std::string other = d.path + "/prev/other.safetensors";
-  write_all(other, Bytes(bytes.begin(), bytes.end()));
-  const std::string short_one = d.path + "/prev/short.safetensors";
-  write_all(short_one, Bytes(bytes.begin(), bytes.end() - 1));
-  for (const std::string& bad : {short_one, other}) {
-    try {
-      write_orig(d.path + "/next/bad.tzip", bad);
-      ADD_FAILURE() << bad << " accepted";
-    } catch (const tc::Error& e) {
-      // the short file is not a valid safetensors file at all (kBadInput); the other one is,
-      // with the reference's header and size, but its bytes differ (kUsage)
-      EXPECT_EQ(e.kind(), bad == other ? tc::ErrorKind::kUsage : tc::ErrorKind::kBadInput) << e.what();
-      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
-      if (bad == other) {
-        EXPECT_NE(std::string(e.what()).find("differs from"), std::string::npos) << e.what();
-      }
-    }
-    EXPECT_FALSE(fs::exists(d.path + "/next/bad.tzip"));
   }
 }
 

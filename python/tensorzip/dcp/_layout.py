@@ -19,7 +19,7 @@ _METADATA = ".metadata"
 # Data files written by StorageWriter: __<rank>_<save id>.tzip.
 _DATA_FILE = re.compile(r"^__(\d+)_([0-9a-z]+)(" + re.escape(SUFFIX) + r")$")
 # The temporary name TensorWriter builds a data file under (left behind by a killed save):
-# ".NAME.tmp-<machine tag>-<pid>-<random>" (src/container/tzc_output.hpp), or "-<pid>-<n>" (older).
+# ".NAME.tmp-<machine tag>-<pid>-<random>" (src/container/output.hpp), or "-<pid>-<n>" (older).
 _DATA_TMP = re.compile(r"^\.__(\d+)_([0-9a-z]+)" + re.escape(SUFFIX) +
                        r"\.tmp-(?:[0-9a-f]{8}-\d+-[0-9a-f]{16}|\d+-\d+)$")
 

@@ -1,7 +1,7 @@
 // Reader: references to other .tzip files (doc/container.md 12.3; resolved,
-// opened and identified by tzip_refs.hpp) and applying predictions (12.1, 12.4).
+// opened and identified by file_refs.hpp) and applying predictions (12.1, 12.4).
 #include "codec/predict.h"
-#include "tzc_reader_impl.hpp"
+#include "reader/reader_impl.hpp"
 
 namespace tz::container {
 

@@ -1,6 +1,6 @@
 // The writer's prediction discovery (doc/container.md section 12), for every
 // .tzip the library writes (TensorWriter, and through it compress_file and
-// compress_checkpoint), with the shared rules of tzc_predict.hpp:
+// compress_checkpoint), with the shared rules of prediction.hpp:
 //  - cast: a BF16/F16 tensor that find_cast_source finds to be the RNE cast
 //    of an FP32 tensor of the same shape (this file's, or one of another
 //    file of the same checkpoint, recorded as a reference);
@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <map>
 
-#include "tzc_internal.hpp"
-#include "tzc_writer.hpp"
+#include "internal.hpp"
+#include "writer/writer_impl.hpp"
 
 namespace tz::container::detail {
 

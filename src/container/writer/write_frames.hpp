@@ -1,8 +1,8 @@
-// TensorWriter's frame stage (tzip_tensor_frames.cpp): the tensors' chunks
+// TensorWriter's frame stage (writer/write_frames.cpp): the tensors' chunks
 // coded in parallel and written in file order through the ordered pipeline
 // (common/ordered_pipeline.h), with bounded memory. The rest of the writer
-// (tensor table, header, trailer, rename) is in tzip_tensor_writer.cpp, its
-// prediction discovery in tzip_writer_discovery.cpp.
+// (tensor table, header, trailer, rename) is in writer/tensor_writer.cpp, its
+// prediction discovery in writer/discovery.cpp.
 #pragma once
 
 #include <xxhash.h>
@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "tensorzip/container.hpp"
-#include "tzc_io.hpp"
+#include "file_io.hpp"
 
 namespace tz::container::detail {
 
-class RefOriginal;  // tzc_predict.hpp
+class RefOriginal;  // prediction.hpp
 
 enum class WriterSource { kHost, kFrames, kEncoder };
 
@@ -75,7 +75,7 @@ struct FramesWritten {
 // dref: the delta reference (TensorWriterOptions::ref), dref_orig its
 // safetensors content when given (ref_original), else null.
 // tensors[i]: items[i]'s entry as stored. huge_pages: the frame and read
-// buffers as Buf(true) (a whole-file pass, compress_file; tzc_io.hpp).
+// buffers as Buf(true) (a whole-file pass, compress_file; file_io.hpp).
 FramesWritten write_frames(const std::string& path, const uint8_t* pre, const std::vector<WriterItem>& items,
                            const std::vector<WriterUnit>& units, Reader* dref, const RefOriginal* dref_orig,
                            const TensorWriterOptions& opt, Sink& sink, bool direct, XXH64_state_t* fh,

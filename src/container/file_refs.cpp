@@ -1,6 +1,6 @@
 // References between .tzip files: path rule, non-blocking regular-file
-// open, chains (cycles, depth) and identity (tzip_refs.hpp).
-#include "tzip_refs.hpp"
+// open, chains (cycles, depth) and identity (file_refs.hpp).
+#include "file_refs.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,8 +11,9 @@
 #include <cstring>
 #include <vector>
 
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
+#include "cli_support.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
 
 namespace tz::container::refs {
 

@@ -1,10 +1,10 @@
 // .tzip reader: opening reads the preamble, trailer and header only; a tensor
 // or a block range reads only its frames (pread). References are in
-// tzip_reader_refs.cpp, the whole-file pass (export, verify) in
-// tzip_reader_pass.cpp (doc/container.md, "Safe reading").
+// reader/refs.cpp, the whole-file pass (export, verify) in
+// reader/pass.cpp (doc/container.md, "Safe reading").
 #include "codec/checksum.h"
 #include "cpu/checksum_cpu.h"
-#include "tzc_reader_impl.hpp"
+#include "reader/reader_impl.hpp"
 
 namespace tz::container {
 

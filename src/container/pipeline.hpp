@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/ordered_pipeline.h"
-#include "tzc_io.hpp"
+#include "file_io.hpp"
 
 namespace tz::container::detail {
 

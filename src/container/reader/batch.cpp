@@ -1,6 +1,6 @@
 // Reader::read_tensors: many tensors decoded together. Every frame of every
 // requested tensor is an item of the ordered pipeline (common/ordered_pipeline.h),
-// consecutive small frames grouped into one (group_items, tzc_pipeline.hpp),
+// consecutive small frames grouped into one (group_items, pipeline.hpp),
 // and goes, on any of the threads, straight into its place in its tensor's
 // destination (Impl::read_frame: padding, xxh64, header and block checksums
 // exactly as read_tensor, then the prediction of its range). Items are taken
@@ -9,8 +9,8 @@
 #include <algorithm>
 
 #include "common/ordered_pipeline.h"
-#include "tzc_pipeline.hpp"
-#include "tzc_reader_impl.hpp"
+#include "pipeline.hpp"
+#include "reader/reader_impl.hpp"
 
 namespace tz::container {
 

@@ -1,13 +1,13 @@
 // compress_file: a safetensors file into a .tzip, by the one writer
-// (TensorWriter, tzip_tensor_writer.cpp) over the file's segments: every
+// (TensorWriter, writer/tensor_writer.cpp) over the file's segments: every
 // tensor and gap of its data section is read from the file chunk by chunk
 // while the frames are coded and written in order, so memory is bounded by
 // the writer's slots (threads + 1 groups of chunks), never by the file size.
 #include <algorithm>
 
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
-#include "tzc_writer.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
+#include "writer/writer_impl.hpp"
 
 namespace tz::container {
 

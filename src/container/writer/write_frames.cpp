@@ -1,4 +1,4 @@
-// TensorWriter's frames (tzc_tensor_frames.hpp). Each chunk, or group of
+// TensorWriter's frames (writer/write_frames.hpp). Each chunk, or group of
 // consecutive small chunks (group_items), is an item of the ordered
 // pipeline (common/ordered_pipeline.h): work codes it (or checks a
 // caller's pre-encoded frame) into the item's slot, on any of the writer's
@@ -10,7 +10,7 @@
 // chunks' tz_compress_bound; pages of it that no frame fills are never
 // touched) whatever the file size. With O_DIRECT the
 // frames are gathered into aligned staging buffers first.
-#include "tzc_tensor_frames.hpp"
+#include "writer/write_frames.hpp"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -23,10 +23,10 @@
 
 #include "codec/predict.h"
 #include "common/ordered_pipeline.h"
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
-#include "tzc_pipeline.hpp"
-#include "tzc_predict.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
+#include "pipeline.hpp"
+#include "prediction.hpp"
 
 namespace tz::container::detail {
 
@@ -40,7 +40,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kDirectAlign = 4096;
 
-// A group of consecutive units (group_items, tzc_pipeline.hpp): their
+// A group of consecutive units (group_items, pipeline.hpp): their
 // frames lie in comp as they will in the file, each at a multiple of 64.
 struct Slot {
   Buf comp;

@@ -14,8 +14,9 @@
 #include <set>
 #include <thread>
 
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
+#include "cli_support.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
 
 namespace tz::container {
 
@@ -168,7 +169,7 @@ std::string default_decompressed_name(const std::string& in, bool is_dir) {
 }
 
 // The shared part of compress_folder / decompress_folder. The constructor
-// checks the input folder and the output (output rules of tzc_output.hpp:
+// checks the input folder and the output (output rules of output.hpp:
 // not the input, not inside it, not holding it; an existing folder only
 // with force and only if it holds nothing but what this output holds, as
 // out_name maps the input's entries) and lists the input. begin() creates

@@ -1,5 +1,6 @@
-#include "tzc_output.hpp"
-#include "tzip_refs.hpp"
+#include "output.hpp"
+#include "cli_support.hpp"
+#include "file_refs.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,7 +23,7 @@
 #include <fstream>
 #include <set>
 
-#include "tzc_io.hpp"
+#include "file_io.hpp"
 
 namespace tz::container::detail {
 

@@ -1,5 +1,5 @@
 // POSIX file helpers of the container layer: pread-based input, atomic
-// output (a temporary beside the target, fsync, rename: tzc_output.hpp),
+// output (a temporary beside the target, fsync, rename: output.hpp),
 // error text.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "tensorzip/container.hpp"
-#include "tzc_output.hpp"
+#include "output.hpp"
 #include "io/writeback.hpp"
 
 namespace tz::container::detail {
@@ -45,7 +45,7 @@ class InFile {
 };
 
 // An output file. Written to a registered temporary beside the final path
-// (tzc_output.hpp), fsync'd and published by commit(); destroying it
+// (output.hpp), fsync'd and published by commit(); destroying it
 // uncommitted removes the temporary. The final path is checked first
 // (check_file_target): an existing regular file only with force; a FIFO or
 // a character device such as /dev/null is written through in order, never

@@ -1,6 +1,6 @@
-// The Reader's state, shared by its sources: tzip_reader.cpp (open, header,
-// random access), tzip_reader_refs.cpp (references, predictions) and
-// tzip_reader_pass.cpp (the whole-file pass of export and verify).
+// The Reader's state, shared by its sources: reader/reader.cpp (open, header,
+// random access), reader/refs.cpp (references, predictions) and
+// reader/pass.cpp (the whole-file pass of export and verify).
 #pragma once
 
 #include <xxhash.h>
@@ -12,9 +12,9 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
-#include "tzip_refs.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
+#include "file_refs.hpp"
 
 namespace tz::container {
 
@@ -46,7 +46,7 @@ struct Reader::Impl {
   uint64_t header_hash = 0;  // trailer header_xxh64, equal to xxh64 of the stored header
   TzipHeader h;
   // References: the chain that led to this file (itself included), and
-  // whether recorded paths may point anywhere (tzip_refs.hpp).
+  // whether recorded paths may point anywhere (file_refs.hpp).
   refs::Chain chain;
   refs::Policy policy;
   // Opened as a reference whose identity is its verified header: each frame
@@ -167,7 +167,7 @@ struct Reader::Impl {
   }
   // Before frame c of tensor `index` is used by a partial read: with
   // verify_frames, its bytes must have the xxh64 the (verified) header
-  // lists; checked once (tzip_reader_frames.cpp).
+  // lists; checked once (reader/read_frame.cpp).
   void check_frame_on_use(const TensorEntry& t, size_t index, size_t c);
 
   // value = residual XOR prediction, for raw bytes [off, off+n) of t held in io.
@@ -194,7 +194,7 @@ struct Reader::Impl {
   }
   uint64_t blocks_per_chunk(const TensorEntry& t) const { return h.chunk_bytes / t.block_bytes(); }
 
-  // ---- Reading a frame with its checks (tzip_reader_frames.cpp): the one
+  // ---- Reading a frame with its checks (reader/read_frame.cpp): the one
   // path of every reader (doc/container.md section 6, items 8 and 9). ----
   // At open: pad_from and frame_base; the padding after the preamble and
   // before the header is zero.

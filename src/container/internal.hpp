@@ -117,7 +117,7 @@ std::string pack_header(const std::string& json);
 std::string unpack_header(const uint8_t* p, size_t n, const std::string& what);
 void link_segments(TzipHeader* h);
 
-// What the references module (tzip_refs.cpp) needs of a Reader's insides.
+// What the references module (file_refs.cpp) needs of a Reader's insides.
 struct ReaderAccess {
   // A Reader reached through `via` (cycles and depth checked on open).
   static std::unique_ptr<Reader> open(const std::string& path, unsigned threads, const refs::Chain& via);

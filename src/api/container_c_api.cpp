@@ -1,5 +1,6 @@
 // C functions of include/tensorzip/tzip_file.h: exceptions stop here and
-// become a status plus a thread-local message.
+// become a status plus a thread-local message. Built into the container
+// library (tensorzip_container, src/container/CMakeLists.txt).
 #include <new>
 #include <string>
 

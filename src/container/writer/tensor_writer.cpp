@@ -1,11 +1,11 @@
 // TensorWriter: a .tzip file from named tensors (container.hpp), the one
 // writer of the library: compress_file hands it a safetensors file's
-// segments (tzip_writer.cpp).
+// segments (writer/compress_file.cpp).
 //
 // Tensors are cut into chunk_bytes chunks, coded and written in order by
-// write_frames (tzip_tensor_frames.cpp: `threads` threads in all, memory
+// write_frames (writer/write_frames.cpp: `threads` threads in all, memory
 // bounded by `slots` chunks); this file builds the tensor table, has the
-// predicted tensors found (tzip_writer_discovery.cpp), opens the output
+// predicted tensors found (writer/discovery.cpp), opens the output
 // (O_DIRECT where asked and allowed) and writes the header and trailer.
 //
 // Layout written (doc/container.md sections 2-3, 11): preamble, frames (each
@@ -25,11 +25,11 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/predict.h"
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
-#include "tzc_predict.hpp"
-#include "tzc_tensor_frames.hpp"
-#include "tzc_writer.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
+#include "prediction.hpp"
+#include "writer/write_frames.hpp"
+#include "writer/writer_impl.hpp"
 #include "write_queue.hpp"
 #include "io/writeback.hpp"
 
@@ -140,7 +140,7 @@ TensorWriter::TensorWriter(const std::string& path, const TensorWriterOptions& o
                         opt.direct_buffers < 2))
     fail(ErrorKind::kUsage, path + ": direct_buffer_bytes must be a multiple of 4096 and direct_buffers >= 2");
   if (path.empty()) fail(ErrorKind::kUsage, "empty output path");
-  // The output rules of every writer (tzc_output.hpp); the frames are
+  // The output rules of every writer (output.hpp); the frames are
   // written with pwrite at their offsets, so the output is a regular file.
   if (check_file_target(path, opt.force) == FileTarget::kStream)
     fail(ErrorKind::kUsage, path + ": not a regular file (a .tzip is written to a regular file)");

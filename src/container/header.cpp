@@ -7,9 +7,9 @@
 #include <zstd.h>
 
 #include "codec/policy.h"
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
-#include "tzc_json.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
+#include "strict_json.hpp"
 
 namespace tz::container {
 

@@ -1,15 +1,15 @@
 // .tzip header JSON: strict, streaming validation (doc/container.md,
 // "Header" and "Safe reading"). The JSON is read once, in order, with the
-// pull reader of tzc_json.hpp; only validated fields are kept, so time is
+// pull reader of strict_json.hpp; only validated fields are kept, so time is
 // linear in the header and memory linear in what the header describes.
 #include <algorithm>
 #include <map>
 #include <unordered_map>
 
 #include "codec/format.h"
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
-#include "tzc_json.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
+#include "strict_json.hpp"
 
 namespace tz::container::detail {
 

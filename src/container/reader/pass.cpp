@@ -1,8 +1,8 @@
 // Reader: the whole-file pass (doc/container.md section 6, items 8-9): export
 // writes what it decodes, verify is the same pass with a null sink.
 #include "codec/predict.h"
-#include "tzc_pipeline.hpp"
-#include "tzc_reader_impl.hpp"
+#include "pipeline.hpp"
+#include "reader/reader_impl.hpp"
 
 namespace tz::container {
 

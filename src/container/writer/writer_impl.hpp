@@ -1,8 +1,8 @@
-// The one .tzip writer's insides: TensorWriter (tzip_tensor_writer.cpp),
+// The one .tzip writer's insides: TensorWriter (writer/tensor_writer.cpp),
 // whose items are tensors in memory, pre-encoded frames, encoders, or the
-// ranges of a safetensors file (compress_file, tzip_writer.cpp); its
-// prediction discovery (tzip_writer_discovery.cpp) and its frames
-// (tzip_tensor_frames.cpp).
+// ranges of a safetensors file (compress_file, writer/compress_file.cpp); its
+// prediction discovery (writer/discovery.cpp) and its frames
+// (writer/write_frames.cpp).
 #pragma once
 
 #include <map>
@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "tensorzip/container.hpp"
-#include "tzc_predict.hpp"
-#include "tzc_tensor_frames.hpp"
+#include "prediction.hpp"
+#include "writer/write_frames.hpp"
 
 namespace tz::container::detail {
 
-struct TzipHeader;  // tzc_internal.hpp
+struct TzipHeader;  // internal.hpp
 
 struct PredictionRules {
   bool predict = true;  // casts

@@ -17,9 +17,9 @@
 
 #include "codec/predict.h"
 
-#include "tzc_internal.hpp"
-#include "tzc_io.hpp"
-#include "tzc_predict.hpp"
+#include "internal.hpp"
+#include "file_io.hpp"
+#include "prediction.hpp"
 
 namespace tz::container {
 

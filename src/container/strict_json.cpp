@@ -1,8 +1,8 @@
-#include "tzc_json.hpp"
+#include "strict_json.hpp"
 
 #include <cstring>
 
-#include "tzc_io.hpp"
+#include "file_io.hpp"
 
 namespace tz::container::detail {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tensorzip/container.hpp"
-#include "tzc_io.hpp"
+#include "file_io.hpp"
 
 namespace tz::container::detail {
 
@@ -27,11 +27,11 @@ struct CastSourceFile {
 };
 
 // compress_file, with cast sources in other files of the checkpoint
-// (compress_checkpoint; tzip_writer.cpp).
+// (compress_checkpoint; writer/compress_file.cpp).
 PassStats compress_safetensors(const std::string& in, const std::string& out, const WriteOptions& opt,
                                std::vector<CastSourceFile> others);
 
-// ---- discovery rules of the writer (tzip_writer_discovery.cpp) -------------
+// ---- discovery rules of the writer (writer/discovery.cpp) -------------
 
 // Order-0 cost, in bits, of n elements of esz bytes, one histogram per byte
 // plane (what the codec's per-plane coding approaches on float data).

@@ -4,7 +4,7 @@
 // the whole-file pass (export, verify, read_all), whole-tensor reads
 // (read_tensor, read_tensors) and partial reads (their frame prefix), so
 // that they refuse a file with the same message.
-#include "tzc_reader_impl.hpp"
+#include "reader/reader_impl.hpp"
 
 namespace tz::container {
 

@@ -1,9 +1,9 @@
 // The writer options' rules (container.hpp, check_write_options): level and
 // block size are the codec's (codec/policy.h), the chunk size the
-// container's (tzc_internal.hpp).
+// container's (internal.hpp).
 #include "codec/policy.h"
 #include "tensorzip/container.hpp"
-#include "tzc_internal.hpp"
+#include "internal.hpp"
 
 namespace tz::container {
 

@@ -1,5 +1,5 @@
-#include "tzc_io.hpp"
-#include "tzip_refs.hpp"
+#include "file_io.hpp"
+#include "file_refs.hpp"
 #include "write_queue.hpp"
 
 #include <dirent.h>
