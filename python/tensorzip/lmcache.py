@@ -271,7 +271,11 @@ class _Codecs:
         out = np.zeros(_chunk_size(groups), dtype=np.uint8)
         _write_chunk(out, groups)
         if not _core.publish_once(self.tables_path, lambda f: f.write(out.tobytes())):
-            self._by_layout.update(self._read_tables_file(self.tables_path))
+            try:
+                self._by_layout.update(self._read_tables_file(self.tables_path))
+            except OSError as e:  # e.g. a link to nowhere
+                raise ChunkError(f"tables file {self.tables_path}: is there but cannot be read "
+                                 f"({e.strerror or e})") from e
         self._tables_settled = True
 
 
