@@ -14,19 +14,14 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
-if not dist.is_available():  # pragma: no cover - depends on the build
-    pytest.skip("torch.distributed is not available", allow_module_level=True)
-dcp = pytest.importorskip("torch.distributed.checkpoint")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _dcp_support import (  # noqa: E402,F401  (quiet_dcp: autouse; torch or the module is skipped)
+    assert_identical, dcp, flat, quiet_dcp, tensor_bytes, torch)
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
 
 import tensorzip  # noqa: E402
 import tensorzip.dcp as tzdcp  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _dcp_compare import assert_identical, flat, quiet_dcp, tensor_bytes  # noqa: E402,F401  (quiet_dcp: autouse)
 
 
 def _make(seed: int, dtype=torch.float32):

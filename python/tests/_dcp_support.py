@@ -1,12 +1,17 @@
-"""What the tensorzip.dcp tests (test_dcp*.py) share: state dicts compared byte for byte, and
-DCP's warnings about running without a process group silenced (an autouse fixture: a test module
-imports it)."""
+"""What the tensorzip.dcp tests (test_dcp*.py) share: torch and its Distributed Checkpoint (or
+the test module is skipped), state dicts compared byte for byte, and DCP's warnings about running
+without a process group silenced (an autouse fixture: a test module imports it)."""
 from __future__ import annotations
 
 import warnings
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():  # pragma: no cover - depends on the build
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 
 def flat(obj, prefix=""):
