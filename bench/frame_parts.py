@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import codec_bench  # noqa: E402
+import codec_data  # noqa: E402
+from codec_runners import DEFAULT_BUILD  # noqa: E402
 
 DT = {"bf16": 1, "f16": 2, "f32": 3, "e4m3": 4, "e5m2": 5}
 
@@ -30,14 +31,14 @@ class Params(ctypes.Structure):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kinds", help="comma list of codec_bench.py kinds")
-    ap.add_argument("--lib", type=Path, default=codec_bench.DEFAULT_BUILD / "libtensorzip.so")
+    ap.add_argument("--lib", type=Path, default=DEFAULT_BUILD / "libtensorzip.so")
     ap.add_argument("--level", type=int, default=0)
     args = ap.parse_args()
     lib = ctypes.CDLL(str(args.lib))
     lib.tz_compress_bound.restype = ctypes.c_size_t
     lib.tz_compress.restype = ctypes.c_size_t
     lib.tz_is_error.restype = ctypes.c_int
-    kinds = codec_bench.load_kinds(codec_bench.DEFAULT_FIXTURES, args.kinds.split(","))
+    kinds = codec_data.load_kinds(codec_data.DEFAULT_FIXTURES, args.kinds.split(","))
     for kind in kinds.values():
         acc = dict(header=0, tables=0, index=0, block_headers=0, lane_states=0, words=0, raw=0, padding=0)
         blocks = coded = total = 0

@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import codec_bench  # noqa: E402
+import codec_data  # noqa: E402
 
 ST_DTYPE = {"f32": "F32", "f16": "F16", "bf16": "BF16", "e4m3": "F8_E4M3", "e5m2": "F8_E5M2"}
 ELEM = {"f32": 4, "f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
 KINDS = ["minilm_f32", "minilm_f16", "minilm_bf16", "minilm_e4m3", "minilm_e5m2"]
 
 
-def write_kind(kind: codec_bench.Kind, path: Path) -> None:
+def write_kind(kind: codec_data.Kind, path: Path) -> None:
     header, offset = {}, 0
     for t in kind.tensors:
         n = len(t.data) // ELEM[t.dtype]
@@ -51,7 +51,7 @@ def main() -> int:
     if not todo:
         print(f"{args.out}: all {len(KINDS)} kind files present")
         return 0
-    kinds = codec_bench.load_kinds(codec_bench.DEFAULT_FIXTURES, todo)
+    kinds = codec_data.load_kinds(codec_data.DEFAULT_FIXTURES, todo)
     for key in todo:
         path = args.out / f"{key}.safetensors"
         write_kind(kinds[key], path)

@@ -136,9 +136,9 @@ def main():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     tensors = []
     try:
-        import codec_bench as cb
+        from codec_data import read_safetensors
         for p in st[400]:
-            tensors += cb.read_safetensors(p)
+            tensors += read_safetensors(p)
     except Exception as e:  # noqa: BLE001
         print(f"per-tensor rows skipped: {e}", file=sys.stderr)
     if tensors:
@@ -150,7 +150,8 @@ def main():
         except ImportError:
             pass
         try:
-            z = cb.ZipNN(2)
+            from codec_runners import ZipNN
+            z = ZipNN(2)
             n = 0
             t0 = time.perf_counter()
             for _, dt, b in tensors:

@@ -205,7 +205,7 @@ run_python() {
   if fits 30 "test_dcp.py -k cuda"; then
     stamp "tensorzip.dcp GPU encode (test_dcp.py -k 'cuda or tensor_writer')"
     TZ_REQUIRE_GPU_ENCODE=1 timeout "$(cap 240)" "$PY" -m pytest -p no:cacheprovider -ra -q python/tests/test_dcp.py \
-      -k "cuda or tensor_writer" >>"$OUT/py_tests.txt" 2>&1
+      python/tests/test_dcp_ranks.py -k "cuda or tensor_writer" >>"$OUT/py_tests.txt" 2>&1
     echo "python test_dcp.py -k 'cuda or tensor_writer' exit code $?"
     grep -E "passed|failed|skipped|Error|assert|ok cuda|write stats" "$OUT/py_tests.txt" | tail -15
   fi

@@ -15,62 +15,22 @@
 #include <vector>
 
 #include "kv/codec.hpp"  // src/kv: the codec with an explicit kernel set for batches
+#include "module_common.hpp"
 #include "tensorzip/tensorzip_kv.h"
 
-namespace nb = nanobind;
+namespace tz_py {
 using namespace nb::literals;
 
 namespace {
 
-PyObject* g_kv_error = nullptr;    // tensorzip.TensorZipError
-PyObject* g_kv_corrupt = nullptr;  // tensorzip.CorruptDataError
-PyObject* g_kv_usage = nullptr;    // tensorzip.UsageError
-
-struct KvPyError : std::runtime_error {
-  PyObject* type;
-  KvPyError(PyObject* t, const std::string& m) : std::runtime_error(m), type(t) {}
-};
-
+// A codec error of the KV page codec: as throw_codec, and a destination too
+// small or an unsupported layout is the caller's error (UsageError).
 [[noreturn]] void throw_kv(size_t code, const std::string& what) {
-  std::string msg = what + ": " + tz_get_error_name(code);
-  const char* d = tz_last_error_detail();
-  if (d && *d) msg += std::string(" (") + d + ")";
-  PyObject* type = g_kv_error;
-  switch (tz_get_error_code(code)) {
-    case TZ_ERROR_SRC_TRUNCATED:
-    case TZ_ERROR_BAD_MAGIC:
-    case TZ_ERROR_BAD_VERSION:
-    case TZ_ERROR_CORRUPT_HEADER:
-    case TZ_ERROR_CORRUPT_BLOCK:
-    case TZ_ERROR_CHECKSUM: type = g_kv_corrupt; break;
-    case TZ_ERROR_BAD_PARAMETER:
-    case TZ_ERROR_DST_TOO_SMALL:
-    case TZ_ERROR_UNSUPPORTED: type = g_kv_usage; break;
-    default: break;
-  }
-  throw KvPyError(type, msg);
+  const tz_error_code ec = tz_get_error_code(code);
+  if (ec == TZ_ERROR_DST_TOO_SMALL || ec == TZ_ERROR_UNSUPPORTED)
+    throw PyErrorOf(g_usage, codec_error_message(code, what));
+  throw_codec(code, what);
 }
-
-class Buf {
- public:
-  Buf(nb::handle obj, bool writable, const char* name) {
-    const int flags = writable ? (PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) : PyBUF_C_CONTIGUOUS;
-    if (PyObject_GetBuffer(obj.ptr(), &v_, flags) != 0) {
-      PyErr_Clear();
-      throw KvPyError(PyExc_TypeError, std::string(name) + " must be a C-contiguous " + (writable ? "writable " : "") +
-                                           "object with the buffer protocol");
-    }
-  }
-  ~Buf() { PyBuffer_Release(&v_); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  const uint8_t* data() const { return static_cast<const uint8_t*>(v_.buf); }
-  uint8_t* wdata() { return static_cast<uint8_t*>(v_.buf); }
-  size_t size() const { return static_cast<size_t>(v_.len); }
-
- private:
-  Py_buffer v_{};
-};
 
 nb::bytes new_bytes(const uint8_t* p, size_t n) { return nb::bytes(reinterpret_cast<const char*>(p), n); }
 
@@ -103,7 +63,7 @@ class PyKvCodec {
   }
 
   nb::bytes encode(nb::handle page_obj) const {
-    Buf page(page_obj, false, "page");
+    BufferView page(page_obj, false, "page");
     std::vector<uint8_t> out(bound(page.size()));
     size_t r;
     {
@@ -115,7 +75,7 @@ class PyKvCodec {
   }
 
   size_t decoded_size(nb::handle blob_obj) const {
-    Buf blob(blob_obj, false, "page");
+    BufferView blob(blob_obj, false, "page");
     const size_t r = c_->decoded_size(blob.data(), blob.size());
     if (tz_is_error(r)) throw_kv(r, "KV page");
     return r;
@@ -123,15 +83,15 @@ class PyKvCodec {
 
   // Decodes into the writable buffer out (exactly the page's size).
   size_t decode_into(nb::handle blob_obj, nb::handle out_obj) const {
-    Buf blob(blob_obj, false, "page");
-    Buf out(out_obj, true, "out");
+    BufferView blob(blob_obj, false, "page");
+    BufferView out(out_obj, true, "out");
     size_t r;
     {
       nb::gil_scoped_release nogil;
       r = c_->decode(tz::kv::active_page_kernels(), out.wdata(), out.size(), blob.data(), blob.size());
     }
     if (tz_is_error(r)) throw_kv(r, "KV decode");
-    if (r != out.size()) throw KvPyError(g_kv_usage, "KV decode: out holds " + std::to_string(out.size()) +
+    if (r != out.size()) throw PyErrorOf(g_usage, "KV decode: out holds " + std::to_string(out.size()) +
                                                          " bytes, the page decodes to " + std::to_string(r));
     return r;
   }
@@ -139,9 +99,9 @@ class PyKvCodec {
   // n_pages pages of page_bytes each, back to back in src: (blob, offsets)
   // with page i at blob[offsets[i]:offsets[i+1]].
   std::tuple<nb::bytes, std::vector<size_t>> encode_batch(nb::handle src_obj, size_t page_bytes, unsigned threads) const {
-    Buf src(src_obj, false, "pages");
+    BufferView src(src_obj, false, "pages");
     if (page_bytes == 0 || src.size() % page_bytes)
-      throw KvPyError(g_kv_usage, "KV encode_batch: " + std::to_string(src.size()) + " bytes are not whole pages of " +
+      throw PyErrorOf(g_usage, "KV encode_batch: " + std::to_string(src.size()) + " bytes are not whole pages of " +
                                       std::to_string(page_bytes));
     const size_t n = src.size() / page_bytes, b = bound(page_bytes);
     std::vector<uint8_t> arena(n * b);
@@ -165,15 +125,15 @@ class PyKvCodec {
 
   // Pages (a list of bytes-like) into out, page i at out[i * page_bytes:].
   void decode_batch(const std::vector<nb::object>& blobs, nb::handle out_obj, size_t page_bytes, unsigned threads) const {
-    Buf out(out_obj, true, "out");
+    BufferView out(out_obj, true, "out");
     const size_t n = blobs.size();
     if (page_bytes == 0 || out.size() != n * page_bytes)
-      throw KvPyError(g_kv_usage, "KV decode_batch: out must hold " + std::to_string(n) + " pages of " +
+      throw PyErrorOf(g_usage, "KV decode_batch: out must hold " + std::to_string(n) + " pages of " +
                                       std::to_string(page_bytes) + " bytes");
-    std::vector<std::unique_ptr<Buf>> views;
+    std::vector<std::unique_ptr<BufferView>> views;
     std::vector<tz_kv_item> items(n);
     for (size_t i = 0; i < n; ++i) {
-      views.push_back(std::make_unique<Buf>(blobs[i], false, "page"));
+      views.push_back(std::make_unique<BufferView>(blobs[i], false, "page"));
       items[i] = {views[i]->data(), views[i]->size(), out.wdata() + i * page_bytes, page_bytes, 0};
     }
     size_t r;
@@ -184,7 +144,7 @@ class PyKvCodec {
     if (tz_is_error(r)) throw_kv(r, "KV decode_batch");
     for (size_t i = 0; i < n; ++i)
       if (items[i].result != page_bytes)
-        throw KvPyError(g_kv_usage, "KV decode_batch: page " + std::to_string(i) + " decodes to " +
+        throw PyErrorOf(g_usage, "KV decode_batch: page " + std::to_string(i) + " decodes to " +
                                         std::to_string(items[i].result) + " bytes, not " + std::to_string(page_bytes));
   }
 
@@ -194,14 +154,14 @@ class PyKvCodec {
 
 PyKvCodec kv_calibrate(nb::handle sample_obj, int dtype, const std::string& mode, unsigned fixed_bits, bool checksum,
                        const std::vector<uint32_t>& row_dims) {
-  Buf sample(sample_obj, false, "sample");
+  BufferView sample(sample_obj, false, "sample");
   tz_kv_params p{};
   if (mode == "rans") p.mode = TZ_KV_MODE_RANS;
   else if (mode == "fixed") p.mode = TZ_KV_MODE_FIXED;
-  else throw KvPyError(g_kv_usage, "KV calibrate: mode must be 'rans' or 'fixed', not '" + mode + "'");
+  else throw PyErrorOf(g_usage, "KV calibrate: mode must be 'rans' or 'fixed', not '" + mode + "'");
   p.fixed_bits = fixed_bits;
   p.no_checksum = checksum ? 0 : 1;
-  if (row_dims.size() > TZ_KV_MAX_ROW_DIMS) throw KvPyError(g_kv_usage, "KV calibrate: at most 4 row dims");
+  if (row_dims.size() > TZ_KV_MAX_ROW_DIMS) throw PyErrorOf(g_usage, "KV calibrate: at most 4 row dims");
   p.n_row_dims = (unsigned)row_dims.size();
   for (size_t i = 0; i < row_dims.size(); ++i) p.row_dims[i] = row_dims[i];
   std::unique_ptr<tz::kv::Codec> c;
@@ -215,7 +175,7 @@ PyKvCodec kv_calibrate(nb::handle sample_obj, int dtype, const std::string& mode
 }
 
 PyKvCodec kv_load(nb::handle blob_obj) {
-  Buf blob(blob_obj, false, "tables");
+  BufferView blob(blob_obj, false, "tables");
   std::unique_ptr<tz::kv::Codec> c;
   const size_t r = tz::kv::Codec::load(&c, blob.data(), blob.size());
   if (tz_is_error(r)) throw_kv(r, "KV tables");
@@ -225,16 +185,6 @@ PyKvCodec kv_load(nb::handle blob_obj) {
 }  // namespace
 
 void bind_kv(nb::module_& m) {
-  g_kv_error = m.attr("TensorZipError").ptr();
-  g_kv_corrupt = m.attr("CorruptDataError").ptr();
-  g_kv_usage = m.attr("UsageError").ptr();
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const KvPyError& e) {
-      PyErr_SetString(e.type, e.what());
-    }
-  });
   nb::class_<PyKvCodec>(m, "KvCodec", "Calibrated KV page codec (doc/kv.md); use tensorzip.kv.PageCodec.")
       .def("tables", &PyKvCodec::tables, "The serialised tables (a few hundred bytes).")
       .def("info", &PyKvCodec::info)
@@ -248,3 +198,5 @@ void bind_kv(nb::module_& m) {
         "checksum"_a = true, "row_dims"_a = std::vector<uint32_t>());
   m.def("kv_load", &kv_load, "tables"_a);
 }
+
+}  // namespace tz_py

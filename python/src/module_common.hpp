@@ -1,7 +1,7 @@
 // What the binding files of tensorzip._tensorzip share (tensorzip_module.cpp
 // defines the functions): the module's exception classes, the C++ exception
-// that becomes one of them, buffer views, pooled coding contexts and, with the
-// container, the translation of tz::container::Error.
+// that becomes one of them, codec error messages, buffer views and, with the
+// container, the writers' options and the translation of tz::container::Error.
 #pragma once
 
 #include <Python.h>
@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -42,8 +43,11 @@ struct PyErrorOf : std::runtime_error {
       : std::runtime_error(msg), type(t), sys_errno(err), filename(std::move(file)) {}
 };
 
+// "what: error name (detail)" for a codec error code (tz_last_error_detail()).
+std::string codec_error_message(size_t code, const std::string& what);
+
 // Throws for a codec error code; call with the GIL held or not (no Python API).
-[[noreturn]] void throw_codec(size_t code, const char* what);
+[[noreturn]] void throw_codec(size_t code, const std::string& what);
 
 // RAII view of an object's buffer (C-contiguous; writable when asked).
 class BufferView {
@@ -86,8 +90,41 @@ auto guarded(F&& f, std::initializer_list<const std::string*> files = {}) -> dec
   }
 }
 
+// The options of a .tzip writer as the Python API passes them. 0 (chunk_bytes)
+// and a negative min_gain mean "not given": the library's default stays.
+struct WriterArgs {
+  int level = 0;
+  unsigned block_elems = 0;  // 0: the codec's default for the dtype
+  unsigned threads = 0;      // 0: all hardware threads
+  uint64_t chunk_bytes = 0;
+  bool force = false;
+  bool predict = true;
+  std::string ref, ref_original;  // "" : none
+  double min_gain = -1;
+  std::map<std::string, std::string> user_metadata;
+};
+
+// The fields tc::WriteOptions (compress_file, compress_folder) and
+// tc::TensorWriterOptions (TensorWriter) share, set from `a` in one place.
+template <class Options>
+void set_writer_options(Options& opt, const WriterArgs& a) {
+  opt.level = a.level;
+  opt.block_elems = a.block_elems;
+  opt.threads = a.threads;
+  if (a.chunk_bytes) opt.chunk_bytes = a.chunk_bytes;
+  opt.force = a.force;
+  opt.predict = a.predict;
+  opt.ref = a.ref;
+  opt.ref_original = a.ref_original;
+  if (a.min_gain >= 0) opt.min_gain = a.min_gain;
+  opt.user_metadata = a.user_metadata;
+}
+
 void bind_reader(nb::module_& m);         // reader_module.cpp: class Reader
 void bind_tensor_writer(nb::module_& m);  // writer_module.cpp: class TensorWriter
 #endif
+
+void bind_resident(nb::module_& m);  // resident_module.cpp: class ResidentPlan, raw .tzip frames
+void bind_kv(nb::module_& m);        // kv_module.cpp: class KvCodec, kv_calibrate, kv_load
 
 }  // namespace tz_py

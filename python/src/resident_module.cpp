@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "module_common.hpp"
 #include "resident/plan.hpp"
 #ifdef TZ_PY_HAVE_CUDA
 #include "resident/plan_cuda.hpp"
@@ -31,32 +32,23 @@
 #include "tensorzip/container.hpp"
 #endif
 
-namespace nb = nanobind;
+namespace tz_py {
 using namespace nb::literals;
 
 namespace {
-
-PyObject* g_corrupt = nullptr;  // tensorzip.CorruptDataError (created by the main module)
-PyObject* g_usage = nullptr;    // tensorzip.UsageError
-PyObject* g_ioerr = nullptr;    // tensorzip.TensorZipIOError
-
-struct ResidentPyError : std::runtime_error {
-  PyObject* type;
-  ResidentPyError(PyObject* t, const std::string& m) : std::runtime_error(m), type(t) {}
-};
 
 template <class F>
 auto translated(F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const tz::resident::ResidentFrameError& e) {
-    throw ResidentPyError(g_corrupt, e.what());
+    throw PyErrorOf(g_corrupt, e.what());
   } catch (const tz::resident::ResidentDecodeError& e) {
-    throw ResidentPyError(g_corrupt, e.what());
+    throw PyErrorOf(g_corrupt, e.what());
   } catch (const std::invalid_argument& e) {
-    throw ResidentPyError(g_usage, e.what());
+    throw PyErrorOf(g_usage, e.what());
   } catch (const std::logic_error& e) {
-    throw ResidentPyError(g_usage, e.what());
+    throw PyErrorOf(g_usage, e.what());
   }
 }
 
@@ -115,8 +107,8 @@ class PyResidentPlanCuda {
       });
     }
     if (tz_is_error(r))
-      throw ResidentPyError(g_usage, std::string("resident weights: CUDA decode of group ") + std::to_string(group) +
-                                         " could not start: " + tz_get_error_name(r));
+      throw PyErrorOf(g_usage, std::string("resident weights: CUDA decode of group ") + std::to_string(group) +
+                                   " could not start: " + tz_get_error_name(r));
   }
   tz::resident::ResidentPlanCuda& plan() { return p_; }
 
@@ -138,7 +130,7 @@ nb::list tzip_frame_table(const std::string& path) {
       tc::Reader r(path, 1);
       entries = r.tensors();
     } catch (const tc::Error& e) {
-      throw ResidentPyError(e.kind() == tc::ErrorKind::kIO ? g_ioerr : g_corrupt, e.what());
+      throw PyErrorOf(e.kind() == tc::ErrorKind::kIO ? g_io : g_corrupt, e.what());
     }
   }
   nb::list out;
@@ -158,7 +150,7 @@ void read_frames_into(const std::string& path, const std::vector<std::tuple<uint
                       uintptr_t out, size_t out_size) {
   nb::gil_scoped_release nogil;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw ResidentPyError(g_ioerr, path + ": cannot open: " + std::strerror(errno));
+  if (fd < 0) throw PyErrorOf(g_io, path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   const bool stat_ok = ::fstat(fd, &st) == 0;
   std::string err;
@@ -181,7 +173,7 @@ void read_frames_into(const std::string& path, const std::vector<std::tuple<uint
       if (r <= 0) {
         err = path + ": read failed at offset " + std::to_string(off + done) + ": " +
               (r < 0 ? std::strerror(errno) : "unexpected end of file");
-        err_type = g_ioerr;
+        err_type = g_io;
         break;
       }
       done += (uint64_t)r;
@@ -193,24 +185,13 @@ void read_frames_into(const std::string& path, const std::vector<std::tuple<uint
     }
   }
   ::close(fd);
-  if (!err.empty()) throw ResidentPyError(err_type, err);
+  if (!err.empty()) throw PyErrorOf(err_type, err);
 }
 #endif
 
 }  // namespace
 
 void bind_resident(nb::module_& m) {
-  g_corrupt = m.attr("CorruptDataError").ptr();
-  g_usage = m.attr("UsageError").ptr();
-  g_ioerr = m.attr("TensorZipIOError").ptr();
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const ResidentPyError& e) {
-      PyErr_SetString(e.type, e.what());
-    }
-  });
-
   nb::class_<PyResidentPlan>(m, "ResidentPlan",
                              "Prepared CPU decode plan of resident weights (tensorzip.resident); pointers are ints.")
       .def(nb::init<unsigned, uint64_t>(), "threads"_a = 0u,
@@ -260,3 +241,5 @@ void bind_resident(nb::module_& m) {
   m.def("read_frames_into", &read_frames_into, "path"_a, "frames"_a, "out_ptr"_a, "out_size"_a);
 #endif
 }
+
+}  // namespace tz_py

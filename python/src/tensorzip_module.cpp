@@ -40,14 +40,16 @@ using namespace nb::literals;
 
 namespace tz_py {
 
-// Throws for a codec error code; call with the GIL held or not (no Python API).
-[[noreturn]] void throw_codec(size_t code, const char* what) {
-  const tz_error_code ec = tz_get_error_code(code);
-  std::string msg = std::string(what) + ": " + tz_get_error_name(code);
+std::string codec_error_message(size_t code, const std::string& what) {
+  std::string msg = what + ": " + tz_get_error_name(code);
   const char* detail = tz_last_error_detail();
   if (detail && *detail) msg += std::string(" (") + detail + ")";
+  return msg;
+}
+
+[[noreturn]] void throw_codec(size_t code, const std::string& what) {
   PyObject* type = g_error;
-  switch (ec) {
+  switch (tz_get_error_code(code)) {
     case TZ_ERROR_SRC_TRUNCATED:
     case TZ_ERROR_BAD_MAGIC:
     case TZ_ERROR_BAD_VERSION:
@@ -62,7 +64,7 @@ namespace tz_py {
     default:
       break;
   }
-  throw PyErrorOf(type, msg);
+  throw PyErrorOf(type, codec_error_message(code, what));
 }
 
 #ifdef TZ_PY_HAVE_CONTAINER
@@ -268,7 +270,7 @@ size_t decompress_blocks_into(nb::handle prefix_obj, nb::handle blocks_obj, unsi
     r = tz_ctx_decompress_blocks_ex(lease.ctx, dst.wdata() + out_offset, dst.size() - out_offset, prefix.data(),
                                     prefix.size(), blocks.data(), blocks.size(), first, count, &bad);
   }
-  if (tz_is_error(r)) throw_codec(r, ("decoding block " + std::to_string(bad) + " failed").c_str());
+  if (tz_is_error(r)) throw_codec(r, "decoding block " + std::to_string(bad) + " failed");
   return r;
 }
 
@@ -282,16 +284,9 @@ nb::tuple container_compress_file(const std::string& in, const std::string& out,
                                   const std::string& ref, const std::string& ref_original, double min_gain,
                                   const std::map<std::string, std::string>& user_metadata) {
   tc::WriteOptions opt;
-  opt.user_metadata = user_metadata;
-  opt.level = level;
-  opt.block_elems = block_elems;
-  opt.threads = threads;
-  if (chunk_bytes) opt.chunk_bytes = chunk_bytes;
-  opt.force = force;
-  opt.predict = predict;
-  opt.ref = ref;
-  opt.ref_original = ref_original;
-  if (min_gain >= 0) opt.min_gain = min_gain;
+  set_writer_options(opt, {.level = level, .block_elems = block_elems, .threads = threads, .chunk_bytes = chunk_bytes,
+                           .force = force, .predict = predict, .ref = ref, .ref_original = ref_original,
+                           .min_gain = min_gain, .user_metadata = user_metadata});
   tc::PassStats st;
   {
     nb::gil_scoped_release nogil;
@@ -335,10 +330,12 @@ int container_codec_dtype(const std::string& dtype) {
 void container_compress_folder(const std::string& in, const std::string& out, int level, unsigned threads,
                                bool force, bool predict) {
   tc::WriteOptions opt;
-  opt.level = level;
-  opt.threads = threads;
-  opt.force = force;
-  opt.predict = predict;
+  WriterArgs args;
+  args.level = level;
+  args.threads = threads;
+  args.force = force;
+  args.predict = predict;
+  set_writer_options(opt, args);
   nb::gil_scoped_release nogil;
   guarded([&] { tc::compress_folder(in, out, opt); }, {&in, &out});
 }
@@ -371,10 +368,12 @@ PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const
   return e;
 }
 
-}  // namespace
+// An exception class that is both a tensorzip error (`base`) and a built-in one (`builtin`).
+PyObject* new_exception(nb::module_& m, const char* name, PyObject* base, PyObject* builtin, const char* doc) {
+  return new_exception(m, name, nb::make_tuple(nb::handle(base), nb::handle(builtin)).release().ptr(), doc);
+}
 
-void bind_resident(nb::module_& m);  // resident_module.cpp
-void bind_kv(nb::module_& m);  // kv_module.cpp: the KV page codec
+}  // namespace
 
 // The writers' option rules (tz::container::check_write_options; the codec's
 // alone in a build without the container). chunk_bytes 0: not given.
@@ -396,23 +395,16 @@ NB_MODULE(_tensorzip, m) {
   m.doc() = "Low-level bindings of the tensorzip codec and .tzip container (use the tensorzip package).";
 
   g_error = new_exception(m, "TensorZipError", PyExc_Exception, "Base class of every tensorzip error.");
-  g_corrupt = new_exception(m, "CorruptDataError",
-                            nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_ValueError)).release().ptr(),
+  g_corrupt = new_exception(m, "CorruptDataError", g_error, PyExc_ValueError,
                             "Input is not valid tensorzip data: bad magic, truncated, corrupt or checksum mismatch.");
-  g_usage = new_exception(m, "UsageError",
-                          nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_ValueError)).release().ptr(),
-                          "Invalid argument or option.");
-  g_io = new_exception(m, "TensorZipIOError",
-                       nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_OSError)).release().ptr(),
+  g_usage = new_exception(m, "UsageError", g_error, PyExc_ValueError, "Invalid argument or option.");
+  g_io = new_exception(m, "TensorZipIOError", g_error, PyExc_OSError,
                        "A file could not be opened, read, written or renamed.");
-  g_exists = new_exception(m, "TensorZipExistsError",
-                           nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_FileExistsError)).release().ptr(),
+  g_exists = new_exception(m, "TensorZipExistsError", g_error, PyExc_FileExistsError,
                            "The output file exists and overwriting was not allowed.");
-  g_not_found = new_exception(m, "TensorZipFileNotFoundError",
-                              nb::make_tuple(nb::handle(g_io), nb::handle(PyExc_FileNotFoundError)).release().ptr(),
+  g_not_found = new_exception(m, "TensorZipFileNotFoundError", g_io, PyExc_FileNotFoundError,
                               "A file (an input, a reference, an output folder) does not exist (errno ENOENT).");
-  g_permission = new_exception(m, "TensorZipPermissionError",
-                               nb::make_tuple(nb::handle(g_io), nb::handle(PyExc_PermissionError)).release().ptr(),
+  g_permission = new_exception(m, "TensorZipPermissionError", g_io, PyExc_PermissionError,
                                "A file or folder cannot be opened or created for lack of permission (EACCES, EPERM).");
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {

@@ -47,18 +47,12 @@ class PyTensorWriter {
                  const std::string& ref, const std::string& ref_original)
       : level_(level), block_elems_(block_elems), ref_(ref), ref_original_(ref_original) {
     tc::TensorWriterOptions opt;
-    opt.level = level;
-    opt.threads = threads;
-    if (chunk_bytes) opt.chunk_bytes = chunk_bytes;
-    opt.block_elems = block_elems;
+    set_writer_options(opt, {.level = level, .block_elems = block_elems, .threads = threads,
+                             .chunk_bytes = chunk_bytes, .force = force, .predict = predict, .ref = ref,
+                             .ref_original = ref_original, .user_metadata = user_metadata});
     opt.direct_io = direct_io;
-    opt.predict = predict;
     opt.metadata = metadata;
-    opt.user_metadata = user_metadata;
     opt.safetensors_header = safetensors_header;
-    opt.ref = ref;
-    opt.ref_original = ref_original;
-    opt.force = force;
     if (io == "pwrite") {
       // the container's synchronous pwrite sink (opt.sink left empty)
     } else if (io == "auto" || io == "posix" || io == "io_uring" || io == "uring") {

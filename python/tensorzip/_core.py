@@ -268,17 +268,10 @@ def fsync_dir(path: Any) -> None:
         os.close(fd)
 
 
-def replace_atomically(path: Any, write: Callable[[BinaryIO], None], *, sync: bool = True) -> None:
-    """Writes ``path`` as the library writes its outputs (doc/cli.md "Outputs"): ``write(f)`` fills a
-    hidden temporary beside it (``.NAME.tmp-TAG-PID-RANDOM``, created exclusively, never followed
-    through a link; folder walks skip such names), which is fsync'd (``sync``), renamed onto
-    ``path`` in one step, and the folder fsync'd. On any failure the temporary is removed and
-    ``path`` is as it was. The file gets ``0666 & ~umask``. A symbolic link at ``path`` is refused
-    (UsageError), as the library refuses one as an output."""
-    path = os.fspath(path)
-    if os.path.islink(path):
-        raise UsageError(f"{path}: is a symbolic link; neither the link nor the file behind it is replaced "
-                         f"(give the file's own path, or remove the link)")
+def _write_temporary(path: str, write: Callable[[BinaryIO], None], sync: bool) -> str:
+    """A hidden temporary beside ``path`` (``.NAME.tmp-TAG-PID-RANDOM``, created exclusively,
+    never followed through a link; folder walks skip such names), filled by ``write(f)`` and
+    fsync'd (``sync``); its path. On any failure it is removed."""
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.tmp-{secrets.token_hex(4)}-{os.getpid()}-{secrets.token_hex(8)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
@@ -288,12 +281,61 @@ def replace_atomically(path: Any, write: Callable[[BinaryIO], None], *, sync: bo
             f.flush()
             if sync:
                 os.fsync(f.fileno())
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    return tmp
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _refuse_link(path: str) -> None:
+    if os.path.islink(path):
+        raise UsageError(f"{path}: is a symbolic link; neither the link nor the file behind it is replaced "
+                         f"(give the file's own path, or remove the link)")
+
+
+def replace_atomically(path: Any, write: Callable[[BinaryIO], None], *, sync: bool = True) -> None:
+    """Writes ``path`` as the library writes its outputs (doc/cli.md "Outputs"): ``write(f)`` fills a
+    hidden temporary beside it (``.NAME.tmp-TAG-PID-RANDOM``, created exclusively, never followed
+    through a link; folder walks skip such names), which is fsync'd (``sync``), renamed onto
+    ``path`` in one step, and the folder fsync'd. On any failure the temporary is removed and
+    ``path`` is as it was. The file gets ``0666 & ~umask``. A symbolic link at ``path`` is refused
+    (UsageError), as the library refuses one as an output."""
+    path = os.fspath(path)
+    _refuse_link(path)
+    tmp = _write_temporary(path, write, sync)
+    try:
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove_quietly(tmp)
         raise
     if sync:
-        fsync_dir(folder or ".")
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def publish_once(path: Any, write: Callable[[BinaryIO], None], *, sync: bool = True) -> bool:
+    """Writes ``path`` only if nothing is there, and never replaces what is: ``write(f)`` fills a
+    temporary beside it as in replace_atomically, which is then hard-linked to ``path`` (one step
+    that fails if ``path`` exists, so of processes publishing the same file at once exactly one
+    wins and the others leave the winner's file as it is), removed, and the folder fsync'd.
+    True when this call published ``path``; False when a file (or link) was already there (the
+    caller reads that one). Needs a file system with hard links (an OSError otherwise)."""
+    path = os.fspath(path)
+    if os.path.lexists(path):
+        return False  # a shortcut only: the link below is what decides
+    tmp = _write_temporary(path, write, sync)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        _remove_quietly(tmp)
+    if sync:
+        fsync_dir(os.path.dirname(path) or ".")
+    return True

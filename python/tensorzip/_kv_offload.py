@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from . import _core
 from ._core import TensorZipError, UsageError
 
 #: Page header size of the KV page codec (doc/kv.md section 3.1).
@@ -356,9 +357,10 @@ class CompressedBlockStore:
             self.counters["recalibrations"] += 1
         self.counters["calibrations"] += 1
         tables.use(fresh, fresh_ratio)
-        if self.tables_dir is not None and not os.path.exists(self._tables_path(t)):
+        if self.tables_dir is not None:  # published once: a file already there (another engine's) stays
             os.makedirs(str(self.tables_dir), exist_ok=True)
-            fresh.save(self._tables_path(t))
+            data = fresh.to_bytes()
+            _core.publish_once(self._tables_path(t), lambda f: f.write(data))
 
     def _check_window(self, t: int, raw: int, coded: int, pages: int) -> None:
         tables = self._tables[t]

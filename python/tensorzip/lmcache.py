@@ -22,7 +22,8 @@ header records. Both are registered when this module is imported; LMCache import
 (with vLLM on a CPU also ``--supported-transfer-mode engine_driven``: doc/kv.md section 7.3).
 
 Serde options (the ``"serde"`` dict): ``mode`` ("rans", default, or "fixed"), ``tables`` (a file
-of tables: loaded when it exists, else written after the first chunk is calibrated),
+of tables: loaded when it exists, else published after the first chunk is calibrated, never
+replacing one another server published first: that one is then used),
 ``max_workers`` (chunks coded at once, default 1).
 
 Chunk layout (little-endian; doc/kv.md section 7.3)::
@@ -211,14 +212,23 @@ class _Codecs:
             raise ValueError(f"tensorzip serde: mode must be 'rans' or 'fixed', not {mode!r}")
         self.mode = mode
         self.tables_path = tables_path
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # held while calibrating, which may read a tables file (from_tables)
         self._by_tables: Dict[bytes, PageCodec] = {}
         self._by_layout: Dict[Tuple[int, Dims], List[Tuple[PageCodec, bytes]]] = {}
-        if tables_path and os.path.exists(tables_path):
-            with open(tables_path, "rb") as f:
-                raw = np.frombuffer(f.read(), dtype=np.uint8)
-            for g, (dims, pages) in enumerate(_read_chunk(raw, f"tables file {tables_path}")):
-                self._by_layout[(g, dims)] = [(self.from_tables(t, tables_path), t.tobytes()) for t, _ in pages]
+        self._tables_settled = False  # a tables file exists (read, or published by this process)
+        if tables_path:
+            try:
+                self._by_layout.update(self._read_tables_file(tables_path))
+                self._tables_settled = True
+            except FileNotFoundError:
+                pass  # published after the first chunk is calibrated
+
+    def _read_tables_file(self, path: str) -> Dict[Tuple[int, Dims], List[Tuple[PageCodec, bytes]]]:
+        """The codecs of a tables file by group layout (ChunkError if it is not one)."""
+        with open(path, "rb") as f:
+            raw = np.frombuffer(f.read(), dtype=np.uint8)
+        return {(g, dims): [(self.from_tables(t, path), t.tobytes()) for t, _ in pages]
+                for g, (dims, pages) in enumerate(_read_chunk(raw, f"tables file {path}"))}
 
     def from_tables(self, tables: Any, what: str) -> PageCodec:
         """The codec of these tables (parsed once)."""
@@ -252,12 +262,21 @@ class _Codecs:
         return found
 
     def _save_tables_locked(self) -> None:
-        if not self.tables_path or os.path.exists(self.tables_path):
-            return  # a tables file is written once, never replaced
+        """Publishes the tables file if there is none. It is written once and never replaced:
+        when another process (another server sharing the file) published it first, its tables
+        are checked and used for the layouts it has."""
+        if not self.tables_path or self._tables_settled:
+            return
         groups = [(dims, [(t, b"") for _, t in codecs]) for (_, dims), codecs in sorted(self._by_layout.items())]
         out = np.zeros(_chunk_size(groups), dtype=np.uint8)
         _write_chunk(out, groups)
-        _core.replace_atomically(self.tables_path, lambda f: f.write(out.tobytes()))
+        if not _core.publish_once(self.tables_path, lambda f: f.write(out.tobytes())):
+            try:
+                self._by_layout.update(self._read_tables_file(self.tables_path))
+            except OSError as e:  # e.g. a link to nowhere
+                raise ChunkError(f"tables file {self.tables_path}: is there but cannot be read "
+                                 f"({e.strerror or e})") from e
+        self._tables_settled = True
 
 
 _bound_codecs: Dict[torch.dtype, PageCodec] = {}

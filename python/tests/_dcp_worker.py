@@ -1,4 +1,4 @@
-"""Worker process of test_dcp.py: several of these run together on CPU (gloo).
+"""Worker process of test_dcp_ranks.py: several of these run together on CPU (gloo).
 
     python _dcp_worker.py <scenario> <rank> <world> <port> <out dir>
 

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -190,6 +191,24 @@ def test_tables_file(chunks, tmp_path):
     (tmp_path / "bad.tables").write_bytes(saved[:40])
     with pytest.raises(tzl.ChunkError, match=r"tables file .*bad.tables"):
         serde(tables=str(tmp_path / "bad.tables"))
+
+
+def test_tables_file_published_first_elsewhere_is_used_not_replaced(chunks, tmp_path):
+    """Two servers start on one tables path that does not exist yet: the first to calibrate
+    publishes its tables; the second, calibrating on other KV, keeps that file and then codes with
+    its tables."""
+    path = tmp_path / "kv.tables"
+    first, _ = serde(tables=str(path))
+    second, _ = serde(tables=str(path))    # started before the file existed
+    encode(first, chunks[0])
+    saved = path.read_bytes()
+    a, _ = encode(second, chunks[3])        # calibrates its own, finds the file taken
+    assert path.read_bytes() == saved
+    b, _ = encode(second, chunks[2])        # now with the published tables
+    published = [bytes(t) for t, _ in tzl._read_chunk(np.frombuffer(saved, dtype=np.uint8), "file")[0][1]]
+    own = [bytes(t) for t, _ in tzl._read_chunk(tzl._bytes_of(a), "a")[0][1]]
+    used = [bytes(t) for t, _ in tzl._read_chunk(tzl._bytes_of(b), "b")[0][1]]
+    assert own != published and used == published
 
 
 def test_damaged_and_mismatched_chunks_refused(chunks):

@@ -146,3 +146,37 @@ def test_python_side_writes_replace_atomically(tmp_path):
     with pytest.raises(tensorzip.UsageError, match="symbolic link"):  # as the library's outputs
         _core.replace_atomically(link, lambda f: f.write(b"via link"))
     assert p.read_bytes() == b"new" and link.is_symlink()
+
+
+def test_publish_once_never_replaces_a_file(tmp_path):
+    """A file published once (shared KV tables): of writers racing to publish the same path,
+    one wins and the others leave its file as it is, whenever they came; no temporary is left."""
+    from tensorzip import _core
+    p = tmp_path / "kv.tables"
+    assert _core.publish_once(p, lambda f: f.write(b"first")) is True
+    assert p.read_bytes() == b"first" and os.listdir(tmp_path) == ["kv.tables"]
+    assert _core.publish_once(p, lambda f: f.write(b"second")) is False
+    assert p.read_bytes() == b"first" and os.listdir(tmp_path) == ["kv.tables"]
+
+    # Another process publishes between this one's look and its own publication.
+    q = tmp_path / "raced.tables"
+
+    def other_wins_meanwhile(f):
+        f.write(b"loser")
+        q.write_bytes(b"winner")
+    assert _core.publish_once(q, other_wins_meanwhile) is False
+    assert q.read_bytes() == b"winner"
+    assert sorted(os.listdir(tmp_path)) == ["kv.tables", "raced.tables"]
+
+    # A link at the path (even a dangling one) is someone's: neither it nor its target is touched.
+    link = tmp_path / "link.tables"
+    link.symlink_to(tmp_path / "nowhere")
+    assert _core.publish_once(link, lambda f: f.write(b"via link")) is False
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()
+
+    def fail(f):
+        f.write(b"partial")
+        raise RuntimeError("disk on fire")
+    with pytest.raises(RuntimeError):
+        _core.publish_once(tmp_path / "failed.tables", fail)
+    assert sorted(os.listdir(tmp_path)) == ["kv.tables", "link.tables", "raced.tables"]

@@ -138,6 +138,22 @@ def test_tables_saved_then_loaded(tmp_path):
         make_store(tmp_path, tables_dir=str(bad))
 
 
+def test_tables_published_by_another_engine_are_not_replaced(tmp_path):
+    """Two engines start on one empty tables folder: the first to calibrate publishes its tables;
+    the second calibrates on other pages and leaves that file as it is."""
+    folder = tmp_path / "tables"
+    blocks, _, first = make_store(tmp_path, tables_dir=str(folder))
+    _, _, second = make_store(tmp_path, tables_dir=str(folder))  # started before any file existed
+    first.store(range(8), {0: blocks[:8]})
+    saved = (folder / "tensor-0.tzkv").read_bytes()
+    shifted = (torch.from_numpy(blocks[8:].copy()).view(torch.bfloat16) * 2.0 ** 64).view(torch.uint8).numpy()
+    second.store(range(8), {0: shifted})
+    assert second.stats()["tables"][0] != first.stats()["tables"][0]  # its own tables, for its pages
+    assert (folder / "tensor-0.tzkv").read_bytes() == saved
+    assert sorted(p.name for p in folder.iterdir()) == ["tensor-0.tzkv"]
+    assert np.array_equal(second.load(range(8), [0])[0], shifted)
+
+
 def test_kv_dtypes():
     assert ko.kv_dtype_of("bfloat16") == ko.kv_dtype_of("torch.bfloat16") == "BF16"
     assert ko.kv_dtype_of("fp8_e4m3") == "F8_E4M3" and ko.kv_dtype_of("float16") == "F16"

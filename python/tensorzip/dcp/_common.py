@@ -17,7 +17,7 @@ from .. import _tensorzip as _C
 from ._layout import _CODEC_TZIP_RAW
 
 
-# Test hook (tests/test_dcp.py): "<rank>:<bytes>:<marker path>" makes that rank's
+# Test hook (python/tests/test_dcp_ranks.py): "<rank>:<bytes>:<marker path>" makes that rank's
 # writer stop for good once its items are handed to the TensorWriter (whose
 # temporary file then exists) and before it finishes the file, after creating
 # <marker path>, so that a test can kill it mid-save. <bytes> is not used.

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Regenerates the tables of doc/benchmarks.md: runs the benchmark behind each table and rewrites
+the table in place, between its marker lines (`<!-- table:NAME -->` ... `<!-- /table -->`,
+bench/page_tables.py), above it a line that says where and how it was measured: the commit, the
+date, the machine (CPU model, family/model, logical CPUs, the SIMD path tensorzip ran) and the
+benchmark's command. Everything else on the page stays as it was.
+
+    python3 bench/run.py                      # every table (the codec tables ~5 min; vllm-load needs root)
+    python3 bench/run.py --only codec-1t,codec-all
+    python3 bench/run.py --quick --page /tmp/b.md   # smoke run: small data, into a copy of the page
+    python3 bench/run.py --dry-run            # the commands only
+
+Tables: codec-1t and codec-all (bench/codec_bench.py), vllm-load (bench/vllm_load_bench.py, root,
+a Python with vLLM's CPU build: --vllm-python, default build-py/venv-vllm/bin/python as
+scripts/vllm-test.sh makes it). A benchmark runs once for all of its tables that are asked for.
+If a benchmark fails, the page is not touched.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from codec_report import gbps  # noqa: E402
+from machine import REPO, cpu_family_model, cpu_model, git_state  # noqa: E402
+from page_tables import PageError, find_tables, replace_tables  # noqa: E402
+
+DEFAULT_PAGE = REPO / "doc" / "benchmarks.md"
+DEFAULT_VLLM_PYTHON = Path("build-py/venv-vllm/bin/python")  # relative to the repository (commands run there)
+
+
+# ---- the one-thread summary of the codec benchmark ----
+
+# (row label, codec_bench data kinds it adds up)
+SUMMARY_ROWS = [("BF16 model weights", ["bf16w"]),
+                ("FP32 optimizer state", ["master", "adam_m", "adam_v"]),
+                ("whole checkpoint", ["bf16w", "master", "adam_m", "adam_v"]),
+                ("MiniLM FP32", ["minilm_f32"])]
+SUMMARY_CODECS = [("tensorzip", "tz"), ("ZipNN", "zipnn"), ("zstd -3", "zstd3")]
+
+
+def _bold_unique_best(values: list[str]) -> list[str]:
+    """The largest of these numbers in bold, where exactly one value (as printed) is the largest."""
+    nums = [float(v) if v not in ("—", "") else None for v in values]
+    present = [n for n in nums if n is not None]
+    if not present or nums.count(max(present)) != 1:
+        return values
+    best = max(present)
+    return [f"**{v}**" if n == best else v for v, n in zip(values, nums)]
+
+
+def codec_summary(run: dict) -> str:
+    """Ratio and one-thread compress / decompress GB/s of tensorzip, ZipNN and zstd -3 per summary
+    row (sizes and median times of the row's data kinds added up); the best of each in bold."""
+    cells = {(c["codec"], c["threads"], c["kind"]): c for c in run["cells"]}
+    head = "| data | " + " | ".join(f"{name} ratio | comp | dec" for name, _ in SUMMARY_CODECS) + " |"
+    lines = [head, "|---|" + "---:|" * (3 * len(SUMMARY_CODECS))]
+    for label, kinds in SUMMARY_ROWS:
+        if not all(k in run["kinds"] for k in kinds):
+            continue  # a run of fewer kinds (--quick, --kinds)
+        raw = sum(run["kinds"][k]["nbytes"] for k in kinds)
+        ratio, comp, dec = [], [], []
+        for _, key in SUMMARY_CODECS:
+            parts = [cells.get((key, 1, k)) for k in kinds]
+            if any(p is None for p in parts):
+                for column in (ratio, comp, dec):
+                    column.append("—")
+                continue
+            ratio.append(f"{raw / sum(p['size'] for p in parts):.3f}")
+            comp.append(gbps(raw, sum(p["comp_s"] for p in parts)))
+            dec.append(gbps(raw, sum(p["dec_s"] for p in parts)))
+        columns = list(zip(_bold_unique_best(ratio), _bold_unique_best(comp), _bold_unique_best(dec)))
+        lines.append(f"| {label} | " + " | ".join(" | ".join(c) for c in columns) + " |")
+    if len(lines) == 2:
+        raise SystemExit("bench/run.py: codec-1t: the run has none of the summary's data kinds")
+    return "\n".join(lines) + "\n"
+
+
+def codec_all(run: dict) -> str:
+    return run["table"].rstrip("\n") + "\n\n" + "".join(f"- {n}\n" for n in run["notes"])
+
+
+# ---- the benchmarks ----
+
+@dataclass
+class Benchmark:
+    name: str
+    tables: tuple[str, ...]
+    command: Callable[[argparse.Namespace], list[str]]           # as the page shows it
+    output: Callable[[Path], list[str]]                           # options that write the results under a folder
+    collect: Callable[[Path, argparse.Namespace], tuple[dict[str, str], str]]  # -> ({table: markdown}, SIMD path)
+
+
+def _codec_command(args) -> list[str]:
+    return ["python3", "bench/codec_bench.py", "--warm-heap"] + (["--quick"] if args.quick else [])
+
+
+def _codec_collect(out: Path, args) -> tuple[dict[str, str], str]:
+    run = json.loads((out / "codec.json").read_text())
+    return {"codec-1t": codec_summary(run), "codec-all": codec_all(run)}, run["simd_path"]
+
+
+def _vllm_command(args) -> list[str]:
+    cmd = [str(args.vllm_python), "bench/vllm_load_bench.py", "--tzip", "build/programs/tzip"]
+    cmd += ["--rounds", "1", "--bandwidths", "1e9"] if args.quick else []
+    return cmd if os.geteuid() == 0 else ["sudo"] + cmd
+
+
+def _vllm_collect(out: Path, args) -> tuple[dict[str, str], str]:
+    simd = subprocess.run([str(args.vllm_python), "-c", "import tensorzip._tensorzip as C; print(C.simd_path())"],
+                          cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    return {"vllm-load": (out / "vllm-load.md").read_text()}, simd
+
+
+BENCHMARKS = [
+    Benchmark("codec", ("codec-1t", "codec-all"), _codec_command, lambda out: ["--json", str(out / "codec.json")],
+              _codec_collect),
+    Benchmark("vllm-load", ("vllm-load",), _vllm_command, lambda out: ["--out", str(out / "vllm-load.md")],
+              _vllm_collect),
+]
+TABLES = [t for b in BENCHMARKS for t in b.tables]
+
+
+def stamp(command: list[str], simd: str) -> str:
+    """Where and how a table was measured (the line above it)."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    family = cpu_family_model()
+    cpu = cpu_model() + (f" ({family})" if family else "")
+    return (f"_Measured at commit {git_state()}, {now}, on {cpu}, {os.cpu_count()} logical CPUs, SIMD path "
+            f"`{simd}`; command: `{shlex.join(command)}`._")
+
+
+def table_block(stamp_line: str, table: str) -> str:
+    """What stands between a table's markers: blank line, stamp, blank line, table, blank line."""
+    return f"\n{stamp_line}\n\n{table.rstrip(chr(10))}\n\n"
+
+
+def run_benchmark(bench: Benchmark, args, wanted: list[str]) -> dict[str, str]:
+    """Runs one benchmark; its tables that are asked for, stamped."""
+    command = bench.command(args)
+    with tempfile.TemporaryDirectory(prefix=f"tz-bench-{bench.name}-") as tmp:
+        full = command + bench.output(Path(tmp))
+        print(f"bench/run.py: {bench.name}: {shlex.join(full)}", file=sys.stderr, flush=True)
+        done = subprocess.run(full, cwd=REPO)
+        if done.returncode != 0:
+            raise SystemExit(f"bench/run.py: {bench.name}: `{shlex.join(full)}` exited {done.returncode}; "
+                             f"the page is unchanged")
+        tables, simd = bench.collect(Path(tmp), args)
+    line = stamp(command, simd)
+    return {name: table_block(line, tables[name]) for name in bench.tables if name in wanted}
+
+
+def read_page(page: Path) -> str:
+    """The page as it is, line ends included (no newline translation)."""
+    return page.read_bytes().decode("utf-8")
+
+
+def write_page(page: Path, text: str) -> None:
+    """Writes the page through a temporary beside it, renamed over it in one step."""
+    tmp = page.with_name(f".{page.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(text.encode("utf-8"))
+        os.replace(tmp, page)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", help="comma list of tables: " + ",".join(TABLES) + " (default: all)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: small data, few repetitions")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands; run nothing, write nothing")
+    ap.add_argument("--page", type=Path, default=DEFAULT_PAGE, help="the page to rewrite (default doc/benchmarks.md)")
+    ap.add_argument("--vllm-python", type=Path, default=DEFAULT_VLLM_PYTHON,
+                    help="a Python with vLLM's CPU build and tensorzip (vllm-load)")
+    args = ap.parse_args(argv)
+    args.wanted = args.only.split(",") if args.only else list(TABLES)
+    for name in args.wanted:
+        if name not in TABLES:
+            ap.error(f"unknown table {name!r} (tables: {', '.join(TABLES)})")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    page = args.page.resolve()
+    try:
+        text = read_page(page)
+        on_page = find_tables(text, str(args.page))
+    except (OSError, PageError) as e:
+        raise SystemExit(f"bench/run.py: {e}")
+    absent = [n for n in args.wanted if n not in on_page]
+    if absent:
+        raise SystemExit(f"bench/run.py: {args.page}: no table marker <!-- table:{absent[0]} -->")
+    benches = [b for b in BENCHMARKS if any(t in args.wanted for t in b.tables)]
+    if args.dry_run:
+        for b in benches:
+            tables = ", ".join(t for t in b.tables if t in args.wanted)
+            print(f"{shlex.join(b.command(args) + b.output(Path('OUT')))}    # -> {tables}")
+        return 0
+    new: dict[str, str] = {}
+    for b in benches:
+        new.update(run_benchmark(b, args, args.wanted))
+    try:
+        write_page(page, replace_tables(read_page(page), new, str(args.page)))
+    except PageError as e:  # the page changed meanwhile
+        raise SystemExit(f"bench/run.py: {e}")
+    print(f"bench/run.py: rewrote {', '.join(new)} in {args.page}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
