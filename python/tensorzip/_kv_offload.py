@@ -31,10 +31,7 @@ from ._core import TensorZipError, UsageError
 
 #: Page header size of the KV page codec (doc/kv.md section 3.1).
 PAGE_HEADER_BYTES = 16
-#: Tables are checked every CHECK_PAGES pages of a KV tensor (the recalibration rule).
-CHECK_PAGES = 64
-#: ... and recalibrated when those pages' ratio is below KEEP_RATIO x the ratio they had when calibrated.
-KEEP_RATIO = 0.9
+from .kv._recalibration import CHECK_PAGES, RatioWindow, keeps_loaded  # the recalibration rule (doc/kv.md)
 
 _KV_DTYPES = {"bfloat16": "BF16", "bf16": "BF16", "float16": "F16", "half": "F16", "fp16": "F16",
               "fp8": "F8_E4M3", "fp8_e4m3": "F8_E4M3", "float8_e4m3fn": "F8_E4M3",
@@ -248,18 +245,14 @@ class _Tables:
         self.loaded = False            # current came from tables_dir and is not checked yet
         self.by_id: Dict[int, Any] = {}
         self.pages: Dict[int, int] = {}  # table id -> held pages coded with it
-        self.reference = 0.0           # ratio of tables calibrated on the pages of the last check
-        self.window_raw = 0
-        self.window_coded = 0
-        self.window_pages = 0
-        self.stale = True              # check (or calibrate) on the next stored pages
+        self.window = RatioWindow()    # stale: check (or calibrate) on the next stored pages
 
     def use(self, codec: Any, reference: float) -> None:
         old = self.current
-        self.current, self.loaded, self.reference, self.stale = codec, False, reference, False
+        self.current, self.loaded = codec, False
+        self.window.start(reference)
         self.by_id[codec.table_id] = codec
         self.pages.setdefault(codec.table_id, 0)
-        self.window_raw = self.window_coded = self.window_pages = 0
         if old is not None and old is not codec and self.pages.get(old.table_id, 0) == 0:
             self._forget(old.table_id)
 
@@ -335,7 +328,7 @@ class CompressedBlockStore:
             if codec.dtype != self.dtype:
                 raise UsageError(f"{path}: KV tables for {codec.dtype}, the KV cache is {self.dtype}")
             tables.use(codec, 0.0)
-            tables.loaded = tables.stale = True
+            tables.loaded = tables.window.stale = True
             self.counters["tables_loaded"] += 1
 
     def _ratio(self, codec: Any, rows: np.ndarray) -> float:
@@ -350,7 +343,7 @@ class CompressedBlockStore:
         sample = rows.reshape(-1).view(_dtypes.numpy_dtype(self.dtype))
         fresh = PageCodec.calibrate(sample, mode=self.mode, row_shape=())
         fresh_ratio = self._ratio(fresh, rows)
-        if tables.loaded and self._ratio(tables.current, rows) >= KEEP_RATIO * fresh_ratio:
+        if tables.loaded and keeps_loaded(self._ratio(tables.current, rows), fresh_ratio):
             tables.use(tables.current, fresh_ratio)
             return
         if tables.current is not None and not tables.loaded:
@@ -361,16 +354,6 @@ class CompressedBlockStore:
             os.makedirs(str(self.tables_dir), exist_ok=True)
             data = fresh.to_bytes()
             _core.publish_once(self._tables_path(t), lambda f: f.write(data))
-
-    def _check_window(self, t: int, raw: int, coded: int, pages: int) -> None:
-        tables = self._tables[t]
-        tables.window_raw += raw
-        tables.window_coded += coded
-        tables.window_pages += pages
-        if tables.window_pages >= CHECK_PAGES:
-            ratio = tables.window_raw / max(1, tables.window_coded)
-            tables.stale = ratio < KEEP_RATIO * tables.reference
-            tables.window_raw = tables.window_coded = tables.window_pages = 0
 
     # ---- blocks ----
     def _free_slot(self, slot: int) -> None:
@@ -426,11 +409,11 @@ class CompressedBlockStore:
             blobs = [row.tobytes() for row in rows]
         else:
             tables = self._tables[t]
-            if tables.stale:
+            if tables.window.stale:
                 self._calibrate(t, rows)
             blobs = tables.current.encode_rows(rows, self.threads)
             tables.add_pages(len(blobs))
-            self._check_window(t, rows.size, sum(map(len, blobs)), len(blobs))
+            tables.window.add(rows.size, sum(map(len, blobs)), len(blobs))
         self.counters["encode_s"] += time.perf_counter() - t0
         return blobs
 

@@ -101,7 +101,7 @@ def test_recalibration_when_tables_stop_paying(tmp_path):
     for _ in range(ko.CHECK_PAGES // 16 - 1):  # the window: 16 real pages, then shifted ones
         store.store(range(slot, slot + 16), {0: shifted})
         slot += 16
-    assert store.stats()["recalibrations"] == 0 and store._tables[0].stale
+    assert store.stats()["recalibrations"] == 0 and store._tables[0].window.stale
     bad_bytes = store.slot_bytes(slot - 1)
     store.store(range(slot, slot + 16), {0: shifted})
     st = store.stats()
