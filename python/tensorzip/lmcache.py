@@ -5,8 +5,9 @@ LMCache's multiprocess server (``lmcache server``) hands each L2 adapter KV chun
 ``(2, layers, tokens, hidden)`` (``(layers, tokens, hidden)`` for MLA). The serde codes every
 ``(tokens, hidden)`` slice of a chunk (one layer's K or V) as one page of the KV page codec
 (tensorzip.kv), with one codec per slice calibrated on the first chunk (or loaded from a tables
-file), and writes the codecs' tables into every chunk, so that any server, restarted or not,
-decodes any stored chunk on its own.
+file) and recalibrated when the chunks' ratio falls below 0.9x what the codecs had when they were
+calibrated (checked every 64 pages, tensorzip.kv._recalibration), and writes the codecs' tables
+into every chunk, so that any server, restarted or not, decodes any stored chunk on its own.
 
 LMCache sizes a chunk's buffer from ``estimate_serialized_size`` (an upper bound) and its L2
 adapters write only the bytes ``serialize`` returned, but its ``fs`` adapter loads a file only into
@@ -23,7 +24,8 @@ header records. Both are registered when this module is imported; LMCache import
 
 Serde options (the ``"serde"`` dict): ``mode`` ("rans", default, or "fixed"), ``tables`` (a file
 of tables: loaded when it exists, else published after the first chunk is calibrated, never
-replacing one another server published first: that one is then used),
+replacing one another server published first: that one is then used; loaded tables are kept if
+they pay on the first chunk they meet),
 ``max_workers`` (chunks coded at once, default 1).
 
 Chunk layout (little-endian; doc/kv.md section 7.3)::
@@ -63,6 +65,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
 
 from . import _core
 from .kv import PageCodec
+from .kv._recalibration import RatioWindow, keeps_loaded
 
 __all__ = ["TensorZipSerializer", "TensorZipDeserializer", "TensorZipFSL2Adapter", "TensorZipFSL2AdapterConfig",
            "SERDE_NAME", "chunk_bytes_of"]
@@ -200,10 +203,18 @@ def _chunk_name(key: Optional[ObjectKey]) -> str:
 
 # ---- codecs ------------------------------------------------------------------------
 
+def _ratio_of(codecs: List[Tuple[PageCodec, bytes]], pages: torch.Tensor) -> float:
+    """Raw bytes over coded bytes of these pages, page i coded with codecs[i]."""
+    raw = pages.numel() * pages.element_size()
+    return raw / max(1, sum(len(codec.encode(pages[i])) for i, (codec, _) in enumerate(codecs)))
+
+
 class _Codecs:
     """Page codecs by their tables (shared by a serde's serializer and deserializer), and the
     serializer's codecs per group layout: calibrated on the first chunk of that layout, or loaded
-    from / saved to a tables file."""
+    from / saved to a tables file, and recalibrated when they stop paying (the rule of
+    tensorzip.kv._recalibration, over the pages of a layout's chunks: every chunk carries its
+    tables, so chunks stored earlier decode as they are)."""
 
     _MAX_BY_TABLES = 4096
 
@@ -215,10 +226,13 @@ class _Codecs:
         self._lock = threading.RLock()  # held while calibrating, which may read a tables file (from_tables)
         self._by_tables: Dict[bytes, PageCodec] = {}
         self._by_layout: Dict[Tuple[int, Dims], List[Tuple[PageCodec, bytes]]] = {}
+        self._windows: Dict[Tuple[int, Dims], RatioWindow] = {}  # the recalibration rule, per layout
+        self._loaded: set = set()  # layouts whose codecs came from the tables file, not yet checked
         self._tables_settled = False  # a tables file exists (read, or published by this process)
+        self.counters = {"calibrations": 0, "recalibrations": 0, "loaded_kept": 0, "loaded_replaced": 0}
         if tables_path:
             try:
-                self._by_layout.update(self._read_tables_file(tables_path))
+                self._take_loaded(self._read_tables_file(tables_path))
                 self._tables_settled = True
             except FileNotFoundError:
                 pass  # published after the first chunk is calibrated
@@ -245,21 +259,52 @@ class _Codecs:
                 self._by_tables[key] = codec
         return codec
 
+    def _take_loaded(self, codecs: Dict[Tuple[int, Dims], List[Tuple[PageCodec, bytes]]]) -> None:
+        """Codecs of a tables file: used once checked on the first chunk of their layout."""
+        self._by_layout.update(codecs)
+        for layout in codecs:
+            self._loaded.add(layout)
+            self._windows.setdefault(layout, RatioWindow()).stale = True
+
     def for_layout(self, g: int, dims: Dims, pages: torch.Tensor) -> List[Tuple[PageCodec, bytes]]:
-        """The codecs of group ``g`` of these dims, calibrated on ``pages`` the first time."""
-        found = self._by_layout.get((g, dims))
-        if found is not None:
+        """The codecs of group ``g`` of these dims for a chunk whose pages are ``pages``: calibrated
+        on them the first time, and again when the current ones are stale."""
+        layout = (g, dims)
+        found = self._by_layout.get(layout)
+        window = self._windows.get(layout)
+        if found is not None and window is not None and not window.stale:
             return found
         with self._lock:
-            found = self._by_layout.get((g, dims))
-            if found is None:
-                found = []
-                for i in range(pages.shape[0]):
-                    codec = PageCodec.calibrate(pages[i], mode=self.mode, row_shape=())
-                    found.append((codec, codec.to_bytes()))
-                self._by_layout[(g, dims)] = found
-                self._save_tables_locked()
-        return found
+            found = self._by_layout.get(layout)
+            window = self._windows.setdefault(layout, RatioWindow())
+            if found is not None and not window.stale:
+                return found
+            fresh = []
+            for i in range(pages.shape[0]):
+                codec = PageCodec.calibrate(pages[i], mode=self.mode, row_shape=())
+                fresh.append((codec, codec.to_bytes()))
+            fresh_ratio = _ratio_of(fresh, pages)
+            if layout in self._loaded:
+                self._loaded.discard(layout)
+                if keeps_loaded(_ratio_of(found, pages), fresh_ratio):
+                    self.counters["loaded_kept"] += 1
+                    window.start(fresh_ratio)
+                    return found
+                self.counters["loaded_replaced"] += 1
+            elif found is not None:
+                self.counters["recalibrations"] += 1
+            self.counters["calibrations"] += 1
+            self._by_layout[layout] = fresh
+            window.start(fresh_ratio)
+            self._save_tables_locked()
+        return fresh
+
+    def coded(self, g: int, dims: Dims, raw: int, coded: int, pages: int) -> None:
+        """Pages of a layout coded with its current codecs (the recalibration window)."""
+        with self._lock:
+            window = self._windows.get((g, dims))
+            if window is not None:
+                window.add(raw, coded, pages)
 
     def _save_tables_locked(self) -> None:
         """Publishes the tables file if there is none. It is written once and never replaced:
@@ -272,7 +317,7 @@ class _Codecs:
         _write_chunk(out, groups)
         if not _core.publish_once(self.tables_path, lambda f: f.write(out.tobytes())):
             try:
-                self._by_layout.update(self._read_tables_file(self.tables_path))
+                self._take_loaded(self._read_tables_file(self.tables_path))
             except OSError as e:  # e.g. a link to nowhere
                 raise ChunkError(f"tables file {self.tables_path}: is there but cannot be read "
                                  f"({e.strerror or e})") from e
@@ -322,7 +367,10 @@ class TensorZipSerializer(Serializer):
             for g, (pages, dims) in enumerate(_group_tensors(src, _bytes_of(src))):
                 _check_dtype(pages.dtype)
                 codecs = self._codecs.for_layout(g, dims, pages)
-                groups.append((dims, [(tables, codec.encode(pages[i])) for i, (codec, tables) in enumerate(codecs)]))
+                coded = [(tables, codec.encode(pages[i])) for i, (codec, tables) in enumerate(codecs)]
+                groups.append((dims, coded))
+                self._codecs.coded(g, dims, pages.numel() * pages.element_size(), sum(len(p) for _, p in coded),
+                                   len(coded))
             out = _bytes_of(dst)
             need = _chunk_size(groups)
             if need > len(out):

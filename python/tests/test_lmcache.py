@@ -184,6 +184,7 @@ def test_tables_file(chunks, tmp_path):
     assert tzl.chunk_bytes_of(saved) == len(saved)
     ser2, _ = serde(tables=str(path))  # loads the file: the first chunk it sees is coded with those tables
     b, _ = encode(ser2, chunks[3])
+    assert ser2._codecs.counters["loaded_kept"] == 1  # they pay on it (same model, other text)
     ta = [bytes(t) for t, _ in tzl._read_chunk(tzl._bytes_of(a), "a")[0][1]]
     tb = [bytes(t) for t, _ in tzl._read_chunk(tzl._bytes_of(b), "b")[0][1]]
     assert ta == tb
@@ -209,6 +210,57 @@ def test_tables_file_published_first_elsewhere_is_used_not_replaced(chunks, tmp_
     own = [bytes(t) for t, _ in tzl._read_chunk(tzl._bytes_of(a), "a")[0][1]]
     used = [bytes(t) for t, _ in tzl._read_chunk(tzl._bytes_of(b), "b")[0][1]]
     assert own != published and used == published
+
+
+def test_recalibrated_when_tables_stop_paying(chunks):
+    """Chunks whose exponents the first tables never saw (the real KV times 2^64): after 64 pages of
+    them the tables are stale, the next chunk is coded with tables calibrated on it (and smaller
+    than with the old ones), and every chunk, old tables or new, decodes exactly."""
+    from tensorzip.kv._recalibration import CHECK_PAGES
+
+    ser, _ = serde()
+    _, fresh = serde()
+    shifted = (chunks.float() * 2.0 ** 64).to(chunks.dtype)
+    assert torch.isfinite(shifted.float()).all() and not torch.equal(bits(shifted), bits(chunks))
+    first, _ = encode(ser, chunks[0])
+    pages_per_chunk = 2 * chunks.shape[2]
+    stored = [(first, chunks[0])]
+    n_stale = -(-CHECK_PAGES // pages_per_chunk)  # chunks until the window is full
+    for i in range(n_stale):
+        dst, n = encode(ser, shifted[i % len(shifted)], i + 1)
+        stored.append((dst, shifted[i % len(shifted)]))
+    assert ser._codecs.counters["recalibrations"] == 0
+    with_old = n
+    after, n_after = encode(ser, shifted[n_stale % len(shifted)], 99)
+    stored.append((after, shifted[n_stale % len(shifted)]))
+    assert ser._codecs.counters["recalibrations"] == 1
+    old_tables = [bytes(t) for t, _ in tzl._read_chunk(tzl._bytes_of(first), "first")[0][1]]
+    new_tables = [bytes(t) for t, _ in tzl._read_chunk(tzl._bytes_of(after), "after")[0][1]]
+    assert old_tables != new_tables
+    assert n_after < with_old, (n_after, with_old)
+    for k, (dst, want) in enumerate(stored):
+        out = empty_like(want)
+        fresh.deserialize(dst, out, key(k))
+        assert torch.equal(bits(out.tensor), bits(want)), k
+
+
+def test_loaded_tables_replaced_when_they_do_not_pay(chunks, tmp_path):
+    """A tables file calibrated on other KV (here: the real KV times 2^64) is checked on the first
+    chunk it meets and, far from paying there, replaced by tables calibrated on it; the file stays."""
+    path = tmp_path / "kv.tables"
+    shifted = (chunks.float() * 2.0 ** 64).to(chunks.dtype)
+    writer, _ = serde(tables=str(path))
+    encode(writer, shifted[0])
+    saved = path.read_bytes()
+    ser, de = serde(tables=str(path))
+    dst, _ = encode(ser, chunks[1])
+    assert ser._codecs.counters["loaded_replaced"] == 1 and ser._codecs.counters["loaded_kept"] == 0
+    used = [bytes(t) for t, _ in tzl._read_chunk(tzl._bytes_of(dst), "dst")[0][1]]
+    published = [bytes(t) for t, _ in tzl._read_chunk(np.frombuffer(saved, dtype=np.uint8), "file")[0][1]]
+    assert used != published and path.read_bytes() == saved
+    out = empty_like(chunks[1])
+    de.deserialize(dst, out, key(1))
+    assert torch.equal(bits(out.tensor), bits(chunks[1]))
 
 
 def test_damaged_and_mismatched_chunks_refused(chunks):
