@@ -225,7 +225,8 @@ def test_recalibrated_when_tables_stop_paying(chunks):
     first, _ = encode(ser, chunks[0])
     pages_per_chunk = 2 * chunks.shape[2]
     stored = [(first, chunks[0])]
-    n_stale = -(-CHECK_PAGES // pages_per_chunk)  # chunks until the window is full
+    # shifted chunks until the window (which holds the first chunk's pages too) is full
+    n_stale = -(-(CHECK_PAGES - pages_per_chunk) // pages_per_chunk)
     for i in range(n_stale):
         dst, n = encode(ser, shifted[i % len(shifted)], i + 1)
         stored.append((dst, shifted[i % len(shifted)]))
