@@ -47,6 +47,7 @@
 #include "codec/prefix_code.h"
 #include "codec/rans.h"
 #include "cpu/kernels.h"
+#include "cpu/prefix_decode.h"
 #include "cpu/simd_path.h"
 #include "fixture_blocks.h"
 #include "prefix_decoders.h"
@@ -208,6 +209,9 @@ int study_kind(const char* name, const std::vector<uint8_t>& e, const std::vecto
     std::vector<uint32_t> dec;
     PrefixBlock pre[3];  // K = 4, 8, 32
     std::vector<uint64_t> short4, short32;  // short_chain_table of pre[0], pre[2]
+    std::vector<uint8_t> contig;            // 32 segments end to end (prefix_encode), 16 bytes of slack
+    uint64_t run_bit[5];                    // ... as 4 runs of 8 segments
+    uint32_t run_count[4];
   };
   const unsigned Ks[3] = {4, 8, 32};
   std::vector<BlockCodes> bc(nb);
@@ -251,6 +255,16 @@ int study_kind(const char* name, const std::vector<uint8_t>& e, const std::vecto
     }
     bc[b].short4 = short_chain_table(bc[b].pre[0], L);
     bc[b].short32 = short_chain_table(bc[b].pre[2], L);
+    {
+      uint64_t ends[32];
+      bc[b].contig.resize(2 * (size_t)kBlock + 16);
+      bc[b].contig.resize(prefix_encode(sym, kBlock, len, code, 32, ends, bc[b].contig.data(), bc[b].contig.size()));
+      bc[b].run_bit[0] = 0;
+      for (int r = 0; r < 4; ++r) {
+        bc[b].run_bit[r + 1] = ends[8 * r + 7];
+        bc[b].run_count[r] = kBlock / 4;
+      }
+    }
   }
   const double n = (double)nb * kBlock;
   std::printf("\n%s: %zu blocks of %u exponents; order-0 entropy %.4f bits/symbol; prefix code (L = %u) mean "
@@ -290,6 +304,14 @@ int study_kind(const char* name, const std::vector<uint8_t>& e, const std::vecto
              [&bc](size_t b, uint8_t* out) { decode_prefix4_regs<L>(bc[b].pre[2], 32, kBlock, out); });
   add_prefix("prefix K=32 byte-aligned, 4 lanes rotating through them, registers",
              [&bc](size_t b, uint8_t* out) { decode_prefix32_rotating<L>(bc[b].pre[2], kBlock, out); });
+  add_prefix("library: tz::cpu::prefix_decode_runs, 32 segments end to end as 4 runs",
+             [&bc](size_t b, uint8_t* out) {
+               const int st = cpu::prefix_decode_runs(bc[b].contig.data(), bc[b].contig.size(), bc[b].run_bit,
+                                                      bc[b].run_count, 4,
+                                                      cpu::PrefixTables{bc[b].pre[2].single.data(),
+                                                                        bc[b].pre[2].multi.data()}, out);
+               if (st) std::abort();  // checked again by the comparison of every decoded block
+             });
   add_prefix("prefix K=4, 4 interleaved, short chain (<= 4 symbols a lookup)", [&bc](size_t b, uint8_t* out) {
     decode_prefix4_short<L>(bc[b].pre[0], bc[b].short4.data(), 4, kBlock, out);
   });
