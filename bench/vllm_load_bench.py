@@ -29,7 +29,9 @@ The three folders are put on an ext4 filesystem in a loop-device file. Each meas
 process (VLLM_ENABLE_V1_MULTIPROCESSING=0, VLLM_CPU_KVCACHE_SPACE=1, enforce_eager) that builds
 `LLM(...)`: "load" is the wall time of the model's `load_weights` (vLLM's GPT-2 load_weights,
 wrapped, for both loaders: reading, decoding and copying every weight), "ready" the time of
-`LLM(...)` construction, "peak RSS" the process's ru_maxrss. Settings: (a) page cache (the files
+`LLM(...)` construction, "peak RSS" the process's VmHWM (/proc/self/status: the high-water mark
+of its own address space; ru_maxrss is not used, as Linux carries the parent's peak over into a
+child through fork and exec, and the parent holds the model it wrote). Settings: (a) page cache (the files
 read once before each run), (b) caches dropped (`echo 3 > /proc/sys/vm/drop_caches`) and the
 loop device's reads limited by the child's blkio cgroup (`blkio.throttle.read_bps_device`; the
 child writes its pid to the cgroup's cgroup.procs before it imports vLLM). Configurations are
@@ -44,7 +46,6 @@ import json
 import os
 import platform
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -176,7 +177,7 @@ def child(spec: dict) -> None:
     ready = time.perf_counter() - t0
     out = llm.generate([{"prompt_token_ids": PROMPT}], SamplingParams(temperature=0.0, max_tokens=16,
                                                                        detokenize=False), use_tqdm=False)
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mib = int(re.search(r"^VmHWM:\s*(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) / 1024
     print("RESULT " + json.dumps({"load": timed.get("load"), "ready": ready, "rss_mib": rss_mib,
                                   "tokens": list(out[0].outputs[0].token_ids)}), flush=True)
 
@@ -280,7 +281,7 @@ def table(results, settings, folders, args, elapsed):
              f"(ZipNN's compress API in Python; {zc['compressed']} tensors compressed, {zc['stored']} stored as "
              "they are).",
              "load: wall time of the model's load_weights (reading, decoding, copying all weights); ready: "
-             "`LLM(...)` construction; peak RSS: the process's ru_maxrss; tokens: 16 greedy tokens vs the "
+             "`LLM(...)` construction; peak RSS: the process's VmHWM; tokens: 16 greedy tokens vs the "
              "plain folder's. Storage: ext4 on a loop device, caches dropped before each run, reads limited by "
              "a blkio cgroup (v1 throttle.read_bps_device) holding the measuring process.",
              "ZipNN (zipnn_safetensors): ZipNN's documented vLLM route, `zipnn.zipnn_safetensors()` in the "
