@@ -1,4 +1,5 @@
-"""vLLM (CPU build) weight load: the default safetensors loader vs the load format ``tensorzip``.
+"""vLLM (CPU build) weight load: the default safetensors loader vs the load format ``tensorzip`` and
+ZipNN's vLLM route.
 
     sudo python bench/vllm_load_bench.py --tzip build/programs/tzip --out vllm-load.md
 
@@ -13,13 +14,24 @@ layernorm biases, c_attn / attn.c_proj / mlp.c_fc / mlp.c_proj weights, each in 
 [in, out] layout, and their biases, lm_head), the fixture's tensors of that kind (all layers) are
 flattened and concatenated into one pool; a tensor of the big model is that pool tiled (repeated)
 to its element count, starting at an offset that differs per tensor, and reshaped. No random
-numbers. The folder is compressed with `tzip compress`.
+numbers. The folder is compressed with `tzip compress`, and written a third time in ZipNN's
+compressed safetensors layout (bench/zipnn_folder.py: ZipNN's public compress API and safetensors'
+save_file, as zipnn's package ships no writer; every tensor read back bit-exactly through ZipNN's
+SafeOpen before any measurement).
 
-Both folders are put on an ext4 filesystem in a loop-device file. Each measurement is a fresh
+ZipNN's route (zipnn 0.5.4, its documented vLLM integration): the measuring process calls
+`zipnn.zipnn_safetensors()` before it imports vLLM (vLLM's weight_utils imports `safe_open` from
+safetensors.torch by name), then vLLM's default loader (load format "auto") reads the ZipNN folder
+through the patched `safe_open(...).get_tensor`. ZipNN decodes with its default thread count,
+min(CPU count, 16): the route has no thread option.
+
+The three folders are put on an ext4 filesystem in a loop-device file. Each measurement is a fresh
 process (VLLM_ENABLE_V1_MULTIPROCESSING=0, VLLM_CPU_KVCACHE_SPACE=1, enforce_eager) that builds
 `LLM(...)`: "load" is the wall time of the model's `load_weights` (vLLM's GPT-2 load_weights,
 wrapped, for both loaders: reading, decoding and copying every weight), "ready" the time of
-`LLM(...)` construction, "peak RSS" the process's ru_maxrss. Settings: (a) page cache (the files
+`LLM(...)` construction, "peak RSS" the process's VmHWM (/proc/self/status: the high-water mark
+of its own address space; ru_maxrss is not used, as Linux carries the parent's peak over into a
+child through fork and exec, and the parent holds the model it wrote). Settings: (a) page cache (the files
 read once before each run), (b) caches dropped (`echo 3 > /proc/sys/vm/drop_caches`) and the
 loop device's reads limited by the child's blkio cgroup (`blkio.throttle.read_bps_device`; the
 child writes its pid to the cgroup's cgroup.procs before it imports vLLM). Configurations are
@@ -34,7 +46,6 @@ import json
 import os
 import platform
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -48,7 +59,8 @@ CGROUP = Path("/sys/fs/cgroup/blkio/tzip_vllm_bench")
 PROMPT = [ord(c) for c in "def load_file(path):\n    with open(path"]
 CONFIGS = [("safetensors (vLLM default)", "plain", "auto", {}),
            ("tensorzip threads=1", "tzip", "tensorzip", {"threads": 1}),
-           ("tensorzip threads=2", "tzip", "tensorzip", {"threads": 2})]
+           ("tensorzip threads=2", "tzip", "tensorzip", {"threads": 2}),
+           ("ZipNN (zipnn_safetensors)", "zipnn", "auto", {})]
 CFG = dict(vocab_size=256, n_positions=256, n_embd=2048, n_layer=12, n_head=16, n_inner=8192)
 
 
@@ -113,17 +125,26 @@ def big_state_dict():
 def make_folders(root: Path, tzip: str) -> dict:
     import transformers
     from safetensors.torch import save_file
-    plain, packed = root / "gpt2-big", root / "gpt2-big.tzip"
-    plain.mkdir()
-    transformers.GPT2Config(**CFG, activation_function="gelu", layer_norm_epsilon=1e-5, tie_word_embeddings=False,
-                            bos_token_id=0, eos_token_id=0, architectures=["GPT2LMHeadModel"],
-                            dtype="bfloat16").save_pretrained(plain)
-    save_file(big_state_dict(), str(plain / "model.safetensors"), metadata={"format": "pt"})
+    import zipnn_folder
+    plain, packed, znn = root / "gpt2-big", root / "gpt2-big.tzip", root / "gpt2-big.znn"
+    for d in (plain, znn):
+        d.mkdir()
+        transformers.GPT2Config(**CFG, activation_function="gelu", layer_norm_epsilon=1e-5, tie_word_embeddings=False,
+                                bos_token_id=0, eos_token_id=0, architectures=["GPT2LMHeadModel"],
+                                dtype="bfloat16").save_pretrained(d)
+    sd = big_state_dict()
+    save_file(sd, str(plain / "model.safetensors"), metadata={"format": "pt"})
     t0 = time.perf_counter()
     subprocess.run([tzip, "compress", str(plain), "-o", str(packed)], check=True, capture_output=True)
     secs = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    counts = zipnn_folder.write(sd, znn / "model.znn.safetensors", {"format": "pt"})
+    znn_secs = time.perf_counter() - t0
+    zipnn_folder.verify(znn / "model.znn.safetensors", sd)
     a, b = (plain / "model.safetensors").stat().st_size, (packed / "model.tzip").stat().st_size
-    return {"plain": plain, "tzip": packed, "sizes": (a, b), "compress_s": secs}
+    return {"plain": plain, "tzip": packed, "zipnn": znn, "sizes": (a, b), "compress_s": secs,
+            "zipnn_size": (znn / "model.znn.safetensors").stat().st_size, "zipnn_s": znn_secs,
+            "zipnn_counts": counts}
 
 
 # ---- one measurement (child process) ----
@@ -131,7 +152,13 @@ def make_folders(root: Path, tzip: str) -> dict:
 def child(spec: dict) -> None:
     if spec.get("cgroup"):
         Path(spec["cgroup"], "cgroup.procs").write_text(str(os.getpid()))
+    if spec.get("zipnn"):  # ZipNN's route: patch safetensors before vLLM imports safe_open
+        from zipnn import zipnn_safetensors
+        zipnn_safetensors()
     from vllm import LLM, SamplingParams
+    from vllm.model_executor.model_loader import weight_utils
+    if spec.get("zipnn") and weight_utils.safe_open.__module__ != "zipnn.zipnn":
+        raise RuntimeError(f"vLLM reads safetensors through {weight_utils.safe_open!r}, not ZipNN's SafeOpen")
     from vllm.model_executor.models import gpt2
     timed = {}
     real = gpt2.GPT2LMHeadModel.load_weights
@@ -150,12 +177,12 @@ def child(spec: dict) -> None:
     ready = time.perf_counter() - t0
     out = llm.generate([{"prompt_token_ids": PROMPT}], SamplingParams(temperature=0.0, max_tokens=16,
                                                                        detokenize=False), use_tqdm=False)
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mib = int(re.search(r"^VmHWM:\s*(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) / 1024
     print("RESULT " + json.dumps({"load": timed.get("load"), "ready": ready, "rss_mib": rss_mib,
                                   "tokens": list(out[0].outputs[0].token_ids)}), flush=True)
 
 
-def measure(name, folder, load_format, extra, bps, files):
+def measure(name, folder, load_format, extra, bps, files, zipnn=False):
     """Runs one child: {"load", "ready", "rss_mib", "tokens"}."""
     if bps is None:
         for f in files:  # the page cache setting: the folder's files read once first
@@ -166,7 +193,7 @@ def measure(name, folder, load_format, extra, bps, files):
         subprocess.run(["sync"], check=True)
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
     spec = {"model": str(folder), "load_format": load_format, "extra": extra,
-            "cgroup": str(CGROUP) if bps else None}
+            "cgroup": str(CGROUP) if bps else None, "zipnn": zipnn}
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1",
                DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
@@ -225,6 +252,9 @@ def cpu_line():
 
 def table(results, settings, folders, args, elapsed):
     a, b = folders["sizes"]
+    z, zc = folders["zipnn_size"], folders["zipnn_counts"]
+    from importlib.metadata import version
+    zver = version("zipnn")
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
     rows = ["| storage | loader | load (s) | vs safetensors | ready (s) | peak RSS (MiB) | tokens |",
@@ -246,12 +276,20 @@ def table(results, settings, folders, args, elapsed):
              f"Model: GPT-2 layout, {CFG}, BF16, {a / 1e9:.2f} GB of safetensors; every tensor tiled from the "
              "real trained BF16 values of the fixture GPT of the same kind (bench/vllm_load_bench.py's docstring). "
              f"`tzip compress`: {b / 1e9:.2f} GB, ratio {a / b:.3f} ({100 * b / a:.1f}% of the size), "
-             f"{folders['compress_s']:.1f} s.",
+             f"{folders['compress_s']:.1f} s. ZipNN's layout (zipnn {zver}, HUFFMAN, default threads): "
+             f"{z / 1e9:.2f} GB, ratio {a / z:.3f} ({100 * z / a:.1f}% of the size), {folders['zipnn_s']:.1f} s "
+             f"(ZipNN's compress API in Python; {zc['compressed']} tensors compressed, {zc['stored']} stored as "
+             "they are).",
              "load: wall time of the model's load_weights (reading, decoding, copying all weights); ready: "
-             "`LLM(...)` construction; peak RSS: the process's ru_maxrss; tokens: 16 greedy tokens vs the "
+             "`LLM(...)` construction; peak RSS: the process's VmHWM; tokens: 16 greedy tokens vs the "
              "plain folder's. Storage: ext4 on a loop device, caches dropped before each run, reads limited by "
              "a blkio cgroup (v1 throttle.read_bps_device) holding the measuring process.",
-             "ZipNN's vLLM route: not measured."]
+             "ZipNN (zipnn_safetensors): ZipNN's documented vLLM route, `zipnn.zipnn_safetensors()` in the "
+             "measuring process before `import vllm`, then vLLM's default loader (load format auto) on the ZipNN "
+             "folder; ZipNN decodes each tensor with its default thread count, min(CPU count, 16) = "
+             f"{min(os.cpu_count(), 16)} here (the route takes no thread option). The ZipNN file is written by "
+             "bench/zipnn_folder.py (zipnn's package ships no writer) and every tensor was read back bit-exactly "
+             "through ZipNN's SafeOpen before the runs."]
     return "\n".join(rows) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 
@@ -271,7 +309,8 @@ def main():
                                          for b in args.bandwidths.split(",") if b]
     with Storage(Path(args.data), 4) as st:
         folders = make_folders(st.mnt, args.tzip)
-        print(f"sizes {folders['sizes']}, compress {folders['compress_s']:.1f} s", flush=True)
+        print(f"sizes {folders['sizes']}, compress {folders['compress_s']:.1f} s; ZipNN {folders['zipnn_size']}, "
+              f"{folders['zipnn_s']:.1f} s, {folders['zipnn_counts']}", flush=True)
         results, want = {}, None
         for rnd in range(args.rounds):
             for sname, bps in settings:
@@ -279,7 +318,7 @@ def main():
                 print(f"round {rnd + 1}, {sname}", flush=True)
                 for cname, key, fmt, extra in CONFIGS:
                     files = [p for p in folders[key].iterdir() if p.is_file()]
-                    r = measure(cname, folders[key], fmt, extra, bps, files)
+                    r = measure(cname, folders[key], fmt, extra, bps, files, zipnn=key == "zipnn")
                     want = want or r["tokens"]
                     r["same"] = r["tokens"] == want
                     results.setdefault((sname, cname), []).append(r)
