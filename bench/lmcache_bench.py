@@ -12,9 +12,14 @@ memory objects, one chunk per call on the calling thread (LMCache's AsyncSerdePr
 (robust on a shared machine). A copy of each chunk (torch ``copy_``, one thread) is timed alongside.
 Repetitions interleaved, medians.
 
-    build-py/venv-lmcache/bin/python bench/lmcache_bench.py [--seqs 16] [--reps 5] [--out FILE]
+Then, where vLLM's CPU build is installed too, time to first token of a reused prefix served from
+an LMCache server's L2 files (bench/lmcache_ttft.py): tensorzip's adapter and serde against
+LMCache's `fs` adapter (uncompressed), recomputing, and vLLM's own prefix cache; --ttft-rounds
+rounds of 3 prompts (0: skip).
 
-Needs LMCache (scripts/lmcache-test.sh makes the venv above).
+    build-py/venv-lmcache/bin/python bench/lmcache_bench.py [--seqs 16] [--reps 5] [--ttft-rounds 5] [--out FILE]
+
+Needs LMCache (scripts/lmcache-test.sh makes the venv above, with vLLM's CPU build).
 """
 import argparse
 import datetime
@@ -22,7 +27,9 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -104,11 +111,31 @@ def measure(chunks, mode, reps):
             "copy": raw / statistics.median(t_copy) / 1e9}
 
 
+def ttft_lines(rounds):
+    """The time-to-first-token table (bench/lmcache_ttft.py), or a line saying why it is not there."""
+    if rounds == 0:
+        return []
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return ["", "(no vLLM here: the time-to-first-token table is skipped)"]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import lmcache_ttft
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lmcache-ttft-") as tmp:
+        rows, raw_chunk = lmcache_ttft.ttft_rows(rounds, Path(tmp))
+    return ["", *lmcache_ttft.ttft_table(rows, raw_chunk, rounds), "",
+            f"Time-to-first-token part: {time.perf_counter() - t0:.0f} s."]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seqs", type=int, default=16, help="sequences of 256 tokens (default 16)")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--out", help="also write the table to this file")
+    ap.add_argument("--ttft-rounds", type=int, default=5,
+                    help="rounds of the time-to-first-token part (default 5; 0 skips it)")
+    ap.add_argument("--out", help="also write the tables to this file")
     args = ap.parse_args()
     import torch
 
@@ -126,6 +153,7 @@ def main():
             r = measure(chunks, mode, args.reps)
             lines.append(f"| {tokens} | {mode} | {r['chunks']} | {r['raw']} | {r['stored']:.0f} | {r['tables']} | "
                          f"{r['raw'] / r['stored']:.3f}x | {r['ser']:.2f} | {r['de']:.2f} | {r['copy']:.2f} |")
+    lines += ttft_lines(args.ttft_rounds)
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

@@ -12,7 +12,10 @@ benchmark's command. Everything else on the page stays as it was.
 
 Tables: codec-1t and codec-all (bench/codec_bench.py), vllm-load (bench/vllm_load_bench.py, root,
 a Python with vLLM's CPU build: --vllm-python, default build-py/venv-vllm/bin/python as
-scripts/vllm-test.sh makes it). A benchmark runs once for all of its tables that are asked for.
+scripts/vllm-test.sh makes it), kv-offload (bench/kv_offload_bench.py) and lmcache
+(bench/lmcache_bench.py), both with a Python that has vLLM's CPU build and LMCache: --lmcache-python,
+default build-py/venv-lmcache/bin/python as scripts/lmcache-test.sh makes it). A benchmark runs
+once for all of its tables that are asked for.
 If a benchmark fails, the page is not touched.
 """
 from __future__ import annotations
@@ -36,6 +39,7 @@ from page_tables import PageError, find_tables, replace_tables  # noqa: E402
 
 DEFAULT_PAGE = REPO / "doc" / "benchmarks.md"
 DEFAULT_VLLM_PYTHON = Path("build-py/venv-vllm/bin/python")  # relative to the repository (commands run there)
+DEFAULT_LMCACHE_PYTHON = Path("build-py/venv-lmcache/bin/python")  # vLLM's CPU build and LMCache
 
 
 # ---- the one-thread summary of the codec benchmark ----
@@ -115,10 +119,38 @@ def _vllm_command(args) -> list[str]:
     return cmd if os.geteuid() == 0 else ["sudo"] + cmd
 
 
-def _vllm_collect(out: Path, args) -> tuple[dict[str, str], str]:
-    simd = subprocess.run([str(args.vllm_python), "-c", "import tensorzip._tensorzip as C; print(C.simd_path())"],
+def _simd_path_of(python: Path) -> str:
+    """The SIMD path the tensorzip that this Python imports runs."""
+    return subprocess.run([str(python), "-c", "import tensorzip._tensorzip as C; print(C.simd_path())"],
                           cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-    return {"vllm-load": (out / "vllm-load.md").read_text()}, simd
+
+
+def _vllm_collect(out: Path, args) -> tuple[dict[str, str], str]:
+    return {"vllm-load": (out / "vllm-load.md").read_text()}, _simd_path_of(args.vllm_python)
+
+
+def _kv_offload_command(args) -> list[str]:
+    return [str(args.lmcache_python), "bench/kv_offload_bench.py"] + (["--reps", "1"] if args.quick else [])
+
+
+def without_commit_line(report: str) -> str:
+    """A report without the "- Commit ..." line it starts with (the stamp above the table says it)."""
+    first, _, rest = report.partition("\n")
+    return rest.lstrip("\n") if first.startswith("- Commit ") else report
+
+
+def _kv_offload_collect(out: Path, args) -> tuple[dict[str, str], str]:
+    return ({"kv-offload": without_commit_line((out / "kv-offload.md").read_text())},
+            _simd_path_of(args.lmcache_python))
+
+
+def _lmcache_command(args) -> list[str]:
+    quick = ["--seqs", "4", "--reps", "1", "--ttft-rounds", "1"] if args.quick else []
+    return [str(args.lmcache_python), "bench/lmcache_bench.py"] + quick
+
+
+def _lmcache_collect(out: Path, args) -> tuple[dict[str, str], str]:
+    return {"lmcache": (out / "lmcache.md").read_text()}, _simd_path_of(args.lmcache_python)
 
 
 BENCHMARKS = [
@@ -126,6 +158,10 @@ BENCHMARKS = [
               _codec_collect),
     Benchmark("vllm-load", ("vllm-load",), _vllm_command, lambda out: ["--out", str(out / "vllm-load.md")],
               _vllm_collect),
+    Benchmark("kv-offload", ("kv-offload",), _kv_offload_command, lambda out: ["--out", str(out / "kv-offload.md")],
+              _kv_offload_collect),
+    Benchmark("lmcache", ("lmcache",), _lmcache_command, lambda out: ["--out", str(out / "lmcache.md")],
+              _lmcache_collect),
 ]
 TABLES = [t for b in BENCHMARKS for t in b.tables]
 
@@ -183,6 +219,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--page", type=Path, default=DEFAULT_PAGE, help="the page to rewrite (default doc/benchmarks.md)")
     ap.add_argument("--vllm-python", type=Path, default=DEFAULT_VLLM_PYTHON,
                     help="a Python with vLLM's CPU build and tensorzip (vllm-load)")
+    ap.add_argument("--lmcache-python", type=Path, default=DEFAULT_LMCACHE_PYTHON,
+                    help="a Python with vLLM's CPU build, LMCache and tensorzip (kv-offload, lmcache)")
     args = ap.parse_args(argv)
     args.wanted = args.only.split(",") if args.only else list(TABLES)
     for name in args.wanted:

@@ -142,3 +142,22 @@ def test_run_with_a_stand_in_benchmark_stamps_and_rewrites(tmp_path, monkeypatch
 def test_the_benchmark_page_has_every_table():
     page = BENCH.parent / "doc" / "benchmarks.md"
     assert sorted(page_tables.find_tables(page.read_text(), str(page))) == sorted(bench_run.TABLES)
+
+
+def test_kv_tables_run_with_the_lmcache_python(capsys, tmp_path):
+    page = tmp_path / "b.md"
+    page.write_text("<!-- table:kv-offload -->\n<!-- /table -->\n<!-- table:lmcache -->\n<!-- /table -->\n")
+    assert bench_run.main(["--dry-run", "--page", str(page), "--only", "kv-offload,lmcache",
+                           "--lmcache-python", "/opt/py"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["/opt/py bench/kv_offload_bench.py --out OUT/kv-offload.md    # -> kv-offload",
+                     "/opt/py bench/lmcache_bench.py --out OUT/lmcache.md    # -> lmcache"]
+    assert bench_run.main(["--dry-run", "--quick", "--page", str(page), "--only", "lmcache"]) == 0
+    assert capsys.readouterr().out.startswith("build-py/venv-lmcache/bin/python bench/lmcache_bench.py --seqs 4 "
+                                              "--reps 1 --ttft-rounds 1 --out")
+
+
+def test_a_reports_own_commit_line_is_dropped():
+    report = "- Commit abc, 2026-01-01, x86_64, 2 CPUs; command: `x`.\n\nHost memory:\n\n| a |\n- Commit note\n"
+    assert bench_run.without_commit_line(report) == "Host memory:\n\n| a |\n- Commit note\n"
+    assert bench_run.without_commit_line("Host memory:\n") == "Host memory:\n"
