@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codec/prefix_code.h"
+#include "cpu/prefix_step.h"
 
 namespace tz::experiments {
 
@@ -134,22 +135,6 @@ void decode_prefix(const PrefixBlock& pb, unsigned K, uint32_t n, uint8_t* out) 
   }
 }
 
-// One refill and one lookup of a segment whose state is in scalars (b, c,
-// p, o), for the decoders below; `multi` and L from the enclosing function.
-#define TZ_REFILL(b, c, p)                 \
-  b |= load_be64(p) >> c;                  \
-  p += (63 - c) >> 3;                      \
-  c |= 56;
-#define TZ_LOOKUP(b, c, o)                                 \
-  {                                                        \
-    const uint64_t x = multi[b >> (64 - L)];               \
-    std::memcpy(o, &x, 8);                                 \
-    o += x >> 56;                                          \
-    const unsigned nb = (unsigned)(x >> 48) & 0xFF;        \
-    b <<= nb;                                              \
-    c -= nb;                                               \
-  }
-
 // The same as decode_prefix<L, 4> with the four segments' states in local
 // scalars (the stores through the output pointers could otherwise alias
 // an array of states, which the compiler then keeps in memory), and the
@@ -168,9 +153,9 @@ void decode_prefix4_regs(const PrefixBlock& pb, unsigned K, uint32_t n, uint8_t*
     uint8_t *const e0 = o1, *const e1 = o2, *const e2 = o3, *const e3 = out + std::min(n, (g + 4) * per);
     constexpr size_t kRoom = 4 * kMaxSyms + 8;  // bytes four lookups may write
     while (o0 + kRoom <= e0 && o1 + kRoom <= e1 && o2 + kRoom <= e2 && o3 + kRoom <= e3) {
-      TZ_REFILL(b0, c0, p0) TZ_REFILL(b1, c1, p1) TZ_REFILL(b2, c2, p2) TZ_REFILL(b3, c3, p3)
+      TZ_PREFIX_REFILL(b0, c0, p0) TZ_PREFIX_REFILL(b1, c1, p1) TZ_PREFIX_REFILL(b2, c2, p2) TZ_PREFIX_REFILL(b3, c3, p3)
       for (int r = 0; r < 4; ++r) {
-        TZ_LOOKUP(b0, c0, o0) TZ_LOOKUP(b1, c1, o1) TZ_LOOKUP(b2, c2, o2) TZ_LOOKUP(b3, c3, o3)
+        TZ_PREFIX_LOOKUP(multi, L, b0, c0, o0) TZ_PREFIX_LOOKUP(multi, L, b1, c1, o1) TZ_PREFIX_LOOKUP(multi, L, b2, c2, o2) TZ_PREFIX_LOOKUP(multi, L, b3, c3, o3)
       }
     }
     Seg s[4] = {{p0, b0, c0, o0, e0}, {p1, b1, c1, o1, e1}, {p2, b2, c2, o2, e2}, {p3, b3, c3, o3, e3}};
@@ -224,9 +209,9 @@ void decode_prefix32_rotating(const PrefixBlock& pb, uint32_t n, uint8_t* out) {
     uint8_t *const e0 = e[0], *const e1 = e[1], *const e2 = e[2], *const e3 = e[3];
     if (live == 4) {
       while (o0 + kRoom <= e0 && o1 + kRoom <= e1 && o2 + kRoom <= e2 && o3 + kRoom <= e3) {
-        TZ_REFILL(b0, c0, p0) TZ_REFILL(b1, c1, p1) TZ_REFILL(b2, c2, p2) TZ_REFILL(b3, c3, p3)
+        TZ_PREFIX_REFILL(b0, c0, p0) TZ_PREFIX_REFILL(b1, c1, p1) TZ_PREFIX_REFILL(b2, c2, p2) TZ_PREFIX_REFILL(b3, c3, p3)
         for (int r = 0; r < 4; ++r) {
-          TZ_LOOKUP(b0, c0, o0) TZ_LOOKUP(b1, c1, o1) TZ_LOOKUP(b2, c2, o2) TZ_LOOKUP(b3, c3, o3)
+          TZ_PREFIX_LOOKUP(multi, L, b0, c0, o0) TZ_PREFIX_LOOKUP(multi, L, b1, c1, o1) TZ_PREFIX_LOOKUP(multi, L, b2, c2, o2) TZ_PREFIX_LOOKUP(multi, L, b3, c3, o3)
         }
       }
     }
@@ -328,8 +313,5 @@ void decode_prefix4_short(const PrefixBlock& pb, const uint64_t* t, unsigned K, 
 #if defined(__x86_64__)
 #pragma GCC pop_options
 #endif
-
-#undef TZ_REFILL
-#undef TZ_LOOKUP
 
 }  // namespace tz::experiments

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "codec/prefix_code.h"
+#include "cpu/prefix_step.h"
 #include "cpu/simd_path.h"
 
 namespace tz::cpu {
@@ -25,12 +26,6 @@ constexpr size_t kRoom = 4 * kPrefixLookupSyms + 8;  // output bytes one round o
 
 static_assert(4 * L <= 56, "four lookups per refill");
 
-inline uint64_t load_be64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return __builtin_bswap64(v);
-}
-
 struct Lane {
   const uint8_t* p = nullptr;
   uint64_t b = 0;
@@ -40,20 +35,6 @@ struct Lane {
   uint64_t begin_bit = 0, end_bit = 0;
   bool fast = false;  // started in the fast loop (its first 8 bytes readable)
 };
-
-#define TZ_PREFIX_REFILL(b, c, p) \
-  b |= load_be64(p) >> c;         \
-  p += (63 - c) >> 3;             \
-  c |= 56;
-#define TZ_PREFIX_LOOKUP(b, c, o)                      \
-  {                                                    \
-    const uint64_t x = multi[b >> (64 - L)];           \
-    std::memcpy(o, &x, 8);                             \
-    o += x >> 56;                                      \
-    const unsigned nb = (unsigned)(x >> 48) & 0xFF;    \
-    b <<= nb;                                          \
-    c -= nb;                                           \
-  }
 
 // Lane for run r, positioned at its first bit (fast only if 8 bytes are
 // readable there).
@@ -86,7 +67,7 @@ __attribute__((always_inline)) inline int finish_lane(const uint8_t* in, size_t 
     uint8_t* o = l.o;
     while (o + kRoom <= l.e && p + 8 <= in_end) {
       TZ_PREFIX_REFILL(b, c, p)
-      for (int r = 0; r < 4; ++r) TZ_PREFIX_LOOKUP(b, c, o)
+      for (int r = 0; r < 4; ++r) TZ_PREFIX_LOOKUP(multi, L, b, c, o)
     }
     pos = (uint64_t)(p - in) * 8 - c;
     l.o = o;
@@ -124,8 +105,8 @@ __attribute__((always_inline)) inline int decode_runs(const uint8_t* in, size_t 
         TZ_PREFIX_REFILL(b0, c0, p0) TZ_PREFIX_REFILL(b1, c1, p1)
         TZ_PREFIX_REFILL(b2, c2, p2) TZ_PREFIX_REFILL(b3, c3, p3)
         for (int k = 0; k < 4; ++k) {
-          TZ_PREFIX_LOOKUP(b0, c0, o0) TZ_PREFIX_LOOKUP(b1, c1, o1)
-          TZ_PREFIX_LOOKUP(b2, c2, o2) TZ_PREFIX_LOOKUP(b3, c3, o3)
+          TZ_PREFIX_LOOKUP(multi, L, b0, c0, o0) TZ_PREFIX_LOOKUP(multi, L, b1, c1, o1)
+          TZ_PREFIX_LOOKUP(multi, L, b2, c2, o2) TZ_PREFIX_LOOKUP(multi, L, b3, c3, o3)
         }
       }
       l[0].b = b0, l[1].b = b1, l[2].b = b2, l[3].b = b3;
@@ -142,9 +123,6 @@ __attribute__((always_inline)) inline int decode_runs(const uint8_t* in, size_t 
   }
   return st;
 }
-
-#undef TZ_PREFIX_REFILL
-#undef TZ_PREFIX_LOOKUP
 
 #if defined(__x86_64__)
 // BMI2's shifts by any register (shlx, shrx): every AVX2 CPU has them; the
