@@ -22,7 +22,7 @@ cmake --build "$BUILD" --target tz_tests tz_kv_tests fuzz_replay_kv_page -j "$JO
 # the portable one, round trips of every dtype and level, lane contexts, real
 # data, random access, the corruption checks that decode) and stay within a
 # few minutes under the emulator; TZ_AARCH64_FILTER overrides.
-DEFAULT_FILTER="Crc32c.*:BlockChecksum.*:Simd.*:SimdPath.*:LaneCtx.*:SeededLanes.*:SelfSeeded.*:RawRuns.*:ZeroElision.*:RansCoder.*:RansTable.*:Fields.*:FrameApi.*:Inspect.*:Errors.*"
+DEFAULT_FILTER="Crc32c.*:BlockChecksum.*:Simd.*:SimdPath.*:LaneCtx.*:SeededLanes.*:SelfSeeded.*:RawRuns.*:ZeroElision.*:RansCoder.*:RansTable.*:PrefixCode.*:PrefixDecodeRuns.*:Fields.*:FrameApi.*:Inspect.*:Errors.*"
 DEFAULT_FILTER+=":CppApi.*:RoundTripOdd.*:AllDtypesAllLevels/RoundTrip.*:SpecialValues.*:RandomAccess.*:RealData.*"
 DEFAULT_FILTER+=":Corruption.TruncationAtEveryLength:Corruption.HeaderFieldsValidated:Corruption.VerifyReportsTheBadBlock"
 FILTER="${TZ_AARCH64_FILTER:-$DEFAULT_FILTER}"
