@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +30,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python" / "tests"))
+from _lmcache_server import LMCacheServer as _Server, fs_adapter, tensorzip_adapter  # noqa: E402
 CHUNK_TOKENS = 64        # the server's --chunk-size: a multiple of the block size
 BLOCK_TOKENS = 32        # vLLM's CPU build takes block sizes that are multiples of 32
 PROMPT_TOKENS = 224      # 3 whole chunks and a half: 192 tokens can be reused (vLLM computes the last)
@@ -47,50 +47,15 @@ def _env() -> dict:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+ADAPTERS = {"tensorzip": tensorzip_adapter, "fs": fs_adapter}
 
 
-ADAPTERS = {
-    "tensorzip": lambda l2: {"type": "plugin", "module_path": "tensorzip.lmcache", "class_name": "TensorZipFSL2Adapter",
-                             "adapter_params": {"base_path": str(l2)}, "serde": {"type": "tensorzip"}},
-    "fs": lambda l2: {"type": "fs", "base_path": str(l2)},
-}
-
-
-class LMCacheServer:
-    """``lmcache server`` with one L2 adapter (ADAPTERS), in a process group of its own; its log in ``log``."""
-
-    def __init__(self, adapter: str, l2: Path, log: Path) -> None:
-        self.port, self.http_port, self.log = _free_port(), _free_port(), log
-        cmd = [sys.executable, "-m", "lmcache.cli.main", "server", "--host", "127.0.0.1", "--port", str(self.port),
-               "--http-host", "127.0.0.1", "--http-port", str(self.http_port), "--chunk-size", str(CHUNK_TOKENS),
-               "--l1-size-gb", "0.25", "--eviction-policy", "LRU", "--supported-transfer-mode", "engine_driven",
-               "--l2-adapter", json.dumps(ADAPTERS[adapter](l2))]
-        self._out = open(log, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=_env(),
-                                     start_new_session=True)
-        deadline = time.monotonic() + 300
-        while "cache server is running" not in log.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit(f"lmcache server ({adapter}) did not start:\n{self.tail()}")
-            time.sleep(0.5)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._out.close()
+def LMCacheServer(adapter: str, l2: Path, log: Path):  # noqa: N802 (a server, as the shared class makes it)
+    """``lmcache server`` with one of ADAPTERS on ``l2`` (python/tests/_lmcache_server.py)."""
+    try:
+        return _Server(ADAPTERS[adapter](l2), log, CHUNK_TOKENS, env=_env())
+    except RuntimeError as e:
+        raise SystemExit(f"lmcache server ({adapter}): {e}") from None
 
 
 # ---- the engine (a child process) ----

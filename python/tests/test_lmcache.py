@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +37,7 @@ sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS.parents[1] / "scripts"))
 import _gpt  # noqa: E402
 from _engines import need_module  # noqa: E402
+from _lmcache_server import LMCacheServer, tensorzip_adapter  # noqa: E402
 from make_kv_sample import fixture_kv  # noqa: E402
 
 WORKER = TESTS / "_lmcache_worker.py"
@@ -371,47 +370,11 @@ def _env():
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def server_command(port: int, http_port: int, l2: Path):
-    adapter = {"type": "plugin", "module_path": "tensorzip.lmcache", "class_name": "TensorZipFSL2Adapter",
-               "adapter_params": {"base_path": str(l2)}, "serde": {"type": "tensorzip"}}
-    return [sys.executable, "-m", "lmcache.cli.main", "server", "--host", "127.0.0.1", "--port", str(port),
-            "--http-host", "127.0.0.1", "--http-port", str(http_port), "--chunk-size", str(CHUNK_TOKENS),
-            "--l1-size-gb", "0.25", "--eviction-policy", "LRU", "--supported-transfer-mode", "engine_driven",
-            "--l2-adapter", json.dumps(adapter)]
-
-
-class Server:
-    """``lmcache server`` in a process group of its own; the log in ``log``."""
+class Server(LMCacheServer):
+    """The server the end-to-end tests use: tensorzip's adapter and serde on ``l2``."""
 
     def __init__(self, l2: Path, log: Path) -> None:
-        self.port, self.log = _free_port(), log
-        self._out = open(log, "w")
-        self.proc = subprocess.Popen(server_command(self.port, _free_port(), l2), stdout=self._out,
-                                     stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
-        deadline = time.monotonic() + 300
-        while "cache server is running" not in log.read_text(errors="replace"):
-            assert self.proc.poll() is None, f"lmcache server exited {self.proc.returncode}:\n{self.tail()}"
-            assert time.monotonic() < deadline, f"lmcache server not ready:\n{self.tail()}"
-            time.sleep(0.5)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-6000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._out.close()
+        super().__init__(tensorzip_adapter(l2), log, CHUNK_TOKENS, env=_env())
 
 
 def run_engine(tmp: Path, name: str, folder: Path, prompts, server=None):
