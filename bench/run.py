@@ -201,13 +201,16 @@ def read_page(page: Path) -> str:
 
 
 def write_page(page: Path, text: str) -> None:
-    """Writes the page through a temporary beside it, renamed over it in one step."""
-    tmp = page.with_name(f".{page.name}.tmp-{os.getpid()}")
+    """Writes the page through a temporary beside it (created exclusively under a random name, so
+    nothing already there is written through), renamed over it in one step."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{page.name}.tmp-", dir=page.parent)
     try:
-        tmp.write_bytes(text.encode("utf-8"))
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+        os.chmod(tmp, 0o644)
         os.replace(tmp, page)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 
