@@ -203,10 +203,13 @@ def _chunk_name(key: Optional[ObjectKey]) -> str:
 
 # ---- codecs ------------------------------------------------------------------------
 
-def _ratio_of(codecs: List[Tuple[PageCodec, bytes]], pages: torch.Tensor) -> float:
-    """Raw bytes over coded bytes of these pages, page i coded with codecs[i]."""
-    raw = pages.numel() * pages.element_size()
-    return raw / max(1, sum(len(codec.encode(pages[i])) for i, (codec, _) in enumerate(codecs)))
+def _code_pages(codecs: List[Tuple[PageCodec, bytes]], pages: torch.Tensor) -> List[bytes]:
+    """Page i coded with codecs[i]."""
+    return [codec.encode(pages[i]) for i, (codec, _) in enumerate(codecs)]
+
+
+def _ratio_of(pages: torch.Tensor, coded: List[bytes]) -> float:
+    return pages.numel() * pages.element_size() / max(1, sum(map(len, coded)))
 
 
 class _Codecs:
@@ -266,30 +269,34 @@ class _Codecs:
             self._loaded.add(layout)
             self._windows.setdefault(layout, RatioWindow()).stale = True
 
-    def for_layout(self, g: int, dims: Dims, pages: torch.Tensor) -> List[Tuple[PageCodec, bytes]]:
+    def for_layout(self, g: int, dims: Dims,
+                   pages: torch.Tensor) -> Tuple[List[Tuple[PageCodec, bytes]], Optional[List[bytes]]]:
         """The codecs of group ``g`` of these dims for a chunk whose pages are ``pages``: calibrated
-        on them the first time, and again when the current ones are stale."""
+        on them the first time, and again when the current ones are stale; with the pages already
+        coded by them when the choice coded them (a calibration measures the ratio), else None."""
         layout = (g, dims)
         found = self._by_layout.get(layout)
         window = self._windows.get(layout)
         if found is not None and window is not None and not window.stale:
-            return found
+            return found, None
         with self._lock:
             found = self._by_layout.get(layout)
             window = self._windows.setdefault(layout, RatioWindow())
             if found is not None and not window.stale:
-                return found
+                return found, None
             fresh = []
             for i in range(pages.shape[0]):
                 codec = PageCodec.calibrate(pages[i], mode=self.mode, row_shape=())
                 fresh.append((codec, codec.to_bytes()))
-            fresh_ratio = _ratio_of(fresh, pages)
+            fresh_coded = _code_pages(fresh, pages)
+            fresh_ratio = _ratio_of(pages, fresh_coded)
             if layout in self._loaded:
                 self._loaded.discard(layout)
-                if keeps_loaded(_ratio_of(found, pages), fresh_ratio):
+                found_coded = _code_pages(found, pages)
+                if keeps_loaded(_ratio_of(pages, found_coded), fresh_ratio):
                     self.counters["loaded_kept"] += 1
                     window.start(fresh_ratio)
-                    return found
+                    return found, found_coded
                 self.counters["loaded_replaced"] += 1
             elif found is not None:
                 self.counters["recalibrations"] += 1
@@ -297,7 +304,7 @@ class _Codecs:
             self._by_layout[layout] = fresh
             window.start(fresh_ratio)
             self._save_tables_locked()
-        return fresh
+        return fresh, fresh_coded
 
     def coded(self, g: int, dims: Dims, raw: int, coded: int, pages: int) -> None:
         """Pages of a layout coded with its current codecs (the recalibration window)."""
@@ -366,8 +373,10 @@ class TensorZipSerializer(Serializer):
             groups: List[Group] = []
             for g, (pages, dims) in enumerate(_group_tensors(src, _bytes_of(src))):
                 _check_dtype(pages.dtype)
-                codecs = self._codecs.for_layout(g, dims, pages)
-                coded = [(tables, codec.encode(pages[i])) for i, (codec, tables) in enumerate(codecs)]
+                codecs, blobs = self._codecs.for_layout(g, dims, pages)
+                if blobs is None:
+                    blobs = _code_pages(codecs, pages)
+                coded = [(tables, blob) for (_, tables), blob in zip(codecs, blobs)]
                 groups.append((dims, coded))
                 self._codecs.coded(g, dims, pages.numel() * pages.element_size(), sum(len(p) for _, p in coded),
                                    len(coded))
