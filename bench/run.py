@@ -10,7 +10,8 @@ benchmark's command. Everything else on the page stays as it was.
     python3 bench/run.py --quick --page /tmp/b.md   # smoke run: small data, into a copy of the page
     python3 bench/run.py --dry-run            # the commands only
 
-Tables: codec-1t and codec-all (bench/codec_bench.py), vllm-load (bench/vllm_load_bench.py, root,
+Tables: codec-1t and codec-all (bench/codec_bench.py), codec-avx2 (bench/codec_bench.py with
+tensorzip on its AVX2 kernels, beside ZipNN and zstd -3: the table of an AVX2-only CPU), vllm-load (bench/vllm_load_bench.py, root,
 a Python with vLLM's CPU build: --vllm-python, default build-py/venv-vllm/bin/python as
 scripts/vllm-test.sh makes it), kv-offload (bench/kv_offload_bench.py) and lmcache
 (bench/lmcache_bench.py), both with a Python that has vLLM's CPU build and LMCache: --lmcache-python,
@@ -93,6 +94,34 @@ def codec_all(run: dict) -> str:
     return run["table"].rstrip("\n") + "\n\n" + "".join(f"- {n}\n" for n in run["notes"])
 
 
+def _x(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 else "—"
+
+
+def codec_avx2(run: dict) -> str:
+    """tensorzip on the AVX2 kernels beside ZipNN and zstd -3, one thread, every data kind of the run
+    (the whole checkpoint among them where codec_bench.py added it up): GB/s and the ratios of speed
+    the AVX2 targets are stated in."""
+    cells = {(c["codec"], c["threads"], c["kind"]): c for c in run["cells"]}
+    rows = [(run["kinds"][k]["label"], [k]) for k in run["kinds"]]
+    lines = ["| data | tensorzip ratio | comp | dec | ZipNN ratio | comp | dec | zstd -3 dec "
+             "| dec vs ZipNN | dec vs zstd -3 | comp vs ZipNN |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, kinds in rows:
+        raw = sum(run["kinds"][k]["nbytes"] for k in kinds)
+        got = {}
+        for key in ("tz@avx2", "zipnn", "zstd3"):
+            parts = [cells.get((key, 1, k)) for k in kinds]
+            if any(p is None for p in parts):
+                raise SystemExit(f"bench/run.py: codec-avx2: no one-thread {key} cell for {label}")
+            got[key] = (raw / sum(p["size"] for p in parts), raw / sum(p["comp_s"] for p in parts) / 1e9,
+                        raw / sum(p["dec_s"] for p in parts) / 1e9)
+        tz, zn, zs = got["tz@avx2"], got["zipnn"], got["zstd3"]
+        lines.append(f"| {label} | {tz[0]:.3f} | {tz[1]:.2f} | {tz[2]:.2f} | {zn[0]:.3f} | {zn[1]:.2f} | {zn[2]:.2f} "
+                     f"| {zs[2]:.2f} | {_x(tz[2], zn[2])} | {_x(tz[2], zs[2])} | {_x(tz[1], zn[1])} |")
+    return "\n".join(lines) + "\n"
+
+
 # ---- the benchmarks ----
 
 @dataclass
@@ -111,6 +140,16 @@ def _codec_command(args) -> list[str]:
 def _codec_collect(out: Path, args) -> tuple[dict[str, str], str]:
     run = json.loads((out / "codec.json").read_text())
     return {"codec-1t": codec_summary(run), "codec-all": codec_all(run)}, run["simd_path"]
+
+
+def _codec_avx2_command(args) -> list[str]:
+    return (["python3", "bench/codec_bench.py", "--warm-heap", "--threads", "1", "--simd", "avx2",
+             "--codecs", "tz,zipnn,zstd3"] + (["--quick"] if args.quick else []))
+
+
+def _codec_avx2_collect(out: Path, args) -> tuple[dict[str, str], str]:
+    run = json.loads((out / "codec.json").read_text())
+    return {"codec-avx2": codec_avx2(run)}, "avx2"
 
 
 def _vllm_command(args) -> list[str]:
@@ -156,6 +195,8 @@ def _lmcache_collect(out: Path, args) -> tuple[dict[str, str], str]:
 BENCHMARKS = [
     Benchmark("codec", ("codec-1t", "codec-all"), _codec_command, lambda out: ["--json", str(out / "codec.json")],
               _codec_collect),
+    Benchmark("codec-avx2", ("codec-avx2",), _codec_avx2_command, lambda out: ["--json", str(out / "codec.json")],
+              _codec_avx2_collect),
     Benchmark("vllm-load", ("vllm-load",), _vllm_command, lambda out: ["--out", str(out / "vllm-load.md")],
               _vllm_collect),
     Benchmark("kv-offload", ("kv-offload",), _kv_offload_command, lambda out: ["--out", str(out / "kv-offload.md")],

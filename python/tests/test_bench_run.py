@@ -105,6 +105,26 @@ def test_codec_summary_adds_up_kinds_and_bolds_a_unique_best():
     assert len(lines) == 5  # no MiniLM kind in this run: no MiniLM row
 
 
+def test_codec_avx2_gives_the_speed_ratios_of_the_avx2_targets():
+    kinds = {k: {"label": k.upper(), "nbytes": 1_000_000_000, "tensors": 1}
+             for k in ("bf16w", "master", "adam_m", "adam_v", "minilm_bf16", "whole")}
+    cells = []
+    for k in kinds:
+        cells += [_cell("tz@avx2", k, 800_000_000, 1.0, 0.25), _cell("zipnn", k, 810_000_000, 2.0, 1.0),
+                  _cell("zstd3", k, 900_000_000, 2.0, 0.5), _cell("tz@avx2", k, 1, 9.0, 9.0, threads=2)]
+    cells[-8] = _cell("tz@avx2", "minilm_bf16", 800_000_000, 1.0, 1.0)  # one kind decodes at ZipNN's speed
+    lines = bench_run.codec_avx2({"kinds": kinds, "cells": cells}).splitlines()
+    assert lines[0].startswith("| data | tensorzip ratio | comp | dec | ZipNN ratio |")
+    assert lines[2] == ("| BF16W | 1.250 | 1.00 | 4.00 | 1.235 | 0.50 | 1.00 | 2.00 | 4.00x | 2.00x | 2.00x |")
+    assert lines[6].startswith("| MINILM_BF16 | 1.250 | 1.00 | 1.00 | 1.235 |")
+    assert lines[6].endswith("| 1.00x | 0.50x | 2.00x |")
+    # Every kind of the run is a row, in the run's order (codec_bench.py's added-up "whole" kind too).
+    assert lines[7].startswith("| WHOLE | 1.250 |")
+    assert len(lines) == 8
+    with pytest.raises(SystemExit, match="no one-thread zstd3 cell for BF16W"):
+        bench_run.codec_avx2({"kinds": kinds, "cells": [c for c in cells if c["codec"] != "zstd3"]})
+
+
 def test_run_with_a_stand_in_benchmark_stamps_and_rewrites(tmp_path, monkeypatch, capsys):
     page = tmp_path / "b.md"
     page.write_bytes(PAGE.encode())
