@@ -63,26 +63,36 @@ def _bold_unique_best(values: list[str]) -> list[str]:
     return [f"**{v}**" if n == best else v for v, n in zip(values, nums)]
 
 
+def _one_thread_sums(run: dict, key: str, kinds: list[str]) -> tuple[int, int, float, float] | None:
+    """(raw bytes, coded bytes, compress s, decompress s) of codec ``key``'s one-thread cells of
+    these data kinds added up; None when one is missing."""
+    cells = {(c["codec"], c["threads"], c["kind"]): c for c in run["cells"]}
+    parts = [cells.get((key, 1, k)) for k in kinds]
+    if any(p is None for p in parts):
+        return None
+    return (sum(run["kinds"][k]["nbytes"] for k in kinds), sum(p["size"] for p in parts),
+            sum(p["comp_s"] for p in parts), sum(p["dec_s"] for p in parts))
+
+
 def codec_summary(run: dict) -> str:
     """Ratio and one-thread compress / decompress GB/s of tensorzip, ZipNN and zstd -3 per summary
     row (sizes and median times of the row's data kinds added up); the best of each in bold."""
-    cells = {(c["codec"], c["threads"], c["kind"]): c for c in run["cells"]}
     head = "| data | " + " | ".join(f"{name} ratio | comp | dec" for name, _ in SUMMARY_CODECS) + " |"
     lines = [head, "|---|" + "---:|" * (3 * len(SUMMARY_CODECS))]
     for label, kinds in SUMMARY_ROWS:
         if not all(k in run["kinds"] for k in kinds):
             continue  # a run of fewer kinds (--quick, --kinds)
-        raw = sum(run["kinds"][k]["nbytes"] for k in kinds)
         ratio, comp, dec = [], [], []
         for _, key in SUMMARY_CODECS:
-            parts = [cells.get((key, 1, k)) for k in kinds]
-            if any(p is None for p in parts):
+            sums = _one_thread_sums(run, key, kinds)
+            if sums is None:
                 for column in (ratio, comp, dec):
                     column.append("—")
                 continue
-            ratio.append(f"{raw / sum(p['size'] for p in parts):.3f}")
-            comp.append(gbps(raw, sum(p["comp_s"] for p in parts)))
-            dec.append(gbps(raw, sum(p["dec_s"] for p in parts)))
+            raw, size, comp_s, dec_s = sums
+            ratio.append(f"{raw / size:.3f}")
+            comp.append(gbps(raw, comp_s))
+            dec.append(gbps(raw, dec_s))
         columns = list(zip(_bold_unique_best(ratio), _bold_unique_best(comp), _bold_unique_best(dec)))
         lines.append(f"| {label} | " + " | ".join(" | ".join(c) for c in columns) + " |")
     if len(lines) == 2:
@@ -94,31 +104,23 @@ def codec_all(run: dict) -> str:
     return run["table"].rstrip("\n") + "\n\n" + "".join(f"- {n}\n" for n in run["notes"])
 
 
-def _x(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b > 0 else "—"
-
-
 def codec_avx2(run: dict) -> str:
     """tensorzip on the AVX2 kernels beside ZipNN and zstd -3, one thread, every data kind of the run
     (the whole checkpoint among them where codec_bench.py added it up): GB/s and the ratios of speed
     the AVX2 targets are stated in."""
-    cells = {(c["codec"], c["threads"], c["kind"]): c for c in run["cells"]}
-    rows = [(run["kinds"][k]["label"], [k]) for k in run["kinds"]]
     lines = ["| data | tensorzip ratio | comp | dec | ZipNN ratio | comp | dec | zstd -3 dec "
              "| dec vs ZipNN | dec vs zstd -3 | comp vs ZipNN |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for label, kinds in rows:
-        raw = sum(run["kinds"][k]["nbytes"] for k in kinds)
+    for kind, info in run["kinds"].items():
         got = {}
         for key in ("tz@avx2", "zipnn", "zstd3"):
-            parts = [cells.get((key, 1, k)) for k in kinds]
-            if any(p is None for p in parts):
-                raise SystemExit(f"bench/run.py: codec-avx2: no one-thread {key} cell for {label}")
-            got[key] = (raw / sum(p["size"] for p in parts), raw / sum(p["comp_s"] for p in parts) / 1e9,
-                        raw / sum(p["dec_s"] for p in parts) / 1e9)
-        tz, zn, zs = got["tz@avx2"], got["zipnn"], got["zstd3"]
-        lines.append(f"| {label} | {tz[0]:.3f} | {tz[1]:.2f} | {tz[2]:.2f} | {zn[0]:.3f} | {zn[1]:.2f} | {zn[2]:.2f} "
-                     f"| {zs[2]:.2f} | {_x(tz[2], zn[2])} | {_x(tz[2], zs[2])} | {_x(tz[1], zn[1])} |")
+            got[key] = _one_thread_sums(run, key, [kind])
+            if got[key] is None:
+                raise SystemExit(f"bench/run.py: codec-avx2: no one-thread {key} cell for {info['label']}")
+        (raw, tz_size, tz_c, tz_d), (_, zn_size, zn_c, zn_d), (_, _, _, zs_d) = got.values()
+        lines.append(f"| {info['label']} | {raw / tz_size:.3f} | {gbps(raw, tz_c)} | {gbps(raw, tz_d)} "
+                     f"| {raw / zn_size:.3f} | {gbps(raw, zn_c)} | {gbps(raw, zn_d)} | {gbps(raw, zs_d)} "
+                     f"| {zn_d / tz_d:.2f}x | {zs_d / tz_d:.2f}x | {zn_c / tz_c:.2f}x |")
     return "\n".join(lines) + "\n"
 
 
