@@ -11,8 +11,8 @@ benchmark's command. Everything else on the page stays as it was.
     python3 bench/run.py --dry-run            # the commands only
 
 Tables: codec-1t and codec-all (bench/codec_bench.py), codec-avx2 (bench/codec_bench.py with
-tensorzip on its AVX2 kernels, beside ZipNN and zstd -3: the table of an AVX2-only CPU), vllm-load (bench/vllm_load_bench.py, root,
-a Python with vLLM's CPU build: --vllm-python, default build-py/venv-vllm/bin/python as
+tensorzip on its AVX2 kernels, beside ZipNN and zstd -3: the table of an AVX2-only CPU), vllm-load
+(bench/vllm_load_bench.py, root, a Python with vLLM's CPU build: --vllm-python, default build-py/venv-vllm/bin/python as
 scripts/vllm-test.sh makes it), kv-offload (bench/kv_offload_bench.py) and lmcache
 (bench/lmcache_bench.py), both with a Python that has vLLM's CPU build and LMCache: --lmcache-python,
 default build-py/venv-lmcache/bin/python as scripts/lmcache-test.sh makes it). A benchmark runs
