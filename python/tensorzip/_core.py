@@ -121,13 +121,22 @@ def normalize_framework(framework: Optional[str]) -> Optional[str]:
     raise ValueError(f"unsupported framework {framework!r}: use 'pt' (torch) or 'np' (numpy)")
 
 
-def empty_output(dtype: str, shape: Shape, framework: str) -> Tuple[Any, np.ndarray]:
+def empty_output(dtype: str, shape: Shape, framework: str,
+                 memory: Optional[np.ndarray] = None) -> Tuple[Any, np.ndarray]:
     """A new array/tensor for a file's tensor of dtype and (file) shape, and a flat writable uint8 view
-    of its memory, to decode into; pass the first to :func:`finish_output` once it is filled."""
+    of its memory, to decode into; pass the first to :func:`finish_output` once it is filled.
+    ``memory`` (torch only): a writable uint8 array of exactly the tensor's bytes that the tensor is
+    made over (``torch.from_numpy``: the tensor keeps the array) instead of new memory."""
     d = _dtypes.lookup(dtype)
     if framework == "pt":
         import torch
 
+        if memory is not None:
+            if memory.dtype != np.uint8 or memory.ndim != 1 or memory.nbytes != _dtypes.file_nbytes(dtype, shape):
+                raise ValueError(f"empty_output: memory of {memory.nbytes} bytes for a {dtype} tensor of shape "
+                                 f"{list(shape)}")
+            t = torch.from_numpy(memory).view(_dtypes.torch_dtype(dtype))
+            return t.reshape(_dtypes.torch_shape_of_file(dtype, shape)), memory
         t = torch.empty(_dtypes.torch_shape_of_file(dtype, shape), dtype=_dtypes.torch_dtype(dtype))
         if t.numel() == 0:
             return t, np.empty(0, dtype=np.uint8)

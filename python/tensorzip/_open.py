@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 import stat as _stat
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -325,9 +325,16 @@ class SafeOpen:
 
     def get_tensor(self, name: str) -> Any:
         """Reads one tensor (only its own compressed bytes are read)."""
+        return self.get_tensor_in(name, None)
+
+    def get_tensor_in(self, name: str, memory: Optional[Callable[[int], Optional[np.ndarray]]]) -> Any:
+        """:meth:`get_tensor`, decoded into ``memory(nbytes)`` when that gives an array (torch
+        only; see ``_core.empty_output``; ``tensorzip._buffer_pool.BufferPool.memory`` is one)."""
         index, dtype, shape, raw = self._entry(name)
         self._check_size(name, dtype, shape, raw)
-        out, flat = _core.empty_output(dtype, shape, self._fw)
+        mem = memory(raw) if memory is not None and raw and self._fw == "pt" else None
+        out, flat = _core.empty_output(dtype, shape, self._fw, mem)
+        del mem  # the tensor holds the array now: its memory goes back when the tensor is freed
         if flat.nbytes:
             self._r.read_tensor(index, flat)
         out = _core.finish_output(dtype, shape, self._fw, out)

@@ -9,7 +9,11 @@ references of delta/cast-coded files) before the first tensor is decoded, so a m
 file fails before any work. Each worker thread reads through a handle of its own (the container's
 reader serialises the calls on one handle); at most ``window`` decoded tensors exist that the
 consumer has not taken yet (decoded or being decoded), so the host memory of the load is the model
-plus at most ``window`` + 1 tensors, never a second copy of the model.
+plus at most ``window`` + 1 tensors, never a second copy of the model. Tensors of 1 MiB and more
+are decoded into memory that tensors the consumer has dropped used before
+(``tensorzip._buffer_pool``: no page faults and zeroed pages for each new tensor); the pool holds
+at most ``window`` + 1 free blocks, so the bound above grows to ``2 * (window + 1)`` tensors at
+most.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from ._buffer_pool import BufferPool
 from ._core import TensorZipError, UsageError
 from ._open import SafeOpen
 
@@ -145,6 +150,7 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
     n = threads if threads and threads > 0 else default_threads()
     win = max(n, window or n)
     handles = _Handles(threads_per_tensor, refs)
+    memory = BufferPool(keep=win + 1)
     pool: Optional[ThreadPoolExecutor] = None
     try:
         jobs = _plan(files, handles)
@@ -152,7 +158,7 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
         def decode(path: str, name: str) -> Any:
             h = handles.take(path)
             try:
-                return h.get_tensor(name)
+                return h.get_tensor_in(name, memory.memory)
             except (TensorZipError, OSError, ValueError, KeyError) as e:
                 if path in str(e) and repr(name) in str(e):
                     raise  # the reader's message names both already
@@ -180,3 +186,4 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         handles.close()
+        memory.close()

@@ -205,14 +205,14 @@ def test_weight_stream_refs(folders, delta):
 def test_weight_stream_window(folders, monkeypatch):
     """At most `window` decoded tensors exist that the consumer has not taken."""
     decoded = []
-    real = tensorzip.SafeOpen.get_tensor
+    real = tensorzip.SafeOpen.get_tensor_in
 
-    def counting(self, name):
-        t = real(self, name)
+    def counting(self, name, memory):
+        t = real(self, name, memory)
         decoded.append(name)
         return t
 
-    monkeypatch.setattr(tensorzip.SafeOpen, "get_tensor", counting)
+    monkeypatch.setattr(tensorzip.SafeOpen, "get_tensor_in", counting)
     files = _vllm_weights.model_weight_files(str(folders["tzip"]))
     taken = 0
     most = 0
