@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -540,6 +541,8 @@ def test_resident_registered_and_checks(monkeypatch):
     assert cls is _vllm_resident.config_class() and cls.get_config_filenames() == []
     config = cls.from_config({})
     assert config.get_name() == "tensorzip"
+    # vLLM pickles its config, this object in it, into the worker processes it starts.
+    assert type(pickle.loads(pickle.dumps(config))) is cls
     monkeypatch.setattr(vllm.config, "get_current_vllm_config_or_none",
                         lambda: types.SimpleNamespace(load_config=types.SimpleNamespace(load_format="auto")))
     with pytest.raises(tensorzip.UsageError, match="pass load_format='tensorzip'.*not 'auto'"):
