@@ -154,6 +154,32 @@ def test_tables_published_by_another_engine_are_not_replaced(tmp_path):
     assert np.array_equal(second.load(range(8), [0])[0], shifted)
 
 
+def test_tables_of_each_worker_rank_kept_apart(tmp_path):
+    """Two workers of one engine (each holding the KV of its own heads) on one tables folder: each
+    publishes its own tables (tensor-0.rank-<r>.tzkv) and, in the next run, loads its own."""
+    folder = tmp_path / "tables"
+    blocks = real_blocks()
+    shifted = (torch.from_numpy(blocks.copy()).view(torch.bfloat16) * 2.0 ** 64).view(torch.uint8).numpy()
+    pages = {0: blocks, 1: shifted}  # the two ranks' pages differ
+    ids = {}
+    for rank in (0, 1):
+        store = ko.CompressedBlockStore("BF16", [blocks.shape[1]], threads=2, tables_dir=str(folder),
+                                        rank=rank, ranks=2)
+        store.store(range(8), {0: pages[rank][:8]})
+        ids[rank] = store.stats()["tables"][0]
+    assert ids[0] != ids[1]
+    assert sorted(p.name for p in folder.iterdir()) == ["tensor-0.rank-0.tzkv", "tensor-0.rank-1.tzkv"]
+    for rank in (0, 1):
+        again = ko.CompressedBlockStore("BF16", [blocks.shape[1]], threads=2, tables_dir=str(folder),
+                                        rank=rank, ranks=2)
+        again.store(range(8), {0: pages[rank][8:]})
+        st = again.stats()
+        assert st["tables_loaded"] == 1 and st["calibrations"] == 0 and st["tables"][0] == ids[rank], (rank, st)
+        assert np.array_equal(again.load(range(8), [0])[0], pages[rank][8:])
+    with pytest.raises(tensorzip.UsageError, match="worker rank 2 of 2"):
+        ko.CompressedBlockStore("BF16", [blocks.shape[1]], rank=2, ranks=2)
+
+
 def test_kv_dtypes():
     assert ko.kv_dtype_of("bfloat16") == ko.kv_dtype_of("torch.bfloat16") == "BF16"
     assert ko.kv_dtype_of("fp8_e4m3") == "F8_E4M3" and ko.kv_dtype_of("float16") == "F16"
