@@ -283,8 +283,9 @@ class CompressedBlockStore:
 
     ``page_bytes[t]``: the bytes of one block of KV tensor ``t`` (a page). ``compress=False``
     holds plain copies (the uncompressed baseline). ``tables_dir``: a folder of tables saved
-    earlier (``tensor-<t>.tzkv``), used while they pay; tables calibrated here are written there
-    when the folder lacks them (never over a file).
+    earlier (``tensor-<t>.tzkv``; of an engine of ``ranks`` > 1 workers, ``tensor-<t>.rank-<r>.tzkv``
+    of worker ``rank``: each holds the KV of its own heads), used while they pay; tables calibrated
+    here are written there when the folder lacks them (never over a file).
 
     Recalibration rule: every ``CHECK_PAGES`` pages stored of a tensor, their ratio is compared with
     the ratio the tensor's tables had on the pages they were calibrated from; below ``KEEP_RATIO``
@@ -294,11 +295,13 @@ class CompressedBlockStore:
 
     def __init__(self, dtype: str, page_bytes: Sequence[int], *, compress: bool = True, mode: str = "rans",
                  threads: int = 0, tables_dir: Optional[str] = None, sizes: Optional[SlotSizes] = None,
-                 rank: int = 0):
+                 rank: int = 0, ranks: int = 1):
         self.dtype = dtype
         self.page_bytes = [int(n) for n in page_bytes]
         self.compress, self.mode, self.threads = bool(compress), mode, int(threads)
-        self.tables_dir, self.sizes, self.rank = tables_dir, sizes, int(rank)
+        self.tables_dir, self.sizes, self.rank, self.ranks = tables_dir, sizes, int(rank), int(ranks)
+        if not 0 <= self.rank < self.ranks:
+            raise UsageError(f"KV offloading: worker rank {rank} of {ranks}")
         self._slots: Dict[int, Dict[int, bytes]] = {}
         self._tables = [_Tables() for _ in self.page_bytes]
         self._lock = threading.Lock()
@@ -312,7 +315,8 @@ class CompressedBlockStore:
 
     # ---- tables ----
     def _tables_path(self, t: int) -> str:
-        return os.path.join(str(self.tables_dir), f"tensor-{t}.tzkv")
+        name = f"tensor-{t}.tzkv" if self.ranks == 1 else f"tensor-{t}.rank-{self.rank}.tzkv"
+        return os.path.join(str(self.tables_dir), name)
 
     def _load_tables(self, folder: str) -> None:
         from .kv import PageCodec

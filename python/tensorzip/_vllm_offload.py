@@ -53,8 +53,9 @@ OPTIONS = {
     "compress": "true (default): blocks held encoded; false: plain copies (the uncompressed baseline)",
     "mode": '"rans" (default, the best ratio) or "fixed" (faster, ~1.43x on BF16)',
     "threads": "CPU threads that encode / decode a transfer (default 0: all)",
-    "tables_dir": "a folder of tables saved earlier (tensor-<i>.tzkv), used while they pay; tables "
-                  "calibrated in the run are written there when it lacks them",
+    "tables_dir": "a folder of tables saved earlier (tensor-<i>.tzkv; with several workers "
+                  "tensor-<i>.rank-<r>.tzkv), used while they pay; tables calibrated in the run are "
+                  "written there when it lacks them",
     "max_blocks_ratio": "most blocks held per raw block that cpu_bytes_to_use could hold (default 4)",
 }
 
@@ -274,7 +275,8 @@ class TensorZipOffloadingSpec(OffloadingSpec):
             pages = _page_bytes(kv_caches)
             store = CompressedBlockStore(self.kv_dtype or "", pages, compress=self.compress, mode=self.mode,
                                          threads=self.threads, tables_dir=self.tables_dir, sizes=self._sizes(),
-                                         rank=self.config.parallel.rank)
+                                         rank=self.config.parallel.rank,
+                                         ranks=max(1, self.config.parallel.world_size))
             self._worker = TensorZipOffloadingWorker(kv_caches, store)
         return self._worker
 

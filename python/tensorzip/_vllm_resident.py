@@ -135,6 +135,16 @@ def _classes_once() -> Dict[str, Any]:
     return _classes
 
 
+def __getattr__(name: str) -> Any:
+    """The classes made on first use, found by their names: vLLM pickles its config, with the
+    ``TensorZipConfig`` in it, into the processes it starts (several workers, the API server's engine)."""
+    if name in ("TensorZipConfig", "TensorZipLinearMethod", "TensorZipEmbeddingMethod"):
+        classes = _classes_once()
+        return classes["config"] if name == "TensorZipConfig" else \
+            classes["methods"][name == "TensorZipEmbeddingMethod"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def config_class() -> Any:
     """The ``QuantizationConfig`` subclass of ``quantization="tensorzip"`` (vLLM imported on first use)."""
     return _classes_once()["config"]

@@ -11,9 +11,11 @@ every parameter in the loaded model, must be identical. The weight stream's own 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -408,23 +410,22 @@ def _post(url: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
-def test_openai_server(folders, reference, tmp_path):
-    """python -m vllm.entrypoints.openai.api_server --load-format tensorzip answers as the plain folder's engine."""
+@contextlib.contextmanager
+def openai_server(args, log_path: Path, env: dict):
+    """``python -m vllm.entrypoints.openai.api_server --host 127.0.0.1 --port P *args`` in vLLM's
+    default process layout (API server, engine core, worker): yields its base URL once /health
+    answers; stopped (its process group) on exit. Its output goes to log_path."""
     need_vllm()
     port = _free_port()
-    log = open(tmp_path / "server.log", "w")
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folders["tzip"]),
-           "--load-format", "tensorzip", "--model-loader-extra-config", '{"threads": 2}', "--host", "127.0.0.1",
-           "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "8",
-           "--enforce-eager", "--seed", "0"]
-    # vLLM's default process layout here (API server, engine core, worker): the load format is
-    # registered in each of them through the entry point.
-    env = dict(_vllm_env(), VLLM_ENABLE_V1_MULTIPROCESSING="1")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
+           *args]
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(env, VLLM_ENABLE_V1_MULTIPROCESSING="1"),
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + ENGINE_TIMEOUT
         while True:
-            assert proc.poll() is None, f"server exited {proc.returncode}:\n{(tmp_path / 'server.log').read_text()[-6000:]}"
+            assert proc.poll() is None, f"server exited {proc.returncode}:\n{log_path.read_text()[-6000:]}"
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
                     if r.status == 200:
@@ -433,17 +434,8 @@ def test_openai_server(folders, reference, tmp_path):
                 pass
             assert time.monotonic() < deadline, "server not ready in time"
             time.sleep(1)
-        for i, text in enumerate(TEXT_PROMPTS):
-            r = _post(f"http://127.0.0.1:{port}/v1/completions",
-                      {"model": str(folders["tzip"]), "prompt": text, "max_tokens": 24, "temperature": 0,
-                       "ignore_eos": True, "return_token_ids": True})
-            choice = r["choices"][0]
-            assert choice["text"] == reference["texts"][i]
-            if choice.get("token_ids") is not None:
-                assert choice["token_ids"] == reference["text_greedy"][i]
+        yield f"http://127.0.0.1:{port}"
         log.flush()
-        text = (tmp_path / "server.log").read_text()
-        assert "Registered model loader" in text and "tensorzip: loaded the weights of" in text
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -453,6 +445,25 @@ def test_openai_server(folders, reference, tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         log.close()
+
+
+def test_openai_server(folders, reference, tmp_path):
+    """python -m vllm.entrypoints.openai.api_server --load-format tensorzip answers as the plain folder's engine."""
+    # The load format is registered in each of the server's processes through the entry point.
+    args = ["--model", str(folders["tzip"]), "--load-format", "tensorzip", "--model-loader-extra-config",
+            '{"threads": 2}', "--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "8",
+            "--enforce-eager", "--seed", "0"]
+    with openai_server(args, tmp_path / "server.log", _vllm_env()) as url:
+        for i, text in enumerate(TEXT_PROMPTS):
+            r = _post(f"{url}/v1/completions",
+                      {"model": str(folders["tzip"]), "prompt": text, "max_tokens": 24, "temperature": 0,
+                       "ignore_eos": True, "return_token_ids": True})
+            choice = r["choices"][0]
+            assert choice["text"] == reference["texts"][i]
+            if choice.get("token_ids") is not None:
+                assert choice["token_ids"] == reference["text_greedy"][i]
+    text = (tmp_path / "server.log").read_text()
+    assert "Registered model loader" in text and "tensorzip: loaded the weights of" in text
 
 
 # ---- weights kept compressed in memory: quantization="tensorzip" ----
@@ -540,6 +551,8 @@ def test_resident_registered_and_checks(monkeypatch):
     assert cls is _vllm_resident.config_class() and cls.get_config_filenames() == []
     config = cls.from_config({})
     assert config.get_name() == "tensorzip"
+    # vLLM pickles its config, this object in it, into the worker processes it starts.
+    assert type(pickle.loads(pickle.dumps(config))) is cls
     monkeypatch.setattr(vllm.config, "get_current_vllm_config_or_none",
                         lambda: types.SimpleNamespace(load_config=types.SimpleNamespace(load_format="auto")))
     with pytest.raises(tensorzip.UsageError, match="pass load_format='tensorzip'.*not 'auto'"):

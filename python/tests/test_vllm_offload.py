@@ -154,6 +154,32 @@ def test_tables_published_by_another_engine_are_not_replaced(tmp_path):
     assert np.array_equal(second.load(range(8), [0])[0], shifted)
 
 
+def test_tables_of_each_worker_rank_kept_apart(tmp_path):
+    """Two workers of one engine (each holding the KV of its own heads) on one tables folder: each
+    publishes its own tables (tensor-0.rank-<r>.tzkv) and, in the next run, loads its own."""
+    folder = tmp_path / "tables"
+    blocks = real_blocks()
+    shifted = (torch.from_numpy(blocks.copy()).view(torch.bfloat16) * 2.0 ** 64).view(torch.uint8).numpy()
+    pages = {0: blocks, 1: shifted}  # the two ranks' pages differ
+    ids = {}
+    for rank in (0, 1):
+        store = ko.CompressedBlockStore("BF16", [blocks.shape[1]], threads=2, tables_dir=str(folder),
+                                        rank=rank, ranks=2)
+        store.store(range(8), {0: pages[rank][:8]})
+        ids[rank] = store.stats()["tables"][0]
+    assert ids[0] != ids[1]
+    assert sorted(p.name for p in folder.iterdir()) == ["tensor-0.rank-0.tzkv", "tensor-0.rank-1.tzkv"]
+    for rank in (0, 1):
+        again = ko.CompressedBlockStore("BF16", [blocks.shape[1]], threads=2, tables_dir=str(folder),
+                                        rank=rank, ranks=2)
+        again.store(range(8), {0: pages[rank][8:]})
+        st = again.stats()
+        assert st["tables_loaded"] == 1 and st["calibrations"] == 0 and st["tables"][0] == ids[rank], (rank, st)
+        assert np.array_equal(again.load(range(8), [0])[0], pages[rank][8:])
+    with pytest.raises(tensorzip.UsageError, match="worker rank 2 of 2"):
+        ko.CompressedBlockStore("BF16", [blocks.shape[1]], rank=2, ranks=2)
+
+
 def test_kv_dtypes():
     assert ko.kv_dtype_of("bfloat16") == ko.kv_dtype_of("torch.bfloat16") == "BF16"
     assert ko.kv_dtype_of("fp8_e4m3") == "F8_E4M3" and ko.kv_dtype_of("float16") == "F16"
@@ -238,6 +264,8 @@ def ko_sizes(sizes):
 
 REQUIRED = os.environ.get("TZ_VLLM_REQUIRED") == "1"
 WORKER = Path(__file__).parent / "_vllm_offload_worker.py"
+# One CPU per worker (vLLM's automatic binding wants a NUMA node per worker; these machines have one).
+TP_THREADS_BIND = "0|1"
 
 
 def need_vllm():
@@ -258,16 +286,18 @@ def gpt2_folder(tmp_path_factory):
     return folder
 
 
-def run_offload_engine(tmp_path: Path, folder: Path, offload: str) -> dict:
+def run_offload_engine(tmp_path: Path, folder: Path, offload: str, **spec_keys) -> dict:
     spec = tmp_path / f"spec-{offload}.json"
     out = tmp_path / f"out-{offload}.json"
-    spec.write_text(json.dumps({"model": str(folder), "offload": offload}))
+    spec.write_text(json.dumps({"model": str(folder), "offload": offload, **spec_keys}))
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
                HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if spec_keys.get("tensor_parallel_size", 1) > 1:
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", TP_THREADS_BIND)
     p = subprocess.run([sys.executable, str(WORKER), str(spec), str(out)], capture_output=True, text=True, env=env,
                        timeout=900)
-    assert p.returncode == 0, f"vLLM with offload={offload} exited {p.returncode}:\n{p.stderr[-6000:]}"
+    assert p.returncode == 0, f"vLLM with offload={offload} exited {p.returncode}:\n{(p.stdout + p.stderr)[-6000:]}"
     return json.loads(out.read_text())
 
 
@@ -276,31 +306,123 @@ def no_connector(gpt2_folder, tmp_path_factory):
     return run_offload_engine(tmp_path_factory.mktemp("none"), gpt2_folder, "none")
 
 
+def check_offloaded_and_reused(got: dict, workers: int = 1) -> None:
+    """Every worker stored every full prompt block, compressed, and after the prefix cache reset
+    loaded them all back; the scheduler's index charged exactly the bytes the workers hold."""
+    stored, reused = got["after_first"], got["after_again"]
+    assert len(stored["ranks"]) == len(reused["ranks"]) == workers
+    for first, again in zip(stored["ranks"], reused["ranks"]):
+        assert first["blocks_stored"] >= got["prompt_blocks"] and first["blocks_loaded"] == 0, first
+        assert again["blocks_loaded"] >= got["prompt_blocks"], again
+        assert again["held_bytes"] * 1.4 <= again["held_raw_bytes"], again
+        assert again["calibrations"] >= 1 and again["compress"]
+        assert again["blocks_held"] == reused["index_blocks"]
+    # The shared slot sizes: the index is charged the bytes of every worker's pages.
+    assert reused["index_held"] == sum(r["held_bytes"] for r in reused["ranks"])
+    assert got["cached_tokens_first"] == 0 and got["cached_tokens_again"] == got["prompt_blocks"] * 32
+
+
 def test_engine_offloads_compressed_blocks_and_reuses_them(gpt2_folder, no_connector, tmp_path):
     got = run_offload_engine(tmp_path, gpt2_folder, "tensorzip")
     assert got["first"] == no_connector["first"] and got["again"] == no_connector["again"]
     assert len({tuple(x) for x in no_connector["first"]}) == len(no_connector["first"])  # distinct prompts
     # The KV cache was overwritten between the runs; a block that kept the overwrite changes the tokens.
     assert got["poisoned_bytes"] > 0 and got["poisoned"] != got["again"]
-    stored, reused = got["after_first"], got["after_again"]
-    assert stored["blocks_stored"] >= got["prompt_blocks"] and stored["blocks_loaded"] == 0
-    # After the prefix cache reset, every full prompt block came back from the spec.
-    assert reused["blocks_loaded"] >= got["prompt_blocks"]
-    assert reused["held_bytes"] * 1.4 <= reused["held_raw_bytes"], reused
-    # The scheduler's index charged exactly the bytes the worker holds (the shared slot sizes).
-    assert reused["index_blocks"] == reused["blocks_held"] and reused["index_held"] == reused["held_bytes"]
-    assert reused["calibrations"] >= 1 and reused["compress"]
-    assert got["cached_tokens_first"] == 0 and got["cached_tokens_again"] == got["prompt_blocks"] * 32
-    assert no_connector["cached_tokens_again"] == 0
+    check_offloaded_and_reused(got)
+    assert no_connector["cached_tokens_again"] == 0 and no_connector["after_again"] is None
 
 
 def test_engine_uncompressed_baseline(gpt2_folder, no_connector, tmp_path):
     got = run_offload_engine(tmp_path, gpt2_folder, "plain")
     assert got["first"] == no_connector["first"] and got["again"] == no_connector["again"]
     st = got["after_again"]
-    assert st["blocks_loaded"] >= got["prompt_blocks"] and st["held_bytes"] == st["held_raw_bytes"]
-    assert st["index_held"] == st["held_bytes"]
-    assert not st["compress"]
+    (worker,) = st["ranks"]
+    assert worker["blocks_loaded"] >= got["prompt_blocks"] and worker["held_bytes"] == worker["held_raw_bytes"]
+    assert st["index_held"] == worker["held_bytes"]
+    assert not worker["compress"]
+
+
+def test_engine_two_workers(gpt2_folder, no_connector, tmp_path, tzip_cli):
+    """Tensor parallelism over two worker processes (vLLM's "mp" executor, gloo on the CPU), in one
+    engine: the compressed folder through the load format, its weights kept compressed
+    (quantization="tensorzip"), KV offloaded by the spec. Each worker holds its shard of the
+    weights and of the KV heads; the tokens are the one-worker plain engine's."""
+    folder = tmp_path / "gpt2.tzip"
+    subprocess.run([tzip_cli, "compress", str(gpt2_folder), "-o", str(folder)], check=True, capture_output=True,
+                   timeout=600)
+    got = run_offload_engine(tmp_path, folder, "tensorzip", tensor_parallel_size=2, load_format="tensorzip",
+                             quantization="tensorzip")
+    assert got["first"] == no_connector["first"] and got["again"] == no_connector["again"]
+    assert got["poisoned_bytes"] > 0 and got["poisoned"] != got["again"]
+    check_offloaded_and_reused(got, workers=2)
+    ranks = got["after_again"]["ranks"]
+    # Each worker coded its own KV heads with its own tables.
+    assert ranks[0]["tables"] != ranks[1]["tables"]
+    # Each worker kept its shard of every weight matrix compressed (about half of them; the position
+    # embeddings are whole in each).
+    res = got["resident"]
+    matrices = [t for t in _gpt2_weights(gpt2_folder).values() if t.dim() == 2]
+    raw = sum(t.numel() * t.element_size() for t in matrices)
+    assert len(res) == 2 and all(r is not None and r["tensors"] == len(matrices) for r in res), res
+    assert all(0 < r["compressed_bytes"] < 0.7 * r["plain_bytes"] for r in res), res
+    assert res[0]["plain_bytes"] == res[1]["plain_bytes"] < 0.6 * raw, (res, raw)
+
+
+def test_openai_server_offloads_and_reuses_compressed_blocks(gpt2_folder, no_connector, tmp_path):
+    """The server form of the configuration (--kv-transfer-config), in vLLM's default process layout:
+    completions of the worker's prompts (token ids) give the tokens of the engine without a
+    connector; after POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1) and the KV cache overwritten,
+    they come back from the spec. The worker's stores are read through POST /collective_rpc."""
+    from _vllm_offload_worker import BLOCK, text_prompts
+    from test_vllm import _post, _vllm_env, openai_server
+
+    config = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+              "kv_connector_extra_config": {"spec_name": "TensorZipOffloadingSpec", "spec_module_path": "tensorzip.vllm",
+                                            "cpu_bytes_to_use": 64 << 20, "block_size": BLOCK}}
+    args = ["--model", str(gpt2_folder), "--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "8",
+            "--enforce-eager", "--seed", "0", "--block-size", str(BLOCK), "--enable-prefix-caching",
+            "--kv-transfer-config", json.dumps(config), "--worker-extension-cls", "_vllm_worker_probe.OffloadProbe"]
+    tests = str(Path(__file__).parent)  # the probe, imported in the worker process
+    env = dict(_vllm_env(), VLLM_SERVER_DEV_MODE="1",
+               PYTHONPATH=os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p))
+    prompts = text_prompts(150, 3)
+    with openai_server(args, tmp_path / "server.log", env) as url:
+        def complete():
+            got = []
+            for ids in prompts:
+                r = _post(f"{url}/v1/completions", {"model": str(gpt2_folder), "prompt": ids, "max_tokens": 16,
+                                                   "temperature": 0, "ignore_eos": True, "return_token_ids": True})
+                got.append(r["choices"][0]["token_ids"])
+            return got
+
+        def rpc(method):
+            return _post(f"{url}/collective_rpc", {"method": method})["results"]
+
+        first = complete()
+        (stored,) = rpc("tz_offload_stats")
+        for _ in range(50):  # refused while transfers are in flight: retried
+            if _post(f"{url}/reset_prefix_cache", {})["success"]:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("POST /reset_prefix_cache kept failing")
+        assert sum(map(int, rpc("tz_poison_kv_cache"))) > 0  # the server sends other results than dicts as text
+        again = complete()
+        (reused,) = rpc("tz_offload_stats")
+    assert first == no_connector["first"] and again == no_connector["again"]
+    blocks = len(prompts) * ((150 - 1) // BLOCK)
+    (st1,), (st2,) = stored["stores"], reused["stores"]
+    assert st1["blocks_stored"] >= blocks and st1["blocks_loaded"] == 0, st1
+    assert st2["blocks_loaded"] >= blocks and st2["held_bytes"] * 1.4 <= st2["held_raw_bytes"], st2
+    assert st2["compress"] and st2["calibrations"] >= 1
+    log = (tmp_path / "server.log").read_text()
+    assert "tensorzip: KV offloading to host memory, 67108864 bytes, compressed" in log
+
+
+def _gpt2_weights(folder: Path):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
 
 
 def offloading_config(extra, dtype="bfloat16", blocks_per_chunk=1, engine_id="tz-test"):
