@@ -98,6 +98,125 @@ def test_binding_of_a_cuda_build_without_a_device():
         n.cuda_decode(256, 512, [0, 5, 3], 1024, 16384, 2048, 1 << 20, 4096, 8192, 0)
 
 
+class _StandInKernels:
+    """The native codec with its cuda_* calls done on the CPU over the same raw pointers (host
+    memory here): each page coded by the CPU codec, sizes and statuses written where the kernels
+    write them. Checks the Python side of the device path (pointers, strides, offsets, packing,
+    statuses) on any machine; the kernels themselves are tested by tz_kv_cuda_emu_tests and, on
+    a GPU, by the tests below."""
+
+    def __init__(self, native):
+        self.native, self.calls = native, []
+
+    def __getattr__(self, name):
+        return getattr(self.native, name)
+
+    @staticmethod
+    def _mem(ptr, n, ctype=None):
+        import ctypes
+
+        return np.ctypeslib.as_array(((ctype or ctypes.c_uint8) * n).from_address(ptr))
+
+    def cuda_upload_tables(self, ptr, capacity, stream):
+        self._mem(ptr, capacity)[:] = 0xAB
+
+    def cuda_encode_temp_size(self, page_bytes, n):
+        return 512 * n
+
+    def cuda_decode_temp_size(self, offsets, page_bytes):
+        return 512 * (len(offsets) - 1)
+
+    def _results(self, sizes, status, n):
+        import ctypes
+
+        return self._mem(sizes, n, ctypes.c_int64), self._mem(status, n, ctypes.c_int32)
+
+    def cuda_encode(self, tables, src, page_bytes, n, dst, stride, temp, temp_size, sizes, status, stream):
+        self.calls.append(("encode", n, stride, temp_size))
+        sz, st = self._results(sizes, status, n)
+        for i in range(n):
+            blob = self.native.encode(self._mem(src + i * page_bytes, page_bytes))
+            self._mem(dst + i * stride, len(blob))[:] = np.frombuffer(blob, dtype=np.uint8)
+            sz[i], st[i] = len(blob), 0
+
+    def cuda_decode(self, tables, src, offsets, dst, page_bytes, temp, temp_size, sizes, status, stream):
+        self.calls.append(("decode", len(offsets) - 1, temp_size))
+        sz, st = self._results(sizes, status, len(offsets) - 1)
+        for i in range(len(offsets) - 1):
+            blob = bytes(self._mem(src + offsets[i], offsets[i + 1] - offsets[i]))
+            try:
+                n = self.native.decoded_size(blob)
+                if n > page_bytes:
+                    sz[i], st[i] = 0, 2
+                    continue
+                self.native.decode_into(blob, self._mem(dst + i * page_bytes, n))
+                sz[i], st[i] = n, 0
+            except tensorzip.CorruptDataError:
+                sz[i], st[i] = 0, 8
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """tensorzip.kv._cuda over _StandInKernels, CPU tensors standing for device ones."""
+    import contextlib
+    import types
+
+    from tensorzip.kv import _cuda
+
+    class Stream:
+        cuda_stream = 0
+
+        def synchronize(self):
+            pass
+
+    def raise_status(status, what):
+        if status:
+            raise tensorzip.CorruptDataError(f"{what}: status {status}")
+
+    monkeypatch.setattr(_cuda, "require", lambda rows, what: None)
+    monkeypatch.setattr(_cuda, "_pinned", lambda n: torch.empty(max(1, n), dtype=torch.uint8))
+    monkeypatch.setattr(_cuda, "_C", types.SimpleNamespace(kv_cuda_tables_size=lambda: 64,
+                                                           kv_cuda_raise_status=raise_status))
+    monkeypatch.setattr(torch.cuda, "device", lambda dev: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: Stream())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    codec = tkv.PageCodec.calibrate(real_rows("k", 0, 16).view(torch.bfloat16).reshape(-1), row_shape=())
+    codec._c = _StandInKernels(codec._c)
+    return _cuda, codec
+
+
+def test_device_path_python_side_over_stand_in_kernels(stand_in):
+    _cuda, codec = stand_in
+    rows = real_rows("k", 1, 32)
+    cpu = codec.encode_rows(rows.numpy())
+    enc, sizes = _cuda.encode_rows(codec, rows[:, :].view(torch.int8))
+    assert enc.shape == (rows.shape[0], codec.bound(rows.shape[1])) and sizes == [len(b) for b in cpu]
+    assert [bytes(enc[i, :sizes[i]].numpy()) for i in range(len(cpu))] == cpu
+    assert _cuda.to_host(enc, sizes) == cpu
+    assert codec._device_tables[0].eq(0xAB).all()  # uploaded once, kept per device
+    out = torch.zeros_like(rows)
+    packed = torch.frombuffer(bytearray(b"".join(cpu)), dtype=torch.uint8)
+    offsets = [0] + np.cumsum([len(b) for b in cpu]).tolist()
+    _cuda.decode_rows(codec, packed, offsets, out)
+    assert torch.equal(out, rows)
+    out.zero_()
+    _cuda.decode_blobs(codec, cpu, out)
+    assert torch.equal(out, rows)
+    bad = bytearray(cpu[2])
+    bad[len(bad) // 2] ^= 0x10
+    with pytest.raises(tensorzip.CorruptDataError, match="KV CUDA decode: page 2"):
+        _cuda.decode_blobs(codec, cpu[:2] + [bytes(bad)] + cpu[3:], out)
+    with pytest.raises(tensorzip.UsageError, match="3 offsets for 8 rows"):
+        _cuda.decode_rows(codec, packed, offsets[:3], out)
+    with pytest.raises(tensorzip.UsageError, match="pages must be a contiguous 1-byte tensor"):
+        _cuda.decode_rows(codec, packed[:10], offsets, out)
+    with pytest.raises(tensorzip.UsageError, match="out must be contiguous"):
+        _cuda.decode_rows(codec, packed, offsets[:5], torch.zeros((8, 2 * rows.shape[1]), dtype=torch.uint8)[:4, ::2])
+    with pytest.raises(tensorzip.UsageError, match=f"page 0 decodes to {rows.shape[1]} bytes, not {2 * rows.shape[1]}"):
+        _cuda.decode_rows(codec, packed, offsets[:2], torch.zeros((1, 2 * rows.shape[1]), dtype=torch.uint8))
+    assert [c[0] for c in codec._c.calls] == ["encode"] + ["decode"] * 4
+
+
 # ---- on a GPU ----
 
 CASES = [("rans", None), ("fixed", None), ("rans", torch.float16), ("rans", torch.float8_e4m3fn),

@@ -49,6 +49,11 @@ def _byte_rows(rows: torch.Tensor, what: str) -> torch.Tensor:
     return rows.contiguous().view(torch.uint8)
 
 
+def _pinned(nbytes: int) -> torch.Tensor:
+    """Page-locked host memory (torch's caching host allocator), so that copies are DMA."""
+    return torch.empty(max(1, nbytes), dtype=torch.uint8, pin_memory=True)
+
+
 def _tables(codec: Any, device: torch.device, stream: Any) -> torch.Tensor:
     """The codec's tables in the device's memory, uploaded once per device."""
     cache: Dict[int, torch.Tensor] = codec._device_tables
@@ -94,15 +99,17 @@ def encode_rows(codec: Any, rows: torch.Tensor) -> Tuple[torch.Tensor, List[int]
 def to_host(encoded: torch.Tensor, sizes: Sequence[int]) -> List[bytes]:
     """The pages of :func:`encode_rows` as bytes: only their encoded bytes cross to (pinned) host
     memory, in one copy."""
-    n, stride = int(encoded.shape[0]), int(encoded.shape[1])
-    lengths = torch.tensor(list(sizes), dtype=torch.int64)
-    keep = (torch.arange(stride).unsqueeze(0) < lengths.unsqueeze(1)).to(encoded.device, non_blocking=True)
-    packed = encoded[keep]  # the pages back to back
-    host = torch.empty(packed.numel(), dtype=torch.uint8, pin_memory=True)
-    host.copy_(packed, non_blocking=True)
-    torch.cuda.current_stream(encoded.device).synchronize()
+    n, stride, dev = int(encoded.shape[0]), int(encoded.shape[1]), encoded.device
+    lengths = [int(x) for x in sizes]
+    with torch.cuda.device(dev):
+        on_dev = torch.tensor(lengths, dtype=torch.int64).to(dev)
+        keep = torch.arange(stride, device=dev).unsqueeze(0) < on_dev.unsqueeze(1)
+        packed = encoded[keep]  # the pages back to back (row-major order of the mask)
+        host = _pinned(packed.numel())
+        host[:packed.numel()].copy_(packed, non_blocking=True)
+        torch.cuda.current_stream(dev).synchronize()
     view = memoryview(host.numpy())
-    offsets = np.concatenate([[0], np.cumsum(lengths.numpy())]).tolist()
+    offsets = [0] + np.cumsum(lengths).tolist()
     return [bytes(view[offsets[i]:offsets[i + 1]]) for i in range(n)]
 
 
@@ -145,7 +152,7 @@ def decode_blobs(codec: Any, blobs: Sequence[Any], out: torch.Tensor) -> torch.T
     require(out, "decode_rows")
     lengths = [memoryview(b).nbytes for b in blobs]
     offsets = [0] + np.cumsum(lengths).tolist()
-    host = torch.empty(max(1, offsets[-1]), dtype=torch.uint8, pin_memory=True)
+    host = _pinned(offsets[-1])
     flat = host.numpy()
     for b, start, n in zip(blobs, offsets, lengths):
         flat[start:start + n] = np.frombuffer(b, dtype=np.uint8)
