@@ -9,8 +9,10 @@
 #                                 (tz_kv_cuda_gpu_tests), checkpoint save/restore
 #                                 from/to device memory (tz_checkpoint_gpu_tests);
 #                                 then the Python module with CUDA, the
-#                                 tensorzip.dcp GPU-encode and resident-weights
-#                                 tests, and bench/resident_bench.py
+#                                 tensorzip.dcp GPU-encode, resident-weights and
+#                                 KV-codec (test_kv_cuda.py) tests,
+#                                 bench/resident_bench.py and the KV offload
+#                                 PCIe rows (bench/kv_offload_gpu_bench.py)
 #   bash bench/gpu/run.sh bench   tz_io_bench --gpu (with and without cuFile),
 #                                 then tz_gpu_bench: tensorzip encode/decode
 #                                 against nvCOMP ANS/zstd per data kind, memcpy
@@ -219,13 +221,29 @@ run_python() {
       python/tests/test_resident.py -k cuda >>"$OUT/py_tests.txt" 2>&1
     echo "python test_resident.py -k cuda exit code $?"
   fi
+  # The KV page codec on the GPU (tensorzip.kv's CUDA binding): pages encoded on the device are
+  # the CPU's bytes, CPU pages decode on the device bit for bit, a damaged page raises the CPU's
+  # error, the block store codes CUDA rows; the vLLM offloading worker's device path where vLLM
+  # imports (else skipped).
+  if fits 30 "test_kv_cuda.py"; then
+    stamp "KV page codec on the GPU (test_kv_cuda.py, test_vllm_offload.py -k 'cuda or device')"
+    TZ_REQUIRE_KV_CUDA=1 timeout "$(cap 180)" "$PY" -m pytest -p no:cacheprovider -ra -q python/tests/test_kv_cuda.py \
+      python/tests/test_vllm_offload.py -k "cuda or device" >>"$OUT/py_tests.txt" 2>&1
+    echo "python test_kv_cuda.py exit code $?"
+  fi
   if fits 40 "bench/resident_bench.py"; then
     stamp "bench/resident_bench.py (GPT, 4096-wide block)"
     { timeout "$(cap 120)" "$PY" bench/resident_bench.py --device cuda --models gpt --dtypes bfloat16 --runs 30
       timeout "$(cap 180)" "$PY" bench/resident_bench.py --gpu-block --runs 20
     } >>"$OUT/py_tests.txt" 2>&1
   fi
-  grep -E "test_resident.py -k cuda exit|passed|failed|^\| |GPU block|Error" "$OUT/py_tests.txt" | tail -20
+  if fits 30 "bench/kv_offload_gpu_bench.py"; then
+    stamp "KV offload store/load over PCIe: raw, device codec, CPU codec (bench/kv_offload_gpu_bench.py)"
+    timeout "$(cap 120)" "$PY" bench/kv_offload_gpu_bench.py --blocks 1024 --runs 7 >>"$OUT/py_tests.txt" 2>&1
+    echo "bench/kv_offload_gpu_bench.py exit code $?"
+  fi
+  grep -E "test_resident.py -k cuda exit|test_kv_cuda.py exit|passed|failed|^\| |GPU block|KV offload|Error" \
+    "$OUT/py_tests.txt" | tail -30
 }
 
 run_bench() {

@@ -22,7 +22,7 @@ import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -379,9 +379,12 @@ class CompressedBlockStore:
                 self._free_slot(slot)
             self.generation = generation
 
-    def store(self, slots: Sequence[int], rows: Mapping[int, np.ndarray]) -> int:
+    def store(self, slots: Sequence[int], rows: Mapping[int, Any]) -> int:
         """Stores block i of ``rows[t]`` (uint8, ``(len(slots), page_bytes[t])``) in slot
-        ``slots[i]`` for every tensor t; returns the raw bytes stored."""
+        ``slots[i]`` for every tensor t; returns the raw bytes stored. ``rows[t]`` is a NumPy array,
+        or, in a compressing store, a CUDA tensor: its pages are then encoded on the device
+        (``PageCodec.encode_rows``) and only their encoded bytes come to host memory; the tables
+        are calibrated on host copies of the pages, as for host rows."""
         slots = [int(s) for s in slots]
         raw = 0
         with self._lock:
@@ -389,14 +392,15 @@ class CompressedBlockStore:
                 self._free_slot(s)
                 self._slots[s] = {}
             for t, block_rows in rows.items():
-                block_rows = np.ascontiguousarray(block_rows).view(np.uint8)
-                if block_rows.shape != (len(slots), self.page_bytes[t]):
-                    raise UsageError(f"KV offloading: tensor {t}: blocks of shape {block_rows.shape}, "
+                if isinstance(block_rows, np.ndarray) or not self.compress:
+                    block_rows = np.ascontiguousarray(_host_rows(block_rows)).view(np.uint8)
+                if tuple(block_rows.shape) != (len(slots), self.page_bytes[t]):
+                    raise UsageError(f"KV offloading: tensor {t}: blocks of shape {tuple(block_rows.shape)}, "
                                      f"expected {(len(slots), self.page_bytes[t])}")
                 blobs = self._encode(t, block_rows)
                 for s, blob in zip(slots, blobs):
                     self._slots[s][t] = blob
-                raw += block_rows.size
+                raw += len(slots) * self.page_bytes[t]
             for s in slots:
                 if self.sizes is not None:
                     self.sizes.write(self.rank, s, self.slot_bytes(s))
@@ -407,22 +411,26 @@ class CompressedBlockStore:
             c["coded_bytes_stored"] += sum(self.slot_bytes(s) for s in slots)
         return raw
 
-    def _encode(self, t: int, rows: np.ndarray) -> List[bytes]:
+    def _encode(self, t: int, rows: Any) -> List[bytes]:
         t0 = time.perf_counter()
         if not self.compress:
             blobs = [row.tobytes() for row in rows]
         else:
             tables = self._tables[t]
             if tables.window.stale:
-                self._calibrate(t, rows)
+                self._calibrate(t, _host_rows(rows))
             blobs = tables.current.encode_rows(rows, self.threads)
             tables.add_pages(len(blobs))
-            tables.window.add(rows.size, sum(map(len, blobs)), len(blobs))
+            tables.window.add(rows.shape[0] * rows.shape[1], sum(map(len, blobs)), len(blobs))
         self.counters["encode_s"] += time.perf_counter() - t0
         return blobs
 
-    def load(self, slots: Sequence[int], tensors: Iterable[int]) -> Dict[int, np.ndarray]:
-        """The blocks of these slots, decoded: {t: uint8 (len(slots), page_bytes[t])}."""
+    def load(self, slots: Sequence[int], tensors: Iterable[int],
+             empty: Optional[Callable[[int, int], Any]] = None) -> Dict[int, Any]:
+        """The blocks of these slots, decoded: {t: uint8 (len(slots), page_bytes[t])}. ``empty(n,
+        page_bytes)``: where to decode (default a NumPy array); in a compressing store it may give
+        CUDA tensors: the pages then decode on the device (``PageCodec.decode_rows``)."""
+        empty = empty if empty is not None and self.compress else _empty_host_rows
         out: Dict[int, np.ndarray] = {}
         with self._lock:
             t0 = time.perf_counter()
@@ -433,7 +441,7 @@ class CompressedBlockStore:
                     if pages is None or t not in pages:
                         raise UsageError(f"KV offloading: slot {s} holds no block of tensor {t}")
                     blobs.append(pages[t])
-                dst = np.empty((len(blobs), self.page_bytes[t]), dtype=np.uint8)
+                dst = empty(len(blobs), self.page_bytes[t])
                 if self.compress:
                     self._decode(t, blobs, dst)
                 else:
@@ -446,7 +454,7 @@ class CompressedBlockStore:
             c["pages_loaded"] += len(slots) * len(out)
         return out
 
-    def _decode(self, t: int, blobs: List[bytes], dst: np.ndarray) -> None:
+    def _decode(self, t: int, blobs: List[bytes], dst: Any) -> None:
         tables = self._tables[t]
         ids = [_table_id(b) for b in blobs]
         for tid in set(ids):
@@ -457,7 +465,7 @@ class CompressedBlockStore:
             return
         for tid in set(ids):
             idx = [i for i, x in enumerate(ids) if x == tid]
-            part = np.empty((len(idx), dst.shape[1]), dtype=np.uint8)
+            part = dst[idx]  # a copy (NumPy and torch alike), decoded, then put back
             tables.by_id[tid].decode_rows([blobs[i] for i in idx], part, self.threads)
             dst[idx] = part
 
@@ -481,6 +489,39 @@ class CompressedBlockStore:
                    compress=self.compress, tables=[t.current.table_id if t.current is not None else None
                                                    for t in self._tables])
         return out
+
+
+def take_blocks(kv: Any, blocks: np.ndarray, page_bytes: int, on_device: bool) -> Any:
+    """The pages of these blocks of a KV cache tensor ``kv`` (a torch (num_blocks, bytes) 1-byte
+    view): uint8 rows (len(blocks), page_bytes), gathered where ``kv`` is; kept there
+    (``on_device``: a CUDA tensor for the device codec) or copied to a NumPy array."""
+    import torch
+
+    picked = kv.index_select(0, torch.from_numpy(blocks.astype(np.int64)).to(kv.device))
+    if on_device:
+        return picked[:, :page_bytes].contiguous().view(torch.uint8)
+    return picked.cpu().numpy().view(np.uint8)[:, :page_bytes]
+
+
+def put_blocks(kv: Any, blocks: np.ndarray, rows: Any) -> int:
+    """Writes decoded pages (uint8 rows: a NumPy array or a tensor, on any device) into these
+    blocks of ``kv`` (as :func:`take_blocks`); returns the bytes written."""
+    import torch
+
+    index = torch.from_numpy(blocks.astype(np.int64)).to(kv.device)
+    src = (rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)).view(kv.dtype)
+    dst = kv if rows.shape[1] == kv.shape[1] else kv[:, :rows.shape[1]]
+    dst.index_copy_(0, index, src.to(kv.device))
+    return int(rows.shape[0] * rows.shape[1])
+
+
+def _host_rows(rows: Any) -> np.ndarray:
+    """Rows as a NumPy array (a tensor, CUDA or not, copied to host memory)."""
+    return rows if isinstance(rows, np.ndarray) else rows.cpu().numpy()
+
+
+def _empty_host_rows(n: int, page_bytes: int) -> np.ndarray:
+    return np.empty((n, page_bytes), dtype=np.uint8)
 
 
 def _table_id(blob: bytes) -> int:

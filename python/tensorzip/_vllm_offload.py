@@ -20,7 +20,6 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 
 from vllm.v1.kv_offload.base import (
@@ -41,7 +40,8 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.config import OffloadingConfig
 
 from ._core import UsageError
-from ._kv_offload import PAGE_HEADER_BYTES, CompressedBlockStore, OffloadIndex, SlotSizes, kv_dtype_of
+from ._kv_offload import (PAGE_HEADER_BYTES, CompressedBlockStore, OffloadIndex, SlotSizes, kv_dtype_of, put_blocks,
+                          take_blocks)
 
 __all__ = ["TensorZipOffloadingSpec", "TensorZipOffloadingManager", "TensorZipOffloadingWorker", "OPTIONS"]
 
@@ -57,6 +57,9 @@ OPTIONS = {
                   "tensor-<i>.rank-<r>.tzkv), used while they pay; tables calibrated in the run are "
                   "written there when it lacks them",
     "max_blocks_ratio": "most blocks held per raw block that cpu_bytes_to_use could hold (default 4)",
+    "device_codec": "true (default): a KV cache on a CUDA device is coded there when this build has the "
+                    "KV codec's CUDA kernels (only encoded bytes cross to host memory); false: blocks are "
+                    "copied to host memory and coded on the CPU",
 }
 
 
@@ -150,17 +153,32 @@ class _SizesOf:
         return self._sizes.total(slot)
 
 
+def device_codec_usable(tensors: Sequence[torch.Tensor], store: CompressedBlockStore, wanted: bool) -> bool:
+    """Whether a worker codes on the KV cache's device: asked for (``device_codec``), a compressing
+    store, every KV tensor on a CUDA device, and the KV codec's CUDA kernels built with a device
+    visible (``tensorzip.kv.cuda_available()``)."""
+    if not (wanted and store.compress and tensors and all(t.is_cuda for t in tensors)):
+        return False
+    from .kv import cuda_available
+
+    return cuda_available()
+
+
 class TensorZipOffloadingWorker(OffloadingWorker):
     """Worker side: stores copy each block's pages out of the KV cache and encode them; loads decode
-    them into the KV cache. Each transfer runs when it is submitted (the codec runs on ``threads``
-    CPU threads) and is reported finished by the next :meth:`get_finished`. A KV cache on a GPU is
-    copied to host memory block by block around the CPU codec."""
+    them into the KV cache. Each transfer runs when it is submitted and is reported finished by the
+    next :meth:`get_finished`. A KV cache on a CUDA device is coded there (``device_codec``, see
+    :func:`device_codec_usable`): a store gathers the blocks on the device, encodes them there and
+    copies only the encoded bytes to host memory; a load copies the encoded bytes to the device,
+    decodes them there and scatters them into the KV cache. Otherwise the blocks cross to host
+    memory and the codec runs on ``threads`` CPU threads. The store holds the same bytes either way."""
 
-    def __init__(self, kv_caches: CanonicalKVCaches, store: CompressedBlockStore):
+    def __init__(self, kv_caches: CanonicalKVCaches, store: CompressedBlockStore, device_codec: bool = True):
         self.store = store
         # (num_blocks, page bytes) int8 views of the KV cache tensors.
         self.tensors = [t.tensor.view(torch.int8).view(t.tensor.shape[0], -1) if t.tensor.dim() != 2
                         else t.tensor.view(torch.int8) for t in kv_caches.tensors]
+        self.on_device = device_codec_usable(self.tensors, store, device_codec)
         # Per KV cache group: the KV tensors its layers use, each once.
         self.group_tensors = [list(dict.fromkeys(ref.tensor_idx for ref in refs)) for refs in kv_caches.group_data_refs]
         self._finished: List[TransferResult] = []
@@ -190,12 +208,8 @@ class TensorZipOffloadingWorker(OffloadingWorker):
         self.store.drop(dst_spec.drop)
         raw = 0
         for g, blocks, slots in self._groups(src_spec, dst_spec):
-            index = torch.from_numpy(blocks.astype(np.int64))
-            rows = {}
-            for t in self.group_tensors[g]:
-                kv = self.tensors[t]
-                picked = kv.index_select(0, index.to(kv.device))
-                rows[t] = picked.cpu().numpy().view(np.uint8)[:, :self.store.page_bytes[t]]
+            rows = {t: take_blocks(self.tensors[t], blocks, self.store.page_bytes[t], self.on_device)
+                    for t in self.group_tensors[g]}
             raw += self.store.store(slots.tolist(), rows)
         self._finished.append(TransferResult(job_id, True, raw, time.perf_counter() - t0))
         return True
@@ -204,17 +218,16 @@ class TensorZipOffloadingWorker(OffloadingWorker):
         assert isinstance(src_spec, TensorZipSlots)
         t0 = time.perf_counter()
         raw = 0
+        empty = self._device_rows if self.on_device else None
         for g, blocks, slots in self._groups(dst_spec, src_spec):
-            decoded = self.store.load(slots.tolist(), self.group_tensors[g])
+            decoded = self.store.load(slots.tolist(), self.group_tensors[g], empty)
             for t, rows in decoded.items():
-                kv = self.tensors[t]
-                index = torch.from_numpy(blocks.astype(np.int64)).to(kv.device)
-                src = torch.from_numpy(rows).view(torch.int8).to(kv.device)
-                dst = kv if rows.shape[1] == kv.shape[1] else kv[:, :rows.shape[1]]
-                dst.index_copy_(0, index, src)
-                raw += rows.size
+                raw += put_blocks(self.tensors[t], blocks, rows)
         self._finished.append(TransferResult(job_id, True, raw, time.perf_counter() - t0))
         return True
+
+    def _device_rows(self, n: int, page_bytes: int) -> torch.Tensor:
+        return torch.empty((n, page_bytes), dtype=torch.uint8, device=self.tensors[0].device)
 
     def get_finished(self) -> List[TransferResult]:
         done, self._finished = self._finished, []
@@ -246,6 +259,7 @@ class TensorZipOffloadingSpec(OffloadingSpec):
         self.threads = int(_option(extra, "threads", 0, int))
         self.tables_dir = _option(extra, "tables_dir", None, str)
         max_ratio = float(_option(extra, "max_blocks_ratio", 4, float))
+        self.device_codec = _option(extra, "device_codec", True, bool)
         self.kv_dtype = kv_dtype_of(config.model.dtype) if self.compress else None
         world = max(1, config.parallel.world_size)
         raw_block = config.worker_kv_bytes_per_block * world
@@ -277,7 +291,9 @@ class TensorZipOffloadingSpec(OffloadingSpec):
                                          threads=self.threads, tables_dir=self.tables_dir, sizes=self._sizes(),
                                          rank=self.config.parallel.rank,
                                          ranks=max(1, self.config.parallel.world_size))
-            self._worker = TensorZipOffloadingWorker(kv_caches, store)
+            self._worker = TensorZipOffloadingWorker(kv_caches, store, self.device_codec)
+            logger.info("tensorzip: KV blocks coded %s", "on the KV cache's CUDA device" if self._worker.on_device
+                        else "on the CPU")
         return self._worker
 
 

@@ -79,6 +79,18 @@ def test_store_round_trip_and_bytes_held(tmp_path):
     sizes.unlink()
 
 
+def test_blocks_taken_from_and_put_into_a_host_kv_cache(tmp_path):
+    blocks, _, store = make_store(tmp_path)
+    page = blocks.shape[1]
+    kv = torch.zeros((32, page + 64), dtype=torch.int8)  # rows padded past the page
+    kv[:16, :page] = torch.from_numpy(blocks).view(torch.int8)
+    rows = ko.take_blocks(kv, np.arange(4, 12), page, on_device=False)
+    assert isinstance(rows, np.ndarray) and np.array_equal(rows, blocks[4:12])
+    store.store(range(8), {0: rows})
+    assert ko.put_blocks(kv, np.arange(20, 28), store.load(range(8), [0])[0]) == 8 * page
+    assert torch.equal(kv[20:28], kv[4:12]) and not kv[20:28, page:].any()
+
+
 def test_store_uncompressed_and_wrong_shapes(tmp_path):
     blocks, sizes, store = make_store(tmp_path, compress=False)
     store.store([0, 1], {0: blocks[:2]})
@@ -458,6 +470,7 @@ def test_spec_found_by_vllm_and_options_checked():
     for bad, match in [({"compress": "yes"}, "compress must be true or false"),
                        ({"mode": "zstd"}, 'mode must be "rans" or "fixed"'),
                        ({"threads": -1}, "threads must be a number >= 0"),
+                       ({"device_codec": "no"}, "device_codec must be true or false"),
                        ({"cpu_bytes_to_use": 0}, "cpu_bytes_to_use must be a positive integer")]:
         with pytest.raises(tensorzip.UsageError, match=match):
             cls(offloading_config(dict(extra, **bad)))
@@ -466,6 +479,69 @@ def test_spec_found_by_vllm_and_options_checked():
     with pytest.raises(tensorzip.UsageError, match="KV cache dtype 'float32'"):
         cls(offloading_config(extra, dtype="float32"))
     assert cls(offloading_config(dict(extra, compress=False), dtype="float32")).reserve == 6 * 32768
+    assert spec.device_codec is True and cls(offloading_config(dict(extra, device_codec=False))).device_codec is False
+
+
+def worker_on(device, tmp_path, device_codec=True):
+    """A worker over a KV cache of two tensors (32 blocks of real K|V pages, the first 16 filled) on
+    `device`, with a store of its own: (worker, kv tensors, store, slot sizes)."""
+    from vllm.v1.kv_offload.base import CanonicalKVCacheRef, CanonicalKVCaches, CanonicalKVCacheTensor
+
+    from tensorzip import _vllm_offload as vo
+
+    blocks = real_blocks()
+    page = blocks.shape[1]
+    kv = [torch.zeros((32, page), dtype=torch.int8) for _ in range(2)]
+    kv[0][:16] = torch.from_numpy(blocks).view(torch.int8)
+    kv[1][:16] = torch.from_numpy(blocks[::-1].copy()).view(torch.int8)
+    kv = [t.to(device) for t in kv]
+    caches = CanonicalKVCaches([CanonicalKVCacheTensor(t, page) for t in kv],
+                               [[CanonicalKVCacheRef(0, page), CanonicalKVCacheRef(1, page)]])
+    os.makedirs(tmp_path, exist_ok=True)
+    _, sizes, store = make_store(tmp_path)
+    return vo.TensorZipOffloadingWorker(caches, store, device_codec), kv, store, sizes
+
+
+def test_worker_codes_on_the_cpu_for_a_host_kv_cache_or_when_told(tmp_path):
+    need_vllm()
+    from tensorzip import _vllm_offload as vo
+
+    worker, kv, store, _ = worker_on("cpu", tmp_path)
+    assert not worker.on_device  # a host KV cache: the CPU codec
+    assert not vo.device_codec_usable(kv, store, True)
+    if torch.cuda.is_available():
+        assert not worker_on("cuda", tmp_path, device_codec=False)[0].on_device
+        from tensorzip.kv import cuda_available
+
+        assert worker_on("cuda", tmp_path)[0].on_device == cuda_available()
+
+
+def test_worker_device_path_round_trips_blocks(tmp_path):
+    """On a GPU with the KV CUDA kernels: stores gather and encode blocks on the device, loads decode
+    them there into other KV blocks, bit for bit; the store holds the bytes the CPU path holds."""
+    need_vllm()
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec
+
+    from tensorzip import _vllm_offload as vo
+    from tensorzip.kv import cuda_available
+
+    if not (cuda_available() and torch.cuda.is_available()):
+        if os.environ.get("TZ_REQUIRE_KV_CUDA") == "1":
+            pytest.fail("TZ_REQUIRE_KV_CUDA=1: no CUDA device with the KV codec's CUDA kernels")
+        pytest.skip("no CUDA device with the KV codec's CUDA kernels")
+    worker, kv, store, sizes = worker_on("cuda", tmp_path / "gpu")
+    cpu_worker, _, cpu_store, _ = worker_on("cuda", tmp_path / "cpu", device_codec=False)
+    assert worker.on_device and not cpu_worker.on_device
+    src = GPULoadStoreSpec(list(range(4, 12)), group_sizes=[8], block_indices=[0])
+    for w in (worker, cpu_worker):
+        assert w.submit_store(7, src, vo.TensorZipSlots(range(100, 108)))
+    assert all(store._slots[s] == cpu_store._slots[s] for s in range(100, 108))  # the same store format
+    assert sizes.total(100) == store.slot_bytes(100) > 0
+    dst = GPULoadStoreSpec(list(range(20, 28)), group_sizes=[8], block_indices=[0])
+    assert worker.submit_load(8, vo.TensorZipSlots(range(100, 108)), dst)
+    assert [r.job_id for r in worker.get_finished()] == [7, 8]
+    for t in kv:
+        assert t.is_cuda and torch.equal(t[20:28], t[4:12]) and t[20:28].any()
 
 
 def test_worker_moves_blocks_between_kv_cache_and_store(tmp_path):
