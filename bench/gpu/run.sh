@@ -10,7 +10,8 @@
 #                                 from/to device memory (tz_checkpoint_gpu_tests);
 #                                 then the Python module with CUDA, the
 #                                 tensorzip.dcp GPU-encode, resident-weights and
-#                                 KV-codec (test_kv_cuda.py) tests,
+#                                 KV-codec (test_kv_cuda.py) and vLLM GPU
+#                                 load (test_vllm_device.py) tests,
 #                                 bench/resident_bench.py and the KV offload
 #                                 PCIe rows (bench/kv_offload_gpu_bench.py)
 #   bash bench/gpu/run.sh bench   tz_io_bench --gpu (with and without cuFile),
@@ -231,6 +232,15 @@ run_python() {
       python/tests/test_vllm_offload.py -k "cuda or device" >>"$OUT/py_tests.txt" 2>&1
     echo "python test_kv_cuda.py exit code $?"
   fi
+  # The vLLM load format's GPU decode (tensorzip/_vllm_device.py): the fixture GPT's weight
+  # folders decoded on the device bit for bit as on the CPU, a damaged frame (at its checksum and
+  # behind it) raised naming file and tensor. No vLLM needed; the delta test skips without the CLI.
+  if fits 30 "test_vllm_device.py"; then
+    stamp "vLLM load format, GPU decode (test_vllm_device.py)"
+    TZ_REQUIRE_VLLM_CUDA=1 timeout "$(cap 180)" "$PY" -m pytest -p no:cacheprovider -ra -q \
+      python/tests/test_vllm_device.py >>"$OUT/py_tests.txt" 2>&1
+    echo "python test_vllm_device.py exit code $?"
+  fi
   if fits 40 "bench/resident_bench.py"; then
     stamp "bench/resident_bench.py (GPT, 4096-wide block)"
     { timeout "$(cap 120)" "$PY" bench/resident_bench.py --device cuda --models gpt --dtypes bfloat16 --runs 30
@@ -242,7 +252,7 @@ run_python() {
     timeout "$(cap 120)" "$PY" bench/kv_offload_gpu_bench.py --blocks 1024 --runs 7 >>"$OUT/py_tests.txt" 2>&1
     echo "bench/kv_offload_gpu_bench.py exit code $?"
   fi
-  grep -E "test_resident.py -k cuda exit|test_kv_cuda.py exit|passed|failed|^\| |GPU block|KV offload|Error" \
+  grep -E "test_resident.py -k cuda exit|test_kv_cuda.py exit|test_vllm_device.py exit|passed|failed|^\| |GPU block|KV offload|Error" \
     "$OUT/py_tests.txt" | tail -30
 }
 

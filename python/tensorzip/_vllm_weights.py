@@ -112,13 +112,16 @@ class _Handles:
                 pass
 
 
-def _plan(files: List[str], handles: _Handles) -> List[Tuple[str, str]]:
+def _plan(files: List[str], handles: _Handles, device: Any = None) -> List[Tuple[str, str]]:
     """(file, tensor name) of every tensor, in each file's data order; every file opened once (its
-    header and references checked); a name in two files refused."""
+    header and references checked; with a device decoder, its frame table read); a name in two
+    files refused."""
     jobs: List[Tuple[str, str]] = []
     seen: Dict[str, str] = {}
     for path in files:
         h = handles.open(path)
+        if device is not None:
+            device.add_file(path)
         for name in h.offset_keys():
             if name in seen:
                 raise UsageError(f"tensor {name!r} is in two weight files: {seen[name]} and {path}")
@@ -129,8 +132,8 @@ def _plan(files: List[str], handles: _Handles) -> List[Tuple[str, str]]:
 
 
 def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: Optional[int] = None,
-                 threads_per_tensor: int = 1) -> Iterator[Tuple[str, Any]]:
-    """``(name, tensor)`` for every tensor of ``files`` (CPU torch tensors, bit for bit the stored
+                 threads_per_tensor: int = 1, device: Any = None) -> Iterator[Tuple[str, Any]]:
+    """``(name, tensor)`` for every tensor of ``files`` (torch tensors, bit for bit the stored
     ones), yielded in the order their decoding completes.
 
     Args:
@@ -142,6 +145,9 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
             consumer holds) above the model's own.
         threads_per_tensor: decoding threads for one tensor of several frames (the reader's
             ``threads``; 1: each tensor on its own worker).
+        device: a CUDA device: the tensors that can be are decoded there (``tensorzip._vllm_device``)
+            and yielded as tensors on it, the others as CPU tensors; None (default): all on the CPU.
+            The caller checks that the device path can run (``_vllm_device.decode_device``).
 
     Errors name the file and the tensor (``<file>: tensor 'x': <what>``), keep tensorzip's class
     (CorruptDataError for a damaged frame, ...), and stop the load: tensors in flight are dropped,
@@ -152,19 +158,32 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
     handles = _Handles(threads_per_tensor, refs)
     memory = BufferPool(keep=win + 1)
     pool: Optional[ThreadPoolExecutor] = None
-    try:
-        jobs = _plan(files, handles)
+    on_device = None
+    if device is not None:
+        from ._vllm_device import DeviceDecoder
 
-        def decode(path: str, name: str) -> Any:
+        on_device = DeviceDecoder(device)
+    try:
+        jobs = _plan(files, handles, on_device)
+
+        def decode_on_host(path: str, name: str) -> Any:
             h = handles.take(path)
             try:
                 return h.get_tensor_in(name, memory.memory)
-            except (TensorZipError, OSError, ValueError, KeyError) as e:
-                if path in str(e) and repr(name) in str(e):
-                    raise  # the reader's message names both already
-                raise _with_context(e, f"{path}: tensor {name!r}") from e
             finally:
                 handles.give(path, h)
+
+        def decode(path: str, name: str) -> Any:
+            try:
+                if on_device is not None and on_device.on_device(path, name):
+                    t = on_device.decode(path, name)
+                    if t is not None:
+                        return t
+                return decode_on_host(path, name)
+            except (TensorZipError, OSError, ValueError, KeyError) as e:
+                if path in str(e) and repr(name) in str(e):
+                    raise  # the message names both already
+                raise _with_context(e, f"{path}: tensor {name!r}") from e
 
         pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tensorzip-load")
         pending: Dict[Future, str] = {}

@@ -21,13 +21,21 @@ Options (``--model-loader-extra-config '{"threads": 8}'`` / ``model_loader_extra
     ``refs``: location(s) of the ``.tzip`` files delta/cast-coded weight files were saved against
         (a folder, a file, or a list; default: the recorded relative paths).
     ``window``: tensors decoded ahead of the model's loader (default and least: ``threads``).
+    ``device_decode``: decode on the model's CUDA device (default: when the model's parameters are
+        on a CUDA device, the module is built with CUDA and a device is visible; ``false``: always
+        on the CPU; ``true``: refused with one line where the device path cannot run).
+
+GPU path (``tensorzip._vllm_device``): each tensor's frames are read from the file as stored
+(checked against their xxh64), copied to the device and decoded there by the CUDA plan of resident
+weights into a CUDA tensor, which ``model.load_weights`` copies device to device; delta/cast-coded
+tensors and tensors not coded as floats are decoded on the CPU as before. At most ``window``
+tensors are in flight either way. The GPU path has not run on a GPU yet (doc/vllm.md).
 
 With ``quantization="tensorzip"`` (``tensorzip._vllm_resident``) the loaded model's weights are then
 kept compressed in memory (``tensorzip.resident.compress_model``), decoded block by block; a plain
 safetensors folder is accepted in that mode (loaded by vLLM's own safetensors loader).
 
-Not built yet (doc/vllm.md): decoding the load on the GPU; the weights are decoded on the CPU and
-loaded as vLLM loads any checkpoint.
+Not built yet (doc/vllm.md): delta/cast-coded tensors decoded on the GPU.
 """
 from __future__ import annotations
 
@@ -44,7 +52,7 @@ __all__ = ["register", "LOAD_FORMAT", "loader_class", "OPTIONS"]
 
 LOAD_FORMAT = "tensorzip"
 #: The keys model_loader_extra_config may hold.
-OPTIONS = ("threads", "refs", "window")
+OPTIONS = ("threads", "refs", "window", "device_decode")
 
 # Under vLLM's logger: its messages go where vLLM's go.
 logger = logging.getLogger("vllm.tensorzip")
@@ -52,7 +60,8 @@ _loader_class: Any = None
 
 
 def _options(extra: Any) -> Dict[str, Any]:
-    """model_loader_extra_config, checked: only OPTIONS; threads/window non-negative ints."""
+    """model_loader_extra_config, checked: only OPTIONS; threads/window non-negative ints;
+    device_decode a bool."""
     if extra is None:
         return {}
     if not isinstance(extra, dict):
@@ -66,6 +75,9 @@ def _options(extra: Any) -> Dict[str, Any]:
         v = extra.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise UsageError(f"model_loader_extra_config: {key} must be an integer >= 0, got {v!r}")
+    v = extra.get("device_decode")
+    if v is not None and not isinstance(v, bool):
+        raise UsageError(f"model_loader_extra_config: device_decode must be true or false, got {v!r}")
     refs = extra.get("refs")
     if refs is not None:
         extra = dict(extra, refs=_ref_files(refs))
@@ -118,21 +130,34 @@ def _make_loader_class() -> Any:
                 _load_plain(self.load_config, model, model_config)
                 return
             files = model_weight_files(folder)
+            device = _decode_device(self.options, model)
             t0 = time.perf_counter()
             weights = iter_weights(files, threads=self.options.get("threads") or 0,
-                                   refs=self.options.get("refs"), window=self.options.get("window"))
+                                   refs=self.options.get("refs"), window=self.options.get("window"),
+                                   device=device)
             try:
                 loaded = model.load_weights(weights)
             finally:
                 weights.close()  # an error inside load_weights: the pool stops, the files close
-            logger.info("tensorzip: loaded the weights of %s (%d file(s)) in %.2f s", folder, len(files),
-                        time.perf_counter() - t0)
+            logger.info("tensorzip: loaded the weights of %s (%d file(s), decoded on %s) in %.2f s", folder,
+                        len(files), device if device is not None else "the CPU", time.perf_counter() - t0)
             if model_config.quantization in (None, _vllm_resident.QUANTIZATION) and loaded is not None:
                 _check_all_loaded(model, loaded, folder)
 
     TensorZipModelLoader.__module__ = __name__
     TensorZipModelLoader.__qualname__ = "TensorZipModelLoader"
     return TensorZipModelLoader
+
+
+def _decode_device(options: Dict[str, Any], model: Any) -> Any:
+    """The CUDA device the weights are decoded on (the device of the model's first parameter), or
+    None for the CPU path (a model on the CPU, device_decode false, no CUDA build or device)."""
+    from . import _vllm_device
+
+    device, why = _vllm_device.decode_device(options.get("device_decode"), _vllm_device.model_device(model))
+    if device is None:
+        logger.info("tensorzip: weights decoded on the CPU (%s)", why)
+    return device
 
 
 def _plain_folder(model_config: Any) -> bool:

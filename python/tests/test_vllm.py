@@ -36,6 +36,7 @@ from tensorzip import _vllm_weights  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _gpt  # noqa: E402
+import _weight_folders  # noqa: E402
 from _engines import need_module  # noqa: E402
 
 WORKER = Path(__file__).parent / "_vllm_worker.py"
@@ -245,25 +246,7 @@ def missing_shard_copy(folders, tmp_path) -> Path:
 
 def corrupt_copy(folders, tmp_path):
     """A copy of the compressed folder with one byte of one tensor's frame flipped: (folder, tensor)."""
-    dst = tmp_path / "corrupt.tzip"
-    shutil.copytree(folders["tzip"], dst)
-    path = dst / "model.tzip"
-    data = bytearray(path.read_bytes())
-    for frac in (0.5, 0.4, 0.6, 0.3, 0.7):
-        pos = int(len(data) * frac)
-        data[pos] ^= 0x10
-        path.write_bytes(bytes(data))
-        bad = []
-        with tensorzip.safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                try:
-                    f.get_tensor(name)
-                except tensorzip.CorruptDataError:
-                    bad.append(name)
-        if len(bad) == 1:
-            return dst, bad[0]
-        data[pos] ^= 0x10
-    raise AssertionError("no byte found whose flip damages exactly one tensor")
+    return _weight_folders.corrupt_copy(folders["tzip"], tmp_path)
 
 
 def test_weight_stream_corrupt_frame(folders, tmp_path):
