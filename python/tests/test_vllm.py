@@ -379,6 +379,11 @@ def test_plugin_registered_and_options_checked():
         get_model_loader(LoadConfig(load_format="tensorzip", model_loader_extra_config={"thread": 3}))
     with pytest.raises(tensorzip.UsageError, match="threads must be an integer"):
         get_model_loader(LoadConfig(load_format="tensorzip", model_loader_extra_config={"threads": "8"}))
+    with pytest.raises(tensorzip.UsageError, match="device_decode must be true or false"):
+        get_model_loader(LoadConfig(load_format="tensorzip", model_loader_extra_config={"device_decode": "yes"}))
+    loader = get_model_loader(LoadConfig(load_format="tensorzip",
+                                         model_loader_extra_config={"device_decode": False}))
+    assert loader.options == {"device_decode": False}
 
 
 def _free_port() -> int:
