@@ -6,7 +6,8 @@ that cannot run); and the device path's Python side runs over host stand-ins of 
 (the CUDA plan replaced by one that decodes the same frames with the CPU codec into the same
 pointers, the streams by no-ops): bit for bit the CPU path's tensors, the host path kept for
 delta-coded tensors, a damaged frame (at its checksum, and behind it, reported by the plan's
-status) raised as CorruptDataError naming the file and the tensor. On a GPU (skipped without one;
+status) raised as CorruptDataError naming the file and the tensor; in a CUDA build without a device,
+the real CUDA plan takes the frames and its refusal to start is raised naming them too. On a GPU (skipped without one;
 ``TZ_REQUIRE_VLLM_CUDA=1`` makes a missing device a failure): the same on the device itself.
 No vLLM, transformers or tzip CLI needed (the delta-coded folder alone is made by the CLI).
 """
@@ -306,6 +307,22 @@ def test_device_path_stand_in_status_names_tensor(folders, host_device, monkeypa
     with pytest.raises(tensorzip.CorruptDataError, match=want):
         for _ in _vllm_weights.iter_weights([path], threads=2, device=host_device):
             pass
+
+
+@pytest.mark.skipif(not _vllm_device.built_with_cuda(), reason="a build without the CUDA plan")
+def test_cuda_plan_binding_without_a_device(folders, monkeypatch):
+    """The module's real CUDA plan, driven by the device path (host stand-ins for the streams) where
+    no device is visible: the plan takes the frames (host arithmetic) and its decode cannot start,
+    which is raised naming the file and the tensor."""
+    if _C.cuda_available():
+        pytest.skip("a CUDA device is here")
+    monkeypatch.setattr(_vllm_device, "_CudaCalls", HostCalls)
+    path = str(folders["tzip"] / "model.tzip")
+    with pytest.raises(tensorzip.UsageError) as e:
+        for _ in _vllm_weights.iter_weights([path], threads=1, device=torch.device("cpu")):
+            pass
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: tensor '") and "CUDA decode of group 0 could not start" in msg, msg
 
 
 # ---- on a GPU ----
