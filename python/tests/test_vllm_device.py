@@ -6,9 +6,10 @@ that cannot run); and the device path's Python side runs over host stand-ins of 
 (the CUDA plan replaced by one that decodes the same frames with the CPU codec into the same
 pointers, the streams by no-ops): bit for bit the CPU path's tensors, the host path kept for
 delta-coded tensors, a damaged frame (at its checksum, and behind it, reported by the plan's
-status) raised as CorruptDataError naming the file and the tensor; in a CUDA build without a device,
-the real CUDA plan takes the frames and its refusal to start is raised naming them too. On a GPU (skipped without one;
-``TZ_REQUIRE_VLLM_CUDA=1`` makes a missing device a failure): the same on the device itself.
+status) raised as CorruptDataError naming the file and the tensor; in a CUDA build without a
+device, the real CUDA plan takes the frames and its refusal to start is raised naming them too.
+On a GPU (skipped without one; ``TZ_REQUIRE_VLLM_CUDA=1`` makes a missing device a failure): the
+same on the device itself.
 No vLLM, transformers or tzip CLI needed (the delta-coded folder alone is made by the CLI).
 """
 import ctypes
