@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
+import pytest
+
 import tensorzip
+from tensorzip import _vllm_weights
 
 
 def corrupt_copy(tzip_folder: Path, tmp_path: Path):
@@ -29,3 +33,35 @@ def corrupt_copy(tzip_folder: Path, tmp_path: Path):
             return dst, bad[0]
         data[pos] ^= 0x10
     raise AssertionError("no byte found whose flip damages exactly one tensor")
+
+
+def most_decoded_ahead(monkeypatch, owner, method: str, files, **kw):
+    """Consumes ``iter_weights(files, **kw)`` slowly, counting the calls of ``owner.method`` (the
+    per-tensor decode): (tensors taken, tensors decoded, most decoded that were not taken yet)."""
+    decoded = []
+    real = getattr(owner, method)
+
+    def counting(self, *a):
+        t = real(self, *a)
+        decoded.append(a)
+        return t
+
+    monkeypatch.setattr(owner, method, counting)
+    taken = most = 0
+    for _name, _t in _vllm_weights.iter_weights(files, **kw):
+        taken += 1
+        time.sleep(0.01)  # a slow consumer: the workers would run ahead without the window
+        most = max(most, len(decoded) - taken + 1)
+    return taken, len(decoded), most
+
+
+def corrupt_stream_message(folder: Path, tensor: str, **kw) -> str:
+    """The CorruptDataError of streaming a folder whose one tensor is damaged (corrupt_copy), checked
+    to name the file and that tensor once."""
+    files = _vllm_weights.model_weight_files(str(folder))
+    with pytest.raises(tensorzip.CorruptDataError) as e:
+        for _ in _vllm_weights.iter_weights(files, **kw):
+            pass
+    msg = str(e.value)
+    assert str(folder / "model.tzip") in msg and msg.count(f"tensor {tensor!r}") == 1, msg
+    return msg

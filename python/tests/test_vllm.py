@@ -207,23 +207,10 @@ def test_weight_stream_refs(folders, delta):
 
 def test_weight_stream_window(folders, monkeypatch):
     """At most `window` decoded tensors exist that the consumer has not taken."""
-    decoded = []
-    real = tensorzip.SafeOpen.get_tensor_in
-
-    def counting(self, name, memory):
-        t = real(self, name, memory)
-        decoded.append(name)
-        return t
-
-    monkeypatch.setattr(tensorzip.SafeOpen, "get_tensor_in", counting)
     files = _vllm_weights.model_weight_files(str(folders["tzip"]))
-    taken = 0
-    most = 0
-    for _name, _t in _vllm_weights.iter_weights(files, threads=2, window=3):
-        taken += 1
-        time.sleep(0.01)  # a slow consumer: the workers would run ahead without the window
-        most = max(most, len(decoded) - taken + 1)
-    assert taken == len(decoded) > 3
+    taken, decoded, most = _weight_folders.most_decoded_ahead(monkeypatch, tensorzip.SafeOpen, "get_tensor_in",
+                                                              files, threads=2, window=3)
+    assert taken == decoded > 3
     assert most <= 3
 
 

@@ -250,34 +250,16 @@ def test_device_path_stand_in_keeps_delta_on_host(folders, delta, host_device):
 
 def test_device_path_stand_in_window(folders, host_device, monkeypatch):
     """At most `window` tensors decoded that the consumer has not taken, on the device path too."""
-    decoded = []
-    real = _vllm_device.DeviceDecoder.decode
-
-    def counting(self, path, name):
-        t = real(self, path, name)
-        decoded.append(name)
-        return t
-
-    monkeypatch.setattr(_vllm_device.DeviceDecoder, "decode", counting)
     files = _vllm_weights.model_weight_files(str(folders["tzip"]))
-    taken = most = 0
-    import time
-    for _name, _t in _vllm_weights.iter_weights(files, threads=2, window=3, device=host_device):
-        taken += 1
-        time.sleep(0.01)
-        most = max(most, len(decoded) - taken + 1)
-    assert taken == len(decoded) > 3 and most <= 3
+    taken, decoded, most = _weight_folders.most_decoded_ahead(monkeypatch, _vllm_device.DeviceDecoder, "decode",
+                                                              files, threads=2, window=3, device=host_device)
+    assert taken == decoded > 3 and most <= 3
 
 
 def test_device_path_stand_in_corrupt_frame(folders, tmp_path, host_device):
     """A damaged frame (its xxh64 no longer matches): CorruptDataError naming file and tensor."""
     folder, tensor = corrupt_copy(folders, tmp_path)
-    files = _vllm_weights.model_weight_files(str(folder))
-    with pytest.raises(tensorzip.CorruptDataError) as e:
-        for _ in _vllm_weights.iter_weights(files, threads=2, device=host_device):
-            pass
-    msg = str(e.value)
-    assert str(folder / "model.tzip") in msg and msg.count(f"tensor {tensor!r}") == 1, msg
+    msg = _weight_folders.corrupt_stream_message(folder, tensor, threads=2, device=host_device)
     assert "checksum" in msg, msg
 
 
@@ -365,12 +347,7 @@ def test_gpu_delta_stays_on_host(folders, delta, cuda):
 
 def test_gpu_corrupt_frame(folders, tmp_path, cuda):
     folder, tensor = corrupt_copy(folders, tmp_path)
-    files = _vllm_weights.model_weight_files(str(folder))
-    with pytest.raises(tensorzip.CorruptDataError) as e:
-        for _ in _vllm_weights.iter_weights(files, threads=2, device=cuda):
-            pass
-    msg = str(e.value)
-    assert str(folder / "model.tzip") in msg and msg.count(f"tensor {tensor!r}") == 1, msg
+    _weight_folders.corrupt_stream_message(folder, tensor, threads=2, device=cuda)
 
 
 def test_gpu_damage_behind_checksum_reported_by_device(folders, cuda, monkeypatch):
