@@ -1,6 +1,7 @@
 """Compressed weight folders for the weight-stream tests (test_vllm.py, test_vllm_device.py)."""
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -9,6 +10,28 @@ import pytest
 
 import tensorzip
 from tensorzip import _vllm_weights
+
+
+def write_weights(folder: Path, sd, shards: int = 1) -> None:
+    """model.safetensors in ``folder`` (made if missing), or ``shards`` shards and
+    model.safetensors.index.json (Hugging Face's sharded layout)."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if shards == 1:
+        save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return
+    names = list(sd)
+    per = -(-len(names) // shards)
+    weight_map = {}
+    for k in range(shards):
+        part = names[k * per:(k + 1) * per]
+        fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        save_file({n: sd[n] for n in part}, str(folder / fname), metadata={"format": "pt"})
+        weight_map.update({n: fname for n in part})
+    total = sum(v.numel() * v.element_size() for v in sd.values())
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
 
 
 def corrupt_copy(tzip_folder: Path, tmp_path: Path):

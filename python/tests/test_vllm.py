@@ -29,7 +29,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 import tensorzip  # noqa: E402
 from tensorzip import _vllm_weights  # noqa: E402
@@ -103,20 +103,7 @@ def write_gpt2_folder(folder: Path, sd, n_layers: int, shards: int = 1) -> None:
         tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, architectures=["GPT2LMHeadModel"],
         dtype="bfloat16").save_pretrained(folder)
     write_byte_tokenizer(folder)
-    if shards == 1:
-        save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        return
-    names = list(sd)
-    per = -(-len(names) // shards)
-    weight_map = {}
-    for k in range(shards):
-        part = names[k * per:(k + 1) * per]
-        fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
-        save_file({n: sd[n] for n in part}, str(folder / fname), metadata={"format": "pt"})
-        weight_map.update({n: fname for n in part})
-    total = sum(v.numel() * v.element_size() for v in sd.values())
-    (folder / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    _weight_folders.write_weights(folder, sd, shards)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ same on the device itself.
 No vLLM, transformers or tzip CLI needed (the delta-coded folder alone is made by the CLI).
 """
 import ctypes
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 import tensorzip  # noqa: E402
 import tensorzip.vllm as tzv  # noqa: E402
@@ -39,22 +38,6 @@ import _weight_folders  # noqa: E402
 REQUIRED = os.environ.get("TZ_REQUIRE_VLLM_CUDA") == "1"
 
 
-def write_weights(folder: Path, sd, shards: int) -> None:
-    """model.safetensors, or `shards` shards and model.safetensors.index.json."""
-    folder.mkdir(parents=True)
-    if shards == 1:
-        save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        return
-    names = list(sd)
-    per = -(-len(names) // shards)
-    weight_map = {}
-    for k in range(shards):
-        fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
-        save_file({n: sd[n] for n in names[k * per:(k + 1) * per]}, str(folder / fname), metadata={"format": "pt"})
-        weight_map.update({n: fname for n in names[k * per:(k + 1) * per]})
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """The fixture GPT's weights (real trained BF16 tensors) as a plain folder and compressed single-file
@@ -62,8 +45,8 @@ def folders(tmp_path_factory):
     sd = _gpt.state_dict_of(_gpt.FULL if _gpt.FULL.is_file() else _gpt.SAMPLE)
     root = tmp_path_factory.mktemp("vllm-device")
     out = {"plain": root / "gpt"}
-    write_weights(out["plain"], sd, 1)
-    write_weights(root / "gpt-sharded", sd, 2)
+    _weight_folders.write_weights(out["plain"], sd, 1)
+    _weight_folders.write_weights(root / "gpt-sharded", sd, 2)
     for key, src in (("tzip", out["plain"]), ("tzip_sharded", root / "gpt-sharded")):
         out[key] = root / (src.name + ".tzip")
         tensorzip.compress_folder(src, out[key])
@@ -81,7 +64,7 @@ def delta(folders, tmp_path_factory, tzip_cli):
         bits = t.view(torch.int16).clone().view(-1)
         bits[::3] ^= 1
         prev[name] = bits.view(t.shape).view(t.dtype)
-    write_weights(root / "prev", prev, 1)
+    _weight_folders.write_weights(root / "prev", prev, 1)
     for args in (["compress", root / "prev", "-o", root / "prev.tzip"],
                  ["compress", folders["plain"], "-o", root / "delta.tzip", "--ref", root / "prev.tzip"]):
         subprocess.run([tzip_cli, *map(str, args)], check=True, capture_output=True, timeout=600)
@@ -282,14 +265,20 @@ def first_frame_offset(path, name):
     return row[4][0][0]
 
 
-def test_device_path_stand_in_status_names_tensor(folders, host_device, monkeypatch):
+def stream_with_damage_behind_checksum(folders, device, monkeypatch, what: str) -> None:
+    """The largest tensor's first frame damaged after its checksum passed: the device's status for
+    it raises CorruptDataError ``<file>: tensor 'x': frame 0 of N failed to decode on <device> <what>``."""
     path = str(folders["tzip"] / "model.tzip")
     name = largest_tensor(path)
     damaged_behind_checksum(monkeypatch, first_frame_offset(path, name))
-    want = re.escape(f"{path}: tensor {name!r}: ") + r"frame 0 of \d+ failed to decode on cpu \(tz error code 7\)"
+    want = re.escape(f"{path}: tensor {name!r}: ") + rf"frame 0 of \d+ failed to decode on {device} " + what
     with pytest.raises(tensorzip.CorruptDataError, match=want):
-        for _ in _vllm_weights.iter_weights([path], threads=2, device=host_device):
+        for _ in _vllm_weights.iter_weights([path], threads=2, device=device):
             pass
+
+
+def test_device_path_stand_in_status_names_tensor(folders, host_device, monkeypatch):
+    stream_with_damage_behind_checksum(folders, host_device, monkeypatch, r"\(tz error code 7\)")
 
 
 @pytest.mark.skipif(not _vllm_device.built_with_cuda(), reason="a build without the CUDA plan")
@@ -351,10 +340,4 @@ def test_gpu_corrupt_frame(folders, tmp_path, cuda):
 
 
 def test_gpu_damage_behind_checksum_reported_by_device(folders, cuda, monkeypatch):
-    path = str(folders["tzip"] / "model.tzip")
-    name = largest_tensor(path)
-    damaged_behind_checksum(monkeypatch, first_frame_offset(path, name))
-    want = re.escape(f"{path}: tensor {name!r}: ") + rf"frame 0 of \d+ failed to decode on {cuda} "
-    with pytest.raises(tensorzip.CorruptDataError, match=want):
-        for _ in _vllm_weights.iter_weights([path], threads=2, device=cuda):
-            pass
+    stream_with_damage_behind_checksum(folders, cuda, monkeypatch, "")
