@@ -186,14 +186,14 @@ class DeviceDecoder:
         host, frames = self._read(path, e, where)
         if frames is None:
             return None
+        nbytes = _dtypes.file_nbytes(e.dtype, e.shape)
+        if sum(f.raw_size for f in frames) != nbytes:  # checked before any device memory is taken
+            raise CorruptDataError(f"{where}: frames hold {sum(f.raw_size for f in frames)} bytes, the tensor "
+                                   f"{list(e.shape)} of {e.dtype} needs {nbytes}")
         calls = self.calls
         stream = calls.stream()
         with calls.using(stream):
             out = torch.empty(e.shape, dtype=dtype, device=self.device)
-            nbytes = out.numel() * out.element_size()
-            if sum(f.raw_size for f in frames) != nbytes:
-                raise CorruptDataError(f"{where}: frames hold {sum(f.raw_size for f in frames)} bytes, the tensor "
-                                       f"{list(e.shape)} of {e.dtype} needs {nbytes}")
             if frames:
                 self._decode_frames(name, host, frames, out, nbytes, stream, where)
         calls.wait(stream)
