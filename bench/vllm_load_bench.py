@@ -25,16 +25,23 @@ safetensors.torch by name), then vLLM's default loader (load format "auto") read
 through the patched `safe_open(...).get_tensor`. ZipNN decodes with its default thread count,
 min(CPU count, 16): the route has no thread option.
 
-The three folders are put on an ext4 filesystem in a loop-device file. Each measurement is a fresh
-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, VLLM_CPU_KVCACHE_SPACE=1, enforce_eager) that builds
-`LLM(...)`: "load" is the wall time of the model's `load_weights` (vLLM's GPT-2 load_weights,
-wrapped, for both loaders: reading, decoding and copying every weight), "ready" the time of
-`LLM(...)` construction, "peak RSS" the process's VmHWM (/proc/self/status: the high-water mark
-of its own address space; ru_maxrss is not used, as Linux carries the parent's peak over into a
-child through fork and exec, and the parent holds the model it wrote). Settings: (a) page cache (the files
-read once before each run), (b) caches dropped (`echo 3 > /proc/sys/vm/drop_caches`) and the
-loop device's reads limited by the child's blkio cgroup (`blkio.throttle.read_bps_device`; the
-child writes its pid to the cgroup's cgroup.procs before it imports vLLM). Configurations are
+The three folders are put on an ext4 filesystem in a loop-device file kept in RAM (tmpfs,
+`--data`), so the loop device's reads cost nothing but the limit set on them. Each measurement is
+a fresh process (VLLM_ENABLE_V1_MULTIPROCESSING=0, VLLM_CPU_KVCACHE_SPACE=1, enforce_eager) that
+builds `LLM(...)`: "load" is the wall time of the model's `load_weights` (vLLM's GPT-2
+load_weights, wrapped, for both loaders: reading, decoding and copying every weight), "ready" the
+time of `LLM(...)` construction, "peak RSS" the process's VmHWM (/proc/self/status: the high-water
+mark of its own address space; ru_maxrss is not used, as Linux carries the parent's peak over into
+a child through fork and exec, and the parent holds the model it wrote). Settings: (a) page cache
+(the files read once before each run), (b) cold storage: the folder's files dropped from the page
+cache (`posix_fadvise(POSIX_FADV_DONTNEED)`, then checked with `fincore`: no page of them
+resident) and the loop device's buffers flushed, and the loop device's reads limited by the
+child's blkio cgroup (`blkio.throttle.read_bps_device`; the child writes its pid to the cgroup's
+cgroup.procs before it imports vLLM). Only the model's files are cold: vLLM's and torch's code
+stay in the page cache, as on a server that loads a model it has not read since boot. (Dropping
+every cache instead, `echo 3 > /proc/sys/vm/drop_caches`, with the image on the VM's disk, made the
+rows depend on that disk, slower than the limit and varying from run to run, and on the code pages
+of vLLM read back during the load.) Configurations are
 interleaved over rounds; the table gives medians. Each child also generates 16 greedy tokens for
 one prompt; they must equal those of the plain folder.
 """
@@ -182,7 +189,30 @@ def child(spec: dict) -> None:
                                   "tokens": list(out[0].outputs[0].token_ids)}), flush=True)
 
 
-def measure(name, folder, load_format, extra, bps, files, zipnn=False):
+def resident_pages(files) -> int:
+    """Pages of ``files`` in the page cache (util-linux fincore)."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "PAGES"] + [str(f) for f in files],
+                         check=True, capture_output=True, text=True).stdout
+    return sum(int(x) for x in out.split())
+
+
+def drop_cached(files, dev) -> None:
+    """The cold setting: ``files`` out of the page cache and the loop device's buffers flushed; refuses
+    to measure if a page of them stays resident."""
+    subprocess.run(["sync"], check=True)
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    subprocess.run(["blockdev", "--flushbufs", dev], check=True)
+    left = resident_pages(files)
+    if left:
+        raise RuntimeError(f"{left} pages of {[str(f) for f in files]} still in the page cache after dropping them")
+
+
+def measure(name, folder, load_format, extra, bps, files, dev, zipnn=False):
     """Runs one child: {"load", "ready", "rss_mib", "tokens"}."""
     if bps is None:
         for f in files:  # the page cache setting: the folder's files read once first
@@ -190,8 +220,7 @@ def measure(name, folder, load_format, extra, bps, files, zipnn=False):
                 while fh.read(1 << 24):
                     pass
     else:
-        subprocess.run(["sync"], check=True)
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        drop_cached(files, dev)
     spec = {"model": str(folder), "load_format": load_format, "extra": extra,
             "cgroup": str(CGROUP) if bps else None, "zipnn": zipnn}
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1",
@@ -282,8 +311,9 @@ def table(results, settings, folders, args, elapsed):
              "they are).",
              "load: wall time of the model's load_weights (reading, decoding, copying all weights); ready: "
              "`LLM(...)` construction; peak RSS: the process's VmHWM; tokens: 16 greedy tokens vs the "
-             "plain folder's. Storage: ext4 on a loop device, caches dropped before each run, reads limited by "
-             "a blkio cgroup (v1 throttle.read_bps_device) holding the measuring process.",
+             "plain folder's. Storage: ext4 on a loop device whose image is in RAM (tmpfs); cold: the folder's files "
+             "dropped from the page cache before each run (checked with fincore) and the device's reads limited by "
+             "a blkio cgroup (v1 throttle.read_bps_device) holding the measuring process; vLLM's own code stays cached.",
              "ZipNN (zipnn_safetensors): ZipNN's documented vLLM route, `zipnn.zipnn_safetensors()` in the "
              "measuring process before `import vllm`, then vLLM's default loader (load format auto) on the ZipNN "
              "folder; ZipNN decodes each tensor with its default thread count, min(CPU count, 16) = "
@@ -297,7 +327,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--child")
     ap.add_argument("--tzip", default="tzip")
-    ap.add_argument("--data", default="/work/vbench-data")
+    ap.add_argument("--data", default="/dev/shm/tzip-vllm-bench",
+                    help="folder of the loop device's image: on tmpfs, so only the read limit costs time")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--bandwidths", default="1e9,5e8", help="read limits in bytes/s (comma-separated)")
     ap.add_argument("--out")
@@ -309,6 +340,7 @@ def main():
                                          for b in args.bandwidths.split(",") if b]
     with Storage(Path(args.data), 4) as st:
         folders = make_folders(st.mnt, args.tzip)
+        subprocess.run(["sync"], check=True)  # the folders written back before any run is timed
         print(f"sizes {folders['sizes']}, compress {folders['compress_s']:.1f} s; ZipNN {folders['zipnn_size']}, "
               f"{folders['zipnn_s']:.1f} s, {folders['zipnn_counts']}", flush=True)
         results, want = {}, None
@@ -318,7 +350,7 @@ def main():
                 print(f"round {rnd + 1}, {sname}", flush=True)
                 for cname, key, fmt, extra in CONFIGS:
                     files = [p for p in folders[key].iterdir() if p.is_file()]
-                    r = measure(cname, folders[key], fmt, extra, bps, files, zipnn=key == "zipnn")
+                    r = measure(cname, folders[key], fmt, extra, bps, files, st.dev, zipnn=key == "zipnn")
                     want = want or r["tokens"]
                     r["same"] = r["tokens"] == want
                     results.setdefault((sname, cname), []).append(r)
