@@ -38,8 +38,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = Path(os.environ.get("TZ_FIXTURES") or ROOT.parent / "shared" / "fixtures") / \
-    "gpt-small-step400-model-bf16.safetensors"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpt2_models  # noqa: E402
+FIXTURE = gpt2_models.FIXTURE
 TOKENS = 32
 GIB = 1 << 30
 
@@ -122,14 +123,9 @@ def child(spec: dict) -> dict:
     return {"ttft": times, "first": first[:len(prompts)], "cached": r.num_cached_tokens}
 
 
-def ttft_rows(reps: int, tmp: Path):
-    sys.path.insert(0, str(ROOT / "python" / "tests"))
-    import _gpt
-    from test_vllm import gpt2_state_dict, write_gpt2_folder
-
-    sd = _gpt.state_dict_of(FIXTURE)
+def ttft_rows(reps: int, tmp: Path, model: str = "fixture"):
     folder = tmp / "gpt2"
-    write_gpt2_folder(folder, gpt2_state_dict(sd), _gpt.n_layers_of(sd))
+    gpt2_models.write_model(model, folder)
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1",
                DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     rows = []
@@ -156,6 +152,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="also write the markdown report here")
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--model", choices=gpt2_models.MODELS, default="fixture",
+                    help="the model the time-to-first-token rows serve (bench/gpt2_models.py)")
+    ap.add_argument("--ttft-only", action="store_true", help="only the time-to-first-token rows")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -166,14 +165,16 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     lines = [f"- Commit {commit}, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
-             f"{os.cpu_count()} CPUs; command: `python bench/kv_offload_bench.py --reps {args.reps}`.", ""]
-    rows, n, raw_block = codec_rows(args.reps)
-    lines += [f"Host memory and codec speed: {n} real blocks of 32 tokens x 6 layers ({raw_block} raw bytes each), "
-              f"threads=1, median (best) of {args.reps}:", "",
-              "| configuration | ratio | blocks held per GiB | store GB/s per core | load GB/s per core |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {r['config']} | {r['ratio']:.3f} | {r['blocks_per_gib']:.0f} | {r['store_gbs']:.2f} "
-              f"({r['store_best']:.2f}) | {r['load_gbs']:.2f} ({r['load_best']:.2f}) |" for r in rows]
+             f"{os.cpu_count()} CPUs; command: `python bench/kv_offload_bench.py --reps {args.reps} "
+             f"--model {args.model}{' --ttft-only' if args.ttft_only else ''}`.", ""]
+    if not args.ttft_only:
+        rows, n, raw_block = codec_rows(args.reps)
+        lines += [f"Host memory and codec speed: {n} real blocks of 32 tokens x 6 layers ({raw_block} raw bytes "
+                  f"each), threads=1, median (best) of {args.reps}:", "",
+                  "| configuration | ratio | blocks held per GiB | store GB/s per core | load GB/s per core |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['config']} | {r['ratio']:.3f} | {r['blocks_per_gib']:.0f} | {r['store_gbs']:.2f} "
+                  f"({r['store_best']:.2f}) | {r['load_gbs']:.2f} ({r['load_best']:.2f}) |" for r in rows]
     try:
         import vllm  # noqa: F401
         have_vllm = True
@@ -181,9 +182,9 @@ def main() -> None:
         have_vllm = False
     if have_vllm:
         with tempfile.TemporaryDirectory(prefix="kv-offload-bench-") as tmp:
-            trows = ttft_rows(args.reps, Path(tmp))
+            trows = ttft_rows(args.reps, Path(tmp), args.model)
         lines += ["", "Time to first token of a 224-token prompt seen before "
-                  f"(vLLM CPU build, medians of {3 * args.reps}):", "",
+                  f"(vLLM CPU build serving {gpt2_models.describe(args.model)}, medians of {3 * args.reps}):", "",
                   "| configuration | TTFT ms (median) | min ms | prefix tokens reused |", "|---|---|---|---|"]
         lines += [f"| {r['config']} | {r['ttft_ms']:.1f} | {r['min_ms']:.1f} | {r['cached']} |" for r in trows]
     else:

@@ -111,7 +111,7 @@ def measure(chunks, mode, reps):
             "copy": raw / statistics.median(t_copy) / 1e9}
 
 
-def ttft_lines(rounds):
+def ttft_lines(rounds, model="fixture"):
     """The time-to-first-token table (bench/lmcache_ttft.py), or a line saying why it is not there."""
     if rounds == 0:
         return []
@@ -124,8 +124,8 @@ def ttft_lines(rounds):
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lmcache-ttft-") as tmp:
-        rows, raw_chunk = lmcache_ttft.ttft_rows(rounds, Path(tmp))
-    return ["", *lmcache_ttft.ttft_table(rows, raw_chunk, rounds), "",
+        rows, raw_chunk = lmcache_ttft.ttft_rows(rounds, Path(tmp), model)
+    return ["", *lmcache_ttft.ttft_table(rows, raw_chunk, rounds, model), "",
             f"Time-to-first-token part: {time.perf_counter() - t0:.0f} s."]
 
 
@@ -135,11 +135,20 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--ttft-rounds", type=int, default=5,
                     help="rounds of the time-to-first-token part (default 5; 0 skips it)")
+    ap.add_argument("--model", choices=("fixture", "tiled"), default="fixture",
+                    help="the model the time-to-first-token part serves (bench/gpt2_models.py)")
+    ap.add_argument("--ttft-only", action="store_true", help="only the time-to-first-token part")
     ap.add_argument("--out", help="also write the tables to this file")
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
+    if args.ttft_only:
+        text = "\n".join(ttft_lines(args.ttft_rounds, args.model)).lstrip("\n") + "\n"
+        print(text, end="")
+        if args.out:
+            Path(args.out).write_text(text)
+        return
     kv, weights = real_kv(args.seqs)
     lines = [f"LMCache serde `tensorzip`, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
              f"one core (CPU time of the coding thread); KV of {os.path.relpath(weights, ROOT)} ({kv.shape[2]} layers, hidden {kv.shape[4]}, BF16) "
@@ -153,7 +162,7 @@ def main():
             r = measure(chunks, mode, args.reps)
             lines.append(f"| {tokens} | {mode} | {r['chunks']} | {r['raw']} | {r['stored']:.0f} | {r['tables']} | "
                          f"{r['raw'] / r['stored']:.3f}x | {r['ser']:.2f} | {r['de']:.2f} | {r['copy']:.2f} |")
-    lines += ttft_lines(args.ttft_rounds)
+    lines += ttft_lines(args.ttft_rounds, args.model)
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

@@ -1,7 +1,7 @@
 """Time to first token of a prefix an LMCache server serves from its L2 files (part of
 bench/lmcache_bench.py, which runs it; doc/kv.md "LMCache").
 
-vLLM's CPU build serves the fixture GPT (a GPT-2 folder as python/tests/test_vllm.py writes it),
+vLLM's CPU build serves one of bench/gpt2_models.py's models (default: the fixture GPT),
 block size 32, through ``LMCacheMPConnector`` to an ``lmcache server`` (chunk size 64, L1 0.25 GB,
 engine-driven transfers) whose L2 adapter is either tensorzip's (``TensorZipFSL2Adapter``, serde
 ``tensorzip``: compressed files) or LMCache's own ``fs`` adapter without a serde (the raw chunk
@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python" / "tests"))
 from _lmcache_server import LMCacheServer as _Server, fs_adapter, tensorzip_adapter  # noqa: E402
+sys.path.insert(0, str(ROOT / "bench"))
+import gpt2_models  # noqa: E402
 CHUNK_TOKENS = 64        # the server's --chunk-size: a multiple of the block size
 BLOCK_TOKENS = 32        # vLLM's CPU build takes block sizes that are multiples of 32
 PROMPT_TOKENS = 224      # 3 whole chunks and a half: 192 tokens can be reused (vLLM computes the last)
@@ -157,16 +159,11 @@ def lmcache_config(tmp: Path, folder: Path, adapter: str, rounds: int) -> dict:
     return r
 
 
-def ttft_rows(rounds: int, tmp: Path) -> tuple[list[dict], int]:
+def ttft_rows(rounds: int, tmp: Path, model: str = "fixture") -> tuple[list[dict], int]:
     """One row per configuration; and the raw bytes of one chunk."""
-    sys.path.insert(0, str(ROOT / "python" / "tests"))
-    import _gpt
-    from test_vllm import gpt2_state_dict, write_gpt2_folder
-
-    sd = _gpt.state_dict_of(_gpt.FULL)
     folder = tmp / "gpt2"
-    write_gpt2_folder(folder, gpt2_state_dict(sd), _gpt.n_layers_of(sd))
-    raw_chunk = 2 * _gpt.n_layers_of(sd) * CHUNK_TOKENS * _gpt.D * 2     # (K, V) x layers x tokens x hidden x BF16
+    cfg = gpt2_models.write_model(model, folder)
+    raw_chunk = 2 * cfg["n_layer"] * CHUNK_TOKENS * cfg["n_embd"] * 2     # (K, V) x layers x tokens x hidden x BF16
     base = {"model": str(folder), "port": 0, "http_port": 0, "rounds": rounds}
     configs = [("recompute (no connector)", lambda: _run_engine(tmp, "recompute", dict(base, reset=True, seed=False))),
                ("LMCache, `fs` adapter (uncompressed files)", lambda: lmcache_config(tmp, folder, "fs", rounds)),
@@ -190,8 +187,9 @@ def ttft_rows(rounds: int, tmp: Path) -> tuple[list[dict], int]:
     return rows, raw_chunk
 
 
-def ttft_table(rows: list[dict], raw_chunk: int, rounds: int) -> list[str]:
-    lines = [f"Time to first token of a {PROMPT_TOKENS}-token prompt seen before (vLLM CPU build, fixture GPT, "
+def ttft_table(rows: list[dict], raw_chunk: int, rounds: int, model: str = "fixture") -> list[str]:
+    lines = [f"Time to first token of a {PROMPT_TOKENS}-token prompt seen before (vLLM CPU build serving "
+             f"{gpt2_models.describe(model)}, "
              f"{CHUNK_TOKENS}-token chunks; median and best of {rows[0]['calls']} calls, {rounds} rounds of "
              f"{N_PROMPTS} prompts):", "",
              "| configuration | TTFT ms (median) | best ms | prefix tokens reused | bytes on disk per chunk |",

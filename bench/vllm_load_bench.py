@@ -6,15 +6,10 @@ ZipNN's vLLM route.
 (root: it drops the page cache, makes a loop device and a blkio cgroup.) Run it with a Python
 that has vLLM and tensorzip installed.
 
-The model: a GPT-2 folder (GPT2LMHeadModel, vocab 256, n_positions 256, n_embd 2048, n_layer 12,
-n_head 16, n_inner 8192, untied lm_head, BF16: 1.21 GB of weights) whose every tensor is made of
-the real trained BF16 values of the fixture GPT (gpt-small-step400-model-bf16.safetensors, 256
-wide, 6 layers): for each kind of tensor (token embedding, position embedding, layernorm weights,
-layernorm biases, c_attn / attn.c_proj / mlp.c_fc / mlp.c_proj weights, each in GPT-2's Conv1D
-[in, out] layout, and their biases, lm_head), the fixture's tensors of that kind (all layers) are
-flattened and concatenated into one pool; a tensor of the big model is that pool tiled (repeated)
-to its element count, starting at an offset that differs per tensor, and reshaped. No random
-numbers. The folder is compressed with `tzip compress`, and written a third time in ZipNN's
+The model: bench/gpt2_models.py's ``tiled`` GPT-2 folder (GPT2LMHeadModel, vocab 256, n_positions
+256, n_embd 2048, n_layer 12, n_head 16, n_inner 8192, untied lm_head, BF16: 1.21 GB of weights),
+every tensor of it made of the real trained BF16 values of the fixture GPT of the same kind, tiled;
+no random numbers. The folder is compressed with `tzip compress`, and written a third time in ZipNN's
 compressed safetensors layout (bench/zipnn_folder.py: ZipNN's public compress API and safetensors'
 save_file, as zipnn's package ships no writer; every tensor read back bit-exactly through ZipNN's
 SafeOpen before any measurement).
@@ -60,86 +55,26 @@ import sys
 import time
 from pathlib import Path
 
-FIXTURE = str(Path(os.environ.get("TZ_FIXTURES") or Path(__file__).resolve().parents[2] / "shared" / "fixtures")
-              / "gpt-small-step400-model-bf16.safetensors")  # ../shared/fixtures beside the repo
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpt2_models  # noqa: E402
 CGROUP = Path("/sys/fs/cgroup/blkio/tzip_vllm_bench")
 PROMPT = [ord(c) for c in "def load_file(path):\n    with open(path"]
 CONFIGS = [("safetensors (vLLM default)", "plain", "auto", {}),
            ("tensorzip threads=1", "tzip", "tensorzip", {"threads": 1}),
            ("tensorzip threads=2", "tzip", "tensorzip", {"threads": 2}),
            ("ZipNN (zipnn_safetensors)", "zipnn", "auto", {})]
-CFG = dict(vocab_size=256, n_positions=256, n_embd=2048, n_layer=12, n_head=16, n_inner=8192)
+CFG = gpt2_models.TILED
 
 
-# ---- the model ----
-
-def fixture_pools():
-    """{kind: 1-D BF16 tensor}: the fixture's real weights of each kind, in GPT-2 layout."""
-    import torch
-    from safetensors.torch import load_file
-    sd = load_file(FIXTURE)
-    n = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
-    kinds = {"wte": ["tok.weight"], "wpe": ["pos.weight"], "lm_head": ["head.weight"]}
-    for i in range(n):
-        b = f"blocks.{i}."
-        kinds.setdefault("ln.weight", []).extend([b + "ln1.weight", b + "ln2.weight"])
-        kinds.setdefault("ln.bias", []).extend([b + "ln1.bias", b + "ln2.bias"])
-        for src, dst in (("qkv", "attn.c_attn"), ("proj", "attn.c_proj"), ("fc1", "mlp.c_fc"),
-                         ("fc2", "mlp.c_proj")):
-            kinds.setdefault(dst + ".weight", []).append(b + src + ".weight")
-            kinds.setdefault(dst + ".bias", []).append(b + src + ".bias")
-    kinds["ln.weight"].append("lnf.weight")
-    kinds["ln.bias"].append("lnf.bias")
-    conv = lambda k, t: t.t() if t.dim() == 2 and k.startswith(("attn", "mlp")) else t  # noqa: E731
-    return {k: torch.cat([conv(k, sd[name]).contiguous().reshape(-1) for name in names])
-            for k, names in kinds.items()}
-
-
-def tiled(pool, shape, offset):
-    import math
-    numel = math.prod(shape)
-    reps = -(-(numel + offset) // pool.numel())
-    return pool.repeat(reps)[offset % pool.numel():][:numel].reshape(shape).clone()
-
-
-def big_state_dict():
-    pools = fixture_pools()
-    d, inner, out = CFG["n_embd"], CFG["n_inner"], {}
-    shapes = {"attn.c_attn.weight": (d, 3 * d), "attn.c_attn.bias": (3 * d,), "attn.c_proj.weight": (d, d),
-              "attn.c_proj.bias": (d,), "mlp.c_fc.weight": (d, inner), "mlp.c_fc.bias": (inner,),
-              "mlp.c_proj.weight": (inner, d), "mlp.c_proj.bias": (d,)}
-    idx = 0
-
-    def put(name, kind, shape):
-        nonlocal idx
-        idx += 1
-        out[name] = tiled(pools[kind], shape, idx * 7919)
-
-    put("transformer.wte.weight", "wte", (CFG["vocab_size"], d))
-    put("transformer.wpe.weight", "wpe", (CFG["n_positions"], d))
-    for i in range(CFG["n_layer"]):
-        for ln in ("ln_1", "ln_2"):
-            put(f"transformer.h.{i}.{ln}.weight", "ln.weight", (d,))
-            put(f"transformer.h.{i}.{ln}.bias", "ln.bias", (d,))
-        for kind, shape in shapes.items():
-            put(f"transformer.h.{i}.{kind}", kind, shape)
-    put("transformer.ln_f.weight", "ln.weight", (d,))
-    put("transformer.ln_f.bias", "ln.bias", (d,))
-    put("lm_head.weight", "lm_head", (CFG["vocab_size"], d))
-    return out
-
+# ---- the folders ----
 
 def make_folders(root: Path, tzip: str) -> dict:
-    import transformers
     from safetensors.torch import save_file
     import zipnn_folder
     plain, packed, znn = root / "gpt2-big", root / "gpt2-big.tzip", root / "gpt2-big.znn"
     for d in (plain, znn):
-        d.mkdir()
-        transformers.GPT2Config(**CFG, activation_function="gelu", layer_norm_epsilon=1e-5, tie_word_embeddings=False,
-                                bos_token_id=0, eos_token_id=0, architectures=["GPT2LMHeadModel"],
-                                dtype="bfloat16").save_pretrained(d)
-    sd = big_state_dict()
+        gpt2_models.write_gpt2_config(d, CFG, tokenizer=False)
+    sd = gpt2_models.tiled_state_dict(CFG)
     save_file(sd, str(plain / "model.safetensors"), metadata={"format": "pt"})
     t0 = time.perf_counter()
     subprocess.run([tzip, "compress", str(plain), "-o", str(packed)], check=True, capture_output=True)
