@@ -267,6 +267,11 @@ class SafeOpen:
         """Tensor names in the order of their data in the file."""
         return list(self._offset_order)
 
+    def _stored_sizes(self) -> List[Tuple[str, int]]:
+        """(name, bytes the tensor's data takes in the file: its compressed frames in a .tzip file)
+        for every tensor, in the order of their data in the file."""
+        return [(name, int(comp)) for name, _d, _s, _raw, comp in self._r.tensors()]
+
     def metadata(self) -> Optional[Dict[str, str]]:
         """The file's ``__metadata__`` plus, for a .tzip file, its user metadata (``tzip compress
         --meta``, ``compress_safetensors(user_metadata=)``; a key of both: ``__metadata__``'s value).

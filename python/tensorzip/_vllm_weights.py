@@ -13,7 +13,9 @@ plus at most ``window`` + 1 tensors, never a second copy of the model. Tensors o
 are decoded into memory that tensors the consumer has dropped used before
 (``tensorzip._buffer_pool``: no page faults and zeroed pages for each new tensor); the pool holds
 at most ``window`` + 1 free blocks, so the bound above grows to ``2 * (window + 1)`` tensors at
-most.
+most. The files are read ahead of the decoding (``tensorzip._read_ahead``: the kernel reads them
+into the page cache, up to ``READ_AHEAD_BYTES`` past the last tensor handed to a worker, while the
+workers decode).
 """
 from __future__ import annotations
 
@@ -26,8 +28,12 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from ._buffer_pool import BufferPool
 from ._core import TensorZipError, UsageError
 from ._open import SafeOpen
+from ._read_ahead import ReadAhead
 
-__all__ = ["model_weight_files", "iter_weights", "default_threads"]
+__all__ = ["model_weight_files", "iter_weights", "default_threads", "READ_AHEAD_BYTES"]
+
+#: How far past the last tensor handed to a worker the files are read ahead (bytes of the files).
+READ_AHEAD_BYTES = 64 << 20
 
 
 def default_threads() -> int:
@@ -112,7 +118,7 @@ class _Handles:
                 pass
 
 
-def _plan(files: List[str], handles: _Handles, device: Any = None) -> List[Tuple[str, str]]:
+def _plan(files: List[str], handles: _Handles, ahead: ReadAhead, device: Any = None) -> List[Tuple[str, str]]:
     """(file, tensor name) of every tensor, in each file's data order; every file opened once (its
     header and references checked; with a device decoder, its frame table read); a name in two
     files refused."""
@@ -122,11 +128,13 @@ def _plan(files: List[str], handles: _Handles, device: Any = None) -> List[Tuple
         h = handles.open(path)
         if device is not None:
             device.add_file(path)
-        for name in h.offset_keys():
+        sizes = h._stored_sizes()
+        for name, _n in sizes:
             if name in seen:
                 raise UsageError(f"tensor {name!r} is in two weight files: {seen[name]} and {path}")
             seen[name] = path
             jobs.append((path, name))
+        ahead.add_file(path, [n for _name, n in sizes])
         handles.give(path, h)
     return jobs
 
@@ -157,6 +165,7 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
     win = max(n, window or n)
     handles = _Handles(threads_per_tensor, refs)
     memory = BufferPool(keep=win + 1)
+    ahead = ReadAhead(READ_AHEAD_BYTES)
     pool: Optional[ThreadPoolExecutor] = None
     on_device = None
     if device is not None:
@@ -164,7 +173,7 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
 
         on_device = DeviceDecoder(device)
     try:
-        jobs = _plan(files, handles, on_device)
+        jobs = _plan(files, handles, ahead, on_device)
 
         def decode_on_host(path: str, name: str) -> Any:
             h = handles.take(path)
@@ -191,6 +200,7 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
         while next_job < len(jobs) or pending:
             while next_job < len(jobs) and len(pending) < win:
                 path, name = jobs[next_job]
+                ahead.reached(next_job)
                 pending[pool.submit(decode, path, name)] = name
                 next_job += 1
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -206,3 +216,4 @@ def iter_weights(files: List[str], threads: int = 0, refs: Any = None, window: O
             pool.shutdown(wait=True, cancel_futures=True)
         handles.close()
         memory.close()
+        ahead.close()
