@@ -15,8 +15,9 @@ tensorzip on its AVX2 kernels, beside ZipNN and zstd -3: the table of an AVX2-on
 (bench/vllm_load_bench.py, root, a Python with vLLM's CPU build: --vllm-python, default build-py/venv-vllm/bin/python as
 scripts/vllm-test.sh makes it), kv-offload (bench/kv_offload_bench.py) and lmcache
 (bench/lmcache_bench.py), both with a Python that has vLLM's CPU build and LMCache: --lmcache-python,
-default build-py/venv-lmcache/bin/python as scripts/lmcache-test.sh makes it). A benchmark runs
-once for all of its tables that are asked for.
+default build-py/venv-lmcache/bin/python as scripts/lmcache-test.sh makes it), and their
+time-to-first-token rows again with the 1.21 GB tiled GPT-2 of bench/gpt2_models.py
+(kv-offload-tiled, lmcache-tiled). A benchmark runs once for all of its tables that are asked for.
 If a benchmark fails, the page is not touched.
 """
 from __future__ import annotations
@@ -194,6 +195,25 @@ def _lmcache_collect(out: Path, args) -> tuple[dict[str, str], str]:
     return {"lmcache": (out / "lmcache.md").read_text()}, _simd_path_of(args.lmcache_python)
 
 
+def _kv_offload_tiled_command(args) -> list[str]:
+    return [str(args.lmcache_python), "bench/kv_offload_bench.py", "--model", "tiled", "--ttft-only"] + \
+        (["--reps", "1"] if args.quick else [])
+
+
+def _kv_offload_tiled_collect(out: Path, args) -> tuple[dict[str, str], str]:
+    return ({"kv-offload-tiled": without_commit_line((out / "kv-offload-tiled.md").read_text())},
+            _simd_path_of(args.lmcache_python))
+
+
+def _lmcache_tiled_command(args) -> list[str]:
+    return [str(args.lmcache_python), "bench/lmcache_bench.py", "--model", "tiled", "--ttft-only"] + \
+        (["--ttft-rounds", "1"] if args.quick else [])
+
+
+def _lmcache_tiled_collect(out: Path, args) -> tuple[dict[str, str], str]:
+    return {"lmcache-tiled": (out / "lmcache-tiled.md").read_text()}, _simd_path_of(args.lmcache_python)
+
+
 BENCHMARKS = [
     Benchmark("codec", ("codec-1t", "codec-all"), _codec_command, lambda out: ["--json", str(out / "codec.json")],
               _codec_collect),
@@ -205,6 +225,10 @@ BENCHMARKS = [
               _kv_offload_collect),
     Benchmark("lmcache", ("lmcache",), _lmcache_command, lambda out: ["--out", str(out / "lmcache.md")],
               _lmcache_collect),
+    Benchmark("kv-offload-tiled", ("kv-offload-tiled",), _kv_offload_tiled_command,
+              lambda out: ["--out", str(out / "kv-offload-tiled.md")], _kv_offload_tiled_collect),
+    Benchmark("lmcache-tiled", ("lmcache-tiled",), _lmcache_tiled_command,
+              lambda out: ["--out", str(out / "lmcache-tiled.md")], _lmcache_tiled_collect),
 ]
 TABLES = [t for b in BENCHMARKS for t in b.tables]
 

@@ -175,6 +175,12 @@ def test_kv_tables_run_with_the_lmcache_python(capsys, tmp_path):
     assert bench_run.main(["--dry-run", "--quick", "--page", str(page), "--only", "lmcache"]) == 0
     assert capsys.readouterr().out.startswith("build-py/venv-lmcache/bin/python bench/lmcache_bench.py --seqs 4 "
                                               "--reps 1 --ttft-rounds 1 --out")
+    page.write_text("<!-- table:kv-offload-tiled -->\n<!-- /table -->\n<!-- table:lmcache-tiled -->\n<!-- /table -->\n")
+    assert bench_run.main(["--dry-run", "--page", str(page), "--only", "kv-offload-tiled,lmcache-tiled",
+                           "--lmcache-python", "/opt/py"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "/opt/py bench/kv_offload_bench.py --model tiled --ttft-only --out OUT/kv-offload-tiled.md    # -> kv-offload-tiled",
+        "/opt/py bench/lmcache_bench.py --model tiled --ttft-only --out OUT/lmcache-tiled.md    # -> lmcache-tiled"]
 
 
 def test_a_reports_own_commit_line_is_dropped():
