@@ -127,3 +127,30 @@ def describe(name: str) -> str:
         return "the fixture GPT (6 layers, 8 heads of 32, BF16)"
     return (f"the tiled GPT-2 ({TILED['n_layer']} layers, {TILED['n_head']} heads of "
             f"{TILED['n_embd'] // TILED['n_head']}, 1.21 GB of BF16 tiled from the fixture's real weights)")
+
+
+def top_logprobs(logprobs: dict) -> list:
+    """vLLM's {token: Logprob} of one position as [(token, logprob)], best first."""
+    return sorted(([int(k), float(v.logprob)] for k, v in logprobs.items()), key=lambda x: (-x[1], x[0]))
+
+
+def first_tokens_problem(rows: list, model: str, same_kv: tuple, key: str) -> str | None:
+    """Why the first tokens of a time-to-first-token run are wrong, or None. ``rows``: one per
+    configuration, with "config", ``key``, "first" (a token per prompt) and "top" (top_logprobs per
+    prompt). The rows whose ``key`` is in ``same_kv`` read the same KV back from a store (one
+    compressed by tensorzip, one not) and compute the same positions: their first tokens and
+    log-probabilities must be equal bit for bit. With the fixture GPT every row's first tokens must
+    be the same. Not with the tiled model: its lm_head repeats its rows every 32 tokens (the pool of
+    256 x 256 values tiled 2048 wide), so the best logits tie exactly, and a configuration that
+    computes other positions (recompute, the engine's prefix cache) rounds differently in BF16 and
+    may pick another of the tied tokens."""
+    pair = [r for r in rows if r[key] in same_kv]
+    for r in pair[1:]:
+        if (r["first"], r["top"]) != (pair[0]["first"], pair[0]["top"]):
+            return (f"{r['config']} and {pair[0]['config']} read the same KV back but differ: "
+                    f"{r['first']} {r['top']} vs {pair[0]['first']} {pair[0]['top']}")
+    if model == "fixture":
+        for r in rows[1:]:
+            if r["first"] != rows[0]["first"]:
+                return f"first tokens differ: {rows[0]['config']} {rows[0]['first']}, {r['config']} {r['first']}"
+    return None

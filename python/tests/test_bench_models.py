@@ -70,3 +70,30 @@ def test_tiled_folder_loads_in_transformers(tmp_path):
 def test_unknown_model_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown model 'huge'"):
         gpt2_models.write_model("huge", tmp_path / "x")
+
+
+def _row(config, store, first, top):
+    return {"config": config, "store": store, "first": first, "top": top}
+
+
+def test_first_tokens_problem():
+    top = [[[8, -3.87], [40, -3.87]], [[21, -4.06], [53, -4.06]]]
+    other = [[[8, -3.87], [40, -3.87]], [[31, -4.05], [63, -4.05]]]
+    rows = [_row("recompute", None, [8, 31], other), _row("plain", "plain", [8, 21], top),
+            _row("tz", "tensorzip", [8, 21], top)]
+    check = gpt2_models.first_tokens_problem
+    # The tiled model: recompute may pick another tied token; the two stores must agree bit for bit.
+    assert check(rows, "tiled", ("plain", "tensorzip"), key="store") is None
+    assert "first tokens differ: recompute [8, 31], plain [8, 21]" in \
+        check(rows, "fixture", ("plain", "tensorzip"), key="store")
+    off_by_a_bit = [[[8, -3.87], [40, -3.87]], [[21, -4.0600001], [53, -4.06]]]
+    rows[2] = _row("tz", "tensorzip", [8, 21], off_by_a_bit)
+    assert "tz and plain read the same KV back but differ" in \
+        check(rows, "tiled", ("plain", "tensorzip"), key="store")
+
+
+def test_tiled_lm_head_rows_repeat_every_32_tokens():
+    """Why the tiled model's logits tie (first_tokens_problem's reason), checked on the real tensor."""
+    head = gpt2_models.tiled_state_dict(dict(SMALL, n_embd=2048, n_layer=1, n_inner=8))["lm_head.weight"]
+    assert torch.equal(head[8], head[40]) and torch.equal(head[40], head[72])
+    assert not torch.equal(head[8], head[9])
