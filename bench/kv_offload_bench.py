@@ -106,7 +106,7 @@ def codec_rows(reps: int):
 
 def child(spec: dict) -> dict:
     sys.path.insert(0, str(ROOT / "python" / "tests"))
-    from _vllm_offload_worker import make_llm, text_prompts
+    from _vllm_offload_worker import make_llm, store_stats, text_prompts
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -127,7 +127,12 @@ def child(spec: dict) -> dict:
     n = len(prompts)
     if first != first[:n] * spec["reps"] or top != top[:n] * spec["reps"]:
         raise SystemExit(f"{spec['offload']}: the first token or its log-probabilities changed between rounds")
-    return {"ttft": times, "first": first[:n], "top": top[:n], "cached": r.num_cached_tokens}
+    stats = store_stats(llm) if spec["offload"] != "none" else None
+    ratio = None
+    if stats:
+        held, raw = (sum(rk[k] for rk in stats["ranks"]) for k in ("held_bytes", "held_raw_bytes"))
+        ratio = raw / held if held else None
+    return {"ttft": times, "first": first[:n], "top": top[:n], "cached": r.num_cached_tokens, "ratio": ratio}
 
 
 def ttft_rows(reps: int, tmp: Path, model: str = "fixture"):
@@ -148,7 +153,8 @@ def ttft_rows(reps: int, tmp: Path, model: str = "fixture"):
             raise SystemExit(f"engine {label} exited {p.returncode}:\n{p.stderr[-4000:]}")
         r = json.loads(out.read_text())
         rows.append({"config": label, "offload": offload, "ttft_ms": 1e3 * statistics.median(r["ttft"]),
-                     "min_ms": 1e3 * min(r["ttft"]), "first": r["first"], "top": r["top"], "cached": r["cached"]})
+                     "min_ms": 1e3 * min(r["ttft"]), "first": r["first"], "top": r["top"], "cached": r["cached"],
+                     "ratio": r["ratio"]})
     problem = gpt2_models.first_tokens_problem(rows, model, ("plain", "tensorzip"), key="offload")
     if problem:
         raise SystemExit(problem)
@@ -192,8 +198,10 @@ def main() -> None:
             trows = ttft_rows(args.reps, Path(tmp), args.model)
         lines += ["", "Time to first token of a 224-token prompt seen before "
                   f"(vLLM CPU build serving {gpt2_models.describe(args.model)}, medians of {3 * args.reps}):", "",
-                  "| configuration | TTFT ms (median) | min ms | prefix tokens reused |", "|---|---|---|---|"]
-        lines += [f"| {r['config']} | {r['ttft_ms']:.1f} | {r['min_ms']:.1f} | {r['cached']} |" for r in trows]
+                  "| configuration | TTFT ms (median) | min ms | prefix tokens reused | raw / held bytes |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['config']} | {r['ttft_ms']:.1f} | {r['min_ms']:.1f} | {r['cached']} | "
+                  f"{'—' if r['ratio'] is None else format(r['ratio'], '.3f')} |" for r in trows]
     else:
         lines += ["", "(no vLLM here: time-to-first-token rows skipped)"]
     lines += ["", f"Total run time {time.perf_counter() - t_start:.0f} s."]
