@@ -27,10 +27,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import _dtypes
 from . import _tensorzip as _C
 from ._core import CorruptDataError, TensorZipError, UsageError
+from ._frame_layout import Frame, pack_frames
 
 __all__ = ["built_with_cuda", "unavailable_reason", "decode_device", "model_device", "DeviceDecoder"]
 
-_FRAME_ALIGN = 16  # frame starts in the device buffer: 4-byte aligned at least (the CUDA decoder's rule)
 
 
 def built_with_cuda() -> bool:
@@ -74,13 +74,6 @@ def decode_device(option: Any, device: Any) -> Tuple[Any, str]:
         raise UsageError(f"model_loader_extra_config: device_decode is true but the weights cannot be decoded "
                          f"on the device: {why}")
     return None, why
-
-
-class _Frame:
-    __slots__ = ("offset", "size", "raw_offset", "raw_size")
-
-    def __init__(self, offset: int, size: int, raw_offset: int, raw_size: int):
-        self.offset, self.size, self.raw_offset, self.raw_size = offset, size, raw_offset, raw_size
 
 
 class _Entry:
@@ -201,17 +194,10 @@ class DeviceDecoder:
         calls.hand_over(out, self.consumer)
         return out
 
-    def _read(self, path: str, e: _Entry, where: str) -> Tuple[Any, Optional[List[_Frame]]]:
+    def _read(self, path: str, e: _Entry, where: str) -> Tuple[Any, Optional[List[Frame]]]:
         """The tensor's frames as stored in page-locked host memory, checked (xxh64, header against
         the index); frames None when one is not coded as floats."""
-        frames: List[_Frame] = []
-        reads = []
-        pos = raw = 0
-        for off, size, raw_size, xxh in e.frames:
-            frames.append(_Frame(pos, int(size), raw, int(raw_size)))
-            reads.append((int(off), int(size), int(xxh), pos))
-            pos += (int(size) + _FRAME_ALIGN - 1) // _FRAME_ALIGN * _FRAME_ALIGN
-            raw += int(raw_size)
+        frames, reads, pos = pack_frames(e.frames)
         host = self.calls.pinned(pos)
         try:
             _C.read_frames_into(path, reads, host.data_ptr(), host.numel())
@@ -225,7 +211,7 @@ class DeviceDecoder:
             raise type(e)(f"{where}: {_strip(str(e), path)}") from e
         return host, frames
 
-    def _decode_frames(self, name: str, host: Any, frames: List[_Frame], out: Any, nbytes: int, stream: Any,
+    def _decode_frames(self, name: str, host: Any, frames: List[Frame], out: Any, nbytes: int, stream: Any,
                        where: str) -> None:
         """Enqueues the copy of the frames and their decode into ``out`` on ``stream``, waits for it and
         checks every frame's status and decoded size."""

@@ -25,11 +25,11 @@ import torch.nn as nn
 from .. import _dtypes
 from .. import _tensorzip as _C
 from .._core import UsageError
+from .._frame_layout import pack_frames
 from ._select import Held, _distinct_tensors, _selected, _selection
 from ._state import _attach
 from ._tensor import CODEC_OF, Frame, _encode
 
-_FRAME_ALIGN = 16
 
 
 @contextlib.contextmanager
@@ -99,14 +99,7 @@ def _table(files: Sequence[str]) -> Dict[str, _Entry]:
 
 def _read_frames(e: _Entry, device: torch.device) -> Tuple[torch.Tensor, List[Frame]]:
     """The entry's frames, as stored, in one uint8 buffer on device (checked against their xxh64)."""
-    frames: List[Frame] = []
-    reads = []
-    pos = raw = 0
-    for off, size, raw_size, xxh in e.frames:
-        frames.append(Frame(pos, int(size), raw, int(raw_size)))
-        reads.append((int(off), int(size), int(xxh), pos))
-        pos += (int(size) + _FRAME_ALIGN - 1) // _FRAME_ALIGN * _FRAME_ALIGN
-        raw += int(raw_size)
+    frames, reads, pos = pack_frames(e.frames)
     host = torch.empty(max(1, pos), dtype=torch.uint8, pin_memory=device.type == "cuda")
     _C.read_frames_into(e.file, reads, host.data_ptr(), host.numel())
     for f in frames:  # each frame's prefix checked here (on the CPU engine again when the plan is built)

@@ -1,12 +1,13 @@
 """Resident weights: one compressed weight (its frames and uses) and how it is encoded."""
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from .. import _tensorzip as _C
+from .._frame_layout import Frame
 
 #: torch dtype -> codec dtype (tz_dtype)
 CODEC_OF = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
@@ -14,14 +15,6 @@ if hasattr(torch, "float8_e4m3fn"):
     CODEC_OF[torch.float8_e4m3fn] = 4
     CODEC_OF[torch.float8_e5m2] = 5
 
-_FRAME_ALIGN = 16  # frames start 4-byte aligned at least (the CUDA decoder's requirement)
-
-
-class Frame(NamedTuple):
-    offset: int      # in the tensor's uint8 buffer
-    size: int        # compressed bytes
-    raw_offset: int  # in the tensor's bytes
-    raw_size: int
 
 
 class ResidentTensor:
