@@ -178,7 +178,11 @@ class Storage:
         self.data, self.size_gib, self.dev, self.mnt = data, size_gib, None, data / "mnt"
 
     def __enter__(self):
-        self.data.mkdir(parents=True, exist_ok=True)
+        try:  # a folder of its own: __exit__ removes it with everything in it
+            self.data.mkdir(parents=True)
+        except FileExistsError:
+            raise SystemExit(f"vllm_load_bench.py: {self.data} exists; --data must name a folder the bench can "
+                             "create (and remove at the end): remove it or name another") from None
         img = self.data / "fs.img"
         subprocess.run(["truncate", "-s", f"{self.size_gib}G", str(img)], check=True)
         self.dev = subprocess.run(["losetup", "-f", "--show", str(img)], check=True, capture_output=True,
@@ -263,7 +267,8 @@ def main():
     ap.add_argument("--child")
     ap.add_argument("--tzip", default="tzip")
     ap.add_argument("--data", default="/dev/shm/tzip-vllm-bench",
-                    help="folder of the loop device's image: on tmpfs, so only the read limit costs time")
+                    help="a new folder for the loop device's image (created, and removed at the end): on tmpfs, so only "
+                         "the read limit costs time")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--bandwidths", default="1e9,5e8", help="read limits in bytes/s (comma-separated)")
     ap.add_argument("--out")
